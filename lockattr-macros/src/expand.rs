@@ -1,0 +1,113 @@
+//! Code generation for `#[redis_lock]`.
+//!
+//! Input (sync):
+//! ```text
+//! #[redis_lock(name = "order:{id}", expire = 30)]
+//! fn pay(id: u64) -> Result<Receipt, AppError> { body }
+//! ```
+//! Output:
+//! ```text
+//! fn pay(id: u64) -> Result<Receipt, AppError> {
+//!     let __lockattr_locker = <default or `locker`, or return Err(LockError::NotConfigured.into())>;
+//!     let __lockattr_name = ::std::format!("order:{id}");
+//!     let __lockattr_guard = <acquire_blocking(...), or return Err(e.into())>;
+//!     { body }   // the guard's Drop releases on every way out: value, return, ?, panic
+//! }
+//! ```
+//! Output (async): the same prelude with `.await`, then
+//! ```text
+//!     let __lockattr_result = typed_body::<R, _>(async move { body }).await;
+//!     release(__lockattr_guard).await;   // before the function returns
+//!     __lockattr_result
+//! ```
+//! If the future is dropped mid-body, the guard's Drop schedules the release.
+//! The user's block is kept whole, so its items and imports stay its own; our
+//! locals use mixed-site spans, so the body cannot see them.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::ItemFn;
+
+use crate::validate::Plan;
+
+pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+        ..
+    } = item;
+    let is_async = sig.asyncness.is_some();
+    let at = Span::mixed_site();
+    let locker_var = quote_spanned!(at=> __lockattr_locker);
+    let name_var = quote_spanned!(at=> __lockattr_name);
+    let guard_var = quote_spanned!(at=> __lockattr_guard);
+    let result_var = quote_spanned!(at=> __lockattr_result);
+    let error_var = quote_spanned!(at=> __lockattr_error);
+
+    // `lock_failed::<R>` infers R from the function's return type; spanned
+    // there, so a return type that cannot carry a LockError is reported there.
+    let fail = quote_spanned!(plan.return_span=>
+        return ::lockattr::__private::lock_failed(#error_var)
+    );
+
+    let locker = match &plan.locker {
+        Some(expr) => quote!(let #locker_var: &::lockattr::__private::Locker = #expr;),
+        None => quote!(
+            let #locker_var: &::lockattr::__private::Locker =
+                match ::lockattr::__private::default_locker() {
+                    ::core::result::Result::Ok(locker) => locker,
+                    ::core::result::Result::Err(#error_var) => #fail,
+                };
+        ),
+    };
+    let name = &plan.name;
+    let expire = &plan.expire;
+    let acquire_time = &plan.acquire_time;
+    let acquire = if is_async {
+        quote!(::lockattr::__private::acquire(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #expire, #acquire_time).await)
+    } else {
+        quote!(::lockattr::__private::acquire_blocking(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #expire, #acquire_time))
+    };
+    let bind_guard = plan
+        .guard
+        .as_ref()
+        .map(|user| quote!(let #user: &::lockattr::__private::LockGuard = &#guard_var;));
+
+    let prelude = quote! {
+        #locker
+        let #name_var = #name;
+        let #guard_var = match #acquire {
+            ::core::result::Result::Ok(guard) => guard,
+            ::core::result::Result::Err(#error_var) => #fail,
+        };
+        #bind_guard
+    };
+
+    let body = if is_async {
+        let output = match &plan.nameable_return {
+            Some(ty) => quote!(#ty),
+            None => quote!(_),
+        };
+        quote! {
+            #prelude
+            let #result_var = ::lockattr::__private::typed_body::<#output, _>(async move #block).await;
+            #[allow(unreachable_code)]
+            ::lockattr::__private::release(#guard_var).await;
+            #result_var
+        }
+    } else {
+        quote! {
+            #prelude
+            #block
+        }
+    };
+
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #body
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Checking the options against the function they annotate.
+//!
+//! Input: the parsed [`Options`] and the function. Output: a [`Plan`] the
+//! expansion follows without further checks, or every problem found, each
+//! spanned at the token to fix.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+use syn::{FnArg, Ident, ItemFn, LitStr, Pat, PatIdent, ReturnType, Type};
+
+use crate::attr::{NameArg, Options};
+use crate::duration::DurationArg;
+
+/// The longest lease accepted, as the runtime's `MAX_EXPIRE` (30 days).
+const MAX_EXPIRE_NANOS: u64 = 30 * 24 * 3600 * 1_000_000_000;
+
+/// Everything the expansion needs, checked.
+pub(crate) struct Plan {
+    /// An expression evaluating to the lock's name (`&str` or `String`).
+    pub(crate) name: TokenStream,
+    pub(crate) expire: TokenStream,
+    pub(crate) acquire_time: TokenStream,
+    pub(crate) locker: Option<syn::Expr>,
+    pub(crate) guard: Option<Ident>,
+    /// Where errors about the return type point.
+    pub(crate) return_span: Span,
+    /// The declared return type, when it can be written inside the body
+    /// (no `impl Trait`).
+    pub(crate) nameable_return: Option<Type>,
+}
+
+/// Collects errors so that one pass reports them all.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, e: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+}
+
+pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
+    let mut errors = Errors::default();
+    let sig = &item.sig;
+
+    if let Some(constness) = &sig.constness {
+        errors.push(syn::Error::new(
+            constness.span(),
+            "#[redis_lock] cannot go on a `const fn`: taking a lock needs Redis at run time",
+        ));
+    }
+    if let Some(variadic) = &sig.variadic {
+        errors.push(syn::Error::new(
+            variadic.span(),
+            "#[redis_lock] does not support variadic functions",
+        ));
+    }
+    let (return_span, nameable_return) = match &sig.output {
+        ReturnType::Default => {
+            errors.push(syn::Error::new(
+                sig.ident.span(),
+                format!(
+                    "#[redis_lock] needs `{}` to return `Result<T, E>` where `E: From<lockattr::LockError>`: \
+                     the lock can fail, and the function must be able to say so",
+                    sig.ident
+                ),
+            ));
+            (sig.ident.span(), None)
+        }
+        ReturnType::Type(_, ty) => {
+            let mut finder = ImplTraitFinder(false);
+            finder.visit_type(ty);
+            (ty.span(), (!finder.0).then(|| (**ty).clone()))
+        }
+    };
+
+    let expire = options.expire.as_ref();
+    if let Some(d) = expire {
+        if d.is_zero() {
+            let (_, span) = d.nanos().unwrap_or((0, Span::call_site()));
+            errors.push(syn::Error::new(
+                span,
+                "`expire` cannot be zero: the lock would free itself at once",
+            ));
+        } else if let Some((nanos, span)) = d.nanos()
+            && nanos > MAX_EXPIRE_NANOS
+        {
+            errors.push(syn::Error::new(
+                span,
+                "`expire` is longer than 30 days; is the unit right?",
+            ));
+        }
+    }
+
+    let bindings = argument_bindings(item);
+    let name = match options.name {
+        Some(NameArg::Format(lit)) => match format_name(&lit, &bindings, &sig.ident) {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                errors.push(e);
+                TokenStream::new()
+            }
+        },
+        Some(NameArg::Expr(expr)) => {
+            let span = expr.span();
+            quote_spanned!(span=> ::lockattr::__private::key_of(&(#expr)))
+        }
+        None => match sig.inputs.first() {
+            None => {
+                let ident = &sig.ident;
+                quote!(::core::concat!(
+                    ::core::module_path!(),
+                    "::",
+                    ::core::stringify!(#ident)
+                ))
+            }
+            Some(FnArg::Receiver(receiver)) => {
+                let self_token = &receiver.self_token;
+                quote_spanned!(self_token.span()=> ::lockattr::__private::key_of(&#self_token))
+            }
+            Some(FnArg::Typed(arg)) => match &*arg.pat {
+                Pat::Ident(PatIdent {
+                    ident,
+                    subpat: None,
+                    ..
+                }) => quote_spanned!(arg.span()=> ::lockattr::__private::key_of(&#ident)),
+                pat => {
+                    errors.push(syn::Error::new(
+                        pat.span(),
+                        "#[redis_lock] without `name` names the lock after the first argument, \
+                         and this one is a pattern; give the lock a name: `#[redis_lock(name = \"...\")]`",
+                    ));
+                    TokenStream::new()
+                }
+            },
+        },
+    };
+
+    match errors.0 {
+        Some(e) => Err(e),
+        None => Ok(Plan {
+            name,
+            expire: DurationArg::to_tokens_or(expire, 10),
+            acquire_time: DurationArg::to_tokens_or(options.acquire_time.as_ref(), 10),
+            locker: options.locker,
+            guard: options.guard,
+            return_span,
+            nameable_return,
+        }),
+    }
+}
+
+/// Finds `impl Trait` in a type.
+struct ImplTraitFinder(bool);
+
+impl Visit<'_> for ImplTraitFinder {
+    fn visit_type_impl_trait(&mut self, _: &syn::TypeImplTrait) {
+        self.0 = true;
+    }
+}
+
+/// Every name the arguments bind, `self` included.
+fn argument_bindings(item: &ItemFn) -> Vec<Ident> {
+    struct Collect(Vec<Ident>);
+    impl Visit<'_> for Collect {
+        fn visit_pat_ident(&mut self, pat: &PatIdent) {
+            self.0.push(pat.ident.clone());
+            syn::visit::visit_pat_ident(self, pat);
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    for input in &item.sig.inputs {
+        match input {
+            FnArg::Receiver(r) => collect
+                .0
+                .push(format_ident!("self", span = r.self_token.span())),
+            FnArg::Typed(arg) => collect.visit_pat(&arg.pat),
+        }
+    }
+    collect.0
+}
+
+/// The captures of a format-string name, checked against the arguments.
+///
+/// Input: `"order:{order_id}"`. Output: `::std::format!("order:{order_id}")`,
+/// or the literal unchanged (after `{{`/`}}` unescaping) when it captures nothing.
+fn format_name(lit: &LitStr, bindings: &[Ident], function: &Ident) -> syn::Result<TokenStream> {
+    let text = lit.value();
+    let captures = captures(&text).map_err(|msg| syn::Error::new(lit.span(), msg))?;
+    if captures.is_empty() {
+        let plain = text.replace("{{", "{").replace("}}", "}");
+        let plain = LitStr::new(&plain, lit.span());
+        return Ok(quote!(#plain));
+    }
+    let mut errors = Errors::default();
+    for capture in &captures {
+        if capture == "self" {
+            errors.push(syn::Error::new(
+                lit.span(),
+                "`{self}` cannot be captured by a format string; name the lock with an expression instead: \
+                 `name = self` (through `LockKey`) or `name = format!(\"...{}\", self.id)`",
+            ));
+        } else if !bindings.iter().any(|b| b == capture) {
+            let known = bindings
+                .iter()
+                .map(|b| format!("`{b}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let known = if known.is_empty() {
+                format!("`{function}` has no arguments")
+            } else {
+                format!("its arguments are {known}")
+            };
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`{{{capture}}}` in the lock name names no argument of `{function}`; {known}"
+                ),
+            ));
+        }
+    }
+    match errors.0 {
+        Some(e) => Err(e),
+        None => Ok(quote_spanned!(lit.span()=> ::std::format!(#lit))),
+    }
+}
+
+/// The identifiers captured by a format string, or what is wrong with it.
+fn captures(text: &str) -> Result<Vec<String>, String> {
+    let mut found = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((start, c)) = chars.next() {
+        match c {
+            '{' if chars.peek().map(|&(_, c)| c) == Some('{') => {
+                chars.next();
+            }
+            '}' if chars.peek().map(|&(_, c)| c) == Some('}') => {
+                chars.next();
+            }
+            '}' => {
+                return Err(format!(
+                    "unmatched `}}` at byte {start} of the lock name; write `}}}}` for a literal brace"
+                ));
+            }
+            '{' => {
+                let rest = &text[start + 1..];
+                let Some(len) = rest.find('}') else {
+                    return Err(format!(
+                        "unmatched `{{` at byte {start} of the lock name; write `{{{{` for a literal brace"
+                    ));
+                };
+                let inner = &rest[..len];
+                let arg = inner.split(':').next().unwrap_or("").trim();
+                let is_ident = arg
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && arg.chars().all(|c| c.is_alphanumeric() || c == '_');
+                if !is_ident {
+                    return Err(format!(
+                        "`{{{inner}}}` in the lock name must name an argument, like `{{order_id}}`; \
+                         positional `{{}}` and expressions are not supported (use `name = <expression>` for those)"
+                    ));
+                }
+                found.push(arg.to_owned());
+                for _ in 0..=inner.chars().count() {
+                    chars.next();
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::captures;
+
+    #[test]
+    fn finds_captures() {
+        assert_eq!(captures("order:{order_id}").unwrap(), ["order_id"]);
+        assert_eq!(captures("{a}:{b:>5}").unwrap(), ["a", "b"]);
+        assert!(captures("{{literal}}").unwrap().is_empty());
+        assert!(captures("{}").is_err());
+        assert!(captures("{0}").is_err());
+        assert!(captures("a}").is_err());
+        assert!(captures("{a").is_err());
+        assert!(captures("{a.b}").is_err());
+    }
+}

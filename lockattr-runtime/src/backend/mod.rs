@@ -1,0 +1,94 @@
+//! What talks to Redis.
+//!
+//! The guard, the builder and the macro only see [`Backend`]; each deployment
+//! shape (one node today; several independent masters or a cluster later) is
+//! one variant, so adding one touches nothing above this module.
+
+pub(crate) mod scripts;
+mod single;
+
+use std::time::Duration;
+
+pub(crate) use single::{SingleNode, Timeouts};
+
+use crate::LockError;
+use crate::key::Keys;
+
+/// The answer to one attempt to take a lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Attempt {
+    /// Taken; the lock's new fencing token.
+    Acquired { fencing_token: u64 },
+    /// Held by another owner, whose lease has this much time left
+    /// (`None` when Redis did not say).
+    Held { expires_in: Option<Duration> },
+}
+
+/// How [`Backend::extend`] changes a lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Extend {
+    /// Add to the time left.
+    Add,
+    /// Replace the time left.
+    Set,
+}
+
+/// One way of reaching Redis.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    /// A single Redis server.
+    Single(SingleNode),
+}
+
+impl Backend {
+    /// Tries once to take the lock for `token`.
+    pub(crate) async fn try_acquire(
+        &self,
+        keys: &Keys,
+        token: &str,
+        expire: Duration,
+    ) -> Result<Attempt, LockError> {
+        match self {
+            Backend::Single(node) => node.try_acquire(keys, token, expire).await,
+        }
+    }
+
+    /// Deletes the lock if `token` owns it; false when it did not.
+    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
+        match self {
+            Backend::Single(node) => node.release(keys, token).await,
+        }
+    }
+
+    /// Changes the lease if `token` owns the lock; false when it did not.
+    pub(crate) async fn extend(
+        &self,
+        keys: &Keys,
+        token: &str,
+        by: Duration,
+        how: Extend,
+    ) -> Result<bool, LockError> {
+        match self {
+            Backend::Single(node) => node.extend(keys, token, by, how).await,
+        }
+    }
+
+    /// One PING round trip.
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        match self {
+            Backend::Single(node) => node.ping().await,
+        }
+    }
+
+    /// The server(s), for messages: never with credentials.
+    pub(crate) fn server(&self) -> &str {
+        match self {
+            Backend::Single(node) => node.server(),
+        }
+    }
+}
+
+/// Milliseconds for Redis: at least 1 (PX 0 is an error), saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

@@ -1,0 +1,64 @@
+//! The Lua scripts, one static [`Script`] each. `Script::invoke_async` sends
+//! EVALSHA and loads the script once on NOSCRIPT (first use, or after a Redis
+//! restart emptied the script cache).
+
+use once_cell::sync::Lazy;
+use redis::Script;
+
+/// Takes the lock if it is free, in one round trip.
+///
+/// KEYS: lock key, fence key. ARGV: token, expire in ms.
+/// Returns `{1, fencing token}` when taken, `{0, pttl of the holder}` when not.
+/// A repeated call with the token that already holds the lock (a retry whose
+/// first answer was lost) counts as taken and restarts the lease.
+pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('incr', KEYS[2])}
+end
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, redis.call('incr', KEYS[2])}
+end
+return {0, redis.call('pttl', KEYS[1])}
+",
+    )
+});
+
+/// Deletes the lock only if the token still owns it. Returns 1, or 0 when not owned.
+///
+/// KEYS: lock key. ARGV: token.
+pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+",
+    )
+});
+
+/// Changes the lease of a lock the token owns. Returns 1, or 0 when not owned.
+///
+/// KEYS: lock key. ARGV: token, ms, mode (`add`: add ms to the time left;
+/// `set`: the lease becomes ms).
+pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+if ARGV[3] == 'add' then
+  local left = redis.call('pttl', KEYS[1])
+  if left < 0 then
+    return 0
+  end
+  ttl = ttl + left
+end
+return redis.call('pexpire', KEYS[1], ttl)
+",
+    )
+});

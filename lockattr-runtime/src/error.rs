@@ -1,0 +1,203 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Why a lock operation failed.
+///
+/// Every variant's message says what happened and what to do about it. No
+/// message and no `Debug` output ever contains a password from a Redis URL:
+/// servers are named by `host:port/db` only.
+///
+/// ```
+/// use lockattr_runtime::LockError;
+/// use std::time::Duration;
+///
+/// let err = LockError::Timeout { name: "order:7".into(), waited: Duration::from_secs(5) };
+/// assert!(err.to_string().contains("order:7"));
+/// assert!(err.is_timeout());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock is held by someone else and was not freed within the
+    /// acquire time. The body did not run.
+    #[error(
+        "lock `{}` is held by another owner and was not freed within {waited:?}; \
+         retry later or raise `acquire_time`",
+        Shown(name)
+    )]
+    Timeout {
+        /// The lock's name (not the Redis key).
+        name: String,
+        /// How long the caller waited: the configured acquire time.
+        waited: Duration,
+    },
+
+    /// The guard no longer owns the lock: its lease expired, or another owner
+    /// has taken it since. Nothing was deleted or extended.
+    #[error(
+        "lock `{}` is no longer owned by this guard (its lease expired or another owner took it); \
+         nothing was changed. Use a longer `expire` or extend the lock while working",
+        Shown(name)
+    )]
+    NotOwned {
+        /// The lock's name (not the Redis key).
+        name: String,
+    },
+
+    /// Redis could not be reached, or did not answer in time.
+    #[error(
+        "could not reach Redis at {server}: {source}; check that the server is up and reachable, \
+         or raise the connect/response timeouts of the Locker"
+    )]
+    Connection {
+        /// The server, as `host:port/db` (never with credentials).
+        server: String,
+        /// The underlying failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
+    /// Redis answered with an error (wrong password, wrong type at the key,
+    /// scripting disabled, read-only replica, ...).
+    #[error("Redis at {server} refused the request: {source}")]
+    Redis {
+        /// The server, as `host:port/db` (never with credentials).
+        server: String,
+        /// The error Redis returned.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
+    /// No Locker was given and no process-wide default is set.
+    #[error(
+        "no Redis locker is configured: call `lockattr::init(\"redis://host:6379/\")` once at start-up, \
+         or `lockattr::set_default(locker)`, or pass `locker = ...` to #[redis_lock]"
+    )]
+    NotConfigured,
+
+    /// A process-wide default Locker was already set.
+    #[error("a default Redis locker is already set; `init`/`set_default` may be called only once")]
+    AlreadyConfigured,
+
+    /// An argument or setting was refused; the message says which and why.
+    #[error("invalid {what}: {reason}")]
+    InvalidInput {
+        /// What was refused: `lock name`, `expire`, `Redis URL`, ...
+        what: &'static str,
+        /// Why it was refused and what would be accepted.
+        reason: String,
+    },
+
+    /// The library's I/O thread could not be started or has stopped.
+    #[error("the lockattr I/O thread is unavailable: {reason}")]
+    Runtime {
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl LockError {
+    /// True for [`LockError::Timeout`]: the lock was busy for the whole acquire time.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// assert!(!LockError::NotConfigured.is_timeout());
+    /// ```
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+
+    /// True for [`LockError::NotOwned`]: the guard had lost the lock.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// assert!(LockError::NotOwned { name: "x".into() }.is_not_owned());
+    /// ```
+    pub fn is_not_owned(&self) -> bool {
+        matches!(self, LockError::NotOwned { .. })
+    }
+
+    /// True for [`LockError::Connection`]: Redis was down, unreachable or too slow.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// assert!(!LockError::NotConfigured.is_connection());
+    /// ```
+    pub fn is_connection(&self) -> bool {
+        matches!(self, LockError::Connection { .. })
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        LockError::InvalidInput {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// Classifies an error of the redis crate.
+    pub(crate) fn from_redis(server: &str, err: redis::RedisError) -> Self {
+        let server = server.to_owned();
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_unrecoverable_error()
+        {
+            LockError::Connection {
+                server,
+                source: Box::new(err),
+            }
+        } else {
+            LockError::Redis {
+                server,
+                source: Box::new(err),
+            }
+        }
+    }
+}
+
+/// Displays a lock name, cut to a readable length (names may be kilobytes long).
+struct Shown<'a>(&'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MAX: usize = 120;
+        if self.0.len() <= MAX {
+            return f.write_str(&self.0.escape_debug().to_string());
+        }
+        let mut end = MAX;
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(
+            f,
+            "{}... ({} bytes)",
+            self.0[..end].escape_debug(),
+            self.0.len()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_cut_in_messages() {
+        let err = LockError::NotOwned {
+            name: "x".repeat(10_000),
+        };
+        let msg = err.to_string();
+        assert!(msg.len() < 400, "{msg}");
+        assert!(msg.contains("10000 bytes"));
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let err = LockError::NotOwned {
+            name: "a\nb".into(),
+        };
+        assert!(err.to_string().contains("a\\nb"));
+    }
+}

@@ -1,0 +1,36 @@
+//! The runtime of [`lockattr`](https://docs.rs/lockattr): distributed locks on
+//! Redis with random owner tokens, fencing tokens, and release on every exit.
+//!
+//! Use it through the `lockattr` crate, which adds the `#[redis_lock]`
+//! attribute and `#[derive(LockKey)]`.
+//!
+//! ```no_run
+//! use lockattr_runtime::Locker;
+//!
+//! # fn main() -> Result<(), lockattr_runtime::LockError> {
+//! let locker = Locker::new("redis://127.0.0.1:6379/")?;
+//! let guard = locker.lock("report").acquire_blocking()?;
+//! // ... only one process at a time gets here ...
+//! guard.release_blocking()?;
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod default;
+mod error;
+mod guard;
+mod io;
+mod key;
+mod locker;
+
+#[doc(hidden)]
+pub mod __private;
+
+pub use default::{default_locker, init, set_default};
+pub use error::LockError;
+pub use guard::LockGuard;
+pub use key::LockKey;
+pub use locker::{
+    DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT, LockBuilder, Locker, LockerBuilder, MAX_EXPIRE,
+};

@@ -1,0 +1,491 @@
+//! [`Locker`], its configuration, and the `lock(name)` builder.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Attempt, Backend, SingleNode, Timeouts};
+use crate::guard::{Lease, LockGuard};
+use crate::key::Keys;
+use crate::{LockError, io};
+
+/// Default lease of a lock: 10 seconds.
+pub const DEFAULT_EXPIRE: Duration = Duration::from_secs(10);
+/// Default time to wait for a busy lock: 10 seconds.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default prefix of every Redis key the library writes.
+pub const DEFAULT_PREFIX: &str = "lockattr:";
+/// Default time to open a connection to Redis: 1 second.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time to wait for one answer from Redis: 1 second.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest lease accepted: 30 days. Longer leases are almost always a
+/// unit mistake, and a lock that outlives its owner that long is a stuck lock.
+pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A handle to a Redis deployment that hands out locks.
+///
+/// Cheap to create (it parses the URL and connects on first use) and cheap
+/// to clone (clones share one connection). All locks of a Locker share one
+/// multiplexed connection, which is opened again after it drops or Redis
+/// restarts. A Locker works from any tokio runtime, from several runtimes
+/// one after another, and from plain threads: its connection lives on a
+/// dedicated I/O thread.
+///
+/// ```no_run
+/// use lockattr_runtime::Locker;
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), lockattr_runtime::LockError> {
+/// let locker = Locker::new("redis://127.0.0.1:6379/")?;
+/// let guard = locker
+///     .lock("order:7")
+///     .expire(Duration::from_secs(30))
+///     .acquire_timeout(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Backend,
+    prefix: String,
+}
+
+impl std::fmt::Debug for Locker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locker")
+            .field("server", &self.inner.backend.server())
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+impl Locker {
+    /// A Locker for the Redis server at `url`, with default settings.
+    ///
+    /// Accepts `redis://[[user]:password@]host[:port][/db]` and
+    /// `unix:///path/to/redis.sock`. Does not connect: an unreachable server
+    /// shows up as [`LockError::Connection`] on first use.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// let locker = Locker::new("redis://:secret@127.0.0.1:6379/2").unwrap();
+    /// assert!(!format!("{locker:?}").contains("secret"));
+    /// assert!(Locker::new("http://example.com").is_err());
+    /// ```
+    pub fn new(url: &str) -> Result<Locker, LockError> {
+        Locker::builder(url).build()
+    }
+
+    /// A builder for a Locker with non-default settings.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let locker = Locker::builder("redis://127.0.0.1:6379/")
+    ///     .prefix("myapp:lock:")
+    ///     .connect_timeout(Duration::from_millis(300))
+    ///     .response_timeout(Duration::from_millis(300))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(locker.prefix(), "myapp:lock:");
+    /// ```
+    pub fn builder(url: impl Into<String>) -> LockerBuilder {
+        LockerBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeouts: Timeouts {
+                connect: DEFAULT_CONNECT_TIMEOUT,
+                response: DEFAULT_RESPONSE_TIMEOUT,
+            },
+        }
+    }
+
+    /// Starts a lock request for `name`; finish it with
+    /// [`acquire`](LockBuilder::acquire) or
+    /// [`acquire_blocking`](LockBuilder::acquire_blocking).
+    ///
+    /// `locker.lock("x")` and `#[redis_lock(name = "x")]` are the same lock.
+    /// Any UTF-8 text is a valid name, except the empty string.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock("report:2024").acquire_blocking()?;
+    /// // ... work ...
+    /// guard.release_blocking()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: impl AsRef<str>) -> LockBuilder<'_> {
+        LockBuilder {
+            locker: self,
+            name: name.as_ref().to_owned(),
+            expire: DEFAULT_EXPIRE,
+            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+        }
+    }
+
+    /// The prefix of every Redis key this Locker writes.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// assert_eq!(Locker::new("redis://127.0.0.1/").unwrap().prefix(), "lockattr:");
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// One PING round trip through this Locker's connection: checks that
+    /// Redis answers, and measures how long it takes.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let rtt = locker.ping().await?;
+    /// println!("Redis answered in {rtt:?}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn ping(&self) -> Result<Duration, LockError> {
+        let inner = self.inner.clone();
+        let start = Instant::now();
+        io::run(async move { inner.backend.ping().await }).await?;
+        Ok(start.elapsed())
+    }
+
+    /// [`ping`](Locker::ping) for threads without an async runtime.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// locker.ping_blocking()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ping_blocking(&self) -> Result<Duration, LockError> {
+        let inner = self.inner.clone();
+        let start = Instant::now();
+        io::run_blocking(async move { inner.backend.ping().await })?;
+        Ok(start.elapsed())
+    }
+}
+
+/// Settings of a [`Locker`]; see [`Locker::builder`].
+#[derive(Clone)]
+pub struct LockerBuilder {
+    url: String,
+    prefix: String,
+    timeouts: Timeouts,
+}
+
+impl std::fmt::Debug for LockerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: never print it.
+        f.debug_struct("LockerBuilder")
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.timeouts.connect)
+            .field("response_timeout", &self.timeouts.response)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockerBuilder {
+    /// The prefix of every Redis key (default `"lockattr:"`). It may not
+    /// contain `{` or `}`, which would break the keys' Redis Cluster hash tag.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// assert!(Locker::builder("redis://127.0.0.1/").prefix("a{b").build().is_err());
+    /// ```
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long opening a connection may take, handshake included (default 1 s).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let b = Locker::builder("redis://127.0.0.1/").connect_timeout(Duration::from_millis(200));
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.connect = timeout;
+        self
+    }
+
+    /// How long one answer from Redis may take (default 1 s). A frozen or
+    /// overloaded server turns into [`LockError::Connection`] after this long.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let b = Locker::builder("redis://127.0.0.1/").response_timeout(Duration::from_millis(200));
+    /// ```
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.response = timeout;
+        self
+    }
+
+    /// Checks the settings and makes the Locker. Does not connect.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let err = Locker::builder("redis://127.0.0.1/")
+    ///     .response_timeout(Duration::ZERO)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("response timeout"));
+    /// ```
+    pub fn build(self) -> Result<Locker, LockError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(LockError::invalid(
+                "key prefix",
+                "it may not contain `{` or `}`: the lock name is put between braces to keep \
+                 all keys of a lock in one Redis Cluster slot",
+            ));
+        }
+        for (what, value) in [
+            ("connect timeout", self.timeouts.connect),
+            ("response timeout", self.timeouts.response),
+        ] {
+            if value.is_zero() {
+                return Err(LockError::invalid(what, "it must be longer than zero"));
+            }
+        }
+        let backend = Backend::Single(SingleNode::new(&self.url, self.timeouts)?);
+        Ok(Locker {
+            inner: Arc::new(Inner {
+                backend,
+                prefix: self.prefix,
+            }),
+        })
+    }
+}
+
+/// A lock request: the name, lease and wait of one acquisition.
+///
+/// Made by [`Locker::lock`]; finish it with [`acquire`](Self::acquire) or
+/// [`acquire_blocking`](Self::acquire_blocking).
+///
+/// ```no_run
+/// # use lockattr_runtime::Locker;
+/// # use std::time::Duration;
+/// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+/// let guard = locker.lock("nightly-report")
+///     .expire(Duration::from_secs(60))
+///     .acquire_timeout(Duration::ZERO) // one attempt: skip if someone else runs it
+///     .acquire()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock request does nothing until `.acquire()` or `.acquire_blocking()`"]
+pub struct LockBuilder<'a> {
+    locker: &'a Locker,
+    name: String,
+    expire: Duration,
+    acquire_timeout: Duration,
+}
+
+impl LockBuilder<'_> {
+    /// The lease: the lock frees itself this long after it is taken unless it
+    /// is released or extended first (default 10 s, at most 30 days, not zero).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+    /// let request = locker.lock("x").expire(Duration::from_secs(30));
+    /// ```
+    pub fn expire(mut self, expire: Duration) -> Self {
+        self.expire = expire;
+        self
+    }
+
+    /// How long to wait while another owner holds the lock (default 10 s).
+    /// Zero makes exactly one attempt.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+    /// let request = locker.lock("x").acquire_timeout(Duration::from_millis(250));
+    /// ```
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Takes the lock, waiting up to the acquire timeout while it is held.
+    ///
+    /// Fails with [`LockError::Timeout`] when the lock stayed busy,
+    /// [`LockError::Connection`] when Redis could not be reached (at once,
+    /// not after the acquire timeout), and [`LockError::InvalidInput`] for an
+    /// empty name or a zero or too long lease. Dropping the future is safe: a
+    /// lock taken for a caller who stopped waiting is released at once.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock("x").acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let task = self.into_task()?;
+        io::run(task).await
+    }
+
+    /// [`acquire`](Self::acquire) for synchronous code: blocks the calling
+    /// thread, needs no async runtime. The guard it returns releases the lock
+    /// before its Drop returns.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock("x").acquire_blocking()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_blocking(self) -> Result<LockGuard, LockError> {
+        let task = self.into_task()?;
+        let mut guard = io::run_blocking(task)?;
+        guard.set_blocking();
+        Ok(guard)
+    }
+
+    fn into_task(
+        self,
+    ) -> Result<impl Future<Output = Result<LockGuard, LockError>> + Send + 'static, LockError>
+    {
+        if self.name.is_empty() {
+            return Err(LockError::invalid(
+                "lock name",
+                "it is empty; give every lock a non-empty name",
+            ));
+        }
+        if self.expire.is_zero() {
+            return Err(LockError::invalid(
+                "expire",
+                "a lease of zero would free the lock at once; use at least a millisecond",
+            ));
+        }
+        if self.expire > MAX_EXPIRE {
+            return Err(LockError::invalid(
+                "expire",
+                format!(
+                    "{:?} is longer than the {:?} allowed; is the unit right?",
+                    self.expire, MAX_EXPIRE
+                ),
+            ));
+        }
+        let keys = Keys::new(&self.locker.inner.prefix, &self.name);
+        let token = new_token()?;
+        let lease = Lease {
+            locker: self.locker.inner.clone(),
+            name: self.name,
+            keys,
+            token,
+            expire: self.expire,
+            fencing_token: 0,
+        };
+        Ok(acquire(lease, self.acquire_timeout))
+    }
+}
+
+/// The acquisition loop; runs on the I/O thread.
+async fn acquire(mut lease: Lease, wait: Duration) -> Result<LockGuard, LockError> {
+    let start = Instant::now();
+    let backend = &lease.locker.backend;
+    loop {
+        let expires_in = match backend
+            .try_acquire(&lease.keys, &lease.token, lease.expire)
+            .await
+        {
+            Ok(Attempt::Acquired { fencing_token }) => {
+                lease.fencing_token = fencing_token;
+                return Ok(LockGuard::new(lease));
+            }
+            Ok(Attempt::Held { expires_in }) => expires_in,
+            Err(e) => {
+                if e.is_connection() {
+                    // The script may have run although its answer was lost:
+                    // give back whatever this token may hold.
+                    let keys = lease.keys.clone();
+                    let token = std::mem::take(&mut lease.token);
+                    let locker = lease.locker.clone();
+                    tokio::spawn(async move {
+                        let _ = locker.backend.release(&keys, &token).await;
+                    });
+                }
+                return Err(e);
+            }
+        };
+        let waited = start.elapsed();
+        if waited >= wait {
+            return Err(LockError::Timeout {
+                name: lease.name,
+                waited: wait,
+            });
+        }
+        tokio::time::sleep(retry_pause(expires_in).min(wait - waited)).await;
+    }
+}
+
+/// How long to wait before trying a held lock again: a few jittered
+/// milliseconds, or less when the holder's lease ends sooner.
+fn retry_pause(expires_in: Option<Duration>) -> Duration {
+    let jitter = getrandom::u32().unwrap_or(0) % 8_000;
+    let pause = Duration::from_micros(2_000 + u64::from(jitter));
+    match expires_in {
+        Some(left) => pause.min(left + Duration::from_millis(1)),
+        None => pause,
+    }
+}
+
+/// 128 random bits from the operating system's CSPRNG, as 32 hex digits.
+fn new_token() -> Result<String, LockError> {
+    let mut bytes = [0_u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| LockError::Runtime {
+        reason: format!("the operating system's random number generator failed: {e}"),
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_random_bits() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let locker = Locker::new("redis://user:hunter2@127.0.0.1:6390/3").unwrap();
+        let shown = format!("{locker:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("127.0.0.1:6390/3"), "{shown}");
+        let builder = Locker::builder("redis://user:hunter2@127.0.0.1:6390/3");
+        assert!(!format!("{builder:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_echoing_them() {
+        for url in ["", "http://x", "redis://:hunter2@host:notaport/"] {
+            let err = Locker::new(url).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("Redis URL"), "{msg}");
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
+    }
+}
