@@ -21,11 +21,7 @@ use std::time::Duration;
 pub enum LockError {
     /// The lock is held by someone else and was not freed within the
     /// acquire time. The body did not run.
-    #[error(
-        "lock `{}` is held by another owner and was not freed within {waited:?}; \
-         retry later or raise `acquire_time`",
-        Shown(name)
-    )]
+    #[error("{}", timeout_message(name, waited))]
     Timeout {
         /// The lock's name (not the Redis key).
         name: String,
@@ -154,6 +150,22 @@ impl LockError {
                 source: Box::new(err),
             }
         }
+    }
+}
+
+fn timeout_message(name: &str, waited: &Duration) -> String {
+    if waited.is_zero() {
+        format!(
+            "lock `{}` is held by another owner (one attempt was made: the acquire time is zero); \
+             retry later or allow some `acquire_time`",
+            Shown(name)
+        )
+    } else {
+        format!(
+            "lock `{}` is held by another owner and was not freed within {waited:?}; \
+             retry later or raise `acquire_time`",
+            Shown(name)
+        )
     }
 }
 
