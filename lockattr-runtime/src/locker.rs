@@ -453,7 +453,13 @@ fn new_token() -> Result<String, LockError> {
     getrandom::fill(&mut bytes).map_err(|e| LockError::Runtime {
         reason: format!("the operating system's random number generator failed: {e}"),
     })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut token = String::with_capacity(32);
+    for b in bytes {
+        token.push(char::from(HEX[usize::from(b >> 4)]));
+        token.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    Ok(token)
 }
 
 #[cfg(test)]
