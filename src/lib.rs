@@ -77,7 +77,7 @@
 //! Mistakes are compile errors at the offending token:
 //!
 //! ```compile_fail
-//! #[lockattr::redis_lock(name = "order:{id}", expire = 0)] // `expire` cannot be zero
+//! #[lockattr::redis_lock(name = "order:{order_id}", expire = 0)] // `expire` cannot be zero
 //! fn pay(order_id: u64) -> Result<(), lockattr::LockError> { Ok(()) }
 //! ```
 

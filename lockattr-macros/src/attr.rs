@@ -1,8 +1,8 @@
 //! Parsing the options of `#[redis_lock(...)]`.
 //!
 //! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g`.
-//! Output: [`Options`], every value a real Rust expression; all mistakes
-//! found in one pass, each at its own token.
+//! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
+//! and all mistakes found in one pass, each at its own token.
 
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
@@ -50,7 +50,15 @@ impl Parse for RawOption {
     }
 }
 
-impl Parse for Options {
+/// The options, and every mistake found in them. Mistakes in a value leave
+/// that option unset, so the function can still be checked against the rest
+/// and all errors reported at once; only a syntax error stops parsing.
+pub(crate) struct Parsed {
+    pub(crate) options: Options,
+    pub(crate) errors: Option<syn::Error>,
+}
+
+impl Parse for Parsed {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let raw = Punctuated::<RawOption, Token![,]>::parse_terminated(input)?;
         let mut options = Options::default();
@@ -108,10 +116,7 @@ impl Parse for Options {
                 ));
             }
         }
-        match errors {
-            Some(e) => Err(e),
-            None => Ok(options),
-        }
+        Ok(Parsed { options, errors })
     }
 }
 

@@ -12,7 +12,7 @@
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Data, DeriveInput, Fields, Index, LitStr, Member};
+use syn::{Data, DeriveInput, Index, LitStr, Member};
 
 pub(crate) fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     let mut prefix = None;
@@ -69,12 +69,8 @@ pub(crate) fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
         }
     }
     if keys.is_empty() {
-        let span = match fields {
-            Fields::Unit => input.ident.span(),
-            _ => fields.span(),
-        };
         return Err(syn::Error::new(
-            span,
+            input.ident.span(),
             "#[derive(LockKey)] needs `#[lock_key]` on at least one field: the fields that identify the value",
         ));
     }

@@ -119,9 +119,10 @@ impl DurationArg {
             }
             Some(DurationArg::Runtime(expr)) => {
                 let span = expr.span();
+                let var = quote_spanned!(Span::mixed_site()=> __lockattr_duration);
                 quote_spanned!(span=> {
-                    let __lockattr_duration: ::core::time::Duration = #expr;
-                    __lockattr_duration
+                    let #var: ::core::time::Duration = #expr;
+                    #var
                 })
             }
         }

@@ -8,9 +8,17 @@
 //! Output:
 //! ```text
 //! fn pay(id: u64) -> Result<Receipt, AppError> {
-//!     let __lockattr_locker = <default or `locker`, or return Err(LockError::NotConfigured.into())>;
-//!     let __lockattr_name = ::std::format!("order:{id}");
-//!     let __lockattr_guard = <acquire_blocking(...), or return Err(e.into())>;
+//!     let __lockattr_acquired = match default_locker() {   // or `let __lockattr_locker: &Locker = <locker>;`
+//!         Ok(__lockattr_locker) => {
+//!             let __lockattr_name = ::std::format!("order:{id}");
+//!             acquire_blocking(__lockattr_locker, &__lockattr_name, expire, acquire_time)
+//!         }
+//!         Err(e) => Err(e),
+//!     };
+//!     let __lockattr_guard = match __lockattr_acquired {
+//!         Ok(g) => g,
+//!         Err(e) => return lock_failed(e),   // the one place R: LockResult is required
+//!     };
 //!     { body }   // the guard's Drop releases on every way out: value, return, ?, panic
 //! }
 //! ```
@@ -42,26 +50,11 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let at = Span::mixed_site();
     let locker_var = quote_spanned!(at=> __lockattr_locker);
     let name_var = quote_spanned!(at=> __lockattr_name);
+    let acquired_var = quote_spanned!(at=> __lockattr_acquired);
     let guard_var = quote_spanned!(at=> __lockattr_guard);
     let result_var = quote_spanned!(at=> __lockattr_result);
     let error_var = quote_spanned!(at=> __lockattr_error);
 
-    // `lock_failed::<R>` infers R from the function's return type; spanned
-    // there, so a return type that cannot carry a LockError is reported there.
-    let fail = quote_spanned!(plan.return_span=>
-        return ::lockattr::__private::lock_failed(#error_var)
-    );
-
-    let locker = match &plan.locker {
-        Some(expr) => quote!(let #locker_var: &::lockattr::__private::Locker = #expr;),
-        None => quote!(
-            let #locker_var: &::lockattr::__private::Locker =
-                match ::lockattr::__private::default_locker() {
-                    ::core::result::Result::Ok(locker) => locker,
-                    ::core::result::Result::Err(#error_var) => #fail,
-                };
-        ),
-    };
     let name = &plan.name;
     let expire = &plan.expire;
     let acquire_time = &plan.acquire_time;
@@ -70,16 +63,44 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     } else {
         quote!(::lockattr::__private::acquire_blocking(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #expire, #acquire_time))
     };
+    // Locker (user's or default), then name, then acquire; every failure
+    // ends up in one `Result`, so a wrong return type is reported once.
+    let acquired = match &plan.locker {
+        Some(expr) => {
+            // Typed at the expression, so a wrong type is one error there.
+            let typed = quote_spanned! {syn::spanned::Spanned::span(expr)=>
+                let #locker_var: &::lockattr::__private::Locker = #expr;
+            };
+            quote! {
+                #typed
+                let #name_var = #name;
+                let #acquired_var = #acquire;
+            }
+        }
+        None => quote! {
+            let #acquired_var = match ::lockattr::__private::default_locker() {
+                ::core::result::Result::Ok(#locker_var) => {
+                    let #name_var = #name;
+                    #acquire
+                }
+                ::core::result::Result::Err(#error_var) => ::core::result::Result::Err(#error_var),
+            };
+        },
+    };
+    // `lock_failed::<R>` infers R from the function's return type; spanned
+    // there, so a return type that cannot carry a LockError is reported there.
+    let fail = quote_spanned!(plan.return_span=>
+        return ::lockattr::__private::lock_failed(#error_var)
+    );
     let bind_guard = plan
         .guard
         .as_ref()
         .map(|user| quote!(let #user: &::lockattr::__private::LockGuard = &#guard_var;));
 
     let prelude = quote! {
-        #locker
-        let #name_var = #name;
-        let #guard_var = match #acquire {
-            ::core::result::Result::Ok(guard) => guard,
+        #acquired
+        let #guard_var = match #acquired_var {
+            ::core::result::Result::Ok(#guard_var) => #guard_var,
             ::core::result::Result::Err(#error_var) => #fail,
         };
         #bind_guard
@@ -104,9 +125,16 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         }
     };
 
+    // syn keeps the body's inner attributes (`#![allow(..)]`) with the outer
+    // ones; they go back at the top of the body, where they still apply to
+    // the whole function.
+    let (outer, inner): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|a| matches!(a.style, syn::AttrStyle::Outer));
     quote! {
-        #(#attrs)*
+        #(#outer)*
         #vis #sig {
+            #(#inner)*
             #body
         }
     }

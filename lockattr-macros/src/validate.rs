@@ -75,7 +75,7 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         ReturnType::Type(_, ty) => {
             let mut finder = ImplTraitFinder(false);
             finder.visit_type(ty);
-            (ty.span(), (!finder.0).then(|| (**ty).clone()))
+            (error_type_span(ty), (!finder.0).then(|| (**ty).clone()))
         }
     };
 
@@ -153,6 +153,24 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             nameable_return,
         }),
     }
+}
+
+/// Where a return type that cannot carry a `LockError` is reported: at `E`
+/// when it is spelled `Result<T, E>` (then `E: From<LockError>` is what is
+/// missing), otherwise at the type.
+fn error_type_span(ty: &Type) -> Span {
+    if let Type::Path(syn::TypePath {
+        qself: None, path, ..
+    }) = ty
+        && let Some(last) = path.segments.last()
+        && last.ident == "Result"
+        && let syn::PathArguments::AngleBracketed(args) = &last.arguments
+        && args.args.len() == 2
+        && let Some(syn::GenericArgument::Type(error)) = args.args.last()
+    {
+        return error.span();
+    }
+    ty.span()
 }
 
 /// Finds `impl Trait` in a type.

@@ -1,0 +1,9 @@
+use lockattr::LockKey;
+
+#[derive(LockKey)]
+enum Shape {
+    Circle,
+    Square,
+}
+
+fn main() {}

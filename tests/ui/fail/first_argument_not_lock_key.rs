@@ -1,0 +1,12 @@
+use lockattr::{LockError, redis_lock};
+
+struct Order {
+    id: u64,
+}
+
+#[redis_lock]
+fn pay(order: Order, amount: u64) -> Result<u64, LockError> {
+    Ok(order.id + amount)
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use lockattr::{LockError, redis_lock};
+
+#[redis_lock(name = "order", timeout = 5)]
+fn pay() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
