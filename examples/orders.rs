@@ -76,7 +76,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redis = common::redis()?;
     let client = redis::Client::open(redis.url.as_str())?;
     let mut db = client.get_multiplexed_async_connection().await?;
-    let _: () = redis::cmd("DEL").arg("orders").arg("charges").query_async(&mut db).await?;
+    let _: () = redis::cmd("DEL")
+        .arg("orders")
+        .arg("charges")
+        .query_async(&mut db)
+        .await?;
     for order in 0..ORDERS {
         let _: () = db.hset("orders", order, "pending").await?;
     }

@@ -82,7 +82,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     lockattr::init(&redis.url)?; // once, at start-up
 
     // Sync code: the attribute blocks this thread while it waits for the lock.
-    let mut account = Account { id: 42, balance: 100 };
+    let mut account = Account {
+        id: 42,
+        balance: 100,
+    };
     let left = tokio::task::spawn_blocking(move || account.withdraw(30)).await??;
     println!("withdrew 30 from account 42, {left} left");
 

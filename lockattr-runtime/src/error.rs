@@ -134,11 +134,12 @@ impl LockError {
     /// Classifies an error of the redis crate.
     pub(crate) fn from_redis(server: &str, err: redis::RedisError) -> Self {
         let server = server.to_owned();
+        // Only failures to talk to the server; an answer such as a wrong
+        // password is the server's word, not a connection problem.
         if err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
-            || err.is_unrecoverable_error()
         {
             LockError::Connection {
                 server,

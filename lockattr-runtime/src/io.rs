@@ -72,6 +72,38 @@ where
     rx.await.map_err(|_| stopped())?
 }
 
+/// Tells a task on the I/O thread that its async caller stopped waiting
+/// (the caller's future was dropped), so it can stop at a safe point.
+pub(crate) struct CallerGone(Option<tokio::sync::oneshot::Receiver<()>>);
+
+impl CallerGone {
+    /// A caller that never goes away (a blocked thread).
+    pub(crate) fn never() -> CallerGone {
+        CallerGone(None)
+    }
+
+    /// Resolves once the caller is gone; never for [`CallerGone::never`].
+    pub(crate) async fn wait(&mut self) {
+        match &mut self.0 {
+            // The sender is never used: only its drop is a signal.
+            Some(alive) => drop(alive.await),
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// [`run`] for a task that wants to know when its caller is gone.
+pub(crate) async fn run_watched<T, F>(make: impl FnOnce(CallerGone) -> F) -> Result<T, LockError>
+where
+    F: Future<Output = Result<T, LockError>> + Send + 'static,
+    T: Send + 'static,
+{
+    let (alive, watch) = tokio::sync::oneshot::channel::<()>();
+    let output = run(make(CallerGone(Some(watch)))).await;
+    drop(alive);
+    output
+}
+
 /// Runs `fut` on the I/O thread and blocks the calling thread until it is done.
 ///
 /// Needs no tokio runtime on the calling thread. Must not be called on the

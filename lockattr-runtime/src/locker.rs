@@ -337,8 +337,8 @@ impl LockBuilder<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let task = self.into_task()?;
-        io::run(task).await
+        let request = self.checked()?;
+        io::run_watched(|gone| acquire(request, gone)).await
     }
 
     /// [`acquire`](Self::acquire) for synchronous code: blocks the calling
@@ -352,16 +352,14 @@ impl LockBuilder<'_> {
     /// # Ok(()) }
     /// ```
     pub fn acquire_blocking(self) -> Result<LockGuard, LockError> {
-        let task = self.into_task()?;
-        let mut guard = io::run_blocking(task)?;
+        let request = self.checked()?;
+        let mut guard = io::run_blocking(acquire(request, io::CallerGone::never()))?;
         guard.set_blocking();
         Ok(guard)
     }
 
-    fn into_task(
-        self,
-    ) -> Result<impl Future<Output = Result<LockGuard, LockError>> + Send + 'static, LockError>
-    {
+    /// Checks the request; the lease to try for and how long to wait.
+    fn checked(self) -> Result<(Lease, Duration), LockError> {
         if self.name.is_empty() {
             return Err(LockError::invalid(
                 "lock name",
@@ -393,12 +391,16 @@ impl LockBuilder<'_> {
             expire: self.expire,
             fencing_token: 0,
         };
-        Ok(acquire(lease, self.acquire_timeout))
+        Ok((lease, self.acquire_timeout))
     }
 }
 
-/// The acquisition loop; runs on the I/O thread.
-async fn acquire(mut lease: Lease, wait: Duration) -> Result<LockGuard, LockError> {
+/// The acquisition loop; runs on the I/O thread. Stops between attempts
+/// (never during one, whose answer could hold a lock) once its caller is gone.
+async fn acquire(
+    (mut lease, wait): (Lease, Duration),
+    mut gone: io::CallerGone,
+) -> Result<LockGuard, LockError> {
     let start = Instant::now();
     let backend = &lease.locker.backend;
     loop {
@@ -411,19 +413,7 @@ async fn acquire(mut lease: Lease, wait: Duration) -> Result<LockGuard, LockErro
                 return Ok(LockGuard::new(lease));
             }
             Ok(Attempt::Held { expires_in }) => expires_in,
-            Err(e) => {
-                if e.is_connection() {
-                    // The script may have run although its answer was lost:
-                    // give back whatever this token may hold.
-                    let keys = lease.keys.clone();
-                    let token = std::mem::take(&mut lease.token);
-                    let locker = lease.locker.clone();
-                    tokio::spawn(async move {
-                        let _ = locker.backend.release(&keys, &token).await;
-                    });
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
         let waited = start.elapsed();
         if waited >= wait {
@@ -432,7 +422,12 @@ async fn acquire(mut lease: Lease, wait: Duration) -> Result<LockGuard, LockErro
                 waited: wait,
             });
         }
-        tokio::time::sleep(retry_pause(expires_in).min(wait - waited)).await;
+        tokio::select! {
+            () = tokio::time::sleep(retry_pause(expires_in).min(wait - waited)) => {}
+            () = gone.wait() => return Err(LockError::Runtime {
+                reason: "the caller stopped waiting".into(),
+            }),
+        }
     }
 }
 

@@ -154,3 +154,146 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("free port")
 }
+
+// ---- Helpers added for the attribute behaviour tests (tests/attr_*.rs, tests/exclusion*.rs). ----
+
+/// The Redis key holding the lock `name` under the default prefix
+/// (`lockattr:{name}`); for plain names, without `}` or `\`.
+pub fn lock_key(name: &str) -> String {
+    format!("lockattr:{{{name}}}")
+}
+
+impl RedisServer {
+    /// True when `key` exists, checked over a fresh connection.
+    pub fn exists(&self, key: &str) -> bool {
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(key)
+            .query(&mut self.client())
+            .expect("EXISTS");
+        n == 1
+    }
+
+    /// The key's remaining time to live in milliseconds (-2: no key, -1: no expiry).
+    pub fn pttl(&self, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query(&mut self.client())
+            .expect("PTTL")
+    }
+
+    /// The keys matching `pattern` (KEYS: fine on a test server), sorted.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query(&mut self.client())
+            .expect("KEYS");
+        keys.sort();
+        keys
+    }
+
+    /// The string value at `key`, if any.
+    pub fn get(&self, key: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.client())
+            .expect("GET")
+    }
+
+    /// The lock keys of the default prefix (`lockattr:{...}`), fence counters left out.
+    pub fn held_locks(&self) -> Vec<String> {
+        self.keys("lockattr:*")
+            .into_iter()
+            .filter(|k| !k.ends_with(":fence"))
+            .collect()
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds or `within` has passed; returns
+/// how long it took, or `None` if it never held.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= within {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A command that runs the test `test` of this very test binary in a child
+/// process (libtest and nextest both accept `--exact`), with `envs` set.
+/// The child's stdout and stderr are piped.
+pub fn child_test(test: &str, envs: &[(&str, &str)]) -> Command {
+    let exe = std::env::current_exe().expect("current test binary");
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Waits for `child` for at most `within`; kills it and panics when it runs longer.
+pub fn wait_child(mut child: Child, within: Duration) -> std::process::Output {
+    let start = Instant::now();
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return child.wait_with_output().expect("child output"),
+            None if start.elapsed() > within => {
+                let _ = child.kill();
+                let output = child.wait_with_output().expect("child output");
+                panic!(
+                    "child test process still running after {within:?}; killed. stdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+// ---- Helpers added for the runtime API tests (tests/runtime_*.rs). ----
+
+impl RedisServer {
+    /// `redis://:<password>@127.0.0.1:<port>/`, for a server started with `--requirepass`.
+    pub fn url_with_password(&self, password: &str) -> String {
+        format!("redis://:{password}@127.0.0.1:{}/", self.port)
+    }
+
+    /// Calls per command since start, from `INFO commandstats` (`{"evalsha": 3, ...}`).
+    pub fn command_calls(&self) -> std::collections::HashMap<String, u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.client())
+            .expect("INFO commandstats");
+        info.lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("cmdstat_")?;
+                let (name, stats) = rest.split_once(':')?;
+                let calls = stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("calls="))?
+                    .parse()
+                    .ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    /// Connections accepted since start (`INFO stats`), this query's own included.
+    pub fn total_connections_received(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut self.client())
+            .expect("INFO stats");
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("total_connections_received in INFO stats")
+    }
+}

@@ -12,14 +12,16 @@ use redis::Script;
 /// A repeated call with the token that already holds the lock (a retry whose
 /// first answer was lost) counts as taken and restarts the lease.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    // The counter is incremented before the lock is written: if the INCR
+    // fails (a foreign value at the fence key), the script stops with
+    // nothing locked. Redis does not roll back a failed script's writes.
     Script::new(
         r"
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('incr', KEYS[2])}
-end
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, redis.call('incr', KEYS[2])}
+local holder = redis.call('get', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  local fence = redis.call('incr', KEYS[2])
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, fence}
 end
 return {0, redis.call('pttl', KEYS[1])}
 ",

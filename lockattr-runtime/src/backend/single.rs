@@ -142,31 +142,39 @@ impl SingleNode {
         }
     }
 
-    /// Runs a script. A connection that broke while idle (Redis restarted)
-    /// fails on first use; then the script runs once more on a new one. The
-    /// scripts are safe to repeat.
-    async fn invoke<T: FromRedisValue>(
+    /// Sends a request. A connection that broke while idle (Redis
+    /// restarted) fails on first use; then the request is sent once more on
+    /// a new one. Every request here is safe to repeat.
+    ///
+    /// When an answer times out, `on_timeout` gets the connection the
+    /// request was sent on, before that connection is discarded.
+    async fn send<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        request: Request<'_>,
+        on_timeout: impl FnOnce(MultiplexedConnection),
     ) -> Result<T, LockError> {
         let (generation, mut connection) = self.connection().await?;
-        match invocation.invoke_async(&mut connection).await {
-            Ok(value) => Ok(value),
-            Err(e) if broken(&e) => {
-                self.discard(generation);
-                if !e.is_connection_dropped() {
-                    return Err(self.error(e));
-                }
-                let (generation, mut connection) = self.connection().await?;
-                invocation.invoke_async(&mut connection).await.map_err(|e| {
-                    if broken(&e) {
-                        self.discard(generation);
-                    }
-                    self.error(e)
-                })
-            }
-            Err(e) => Err(self.error(e)),
+        let e = match request.send(&mut connection).await {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        if e.is_timeout() {
+            on_timeout(connection);
         }
+        if !broken(&e) {
+            return Err(self.error(e));
+        }
+        self.discard(generation);
+        if !e.is_connection_dropped() {
+            return Err(self.error(e));
+        }
+        let (generation, mut connection) = self.connection().await?;
+        request.send(&mut connection).await.map_err(|e| {
+            if broken(&e) {
+                self.discard(generation);
+            }
+            self.error(e)
+        })
     }
 
     pub(crate) async fn try_acquire(
@@ -175,14 +183,30 @@ impl SingleNode {
         token: &str,
         expire: Duration,
     ) -> Result<Attempt, LockError> {
+        let mut invocation = scripts::ACQUIRE.prepare_invoke();
+        invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .arg(token)
+            .arg(millis(expire));
+        // An acquisition whose answer timed out may still run, later, when a
+        // frozen or overloaded server catches up. Redis runs one client's
+        // commands in order, so a release sent on the same connection runs
+        // after it and gives the lock back; on any other connection it could
+        // run first and miss.
+        let give_back = |mut connection: MultiplexedConnection| {
+            let (lock, token) = (keys.lock.clone(), token.to_owned());
+            tokio::spawn(async move {
+                let released: redis::RedisResult<i64> = scripts::RELEASE
+                    .key(&lock)
+                    .arg(&token)
+                    .invoke_async(&mut connection)
+                    .await;
+                drop(released);
+            });
+        };
         let (taken, value): (i64, i64) = self
-            .invoke(
-                scripts::ACQUIRE
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .arg(token)
-                    .arg(millis(expire)),
-            )
+            .send(Request::Script(&invocation), give_back)
             .await?;
         Ok(if taken == 1 {
             Attempt::Acquired {
@@ -197,7 +221,10 @@ impl SingleNode {
 
     pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
         let deleted: i64 = self
-            .invoke(scripts::RELEASE.key(&keys.lock).arg(token))
+            .send(
+                Request::Script(scripts::RELEASE.key(&keys.lock).arg(token)),
+                drop,
+            )
             .await?;
         Ok(deleted == 1)
     }
@@ -214,28 +241,43 @@ impl SingleNode {
             Extend::Set => "set",
         };
         let done: i64 = self
-            .invoke(
-                scripts::EXTEND
-                    .key(&keys.lock)
-                    .arg(token)
-                    .arg(millis(by))
-                    .arg(mode),
+            .send(
+                Request::Script(
+                    scripts::EXTEND
+                        .key(&keys.lock)
+                        .arg(token)
+                        .arg(millis(by))
+                        .arg(mode),
+                ),
+                drop,
             )
             .await?;
         Ok(done == 1)
     }
 
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
-        let (generation, mut connection) = self.connection().await?;
-        redis::cmd("PING")
-            .query_async::<()>(&mut connection)
-            .await
-            .map_err(|e| {
-                if broken(&e) {
-                    self.discard(generation);
-                }
-                self.error(e)
-            })
+        self.send(Request::Command(&redis::cmd("PING")), drop).await
+    }
+}
+
+/// What [`SingleNode::send`] sends.
+#[derive(Clone, Copy)]
+enum Request<'a> {
+    /// A Lua script: EVALSHA, loaded on NOSCRIPT.
+    Script(&'a ScriptInvocation<'a>),
+    /// A plain command.
+    Command(&'a redis::Cmd),
+}
+
+impl Request<'_> {
+    async fn send<T: FromRedisValue>(
+        self,
+        connection: &mut MultiplexedConnection,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Request::Script(invocation) => invocation.invoke_async(connection).await,
+            Request::Command(command) => command.query_async(connection).await,
+        }
     }
 }
 

@@ -1,0 +1,270 @@
+//! Acquisition: one round trip, a zero wait is exactly one attempt, fencing
+//! tokens strictly increase per name (across Lockers and expiries), and owner
+//! tokens are fresh random 128-bit values.
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker};
+use support::RedisServer;
+
+/// What changed in `INFO commandstats` between two snapshots (INFO itself left out).
+fn calls_between(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+) -> Vec<(String, u64)> {
+    let mut diff: Vec<(String, u64)> = after
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info")
+        .filter_map(|(name, n)| {
+            let d = n - before.get(name).copied().unwrap_or(0);
+            (d > 0).then(|| (name.clone(), d))
+        })
+        .collect();
+    diff.sort();
+    diff
+}
+
+#[test]
+fn acquiring_a_free_lock_is_one_round_trip() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    // Warm up: connection handshake and script cache.
+    locker
+        .lock("warm")
+        .acquire_blocking()
+        .unwrap()
+        .release_blocking()
+        .unwrap();
+
+    let before = server.command_calls();
+    let guard = locker.lock("x").acquire_blocking().unwrap();
+    let after = server.command_calls();
+    // One EVALSHA from the client; GET, INCR and SET are the script's own calls.
+    assert_eq!(
+        calls_between(&before, &after),
+        vec![
+            ("evalsha".to_owned(), 1),
+            ("get".to_owned(), 1),
+            ("incr".to_owned(), 1),
+            ("set".to_owned(), 1)
+        ]
+    );
+    guard.release_blocking().unwrap();
+}
+
+#[test]
+fn zero_acquire_timeout_makes_exactly_one_attempt() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let holder = locker
+        .lock("x")
+        .expire(Duration::from_secs(30))
+        .acquire_blocking()
+        .unwrap();
+
+    let before = server.command_calls();
+    let start = Instant::now();
+    let err = locker
+        .lock("x")
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking()
+        .unwrap_err();
+    let elapsed = start.elapsed();
+    let after = server.command_calls();
+    match &err {
+        LockError::Timeout { name, waited } => {
+            assert_eq!(name, "x");
+            assert_eq!(*waited, Duration::ZERO);
+        }
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    // Returned at once (generous bound: no waiting loop).
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    // Exactly one attempt: one EVALSHA (the script's SET NX, GET and PTTL inside it).
+    let diff = calls_between(&before, &after);
+    assert!(
+        diff.contains(&("evalsha".to_owned(), 1)),
+        "expected one EVALSHA, got {diff:?}"
+    );
+    assert!(!diff.iter().any(|(n, _)| n == "eval"), "{diff:?}");
+    // The holder is untouched.
+    let pttl = server.pttl("lockattr:{x}");
+    assert!(pttl > 25_000, "PTTL {pttl}");
+    holder.release_blocking().unwrap();
+
+    // A zero wait on a free lock takes it.
+    let guard = locker
+        .lock("x")
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking()
+        .unwrap();
+    guard.release_blocking().unwrap();
+}
+
+#[tokio::test]
+async fn zero_acquire_timeout_async() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let holder = locker.lock("x").acquire().await.unwrap();
+    let start = Instant::now();
+    let err = locker
+        .lock("x")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    holder.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_per_name_across_lockers() {
+    let server = RedisServer::start();
+    let a = Locker::new(&server.url()).unwrap();
+    let b = Locker::new(&server.url()).unwrap();
+    let mut last = 0;
+    for i in 0..10 {
+        let locker = if i % 2 == 0 { &a } else { &b };
+        let guard = if i % 3 == 0 {
+            let locker = locker.clone();
+            tokio::task::spawn_blocking(move || locker.lock("fenced").acquire_blocking())
+                .await
+                .unwrap()
+                .unwrap()
+        } else {
+            locker.lock("fenced").acquire().await.unwrap()
+        };
+        assert!(
+            guard.fencing_token() > last,
+            "token {} after {last}",
+            guard.fencing_token()
+        );
+        last = guard.fencing_token();
+        guard.release().await.unwrap();
+    }
+    // Another name has its own counter.
+    let other = a.lock("other").acquire().await.unwrap();
+    assert_eq!(other.fencing_token(), 1);
+    other.release().await.unwrap();
+    let again = b.lock("fenced").acquire().await.unwrap();
+    assert!(again.fencing_token() > last);
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_token_increases_after_the_key_expired() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let first = locker
+        .lock("lapse")
+        .expire(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap();
+    let first_token = server.get("lockattr:{lapse}").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !server.exists("lockattr:{lapse}"),
+        "the lease should be over"
+    );
+
+    let second = locker
+        .lock("lapse")
+        .expire(Duration::from_secs(30))
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(second.fencing_token() > first.fencing_token());
+    let second_token = server.get("lockattr:{lapse}").unwrap();
+    assert_ne!(first_token, second_token);
+
+    // The first guard's drop (its lease is over) leaves the new owner alone.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        server.get("lockattr:{lapse}").as_deref(),
+        Some(second_token.as_str())
+    );
+    second.release().await.unwrap();
+}
+
+#[test]
+fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
+    let server = RedisServer::start();
+    let a = Locker::new(&server.url()).unwrap();
+    let b = a.clone();
+    let mut seen = HashSet::new();
+    for i in 0..20 {
+        let locker = if i % 2 == 0 { &a } else { &b };
+        let guard = locker.lock("tok").acquire_blocking().unwrap();
+        let token = server.get("lockattr:{tok}").expect("token stored");
+        assert_eq!(token.len(), 32, "{token}");
+        assert!(
+            token
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)),
+            "{token}"
+        );
+        assert!(seen.insert(token.clone()), "token {token} reused");
+        // The guard never shows its token.
+        assert!(!format!("{guard:?}").contains(&token));
+        guard.release_blocking().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_held_lock_is_exclusive() {
+    let server = RedisServer::start();
+    let a = Locker::new(&server.url()).unwrap();
+    let b = Locker::new(&server.url()).unwrap();
+    let guard = a.lock("mine").acquire().await.unwrap();
+    for locker in [&a, &b] {
+        let err = locker
+            .lock("mine")
+            .acquire_timeout(Duration::from_millis(100))
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err:?}");
+    }
+    guard.release().await.unwrap();
+    b.lock("mine")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// An acquisition that fails must not leave the lock held. Here the fence
+/// counter holds a non-integer (written by someone else under our prefix), so
+/// the acquire script fails at its INCR, after its SET NX already ran.
+#[test]
+fn an_acquisition_failing_with_a_redis_error_leaves_no_lock() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("SET")
+        .arg("lockattr:{x}:fence")
+        .arg("not a number")
+        .query(&mut server.client())
+        .unwrap();
+    let locker = Locker::new(&server.url()).unwrap();
+    let err = locker
+        .lock("x")
+        .expire(Duration::from_secs(30))
+        .acquire_blocking()
+        .unwrap_err();
+    assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    let left = support::eventually(Duration::from_secs(2), || !server.exists("lockattr:{x}"));
+    assert!(
+        left.is_some(),
+        "a failed acquisition left the lock held: key {:?} with PTTL {} ms",
+        server.get("lockattr:{x}"),
+        server.pttl("lockattr:{x}")
+    );
+}

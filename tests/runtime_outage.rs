@@ -1,0 +1,488 @@
+//! Redis down, restarted or frozen: every call answers (an error, promptly,
+//! never a hang or a panic), and the Locker works again once Redis is back.
+mod support;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker};
+use support::RedisServer;
+
+/// Acquire timeout used while Redis is unavailable.
+const WAIT: Duration = Duration::from_secs(1);
+/// Upper bound for any answer while Redis is unavailable: the acquire
+/// timeout plus generous slack (the timeouts below are 300 ms).
+const BOUND: Duration = Duration::from_secs(4);
+/// Upper bound used to detect a hang (the test fails instead of blocking).
+const HANG: Duration = Duration::from_secs(15);
+
+fn quick_locker(server: &RedisServer) -> Locker {
+    Locker::builder(server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap()
+}
+
+/// Runs `f` on its own thread; fails the test if it does not return within `HANG`.
+fn no_hang<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(HANG)
+        .unwrap_or_else(|_| panic!("{what} did not return within {HANG:?}"))
+}
+
+async fn no_hang_async<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(HANG, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not return within {HANG:?}"))
+}
+
+fn assert_connection(err: &LockError, elapsed: Duration, what: &str) {
+    assert!(
+        matches!(err, LockError::Connection { .. }),
+        "{what}: expected Connection, got {err:?}"
+    );
+    assert!(elapsed < BOUND, "{what}: answered after {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_gives_connection_errors_then_restart_works_async() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let held = locker.lock("held").acquire().await.unwrap();
+    server.kill();
+
+    for name in ["a", "held"] {
+        let start = Instant::now();
+        let err = no_hang_async("acquire", locker.lock(name).acquire_timeout(WAIT).acquire())
+            .await
+            .unwrap_err();
+        assert_connection(&err, start.elapsed(), "acquire");
+    }
+    let start = Instant::now();
+    let err = no_hang_async("extend", held.extend(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_connection(&err, start.elapsed(), "extend");
+    let start = Instant::now();
+    let err = no_hang_async("release", held.release()).await.unwrap_err();
+    assert_connection(&err, start.elapsed(), "release");
+    let start = Instant::now();
+    let err = no_hang_async("ping", locker.ping()).await.unwrap_err();
+    assert_connection(&err, start.elapsed(), "ping");
+
+    server.restart();
+    // The first call after the server is back succeeds (the failed attempts
+    // above dropped the broken connection; a new one is opened on demand).
+    let guard = no_hang_async("acquire after restart", locker.lock("a").acquire())
+        .await
+        .expect("first acquire after restart");
+    guard.release().await.unwrap();
+    let guard = locker
+        .lock("held")
+        .acquire_timeout(WAIT)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+#[test]
+fn killed_server_gives_connection_errors_then_restart_works_blocking() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let held = locker.lock("held").acquire_blocking().unwrap();
+    server.kill();
+
+    let l = locker.clone();
+    let (results, held) = no_hang("blocking calls on a dead server", move || {
+        let mut results = Vec::new();
+        for name in ["a", "held"] {
+            let start = Instant::now();
+            let err = l
+                .lock(name)
+                .acquire_timeout(WAIT)
+                .acquire_blocking()
+                .unwrap_err();
+            results.push(("acquire_blocking", err, start.elapsed()));
+        }
+        let start = Instant::now();
+        let err = held.extend_blocking(Duration::from_secs(1)).unwrap_err();
+        results.push(("extend_blocking", err, start.elapsed()));
+        let start = Instant::now();
+        let err = held.reacquire_blocking().unwrap_err();
+        results.push(("reacquire_blocking", err, start.elapsed()));
+        let start = Instant::now();
+        let err = l.ping_blocking().unwrap_err();
+        results.push(("ping_blocking", err, start.elapsed()));
+        (results, held)
+    });
+    for (what, err, elapsed) in &results {
+        assert_connection(err, *elapsed, what);
+    }
+    // Dropping a blocking guard while Redis is down returns (no panic, no hang).
+    let start = Instant::now();
+    no_hang("drop of a blocking guard", move || drop(held));
+    assert!(start.elapsed() < BOUND);
+
+    server.restart();
+    let l = locker.clone();
+    let guard = no_hang("acquire_blocking after restart", move || {
+        l.lock("a").acquire_blocking()
+    })
+    .expect("first blocking acquire after restart");
+    guard.release_blocking().unwrap();
+}
+
+#[tokio::test]
+async fn restart_while_idle_the_first_call_succeeds() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    locker
+        .lock("idle")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The Locker's connection breaks while nobody uses it.
+    server.restart();
+    let guard = locker
+        .lock("idle")
+        .acquire()
+        .await
+        .expect("first async call after a restart");
+    guard.release().await.unwrap();
+
+    server.restart();
+    let l = locker.clone();
+    let guard = no_hang("blocking acquire after restart", move || {
+        l.lock("idle").acquire_blocking()
+    })
+    .expect("first blocking call after a restart");
+    guard.release_blocking().unwrap();
+}
+
+/// `ping` is the health check: right after a restart Redis is up, so the
+/// first ping must say so (like lock operations, it should retry once on a
+/// connection that broke while idle).
+#[tokio::test]
+async fn restart_while_idle_the_first_ping_succeeds() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    locker.ping().await.unwrap();
+    server.restart();
+    locker.ping().await.expect("first ping after a restart");
+
+    server.restart();
+    let l = locker.clone();
+    no_hang("ping_blocking after restart", move || l.ping_blocking())
+        .expect("first blocking ping after a restart");
+}
+
+#[tokio::test]
+async fn restart_in_the_middle_of_a_hold() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let a = locker
+        .lock("m")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let b = locker
+        .lock("m2")
+        .expire(Duration::from_secs(30))
+        .acquire_blocking()
+        .unwrap();
+    let c = locker
+        .lock("m3")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    server.restart();
+
+    // The restarted server lost the locks: release answers (NotOwned, or a
+    // connection error), never a panic or a hang.
+    let err = no_hang_async("release after restart", a.release())
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_not_owned() || err.is_connection(),
+        "unexpected {err:?}"
+    );
+    let err = no_hang("release_blocking after restart", move || {
+        b.release_blocking()
+    })
+    .unwrap_err();
+    assert!(
+        err.is_not_owned() || err.is_connection(),
+        "unexpected {err:?}"
+    );
+    let err = no_hang_async("extend after restart", c.extend(Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_not_owned() || err.is_connection(),
+        "unexpected {err:?}"
+    );
+    assert!(
+        !server.exists("lockattr:{m3}"),
+        "extend revived a lost lock"
+    );
+    drop(c);
+
+    // New acquisitions of the same names work.
+    for name in ["m", "m2", "m3"] {
+        let guard = locker
+            .lock(name)
+            .acquire_timeout(WAIT)
+            .acquire()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_server_gives_errors_not_hangs_async() {
+    let server = RedisServer::start();
+    let locker = quick_locker(&server);
+    let to_release = locker
+        .lock("f1")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let to_extend = locker
+        .lock("f2")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    server.freeze();
+
+    let start = Instant::now();
+    let err = no_hang_async("acquire", locker.lock("f3").acquire_timeout(WAIT).acquire())
+        .await
+        .unwrap_err();
+    assert_connection(&err, start.elapsed(), "acquire on a frozen server");
+    let start = Instant::now();
+    let err = no_hang_async("extend", to_extend.extend(Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert_connection(&err, start.elapsed(), "extend on a frozen server");
+    let start = Instant::now();
+    let err = no_hang_async("reacquire", to_extend.reacquire())
+        .await
+        .unwrap_err();
+    assert_connection(&err, start.elapsed(), "reacquire on a frozen server");
+    let start = Instant::now();
+    let err = no_hang_async("release", to_release.release())
+        .await
+        .unwrap_err();
+    assert_connection(&err, start.elapsed(), "release on a frozen server");
+
+    // Many at once.
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = locker
+                    .lock(format!("many-{}", i % 10))
+                    .acquire_timeout(WAIT)
+                    .acquire()
+                    .await;
+                (result.map(|g| g.fencing_token()), started.elapsed())
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (result, elapsed) = no_hang_async("50 concurrent acquires", task).await.unwrap();
+        let err = result.expect_err("nothing can be acquired from a frozen server");
+        assert_connection(&err, elapsed, "one of 50 concurrent acquires");
+    }
+    assert!(start.elapsed() < BOUND, "{:?}", start.elapsed());
+
+    server.thaw();
+    // Works again (a name not involved in the freeze).
+    let guard = no_hang_async(
+        "acquire after thaw",
+        locker.lock("after").acquire_timeout(WAIT).acquire(),
+    )
+    .await
+    .expect("acquire after thaw");
+    guard.release().await.unwrap();
+    drop(to_extend);
+}
+
+#[test]
+fn frozen_server_gives_errors_not_hangs_blocking() {
+    let server = RedisServer::start();
+    let locker = quick_locker(&server);
+    let to_release = locker
+        .lock("f1")
+        .expire(Duration::from_secs(30))
+        .acquire_blocking()
+        .unwrap();
+    let to_extend = locker
+        .lock("f2")
+        .expire(Duration::from_secs(30))
+        .acquire_blocking()
+        .unwrap();
+    server.freeze();
+
+    let l = locker.clone();
+    let (results, to_extend) = no_hang("blocking calls on a frozen server", move || {
+        let mut results = Vec::new();
+        let start = Instant::now();
+        let err = l
+            .lock("f3")
+            .acquire_timeout(WAIT)
+            .acquire_blocking()
+            .unwrap_err();
+        results.push(("acquire_blocking", err, start.elapsed()));
+        let start = Instant::now();
+        let err = to_extend
+            .extend_blocking(Duration::from_secs(5))
+            .unwrap_err();
+        results.push(("extend_blocking", err, start.elapsed()));
+        let start = Instant::now();
+        let err = to_extend.reacquire_blocking().unwrap_err();
+        results.push(("reacquire_blocking", err, start.elapsed()));
+        let start = Instant::now();
+        let err = to_release.release_blocking().unwrap_err();
+        results.push(("release_blocking", err, start.elapsed()));
+        (results, to_extend)
+    });
+    for (what, err, elapsed) in &results {
+        assert_connection(err, *elapsed, what);
+    }
+
+    // Many threads at once.
+    let start = Instant::now();
+    let threads: Vec<_> = (0..50)
+        .map(|i| {
+            let locker = locker.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let result = locker
+                    .lock(format!("many-{}", i % 10))
+                    .acquire_timeout(WAIT)
+                    .acquire_blocking();
+                (result.map(|g| g.fencing_token()), started.elapsed())
+            })
+        })
+        .collect();
+    let outcomes = no_hang("50 concurrent blocking acquires", move || {
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (result, elapsed) in outcomes {
+        let err = result.expect_err("nothing can be acquired from a frozen server");
+        assert_connection(&err, elapsed, "one of 50 concurrent blocking acquires");
+    }
+    assert!(start.elapsed() < BOUND, "{:?}", start.elapsed());
+
+    // A blocking guard dropped while the server is frozen: Drop returns.
+    no_hang("drop of a blocking guard on a frozen server", move || {
+        drop(to_extend)
+    });
+
+    server.thaw();
+    let l = locker.clone();
+    let guard = no_hang("acquire_blocking after thaw", move || {
+        l.lock("after").acquire_timeout(WAIT).acquire_blocking()
+    })
+    .expect("acquire_blocking after thaw");
+    guard.release_blocking().unwrap();
+}
+
+/// An acquisition that failed with a connection error must not leave the lock
+/// held: the library promises to "give back whatever this token may hold".
+/// On a frozen server the request sits in the server's socket buffer and runs
+/// when the server resumes, after the caller was told it failed.
+#[test]
+fn failed_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
+    let server = RedisServer::start();
+    let locker = quick_locker(&server);
+    // Warm up the connection and the script cache.
+    locker
+        .lock("warm")
+        .acquire_blocking()
+        .unwrap()
+        .release_blocking()
+        .unwrap();
+    server.freeze();
+    let err = locker
+        .lock("phantom")
+        .expire(Duration::from_secs(30))
+        .acquire_timeout(WAIT)
+        .acquire_blocking()
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    server.thaw();
+
+    // Nobody holds "phantom": it must be free, long before its 30 s lease ends.
+    let start = Instant::now();
+    let result = locker
+        .lock("phantom")
+        .acquire_timeout(Duration::from_secs(3))
+        .acquire_blocking();
+    match result {
+        Ok(guard) => guard.release_blocking().unwrap(),
+        Err(e) => panic!(
+            "the lock of a failed acquisition is still held after thaw ({e}); \
+             PTTL {} ms, after {:?}",
+            server.pttl("lockattr:{phantom}"),
+            start.elapsed()
+        ),
+    }
+}
+
+#[tokio::test]
+async fn failed_async_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
+    let server = RedisServer::start();
+    let locker = quick_locker(&server);
+    locker
+        .lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.freeze();
+    let err = locker
+        .lock("phantom")
+        .expire(Duration::from_secs(30))
+        .acquire_timeout(WAIT)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.thaw();
+    let result = locker
+        .lock("phantom")
+        .acquire_timeout(Duration::from_secs(3))
+        .acquire()
+        .await;
+    match result {
+        Ok(guard) => guard.release().await.unwrap(),
+        Err(e) => panic!(
+            "the lock of a failed acquisition is still held after thaw ({e}); PTTL {} ms",
+            server.pttl("lockattr:{phantom}")
+        ),
+    }
+}

@@ -1,0 +1,257 @@
+//! Waiting for a held lock: `Timeout { name, waited }` after (never before)
+//! the acquire timeout, success as soon as the holder releases or its lease
+//! ends, and mutual exclusion among many waiters.
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker};
+use support::RedisServer;
+
+/// Generous slack on top of the acquire timeout for an answer to arrive.
+const SLACK: Duration = Duration::from_secs(3);
+
+fn setup() -> (RedisServer, Locker) {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    (server, locker)
+}
+
+fn assert_timeout(err: &LockError, name: &str, wait: Duration) {
+    match err {
+        LockError::Timeout { name: n, waited } => {
+            assert_eq!(n, name);
+            assert_eq!(*waited, wait);
+        }
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains(name), "the message names the lock: {msg}");
+}
+
+#[tokio::test]
+async fn timeout_carries_name_and_wait_async() {
+    let (_server, locker) = setup();
+    let holder = locker
+        .lock("t")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    for wait in [
+        Duration::from_millis(50),
+        Duration::from_millis(300),
+        Duration::from_millis(700),
+    ] {
+        let start = Instant::now();
+        let err = locker
+            .lock("t")
+            .acquire_timeout(wait)
+            .acquire()
+            .await
+            .unwrap_err();
+        let elapsed = start.elapsed();
+        assert_timeout(&err, "t", wait);
+        assert!(
+            elapsed >= wait,
+            "gave up after {elapsed:?}, before {wait:?}"
+        );
+        assert!(elapsed < wait + SLACK, "{elapsed:?} for {wait:?}");
+    }
+    holder.release().await.unwrap();
+}
+
+#[test]
+fn timeout_carries_name_and_wait_blocking() {
+    let (_server, locker) = setup();
+    let holder = locker
+        .lock("t b")
+        .expire(Duration::from_secs(30))
+        .acquire_blocking()
+        .unwrap();
+    for wait in [Duration::from_millis(80), Duration::from_millis(600)] {
+        let start = Instant::now();
+        let err = locker
+            .lock("t b")
+            .acquire_timeout(wait)
+            .acquire_blocking()
+            .unwrap_err();
+        let elapsed = start.elapsed();
+        assert_timeout(&err, "t b", wait);
+        assert!(
+            elapsed >= wait,
+            "gave up after {elapsed:?}, before {wait:?}"
+        );
+        assert!(elapsed < wait + SLACK, "{elapsed:?} for {wait:?}");
+    }
+    holder.release_blocking().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_gets_the_lock_when_the_holder_releases() {
+    let (_server, locker) = setup();
+    let holder = locker
+        .lock("w")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let released = Arc::new(AtomicBool::new(false));
+    let flag = released.clone();
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        flag.store(true, Ordering::SeqCst);
+        holder.release().await.unwrap();
+    });
+    let start = Instant::now();
+    let guard = locker
+        .lock("w")
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        released.load(Ordering::SeqCst),
+        "acquired before the holder released"
+    );
+    // Taken soon after the release, well before the 30 s lease or the 5 s wait ran out.
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    releaser.await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[test]
+fn blocking_waiter_gets_the_lock_when_the_holder_releases() {
+    let (_server, locker) = setup();
+    let holder = locker
+        .lock("w")
+        .expire(Duration::from_secs(30))
+        .acquire_blocking()
+        .unwrap();
+    let first = holder.fencing_token();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        holder.release_blocking().unwrap();
+    });
+    let start = Instant::now();
+    let guard = locker
+        .lock("w")
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire_blocking()
+        .unwrap();
+    assert!(guard.fencing_token() > first);
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    releaser.join().unwrap();
+    guard.release_blocking().unwrap();
+}
+
+#[tokio::test]
+async fn waiter_gets_the_lock_when_the_holders_lease_ends() {
+    let (_server, locker) = setup();
+    // Held, never released: the 300 ms lease frees it.
+    let holder = locker
+        .lock("lease")
+        .expire(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let guard = locker
+        .lock("lease")
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.fencing_token() > holder.fencing_token());
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    guard.release().await.unwrap();
+    assert!(holder.release().await.unwrap_err().is_not_owned());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_take_turns_one_at_a_time() {
+    let (_server, locker) = setup();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let locker = locker.clone();
+        let inside = inside.clone();
+        let done = done.clone();
+        let body = move |()| {
+            let now = inside.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(now, 0, "two owners at once");
+            std::thread::sleep(Duration::from_millis(15));
+            inside.fetch_sub(1, Ordering::SeqCst);
+            done.fetch_add(1, Ordering::SeqCst);
+        };
+        if i % 3 == 0 {
+            tasks.push(tokio::task::spawn_blocking(move || {
+                let guard = locker
+                    .lock("turns")
+                    .acquire_timeout(Duration::from_secs(10))
+                    .acquire_blocking()
+                    .unwrap();
+                body(());
+                guard.release_blocking().unwrap();
+            }));
+        } else {
+            tasks.push(tokio::spawn(async move {
+                let guard = locker
+                    .lock("turns")
+                    .acquire_timeout(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .unwrap();
+                body(());
+                guard.release().await.unwrap();
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 12);
+}
+
+#[tokio::test]
+async fn an_unbounded_wait_is_accepted() {
+    let (_server, locker) = setup();
+    // Free lock: taken at once.
+    let holder = locker
+        .lock("forever")
+        .acquire_timeout(Duration::MAX)
+        .expire(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    // Held: taken when the lease ends (no overflow in the wait arithmetic).
+    let start = Instant::now();
+    let guard = locker
+        .lock("forever")
+        .acquire_timeout(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    guard.release().await.unwrap();
+    drop(holder);
+}
