@@ -68,7 +68,10 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let acquired = match &plan.locker {
         Some(expr) => {
             // Typed at the expression, so a wrong type is one error there.
+            // `&*STATIC` is a natural way to write it; the annotation would
+            // make clippy call the `*` needless.
             let typed = quote_spanned! {syn::spanned::Spanned::span(expr)=>
+                #[allow(clippy::explicit_auto_deref)]
                 let #locker_var: &::lockattr::__private::Locker = #expr;
             };
             quote! {

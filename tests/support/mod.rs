@@ -58,9 +58,18 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            // Our process must be the one answering: a server that could not
+            // bind the port exits, and someone else's may be listening there.
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "redis-server on port {} exited at start ({status}); was the port taken?",
+                    self.port
+                );
+            }
+            let pid = self.child.as_ref().map_or(0, |c| c.id());
             if self
-                .raw("PING")
-                .map(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH"))
+                .raw("INFO server")
+                .map(|r| r.contains(&format!("process_id:{pid}\r\n")) || r.starts_with("-NOAUTH"))
                 .unwrap_or(false)
             {
                 return;

@@ -1,0 +1,208 @@
+//! Redis restarting under annotated functions: calls made while it is down
+//! fail promptly with a connection error (no hang, no panic, body not run),
+//! and sync and async annotated functions work again once it is back, both
+//! after a restart between two calls and in the middle of a running loop.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker, redis_lock};
+use support::RedisServer;
+
+#[redis_lock(name = "restart:{id}", expire = 30, acquire_time = 2, locker = locker)]
+fn sync_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[redis_lock(name = "restart:{id}", expire = 30, acquire_time = 2, locker = locker)]
+async fn async_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    Ok(id)
+}
+
+/// Generous: acquire_time (2 s) + 1 s, and the refused connection is immediate.
+const PROMPT: Duration = Duration::from_secs(3);
+
+#[tokio::test]
+async fn calls_during_an_outage_fail_promptly_and_work_again() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let runs = AtomicU32::new(0);
+    assert_eq!(sync_call(&locker, 1, &runs).unwrap(), 1);
+    assert_eq!(async_call(&locker, 2, &runs).await.unwrap(), 2);
+
+    server.kill();
+    for round in 0..3 {
+        let start = Instant::now();
+        let err = sync_call(&locker, 1, &runs).expect_err("Redis is down");
+        let took = start.elapsed();
+        assert!(err.is_connection(), "round {round}: sync call gave {err:?}");
+        assert!(took < PROMPT, "round {round}: sync call took {took:?}");
+
+        let start = Instant::now();
+        let err = async_call(&locker, 2, &runs)
+            .await
+            .expect_err("Redis is down");
+        let took = start.elapsed();
+        assert!(
+            err.is_connection(),
+            "round {round}: async call gave {err:?}"
+        );
+        assert!(took < PROMPT, "round {round}: async call took {took:?}");
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "a body ran while Redis was down"
+    );
+
+    server.restart();
+    assert_eq!(
+        sync_call(&locker, 1, &runs).unwrap(),
+        1,
+        "sync call after the restart"
+    );
+    assert_eq!(
+        async_call(&locker, 2, &runs).await.unwrap(),
+        2,
+        "async call after the restart"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+/// Redis restarts while the Locker's connection is idle: the next calls
+/// must not fail (the Locker notices the dropped connection and reconnects).
+#[tokio::test]
+async fn a_restart_between_calls_goes_unnoticed() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let runs = AtomicU32::new(0);
+    assert_eq!(sync_call(&locker, 1, &runs).unwrap(), 1);
+    server.restart();
+    assert_eq!(
+        sync_call(&locker, 1, &runs).unwrap(),
+        1,
+        "sync call right after a restart"
+    );
+    server.restart();
+    assert_eq!(
+        async_call(&locker, 1, &runs).await.unwrap(),
+        1,
+        "async call right after a restart"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
+/// What one call of a loop gave.
+struct Outcome {
+    at: Instant,
+    took: Duration,
+    result: Result<(), String>,
+    connection_error: bool,
+}
+
+fn record(start: Instant, result: Result<u32, LockError>) -> Outcome {
+    Outcome {
+        at: start,
+        took: start.elapsed(),
+        connection_error: result.as_ref().err().is_some_and(LockError::is_connection),
+        result: result.map(drop).map_err(|e| e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_calls_survives_a_restart() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let runs = Arc::new(AtomicU32::new(0));
+
+    let sync_loop = {
+        let (locker, stop, runs) = (locker.clone(), stop.clone(), runs.clone());
+        std::thread::spawn(move || {
+            let mut outcomes = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let start = Instant::now();
+                outcomes.push(record(start, sync_call(&locker, 1, &runs)));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            outcomes
+        })
+    };
+    let async_loop = {
+        let (locker, stop, runs) = (locker.clone(), stop.clone(), runs.clone());
+        tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let start = Instant::now();
+                outcomes.push(record(start, async_call(&locker, 2, &runs).await));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            outcomes
+        })
+    };
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let killed_at = Instant::now();
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let restarting_at = Instant::now();
+    server.restart();
+    let back_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::SeqCst);
+
+    let sync_outcomes = sync_loop.join().expect("the sync loop panicked");
+    let async_outcomes = async_loop.await.expect("the async loop panicked");
+    for (what, outcomes) in [("sync", sync_outcomes), ("async", async_outcomes)] {
+        for o in &outcomes {
+            assert!(o.took < PROMPT, "{what}: a call took {:?}", o.took);
+            if let Err(e) = &o.result {
+                assert!(
+                    o.connection_error,
+                    "{what}: a call failed with a non-connection error: {e}"
+                );
+                assert!(
+                    o.at + o.took >= killed_at && o.at <= back_at,
+                    "{what}: a call failed outside the outage: {e}"
+                );
+            }
+        }
+        let before = outcomes
+            .iter()
+            .filter(|o| o.at + o.took < killed_at)
+            .count();
+        let during_errors = outcomes
+            .iter()
+            .filter(|o| o.at >= killed_at && o.at + o.took <= restarting_at && o.result.is_err())
+            .count();
+        let during_ok = outcomes
+            .iter()
+            .filter(|o| o.at >= killed_at && o.at + o.took <= restarting_at && o.result.is_ok())
+            .count();
+        let after_ok = outcomes
+            .iter()
+            .filter(|o| o.at >= back_at && o.result.is_ok())
+            .count();
+        let after = outcomes.iter().filter(|o| o.at >= back_at).count();
+        assert!(before > 0, "{what}: no call before the outage");
+        assert!(
+            during_errors > 0,
+            "{what}: no failed call during the outage"
+        );
+        assert_eq!(
+            during_ok, 0,
+            "{what}: a call succeeded while Redis was down"
+        );
+        assert!(after > 0, "{what}: no call after the restart");
+        assert_eq!(
+            after_ok, after,
+            "{what}: calls still fail after the restart"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Mutual exclusion across OS processes: the test re-executes its own test
+//! binary as 4 concurrent child processes (`--exact child_worker`, which
+//! libtest and nextest both accept), each running a sync `#[redis_lock]`
+//! function that increments a Redis counter non-atomically (GET, a short
+//! sleep, SET), after waiting for all of them to start. The counter must
+//! equal the total number of calls.
+
+mod support;
+
+use std::time::Duration;
+
+use lockattr::{LockError, Locker, redis_lock};
+use support::{RedisServer, child_test, wait_child};
+
+const CHILDREN: usize = 4;
+const ITERATIONS: usize = 30;
+/// Tells `child_worker` it runs as a child, and where Redis is.
+const CHILD_URL: &str = "LOCKATTR_CHILD_URL";
+/// What a child prints when its loop is done, so the parent knows the
+/// worker really ran (a filtered-out test also exits with success).
+const DONE: &str = "LOCKATTR_CHILD_DONE";
+
+#[derive(Debug)]
+#[allow(dead_code)] // the fields are read through Debug, in panic messages
+enum Error {
+    Lock(LockError),
+    Redis(redis::RedisError),
+}
+
+impl From<LockError> for Error {
+    fn from(e: LockError) -> Self {
+        Error::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(e)
+    }
+}
+
+/// Read, pause, write: loses updates unless callers are kept apart.
+#[redis_lock(name = "counter", expire = 30, acquire_time = 30, locker = locker)]
+fn bump(locker: &Locker, counter: &mut redis::Connection) -> Result<(), Error> {
+    let value: Option<u64> = redis::cmd("GET").arg("counter").query(counter)?;
+    std::thread::sleep(Duration::from_micros(500));
+    let _: () = redis::cmd("SET")
+        .arg("counter")
+        .arg(value.unwrap_or(0) + 1)
+        .query(counter)?;
+    Ok(())
+}
+
+/// The worker loop; does nothing unless started by the parent test.
+#[test]
+fn child_worker() {
+    let Ok(url) = std::env::var(CHILD_URL) else {
+        return;
+    };
+    let locker = Locker::new(&url).unwrap();
+    let mut counter = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // Start together, so that the processes really contend.
+    let _: u64 = redis::cmd("INCR")
+        .arg("started")
+        .query(&mut counter)
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let started: u64 = redis::cmd("GET")
+            .arg("started")
+            .query(&mut counter)
+            .unwrap();
+        if started >= CHILDREN as u64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other children never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for _ in 0..ITERATIONS {
+        bump(&locker, &mut counter).unwrap();
+    }
+    println!("{DONE} {}", std::process::id());
+}
+
+#[test]
+fn processes_lose_no_update() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|_| {
+            child_test("child_worker", &[(CHILD_URL, url.as_str())])
+                .spawn()
+                .expect("spawn child test process")
+        })
+        .collect();
+    for child in children {
+        let pid = child.id();
+        let output = wait_child(child, Duration::from_secs(60));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "child {pid} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            output.status
+        );
+        assert!(
+            stdout.contains(&format!("{DONE} {pid}")),
+            "child {pid} did not run the worker loop\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+    }
+    let total: u64 = server.get("counter").unwrap().parse().unwrap();
+    assert_eq!(total, (CHILDREN * ITERATIONS) as u64, "updates were lost");
+    assert!(server.held_locks().is_empty());
+}
