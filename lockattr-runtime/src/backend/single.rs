@@ -205,9 +205,7 @@ impl SingleNode {
                 drop(released);
             });
         };
-        let (taken, value): (i64, i64) = self
-            .send(Request::Script(&invocation), give_back)
-            .await?;
+        let (taken, value): (i64, i64) = self.send(Request::Script(&invocation), give_back).await?;
         Ok(if taken == 1 {
             Attempt::Acquired {
                 fencing_token: u64::try_from(value).unwrap_or(0),
