@@ -9,8 +9,8 @@ mod support;
 
 use std::time::Duration;
 
-use lockattr::{LockError, Locker, redis_lock};
-use support::{RedisServer, child_test, wait_child};
+use lockattr::{Locker, redis_lock};
+use support::{BodyError as Error, RedisServer, child_test, wait_child};
 
 const CHILDREN: usize = 4;
 const ITERATIONS: usize = 30;
@@ -19,25 +19,6 @@ const CHILD_URL: &str = "LOCKATTR_CHILD_URL";
 /// What a child prints when its loop is done, so the parent knows the
 /// worker really ran (a filtered-out test also exits with success).
 const DONE: &str = "LOCKATTR_CHILD_DONE";
-
-#[derive(Debug)]
-#[allow(dead_code)] // the fields are read through Debug, in panic messages
-enum Error {
-    Lock(LockError),
-    Redis(redis::RedisError),
-}
-
-impl From<LockError> for Error {
-    fn from(e: LockError) -> Self {
-        Error::Lock(e)
-    }
-}
-
-impl From<redis::RedisError> for Error {
-    fn from(e: redis::RedisError) -> Self {
-        Error::Redis(e)
-    }
-}
 
 /// Read, pause, write: loses updates unless callers are kept apart.
 #[redis_lock(name = "counter", expire = 30, acquire_time = 30, locker = locker)]

@@ -9,31 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockattr::{LockError, Locker, redis_lock};
+use lockattr::{Locker, redis_lock};
 use redis::aio::MultiplexedConnection;
-use support::RedisServer;
+use support::{BodyError as Error, RedisServer};
 
 const TASKS: usize = 8;
 const ITERATIONS: usize = 50;
-
-#[derive(Debug)]
-#[allow(dead_code)] // the fields are read through Debug, in panic messages
-enum Error {
-    Lock(LockError),
-    Redis(redis::RedisError),
-}
-
-impl From<LockError> for Error {
-    fn from(e: LockError) -> Self {
-        Error::Lock(e)
-    }
-}
-
-impl From<redis::RedisError> for Error {
-    fn from(e: redis::RedisError) -> Self {
-        Error::Redis(e)
-    }
-}
 
 /// Read, pause, write: loses updates unless callers are kept apart.
 #[redis_lock(name = "counter", expire = 30, acquire_time = 30, locker = locker)]

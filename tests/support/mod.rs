@@ -306,3 +306,23 @@ impl RedisServer {
             .expect("total_connections_received in INFO stats")
     }
 }
+
+/// The error of a test body that locks and talks to Redis itself.
+#[derive(Debug)]
+#[allow(dead_code)] // the fields are read through Debug, in panic messages
+pub enum BodyError {
+    Lock(lockattr::LockError),
+    Redis(redis::RedisError),
+}
+
+impl From<lockattr::LockError> for BodyError {
+    fn from(e: lockattr::LockError) -> Self {
+        BodyError::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for BodyError {
+    fn from(e: redis::RedisError) -> Self {
+        BodyError::Redis(e)
+    }
+}
