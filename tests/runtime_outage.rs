@@ -486,3 +486,33 @@ async fn failed_async_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
         ),
     }
 }
+
+/// As above, on a server that has never run the release script: the give-back
+/// must not depend on the server's script cache.
+#[test]
+fn failed_first_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
+    let server = RedisServer::start();
+    let locker = quick_locker(&server);
+    // Loads the acquire script only: this guard is not released until the end.
+    let warm = locker.lock("warm").acquire_blocking().unwrap();
+    server.freeze();
+    let err = locker
+        .lock("phantom")
+        .expire(Duration::from_secs(30))
+        .acquire_timeout(WAIT)
+        .acquire_blocking()
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    server.thaw();
+
+    let freed = support::eventually(Duration::from_secs(3), || {
+        !server.exists("lockattr:{phantom}")
+    });
+    assert!(
+        freed.is_some(),
+        "the failed acquisition still holds the lock after thaw: PTTL {} ms",
+        server.pttl("lockattr:{phantom}")
+    );
+    warm.release_blocking().unwrap();
+}

@@ -31,16 +31,15 @@ return {0, redis.call('pttl', KEYS[1])}
 /// Deletes the lock only if the token still owns it. Returns 1, or 0 when not owned.
 ///
 /// KEYS: lock key. ARGV: token.
-pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| {
-    Script::new(
-        r"
+pub(crate) const RELEASE_LUA: &str = r"
 if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('del', KEYS[1])
 end
 return 0
-",
-    )
-});
+";
+
+/// [`RELEASE_LUA`] as a script.
+pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
 
 /// Changes the lease of a lock the token owns. Returns 1, or 0 when not owned.
 ///

@@ -194,14 +194,18 @@ impl SingleNode {
         // commands in order, so a release sent on the same connection runs
         // after it and gives the lock back; on any other connection it could
         // run first and miss.
+        // Sent as EVAL with the source: it may run after a restart or on a
+        // server that never saw the script, where EVALSHA would only say
+        // NOSCRIPT long after this side stopped listening.
         let give_back = |mut connection: MultiplexedConnection| {
-            let (lock, token) = (keys.lock.clone(), token.to_owned());
+            let release = redis::cmd("EVAL")
+                .arg(scripts::RELEASE_LUA)
+                .arg(1)
+                .arg(&keys.lock)
+                .arg(token)
+                .to_owned();
             tokio::spawn(async move {
-                let released: redis::RedisResult<i64> = scripts::RELEASE
-                    .key(&lock)
-                    .arg(&token)
-                    .invoke_async(&mut connection)
-                    .await;
+                let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
                 drop(released);
             });
         };
