@@ -47,10 +47,7 @@ pub fn acquire_blocking(
 /// Releases after an async function's body; a lock that was no longer
 /// owned is reported as a warning, the body's result stands.
 pub async fn release(guard: LockGuard) {
-    let name = guard.name().to_owned();
-    if let Err(e) = guard.release().await {
-        tracing::warn!(lock = %name, error = %e, "#[redis_lock] could not release its lock");
-    }
+    guard.release_or_warn().await;
 }
 
 /// A return type an annotated function can report a lock failure through:

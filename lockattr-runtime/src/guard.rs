@@ -109,10 +109,6 @@ impl LockGuard {
         self.blocking = true;
     }
 
-    fn lease(&self) -> &Arc<Lease> {
-        &self.lease
-    }
-
     /// Marks the guard released and hands out its lease.
     fn take(&mut self) -> Option<Arc<Lease>> {
         std::mem::take(&mut self.held).then(|| self.lease.clone())
@@ -127,7 +123,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.lease().name
+        &self.lease.name
     }
 
     /// The lease this guard was acquired with.
@@ -140,7 +136,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn expire(&self) -> Duration {
-        self.lease().expire
+        self.lease.expire
     }
 
     /// This acquisition's fencing token: it strictly increases with every
@@ -159,7 +155,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> u64 {
-        self.lease().fencing_token
+        self.lease.fencing_token
     }
 
     /// Releases the lock. [`LockError::NotOwned`] when the lease had run out
@@ -177,6 +173,21 @@ impl LockGuard {
         match self.take() {
             Some(lease) => io::run(async move { lease.release().await }).await,
             None => Ok(()),
+        }
+    }
+
+    /// Releases the lock; a failure is logged as a warning, not returned
+    /// (what an annotated function does after its body).
+    pub(crate) async fn release_or_warn(mut self) {
+        if let Some(lease) = self.take() {
+            let outcome = io::run({
+                let lease = lease.clone();
+                async move { lease.release().await }
+            })
+            .await;
+            if let Err(e) = outcome {
+                tracing::warn!(lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
+            }
         }
     }
 
@@ -207,7 +218,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
-        let lease = self.lease().clone();
+        let lease = self.lease.clone();
         io::run(async move { lease.extend(by, Extend::Add).await }).await
     }
 
@@ -221,7 +232,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn extend_blocking(&self, by: Duration) -> Result<(), LockError> {
-        let lease = self.lease().clone();
+        let lease = self.lease.clone();
         io::run_blocking(async move { lease.extend(by, Extend::Add).await })
     }
 
@@ -235,7 +246,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn reacquire(&self) -> Result<(), LockError> {
-        let lease = self.lease().clone();
+        let lease = self.lease.clone();
         io::run(async move { lease.extend(lease.expire, Extend::Set).await }).await
     }
 
@@ -248,7 +259,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn reacquire_blocking(&self) -> Result<(), LockError> {
-        let lease = self.lease().clone();
+        let lease = self.lease.clone();
         io::run_blocking(async move { lease.extend(lease.expire, Extend::Set).await })
     }
 }
