@@ -132,6 +132,15 @@ pub(crate) struct Keys {
     /// `<prefix>{<escaped name>}:fence`: the lock's fencing counter. It has no
     /// expiry, so fencing tokens keep increasing across expiries.
     pub(crate) fence: String,
+    /// `<prefix>{<escaped name>}:queue`: the tokens of the waiters, oldest
+    /// first. Redis deletes it when it is empty.
+    pub(crate) queue: String,
+    /// `<prefix>{<escaped name>}:waiters`: each queued token's deadline and
+    /// lease (`<deadline ms>:<lease ms>`). Redis deletes it when it is empty.
+    pub(crate) waiters: String,
+    /// `<prefix>{<escaped name>}:wake`: the pub/sub channel on which a
+    /// release names the waiter it handed the lock to.
+    pub(crate) channel: String,
 }
 
 impl Keys {
@@ -147,8 +156,13 @@ impl Keys {
             }
         }
         lock.push('}');
-        let fence = format!("{lock}:fence");
-        Keys { lock, fence }
+        Keys {
+            fence: format!("{lock}:fence"),
+            queue: format!("{lock}:queue"),
+            waiters: format!("{lock}:waiters"),
+            channel: format!("{lock}:wake"),
+            lock,
+        }
     }
 }
 

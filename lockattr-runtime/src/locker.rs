@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Attempt, Backend, SingleNode, Timeouts};
+use crate::backend::{Attempt, Backend, SingleNode, Timeouts, Wake};
 use crate::guard::{Lease, LockGuard};
 use crate::key::Keys;
 use crate::{LockError, io};
@@ -395,50 +395,118 @@ impl LockBuilder<'_> {
     }
 }
 
-/// The acquisition loop; runs on the I/O thread. Stops between attempts
-/// (never during one, whose answer could hold a lock) once its caller is gone.
+/// The acquisition loop; runs on the I/O thread.
+///
+/// Each attempt is one script call. When the lock is held, the attempt also
+/// queues this request in Redis, and the loop sleeps until the first of:
+/// - a release hands it the lock (a message on the lock's channel: see
+///   [`crate::backend::Wakeups`]); it returns at once, already the owner;
+/// - the holder's lease would end (a crashed holder's lock is taken a
+///   millisecond after it expires, and a lost message costs at most that);
+/// - its acquire timeout ends: then one last attempt, which also leaves the
+///   queue, so the wait ends within a round trip of the timeout;
+/// - the caller is gone: it leaves the queue (passing the lock on if it was
+///   just handed it) and stops. It never stops during an attempt, whose
+///   answer could hold a lock.
 async fn acquire(
     (mut lease, wait): (Lease, Duration),
     mut gone: io::CallerGone,
 ) -> Result<LockGuard, LockError> {
-    let start = Instant::now();
+    let now = Instant::now();
+    let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
     let backend = &lease.locker.backend;
+    let wakeups = backend.wakeups();
+    // Uncontended: no pub/sub work at all, unless the channel is already
+    // subscribed (a lock in demand), in which case waiting starts warm.
+    let mut waiter = wakeups.register_if_subscribed(&lease.keys.channel, &lease.token);
     loop {
-        let expires_in = match backend
-            .try_acquire(&lease.keys, &lease.token, lease.expire)
-            .await
-        {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let attempt = backend
+            .try_acquire(&lease.keys, &lease.token, lease.expire, left)
+            .await;
+        let expires_in = match attempt {
             Ok(Attempt::Acquired { fencing_token }) => {
                 lease.fencing_token = fencing_token;
                 return Ok(LockGuard::new(lease));
             }
             Ok(Attempt::Held { expires_in }) => expires_in,
-            Err(e) => return Err(e),
+            Err(e) => {
+                leave(lease);
+                return Err(e);
+            }
         };
-        let waited = start.elapsed();
-        if waited >= wait {
+        if left.is_zero() {
+            // That attempt left the queue.
             return Err(LockError::Timeout {
                 name: lease.name,
                 waited: wait,
             });
         }
+        if waiter.is_none() {
+            match wakeups.register(&lease.keys.channel, &lease.token).await {
+                Ok(registered) => {
+                    // Subscribed only now: the lock may have been handed to
+                    // us before. Ask again; from here on, no message is missed.
+                    waiter = Some(registered);
+                    continue;
+                }
+                Err(e) => tracing::debug!(
+                    lock = %lease.name,
+                    error = %e,
+                    "cannot subscribe to release notices; checking the lock every {FALLBACK_PAUSE:?}"
+                ),
+            }
+        }
+        let mut pause = deadline.saturating_duration_since(Instant::now());
+        if let Some(left) = expires_in {
+            pause = pause.min(left + Duration::from_millis(1));
+        }
+        if waiter.is_none() {
+            pause = pause.min(FALLBACK_PAUSE);
+        }
+        let woken = async {
+            match waiter.as_mut() {
+                Some(waiter) => waiter.wait().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep(retry_pause(expires_in).min(wait - waited)) => {}
-            () = gone.wait() => return Err(LockError::Runtime {
-                reason: "the caller stopped waiting".into(),
-            }),
+            wake = woken => match wake {
+                Wake::Handed { fencing_token } => {
+                    lease.fencing_token = fencing_token;
+                    return Ok(LockGuard::new(lease));
+                }
+                Wake::Recheck => waiter = None,
+            },
+            () = tokio::time::sleep(pause) => {}
+            () = gone.wait() => {
+                leave(lease);
+                return Err(LockError::Runtime {
+                    reason: "the caller stopped waiting".into(),
+                });
+            }
         }
     }
 }
 
-/// How long to wait before trying a held lock again: a few jittered
-/// milliseconds, or less when the holder's lease ends sooner.
-fn retry_pause(expires_in: Option<Duration>) -> Duration {
-    let jitter = getrandom::u32().unwrap_or(0) % 8_000;
-    let pause = Duration::from_micros(2_000 + u64::from(jitter));
-    match expires_in {
-        Some(left) => pause.min(left + Duration::from_millis(1)),
-        None => pause,
+/// How often a waiter that cannot subscribe to release notices checks the
+/// lock (a server whose ACL forbids SUBSCRIBE, a subscriber connection that
+/// cannot be opened).
+const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
+
+/// Takes a request that stopped waiting out of the lock's queue, in the
+/// background; if a release had just handed it the lock, the lock goes on
+/// to the next waiter (or is freed).
+fn leave(lease: Lease) {
+    let leaving = io::spawn(async move {
+        let _ = lease
+            .locker
+            .backend
+            .release(&lease.keys, &lease.token)
+            .await;
+    });
+    if let Err(e) = leaving {
+        tracing::debug!(error = %e, "cannot leave a lock's queue; the entry expires with the wait");
     }
 }
 

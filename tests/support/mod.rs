@@ -25,17 +25,26 @@ impl RedisServer {
 
     /// Starts a server with extra command-line options (`--requirepass x`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("lockattr-test-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut server = RedisServer {
-            port,
-            child: None,
-            dir,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        server.spawn();
-        server
+        // A free port can be taken by another test process between
+        // `free_port` and the server's bind: then try another one.
+        let mut failures = Vec::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("lockattr-test-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let mut server = RedisServer {
+                port,
+                child: None,
+                dir,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(e) => failures.push(e),
+            }
+        }
+        panic!("cannot start redis-server: {failures:?}");
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -44,6 +53,14 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
+        if let Err(e) = self.try_spawn() {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts the process and waits until it answers; Err when it exited
+    /// at start (the port was taken).
+    fn try_spawn(&mut self) -> Result<(), String> {
         let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let child = Command::new(&binary)
             .args(["--port", &self.port.to_string()])
@@ -61,10 +78,11 @@ impl RedisServer {
             // Our process must be the one answering: a server that could not
             // bind the port exits, and someone else's may be listening there.
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!(
+                self.child = None;
+                return Err(format!(
                     "redis-server on port {} exited at start ({status}); was the port taken?",
                     self.port
-                );
+                ));
             }
             let pid = self.child.as_ref().map_or(0, |c| c.id());
             if self
@@ -72,7 +90,7 @@ impl RedisServer {
                 .map(|r| r.contains(&format!("process_id:{pid}\r\n")) || r.starts_with("-NOAUTH"))
                 .unwrap_or(false)
             {
-                return;
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }

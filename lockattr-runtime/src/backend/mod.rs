@@ -6,10 +6,12 @@
 
 pub(crate) mod scripts;
 mod single;
+mod wake;
 
 use std::time::Duration;
 
 pub(crate) use single::{SingleNode, Timeouts};
+pub(crate) use wake::{Wake, Wakeups};
 
 use crate::LockError;
 use crate::key::Keys;
@@ -41,19 +43,30 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Tries once to take the lock for `token`.
+    /// Tries once to take the lock for `token`. When the lock is held and
+    /// `wait` is not zero, queues `token` for `wait` (see
+    /// [`scripts::ACQUIRE`]); a zero `wait` leaves the queue.
     pub(crate) async fn try_acquire(
         &self,
         keys: &Keys,
         token: &str,
         expire: Duration,
+        wait: Duration,
     ) -> Result<Attempt, LockError> {
         match self {
-            Backend::Single(node) => node.try_acquire(keys, token, expire).await,
+            Backend::Single(node) => node.try_acquire(keys, token, expire, wait).await,
         }
     }
 
-    /// Deletes the lock if `token` owns it; false when it did not.
+    /// Where waiters hear that a release handed them the lock.
+    pub(crate) fn wakeups(&self) -> &Wakeups {
+        match self {
+            Backend::Single(node) => node.wakeups(),
+        }
+    }
+
+    /// Deletes the lock if `token` owns it, handing it to the oldest waiter;
+    /// false when it did not own it (then `token` leaves the queue).
     pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
         match self {
             Backend::Single(node) => node.release(keys, token).await,

@@ -5,12 +5,22 @@
 use once_cell::sync::Lazy;
 use redis::Script;
 
-/// Takes the lock if it is free, in one round trip.
+/// Takes the lock if it is free, in one round trip; otherwise queues the
+/// caller (when it is willing to wait).
 ///
-/// KEYS: lock key, fence key. ARGV: token, expire in ms.
-/// Returns `{1, fencing token}` when taken, `{0, pttl of the holder}` when not.
-/// A repeated call with the token that already holds the lock (a retry whose
-/// first answer was lost) counts as taken and restarts the lease.
+/// KEYS: lock, fence, queue, waiters. ARGV: token, lease in ms, how long the
+/// caller will wait in ms (0: it will not, and leaves the queue if it was in it).
+/// Returns `{1, fencing token}` when the token holds the lock, `{0, pttl of
+/// the holder}` when not.
+///
+/// A token that already holds the lock counts as taken: a release handed it
+/// the lock (see [`RELEASE_LUA`]), or this is a retry whose first answer was
+/// lost. Its lease restarts, so it is never shorter than the caller thinks.
+///
+/// A free lock goes to whoever asks first, queued or not: it is only free
+/// with waiters queued when a holder's lease ran out (a release hands the
+/// lock to the oldest waiter instead), and then the first waiter whose timer
+/// fires takes it.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     // The counter is incremented before the lock is written: if the INCR
     // fails (a foreign value at the fence key), the script stops with
@@ -18,24 +28,74 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 local holder = redis.call('get', KEYS[1])
-if holder == false or holder == ARGV[1] then
+if holder == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('get', KEYS[2]) or 0)}
+end
+if holder == false then
   local fence = redis.call('incr', KEYS[2])
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
+    redis.call('lrem', KEYS[3], 0, ARGV[1])
+  end
   return {1, fence}
+end
+local wait = tonumber(ARGV[3])
+if wait > 0 then
+  if redis.call('hexists', KEYS[4], ARGV[1]) == 0 then
+    local now = redis.call('time')
+    local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + wait
+    redis.call('rpush', KEYS[3], ARGV[1])
+    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%s', deadline, ARGV[2]))
+    if redis.call('pttl', KEYS[3]) < wait then
+      redis.call('pexpire', KEYS[3], wait)
+      redis.call('pexpire', KEYS[4], wait)
+    end
+  end
+elseif redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
+  redis.call('lrem', KEYS[3], 0, ARGV[1])
 end
 return {0, redis.call('pttl', KEYS[1])}
 ",
     )
 });
 
-/// Deletes the lock only if the token still owns it. Returns 1, or 0 when not owned.
+/// Releases the lock if the token owns it, handing it straight to the oldest
+/// waiter whose deadline has not passed (with a new fencing token and that
+/// waiter's lease) and publishing `<waiter's token>:<fencing token>` on the
+/// lock's channel; deletes it when nobody waits. A token that does not own
+/// the lock leaves the queue instead (a waiter that gave up).
 ///
-/// KEYS: lock key. ARGV: token.
+/// KEYS: lock, fence, queue, waiters. ARGV: token, channel.
+/// Returns 1 when released, 0 when the token did not own the lock.
 pub(crate) const RELEASE_LUA: &str = r"
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
+    redis.call('lrem', KEYS[3], 0, ARGV[1])
+  end
+  return 0
 end
-return 0
+local now = redis.call('time')
+now = now[1] * 1000 + math.floor(now[2] / 1000)
+while true do
+  local waiter = redis.call('lpop', KEYS[3])
+  if not waiter then
+    break
+  end
+  local entry = redis.call('hget', KEYS[4], waiter)
+  if entry then
+    redis.call('hdel', KEYS[4], waiter)
+    local sep = string.find(entry, ':', 1, true)
+    if sep and tonumber(string.sub(entry, 1, sep - 1)) >= now then
+      local fence = redis.call('incr', KEYS[2])
+      redis.call('set', KEYS[1], waiter, 'PX', string.sub(entry, sep + 1))
+      redis.call('publish', ARGV[2], string.format('%s:%d', waiter, fence))
+      return 1
+    end
+  end
+end
+redis.call('del', KEYS[1])
+return 1
 ";
 
 /// [`RELEASE_LUA`] as a script.

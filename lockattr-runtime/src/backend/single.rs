@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
 
-use super::{Attempt, Extend, millis, scripts};
+use super::{Attempt, Extend, Wakeups, millis, scripts};
 use crate::LockError;
 use crate::key::Keys;
 
@@ -44,6 +44,8 @@ pub(crate) struct SingleNode {
     connecting: tokio::sync::Mutex<Option<RedisError>>,
     /// Finished attempts to connect (successful or not).
     attempts: AtomicU64,
+    /// The subscriber side: where waiters hear that they got the lock.
+    wakeups: Wakeups,
 }
 
 impl std::fmt::Debug for SingleNode {
@@ -74,6 +76,7 @@ impl SingleNode {
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.response));
         Ok(SingleNode {
+            wakeups: Wakeups::new(client.clone(), timeouts),
             client,
             config,
             server,
@@ -85,6 +88,10 @@ impl SingleNode {
 
     pub(crate) fn server(&self) -> &str {
         &self.server
+    }
+
+    pub(crate) fn wakeups(&self) -> &Wakeups {
+        &self.wakeups
     }
 
     fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
@@ -182,13 +189,17 @@ impl SingleNode {
         keys: &Keys,
         token: &str,
         expire: Duration,
+        wait: Duration,
     ) -> Result<Attempt, LockError> {
         let mut invocation = scripts::ACQUIRE.prepare_invoke();
         invocation
             .key(&keys.lock)
             .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.waiters)
             .arg(token)
-            .arg(millis(expire));
+            .arg(millis(expire))
+            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         // An acquisition whose answer timed out may still run, later, when a
         // frozen or overloaded server catches up. Redis runs one client's
         // commands in order, so a release sent on the same connection runs
@@ -200,9 +211,13 @@ impl SingleNode {
         let give_back = |mut connection: MultiplexedConnection| {
             let release = redis::cmd("EVAL")
                 .arg(scripts::RELEASE_LUA)
-                .arg(1)
+                .arg(4)
                 .arg(&keys.lock)
+                .arg(&keys.fence)
+                .arg(&keys.queue)
+                .arg(&keys.waiters)
                 .arg(token)
+                .arg(&keys.channel)
                 .to_owned();
             tokio::spawn(async move {
                 let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
@@ -224,7 +239,15 @@ impl SingleNode {
     pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
         let deleted: i64 = self
             .send(
-                Request::Script(scripts::RELEASE.key(&keys.lock).arg(token)),
+                Request::Script(
+                    scripts::RELEASE
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .key(&keys.queue)
+                        .key(&keys.waiters)
+                        .arg(token)
+                        .arg(&keys.channel),
+                ),
                 drop,
             )
             .await?;
