@@ -1,5 +1,7 @@
-//! Connections: every lock operation of a Locker (and of its clones) goes
-//! through one shared connection, however many tasks and threads use it.
+//! Connections: a Locker (and its clones) opens one command connection per
+//! tokio runtime whose tasks use it (the library's I/O thread counts as one:
+//! it serves the blocking path) and one subscriber connection for all its
+//! waiters, however many tasks and threads use it.
 mod support;
 
 use std::sync::Arc;
@@ -9,9 +11,10 @@ use std::time::Duration;
 use lockattr::Locker;
 use support::RedisServer;
 
-/// The inspecting connection of `client_count` itself, the Locker's one,
-/// and slack for a connection being replaced.
-const MAX_CLIENTS: usize = 4;
+/// The inspecting connection of `client_count` itself, the Locker's three
+/// (the I/O thread's, the test runtime's, the subscriber), and slack for a
+/// connection being replaced.
+const MAX_CLIENTS: usize = 5;
 
 #[test]
 fn a_thousand_operations_share_a_handful_of_connections() {
@@ -111,9 +114,9 @@ fn a_thousand_operations_share_a_handful_of_connections() {
     // opened one, and so did this query): what the Locker opened in total.
     let opened = server.total_connections_received() - connections_before - samples - 1;
     assert_eq!(acquisitions.load(Ordering::SeqCst), 1_000);
-    // One, unless a slow answer on this busy 2-core box made it reconnect once.
+    // Three, unless a slow answer on this busy 2-core box made it reconnect once.
     assert!(
-        (1..=2).contains(&opened),
+        (3..=4).contains(&opened),
         "the Locker opened {opened} connections"
     );
     assert!(samples > 0);

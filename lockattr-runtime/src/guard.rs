@@ -171,7 +171,7 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         match self.take() {
-            Some(lease) => io::run(async move { lease.release().await }).await,
+            Some(lease) => release_here(lease).await,
             None => Ok(()),
         }
     }
@@ -180,12 +180,7 @@ impl LockGuard {
     /// (what an annotated function does after its body).
     pub(crate) async fn release_or_warn(mut self) {
         if let Some(lease) = self.take() {
-            let outcome = io::run({
-                let lease = lease.clone();
-                async move { lease.release().await }
-            })
-            .await;
-            if let Err(e) = outcome {
+            if let Err(e) = release_here(lease.clone()).await {
                 tracing::warn!(lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
             }
         }
@@ -219,7 +214,7 @@ impl LockGuard {
     /// ```
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
         let lease = self.lease.clone();
-        io::run(async move { lease.extend(by, Extend::Add).await }).await
+        io::run_here(async move { lease.extend(by, Extend::Add).await }).await
     }
 
     /// [`extend`](Self::extend) for synchronous code.
@@ -247,7 +242,7 @@ impl LockGuard {
     /// ```
     pub async fn reacquire(&self) -> Result<(), LockError> {
         let lease = self.lease.clone();
-        io::run(async move { lease.extend(lease.expire, Extend::Set).await }).await
+        io::run_here(async move { lease.extend(lease.expire, Extend::Set).await }).await
     }
 
     /// [`reacquire`](Self::reacquire) for synchronous code.
@@ -264,26 +259,57 @@ impl LockGuard {
     }
 }
 
+/// Releases `lease` in the caller's task when it is one, otherwise on the
+/// I/O thread. If the caller drops this future before Redis answered, the
+/// release is sent again from the I/O thread: releasing twice is harmless,
+/// the second finds the lock no longer this token's and leaves it alone.
+async fn release_here(lease: Arc<Lease>) -> Result<(), LockError> {
+    if !io::in_task() {
+        return io::run(async move { lease.release().await }).await;
+    }
+    let mut unfinished = ReleaseOnDrop(Some(lease.clone()));
+    let outcome = lease.release().await;
+    unfinished.0 = None;
+    outcome
+}
+
+/// Releases its lease from the I/O thread when dropped while set.
+struct ReleaseOnDrop(Option<Arc<Lease>>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some(lease) = self.0.take() {
+            release_in_background(lease);
+        }
+    }
+}
+
+/// Releases `lease` on the I/O thread; failures are logged.
+fn release_in_background(lease: Arc<Lease>) {
+    let outcome = io::spawn(async move {
+        if let Err(e) = lease.release().await {
+            tracing::warn!(lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
+        }
+    });
+    if let Err(e) = outcome {
+        tracing::warn!(error = %e, "dropped lock guard could not release its lock; it frees itself at expiry");
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         let Some(lease) = self.take() else {
             return;
         };
-        let release = async move {
-            if let Err(e) = lease.release().await {
-                tracing::warn!(lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
-            }
-            Ok(())
-        };
-        let outcome = if self.blocking {
-            io::run_blocking(release)
-        } else {
-            io::spawn(async move {
-                let _: Result<(), LockError> = release.await;
-            })
-        };
+        if !self.blocking {
+            return release_in_background(lease);
+        }
+        let outcome = io::run_blocking({
+            let lease = lease.clone();
+            async move { lease.release().await }
+        });
         if let Err(e) = outcome {
-            tracing::warn!(error = %e, "dropped lock guard could not release its lock; it frees itself at expiry");
+            tracing::warn!(lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
         }
     }
 }

@@ -1,16 +1,20 @@
-//! The I/O thread: where every Redis connection of the process lives.
+//! The I/O thread, and where each lock operation runs.
 //!
 //! A tokio connection belongs to the runtime that created it and dies with
-//! it. Callers come from anywhere: one `#[tokio::test]` runtime after another,
-//! several runtimes at once, or plain threads with no runtime at all. So the
-//! connections, their timers and every lock operation run on one small
-//! current-thread runtime on a dedicated thread, started on first use.
-//! Async callers await a oneshot channel (which works on any executor);
-//! blocking callers wait on a std channel and need no tokio runtime at all.
+//! it. An operation awaited in a tokio task runs right there, on a
+//! connection of the caller's runtime (see `SingleNode`): no hop to another
+//! thread, so acquire+release costs two round trips and little more.
+//! Everything else runs on one small current-thread runtime on a dedicated
+//! thread, started on first use: the blocking path (plain threads need no
+//! runtime of their own; they wait on a std channel), futures polled outside
+//! any task (`block_on`, other executors: they await a oneshot channel), the
+//! release of a dropped guard, and the subscriber connection of each Locker.
 //!
-//! An operation keeps running when its caller goes away, which is what makes
-//! cancellation safe: a guard that is acquired for a caller who stopped
-//! waiting is dropped here, and its Drop releases the lock.
+//! An operation handed to the I/O thread keeps running when its caller goes
+//! away, which makes cancellation safe there: a guard acquired for a caller
+//! who stopped waiting is dropped on that thread, and its Drop releases the
+//! lock. Operations run in the caller's task make cancellation safe with drop
+//! guards instead (a request in flight is given back on its own connection).
 
 use std::future::Future;
 use std::sync::mpsc;
@@ -70,6 +74,25 @@ where
         let _ = tx.send(fut.await);
     })?;
     rx.await.map_err(|_| stopped())?
+}
+
+/// True when the caller is a tokio task: then lock operations run right
+/// there, on the caller's runtime and its connection, with no hop to the I/O
+/// thread. A future polled outside any task (`block_on`, another executor)
+/// goes through the I/O thread instead: its runtime's I/O may not be driven
+/// while it waits.
+pub(crate) fn in_task() -> bool {
+    tokio::task::try_id().is_some()
+}
+
+/// Runs `fut` in the caller's task when it is one (see [`in_task`]),
+/// otherwise on the I/O thread.
+pub(crate) async fn run_here<T, F>(fut: F) -> Result<T, LockError>
+where
+    F: Future<Output = Result<T, LockError>> + Send + 'static,
+    T: Send + 'static,
+{
+    if in_task() { fut.await } else { run(fut).await }
 }
 
 /// Tells a task on the I/O thread that its async caller stopped waiting

@@ -25,11 +25,14 @@ pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// A handle to a Redis deployment that hands out locks.
 ///
 /// Cheap to create (it parses the URL and connects on first use) and cheap
-/// to clone (clones share one connection). All locks of a Locker share one
-/// multiplexed connection, which is opened again after it drops or Redis
-/// restarts. A Locker works from any tokio runtime, from several runtimes
-/// one after another, and from plain threads: its connection lives on a
-/// dedicated I/O thread.
+/// to clone (clones share its connections). All locks of a Locker share one
+/// multiplexed connection per tokio runtime that uses it, so an operation
+/// awaited in a task talks to Redis from that task's own thread; plain
+/// threads (the blocking path) and futures polled outside tasks go through a
+/// small I/O thread of the library. Connections are opened again after they
+/// drop or Redis restarts. Waiters of a Locker share one more connection,
+/// subscribed to release notices. A Locker works from any tokio runtime,
+/// from several runtimes one after another, and from plain threads.
 ///
 /// ```no_run
 /// use lockattr_runtime::Locker;
@@ -154,7 +157,7 @@ impl Locker {
     pub async fn ping(&self) -> Result<Duration, LockError> {
         let inner = self.inner.clone();
         let start = Instant::now();
-        io::run(async move { inner.backend.ping().await }).await?;
+        io::run_here(async move { inner.backend.ping().await }).await?;
         Ok(start.elapsed())
     }
 
@@ -338,7 +341,11 @@ impl LockBuilder<'_> {
     /// ```
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let request = self.checked()?;
-        io::run_watched(|gone| acquire(request, gone)).await
+        if io::in_task() {
+            acquire(request, io::CallerGone::never()).await
+        } else {
+            io::run_watched(|gone| acquire(request, gone)).await
+        }
     }
 
     /// [`acquire`](Self::acquire) for synchronous code: blocks the calling
@@ -395,7 +402,7 @@ impl LockBuilder<'_> {
     }
 }
 
-/// The acquisition loop; runs on the I/O thread.
+/// The acquisition loop: in the caller's task, or on the I/O thread.
 ///
 /// Each attempt is one script call. When the lock is held, the attempt also
 /// queues this request in Redis, and the loop sleeps until the first of:
@@ -405,9 +412,10 @@ impl LockBuilder<'_> {
 ///   millisecond after it expires, and a lost message costs at most that);
 /// - its acquire timeout ends: then one last attempt, which also leaves the
 ///   queue, so the wait ends within a round trip of the timeout;
-/// - the caller is gone: it leaves the queue (passing the lock on if it was
-///   just handed it) and stops. It never stops during an attempt, whose
-///   answer could hold a lock.
+/// - the caller is gone (this future dropped, or `gone` on the I/O thread):
+///   it leaves the queue, passing the lock on if it was just handed it. An
+///   attempt whose answer will not be read is given back on its own
+///   connection (see `SingleNode::try_acquire`).
 async fn acquire(
     (mut lease, wait): (Lease, Duration),
     mut gone: io::CallerGone,
@@ -419,6 +427,7 @@ async fn acquire(
     // Uncontended: no pub/sub work at all, unless the channel is already
     // subscribed (a lock in demand), in which case waiting starts warm.
     let mut waiter = wakeups.register_if_subscribed(&lease.keys.channel, &lease.token);
+    let mut queued = LeaveOnDrop(None);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let attempt = backend
@@ -426,21 +435,28 @@ async fn acquire(
             .await;
         let expires_in = match attempt {
             Ok(Attempt::Acquired { fencing_token }) => {
+                queued.0 = None;
                 lease.fencing_token = fencing_token;
                 return Ok(LockGuard::new(lease));
             }
             Ok(Attempt::Held { expires_in }) => expires_in,
-            Err(e) => {
-                leave(lease);
-                return Err(e);
-            }
+            // `queued` leaves the queue, if this request was in it.
+            Err(e) => return Err(e),
         };
         if left.is_zero() {
             // That attempt left the queue.
+            queued.0 = None;
             return Err(LockError::Timeout {
                 name: lease.name,
                 waited: wait,
             });
+        }
+        if queued.0.is_none() {
+            queued.0 = Some((
+                lease.locker.clone(),
+                lease.keys.clone(),
+                lease.token.clone(),
+            ));
         }
         if waiter.is_none() {
             match wakeups.register(&lease.keys.channel, &lease.token).await {
@@ -473,18 +489,16 @@ async fn acquire(
         tokio::select! {
             wake = woken => match wake {
                 Wake::Handed { fencing_token } => {
+                    queued.0 = None;
                     lease.fencing_token = fencing_token;
                     return Ok(LockGuard::new(lease));
                 }
                 Wake::Recheck => waiter = None,
             },
             () = tokio::time::sleep(pause) => {}
-            () = gone.wait() => {
-                leave(lease);
-                return Err(LockError::Runtime {
-                    reason: "the caller stopped waiting".into(),
-                });
-            }
+            () = gone.wait() => return Err(LockError::Runtime {
+                reason: "the caller stopped waiting".into(),
+            }),
         }
     }
 }
@@ -494,19 +508,22 @@ async fn acquire(
 /// cannot be opened).
 const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
 
-/// Takes a request that stopped waiting out of the lock's queue, in the
-/// background; if a release had just handed it the lock, the lock goes on
-/// to the next waiter (or is freed).
-fn leave(lease: Lease) {
-    let leaving = io::spawn(async move {
-        let _ = lease
-            .locker
-            .backend
-            .release(&lease.keys, &lease.token)
-            .await;
-    });
-    if let Err(e) = leaving {
-        tracing::debug!(error = %e, "cannot leave a lock's queue; the entry expires with the wait");
+/// A queued request: dropped while set, it takes the request out of the
+/// lock's queue in the background; if a release had just handed it the
+/// lock, the lock goes on to the next waiter (or is freed).
+struct LeaveOnDrop(Option<(Arc<Inner>, Keys, String)>);
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        let Some((locker, keys, token)) = self.0.take() else {
+            return;
+        };
+        let leaving = io::spawn(async move {
+            let _ = locker.backend.release(&keys, &token).await;
+        });
+        if let Err(e) = leaving {
+            tracing::debug!(error = %e, "cannot leave a lock's queue; the entry expires with the wait");
+        }
     }
 }
 

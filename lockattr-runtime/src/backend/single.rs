@@ -1,15 +1,17 @@
-//! One Redis server, reached through one multiplexed connection.
+//! One Redis server, reached through one multiplexed connection per tokio
+//! runtime.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
 
 use super::{Attempt, Extend, Wakeups, millis, scripts};
-use crate::LockError;
 use crate::key::Keys;
+use crate::{LockError, io};
 
 /// How long to wait for Redis.
 #[derive(Debug, Clone, Copy)]
@@ -27,23 +29,39 @@ struct Current {
     connection: MultiplexedConnection,
 }
 
-/// One Redis server.
+/// The connection of one tokio runtime.
 ///
-/// Every operation of every lock shares one multiplexed connection, opened on
-/// first use and opened again after it broke (a dropped connection, a Redis
-/// restart, an answer that timed out). Opening is serialized: while one
-/// caller connects, the others wait for that attempt and share its outcome,
-/// so a thousand callers against a dead server make one attempt, not a
-/// thousand, and none waits longer than about two connect timeouts.
-pub(crate) struct SingleNode {
-    client: Client,
-    config: AsyncConnectionConfig,
-    server: String,
+/// Opening is serialized: while one caller connects, the others wait for
+/// that attempt and share its outcome, so a thousand callers against a dead
+/// server make one attempt, not a thousand, and none waits longer than about
+/// two connect timeouts.
+#[derive(Default)]
+struct Slot {
     current: Mutex<Option<Current>>,
     /// Held while connecting; holds the last failure to connect.
     connecting: tokio::sync::Mutex<Option<RedisError>>,
     /// Finished attempts to connect (successful or not).
     attempts: AtomicU64,
+}
+
+/// Each runtime's connection, by runtime.
+type Slots = Mutex<HashMap<tokio::runtime::Id, Arc<Slot>>>;
+
+/// One Redis server.
+///
+/// Every lock operation made from one tokio runtime shares one multiplexed
+/// connection, whose I/O task runs on that runtime: an operation awaited in
+/// a task talks to Redis without a hop to another thread. The library's I/O
+/// thread is one such runtime (the blocking path, futures polled outside
+/// tasks, background releases). A connection is opened on first use and
+/// opened again after it broke (a dropped connection, a Redis restart, an
+/// answer that timed out); a runtime's connection is forgotten when the
+/// runtime shuts down.
+pub(crate) struct SingleNode {
+    client: Client,
+    config: AsyncConnectionConfig,
+    server: String,
+    slots: Arc<Slots>,
     /// The subscriber side: where waiters hear that they got the lock.
     wakeups: Wakeups,
 }
@@ -53,6 +71,24 @@ impl std::fmt::Debug for SingleNode {
         f.debug_struct("SingleNode")
             .field("server", &self.server)
             .finish_non_exhaustive()
+    }
+}
+
+/// Removes a runtime's slot when the runtime shuts down (it drops its tasks,
+/// and this with them) or when the node is dropped (the slots are gone).
+struct Forget {
+    slots: Weak<Slots>,
+    runtime: tokio::runtime::Id,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        if let Some(slots) = self.slots.upgrade() {
+            slots
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&self.runtime);
+        }
     }
 }
 
@@ -80,9 +116,7 @@ impl SingleNode {
             client,
             config,
             server,
-            current: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(None),
-            attempts: AtomicU64::new(0),
+            slots: Arc::default(),
         })
     }
 
@@ -94,35 +128,53 @@ impl SingleNode {
         &self.wakeups
     }
 
-    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
-        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        current
-            .as_ref()
-            .map(|c| (c.generation, c.connection.clone()))
-    }
-
-    fn discard(&self, generation: u64) {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if current.as_ref().is_some_and(|c| c.generation == generation) {
-            *current = None;
-        }
-    }
-
     fn error(&self, e: RedisError) -> LockError {
         LockError::from_redis(&self.server, e)
     }
 
-    /// The shared connection, opened if needed.
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), LockError> {
-        if let Some(c) = self.cached() {
-            return Ok(c);
+    /// The current runtime's slot, made on first use. Lock operations only
+    /// run inside a tokio runtime (the caller's or the I/O thread's).
+    fn slot(&self) -> Result<Arc<Slot>, LockError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| LockError::Runtime {
+            reason: "a lock operation ran outside a tokio runtime".into(),
+        })?;
+        let runtime = handle.id();
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get(&runtime) {
+            return Ok(slot.clone());
         }
-        let seen = self.attempts.load(Ordering::Acquire);
-        let mut last_error = self.connecting.lock().await;
-        if let Some(c) = self.cached() {
-            return Ok(c);
+        let slot = Arc::new(Slot::default());
+        slots.insert(runtime, slot.clone());
+        drop(slots);
+        let forget = Forget {
+            slots: Arc::downgrade(&self.slots),
+            runtime,
+        };
+        let slots = Arc::downgrade(&self.slots);
+        handle.spawn(async move {
+            let _forget = forget;
+            // Wake up now and then to end once the node is gone, so a
+            // long-lived runtime does not keep one idle task per dropped Locker.
+            while slots.strong_count() > 0 {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+        });
+        Ok(slot)
+    }
+
+    /// The current runtime's connection, opened if needed.
+    async fn connection(&self) -> Result<(Arc<Slot>, u64, MultiplexedConnection), LockError> {
+        let slot = self.slot()?;
+        if let Some((generation, connection)) = slot.cached() {
+            return Ok((slot, generation, connection));
         }
-        if self.attempts.load(Ordering::Acquire) != seen
+        let seen = slot.attempts.load(Ordering::Acquire);
+        let mut last_error = slot.connecting.lock().await;
+        if let Some((generation, connection)) = slot.cached() {
+            drop(last_error);
+            return Ok((slot, generation, connection));
+        }
+        if slot.attempts.load(Ordering::Acquire) != seen
             && let Some(e) = last_error.as_ref()
         {
             // Someone tried while we waited, and failed: share that outcome.
@@ -132,15 +184,16 @@ impl SingleNode {
             .client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await;
-        let generation = self.attempts.fetch_add(1, Ordering::AcqRel) + 1;
+        let generation = slot.attempts.fetch_add(1, Ordering::AcqRel) + 1;
         match result {
             Ok(connection) => {
                 *last_error = None;
-                *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Current {
+                *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Current {
                     generation,
                     connection: connection.clone(),
                 });
-                Ok((generation, connection))
+                drop(last_error);
+                Ok((slot, generation, connection))
             }
             Err(e) => {
                 *last_error = Some(e.clone());
@@ -153,35 +206,42 @@ impl SingleNode {
     /// restarted) fails on first use; then the request is sent once more on
     /// a new one. Every request here is safe to repeat.
     ///
-    /// When an answer times out, `on_timeout` gets the connection the
-    /// request was sent on, before that connection is discarded.
+    /// When a request goes unanswered (its answer timed out, or the caller
+    /// dropped this future while it was on its way), `unanswered` gets the
+    /// connection it was sent on, before that connection is discarded.
     async fn send<T: FromRedisValue>(
         &self,
         request: Request<'_>,
-        on_timeout: impl FnOnce(MultiplexedConnection),
+        unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
     ) -> Result<T, LockError> {
-        let (generation, mut connection) = self.connection().await?;
-        let e = match request.send(&mut connection).await {
-            Ok(value) => return Ok(value),
-            Err(e) => e,
-        };
-        if e.is_timeout() {
-            on_timeout(connection);
-        }
-        if !broken(&e) {
-            return Err(self.error(e));
-        }
-        self.discard(generation);
-        if !e.is_connection_dropped() {
-            return Err(self.error(e));
-        }
-        let (generation, mut connection) = self.connection().await?;
-        request.send(&mut connection).await.map_err(|e| {
-            if broken(&e) {
-                self.discard(generation);
+        let mut retried = false;
+        loop {
+            let (slot, generation, mut connection) = self.connection().await?;
+            let pending = Unanswered {
+                connection: unanswered.map(|_| connection.clone()),
+                then: unanswered,
+            };
+            let e = match request.send(&mut connection).await {
+                Ok(value) => {
+                    pending.disarm();
+                    return Ok(value);
+                }
+                Err(e) => e,
+            };
+            if e.is_timeout() {
+                drop(pending);
+            } else {
+                pending.disarm();
             }
-            self.error(e)
-        })
+            if !broken(&e) {
+                return Err(self.error(e));
+            }
+            slot.discard(generation);
+            if retried || !e.is_connection_dropped() {
+                return Err(self.error(e));
+            }
+            retried = true;
+        }
     }
 
     pub(crate) async fn try_acquire(
@@ -219,12 +279,21 @@ impl SingleNode {
                 .arg(token)
                 .arg(&keys.channel)
                 .to_owned();
-            tokio::spawn(async move {
+            let fut = async move {
                 let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
                 drop(released);
-            });
+            };
+            // On the connection's own runtime when there is one; when that
+            // runtime is gone, so is the connection, and the lease frees the
+            // lock if the acquisition ran.
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => drop(handle.spawn(fut)),
+                Err(_) => drop(io::spawn(fut)),
+            }
         };
-        let (taken, value): (i64, i64) = self.send(Request::Script(&invocation), give_back).await?;
+        let (taken, value): (i64, i64) = self
+            .send(Request::Script(&invocation), Some(&give_back))
+            .await?;
         Ok(if taken == 1 {
             Attempt::Acquired {
                 fencing_token: u64::try_from(value).unwrap_or(0),
@@ -248,7 +317,7 @@ impl SingleNode {
                         .arg(token)
                         .arg(&keys.channel),
                 ),
-                drop,
+                None,
             )
             .await?;
         Ok(deleted == 1)
@@ -274,14 +343,51 @@ impl SingleNode {
                         .arg(millis(by))
                         .arg(mode),
                 ),
-                drop,
+                None,
             )
             .await?;
         Ok(done == 1)
     }
 
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
-        self.send(Request::Command(&redis::cmd("PING")), drop).await
+        self.send(Request::Command(&redis::cmd("PING")), None).await
+    }
+}
+
+impl Slot {
+    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        current
+            .as_ref()
+            .map(|c| (c.generation, c.connection.clone()))
+    }
+
+    fn discard(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
+            *current = None;
+        }
+    }
+}
+
+/// Gives a request back through `then` when dropped armed: the request was
+/// sent and its answer will not be read.
+struct Unanswered<'a> {
+    connection: Option<MultiplexedConnection>,
+    then: Option<&'a (dyn Fn(MultiplexedConnection) + Sync)>,
+}
+
+impl Unanswered<'_> {
+    fn disarm(mut self) {
+        self.connection = None;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let (Some(connection), Some(then)) = (self.connection.take(), self.then) {
+            then(connection);
+        }
     }
 }
 
