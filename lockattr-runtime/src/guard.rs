@@ -179,10 +179,10 @@ impl LockGuard {
     /// Releases the lock; a failure is logged as a warning, not returned
     /// (what an annotated function does after its body).
     pub(crate) async fn release_or_warn(mut self) {
-        if let Some(lease) = self.take() {
-            if let Err(e) = release_here(lease.clone()).await {
-                tracing::warn!(lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
-            }
+        if let Some(lease) = self.take()
+            && let Err(e) = release_here(lease.clone()).await
+        {
+            tracing::warn!(lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
         }
     }
 
