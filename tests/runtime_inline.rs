@@ -58,7 +58,9 @@ fn aborted_task_with_an_attempt_in_flight_gives_the_lock_back() {
         assert!(task.await.unwrap_err().is_cancelled());
         server.thaw();
     });
-    let freed = eventually(Duration::from_secs(3), || !server.exists(&lock_key("in-flight")));
+    let freed = eventually(Duration::from_secs(3), || {
+        !server.exists(&lock_key("in-flight"))
+    });
     assert!(
         freed.is_some(),
         "the aborted acquisition kept the lock (pttl {} ms)",
@@ -134,8 +136,13 @@ fn aborted_release_in_a_task_still_releases() {
         assert!(task.await.unwrap_err().is_cancelled());
         server.thaw();
     });
-    let freed = eventually(Duration::from_secs(5), || !server.exists(&lock_key("release")));
-    assert!(freed.is_some(), "the lock stayed held after an aborted release");
+    let freed = eventually(Duration::from_secs(5), || {
+        !server.exists(&lock_key("release"))
+    });
+    assert!(
+        freed.is_some(),
+        "the lock stayed held after an aborted release"
+    );
 }
 
 /// A guard held by a task when its runtime shuts down is dropped with the
@@ -164,7 +171,9 @@ fn guard_held_when_its_runtime_shuts_down_is_released() {
     });
     assert!(server.exists(&lock_key("shutdown")));
     drop(rt);
-    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("shutdown")));
+    let freed = eventually(Duration::from_secs(2), || {
+        !server.exists(&lock_key("shutdown"))
+    });
     assert!(freed.is_some(), "the lock outlived its runtime");
 }
 
