@@ -473,34 +473,52 @@ async fn acquire(
                 ),
             }
         }
-        let mut pause = deadline.saturating_duration_since(Instant::now());
+        // When to ask Redis again: at the deadline, when the holder's lease
+        // ends, or soon if no release notice can reach us.
+        let mut wake_at = deadline;
         if let Some(left) = expires_in {
-            pause = pause.min(left + Duration::from_millis(1));
+            wake_at = wake_at.min(soon_after(left));
         }
         if waiter.is_none() {
-            pause = pause.min(FALLBACK_PAUSE);
+            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
         }
-        let woken = async {
-            match waiter.as_mut() {
-                Some(waiter) => waiter.wait().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            wake = woken => match wake {
-                Wake::Handed { fencing_token } => {
-                    queued.0 = None;
-                    lease.fencing_token = fencing_token;
-                    return Ok(LockGuard::new(lease));
+        loop {
+            let woken = async {
+                match waiter.as_mut() {
+                    Some(waiter) => waiter.wait().await,
+                    None => std::future::pending().await,
                 }
-                Wake::Recheck => waiter = None,
-            },
-            () = tokio::time::sleep(pause) => {}
-            () = gone.wait() => return Err(LockError::Runtime {
-                reason: "the caller stopped waiting".into(),
-            }),
+            };
+            tokio::select! {
+                wake = woken => match wake {
+                    Wake::Handed { fencing_token } => {
+                        queued.0 = None;
+                        lease.fencing_token = fencing_token;
+                        return Ok(LockGuard::new(lease));
+                    }
+                    Wake::Recheck => {
+                        waiter = None;
+                        break;
+                    }
+                    // Another waiter got the lock: a crash of that holder is
+                    // what to watch for now.
+                    Wake::Rearm { lease } => wake_at = deadline.min(soon_after(lease)),
+                },
+                () = tokio::time::sleep_until(wake_at.into()) => break,
+                () = gone.wait() => return Err(LockError::Runtime {
+                    reason: "the caller stopped waiting".into(),
+                }),
+            }
         }
     }
+}
+
+/// A millisecond after `lease` from now: when a lease that has `lease` left
+/// has surely ended. Far in the future for absurd leases.
+fn soon_after(lease: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(lease.saturating_add(Duration::from_millis(1)))
+        .unwrap_or(now + MAX_EXPIRE)
 }
 
 /// How often a waiter that cannot subscribe to release notices checks the

@@ -62,8 +62,8 @@ return {0, redis.call('pttl', KEYS[1])}
 
 /// Releases the lock if the token owns it, handing it straight to the oldest
 /// waiter whose deadline has not passed (with a new fencing token and that
-/// waiter's lease) and publishing `<waiter's token>:<fencing token>` on the
-/// lock's channel; deletes it when nobody waits. A token that does not own
+/// waiter's lease) and publishing `<waiter's token>:<fencing token>:<lease
+/// ms>` on the lock's channel; deletes it when nobody waits. A token that does not own
 /// the lock leaves the queue instead (a waiter that gave up).
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: token, channel.
@@ -88,8 +88,9 @@ while true do
     local sep = string.find(entry, ':', 1, true)
     if sep and tonumber(string.sub(entry, 1, sep - 1)) >= now then
       local fence = redis.call('incr', KEYS[2])
-      redis.call('set', KEYS[1], waiter, 'PX', string.sub(entry, sep + 1))
-      redis.call('publish', ARGV[2], string.format('%s:%d', waiter, fence))
+      local lease = string.sub(entry, sep + 1)
+      redis.call('set', KEYS[1], waiter, 'PX', lease)
+      redis.call('publish', ARGV[2], string.format('%s:%d:%s', waiter, fence, lease))
       return 1
     end
   end

@@ -12,12 +12,16 @@
 //! Here waiters queue in Redis instead (see the acquire and release scripts):
 //! a release gives the lock directly to the oldest waiter still within its
 //! acquire time, with a new fencing token, and publishes
-//! `<that waiter's token>:<fencing token>` on the lock's channel. The channel
+//! `<that waiter's token>:<fencing token>:<its lease in ms>` on the lock's
+//! channel. The channel
 //! carries the lock's hash tag, so it can become a sharded channel on a
 //! Redis Cluster. Each Locker has one subscriber connection for all its
 //! waiters; the message is routed by token to the one waiting task, which
-//! returns at once: it already holds the lock. Nobody else is woken, so
-//! there is no herd, and the queue serves waiters in the order they came.
+//! returns at once: it already holds the lock. The other waiters make no
+//! request: they only move their expiry check to the end of the new
+//! holder's lease (which is shorter than the old holder's when the new
+//! holder asked for less), so there is no herd, and the queue serves
+//! waiters in the order they came.
 //!
 //! Messages can be lost (pub/sub is fire-and-forget; a subscriber connection
 //! may drop). Nothing depends on them alone: every waiter also wakes when the
@@ -39,7 +43,7 @@ use std::time::{Duration, Instant};
 use futures_core::Stream;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::{Client, RedisError};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::Timeouts;
 use crate::io;
@@ -54,6 +58,9 @@ pub(crate) enum Wake {
     Handed { fencing_token: u64 },
     /// The subscription broke, so a message may have been missed: ask Redis.
     Recheck,
+    /// A release handed the lock to another waiter, whose lease is this
+    /// long: the time to check for a crashed holder moves to its end.
+    Rearm { lease: Duration },
 }
 
 /// The wake-ups of one Redis server, for one Locker.
@@ -85,7 +92,7 @@ struct State {
 #[derive(Default)]
 struct Channel {
     /// The waiting tasks, by owner token.
-    waiters: HashMap<String, oneshot::Sender<Wake>>,
+    waiters: HashMap<String, mpsc::UnboundedSender<Wake>>,
     /// The generation of the connection this channel is subscribed on.
     subscribed: Option<u64>,
     /// Serializes SUBSCRIBE and UNSUBSCRIBE of this channel, so they reach
@@ -106,16 +113,16 @@ pub(crate) struct Waiter {
     state: Weak<Mutex<State>>,
     channel: String,
     token: String,
-    wake: oneshot::Receiver<Wake>,
+    wake: mpsc::UnboundedReceiver<Wake>,
 }
 
 impl Waiter {
-    /// The next wake-up. After it returns, the waiter is no longer
-    /// registered: register again to keep waiting.
+    /// The next wake-up. After [`Wake::Handed`] or [`Wake::Recheck`] the
+    /// waiter is no longer registered: register again to keep waiting.
     pub(crate) async fn wait(&mut self) -> Wake {
         // A dropped sender means the registry let go of this waiter (the
-        // Locker is going away): ask Redis.
-        (&mut self.wake).await.unwrap_or(Wake::Recheck)
+        // subscription broke, or the Locker is going away): ask Redis.
+        self.wake.recv().await.unwrap_or(Wake::Recheck)
     }
 }
 
@@ -154,7 +161,7 @@ impl Wakeups {
     }
 
     fn waiter(&self, state: &mut State, channel: &str, token: &str) -> Waiter {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         let entry = state.channels.entry(channel.to_owned()).or_default();
         entry.waiters.insert(token.to_owned(), tx);
         entry.idle_since = None;
@@ -271,24 +278,49 @@ async fn read(
             lost(&state, generation);
             return;
         };
-        let payload = message.get_payload_bytes();
-        let Some((token, fencing_token)) = std::str::from_utf8(payload)
+        let Some(handed) = std::str::from_utf8(message.get_payload_bytes())
             .ok()
-            .and_then(|p| p.rsplit_once(':'))
-            .and_then(|(token, fence)| Some((token, fence.parse().ok()?)))
+            .and_then(HandOver::parse)
         else {
             continue;
         };
+        let channel = std::str::from_utf8(message.get_channel_name().as_bytes()).ok();
         let mut guard = lock(&state);
-        let waiter = std::str::from_utf8(message.get_channel_name().as_bytes())
-            .ok()
-            .and_then(|name| guard.channels.get_mut(name))
-            .and_then(|channel| channel.waiters.remove(token));
-        drop(guard);
-        if let Some(waiter) = waiter {
+        let Some(channel) = channel.and_then(|name| guard.channels.get_mut(name)) else {
+            continue;
+        };
+        if let Some(waiter) = channel.waiters.remove(handed.token) {
             // The waiter may have just given up; its exit asks Redis anyway.
-            let _ = waiter.send(Wake::Handed { fencing_token });
+            let _ = waiter.send(Wake::Handed {
+                fencing_token: handed.fencing_token,
+            });
         }
+        for waiter in channel.waiters.values() {
+            let _ = waiter.send(Wake::Rearm {
+                lease: handed.lease,
+            });
+        }
+    }
+}
+
+/// A release notice: `<token>:<fencing token>:<lease ms>`.
+struct HandOver<'a> {
+    token: &'a str,
+    fencing_token: u64,
+    lease: Duration,
+}
+
+impl<'a> HandOver<'a> {
+    fn parse(payload: &'a str) -> Option<HandOver<'a>> {
+        let mut parts = payload.rsplitn(3, ':');
+        let lease = Duration::from_millis(parts.next()?.parse().ok()?);
+        let fencing_token = parts.next()?.parse().ok()?;
+        let token = parts.next()?;
+        Some(HandOver {
+            token,
+            fencing_token,
+            lease,
+        })
     }
 }
 
