@@ -1,5 +1,5 @@
-//! Operations awaited in a tokio task run in that task, on a connection of
-//! the task's runtime. These tests cover what that path must still promise:
+//! Operations awaited on a multi-thread runtime, or in a task, run right
+//! there, on a connection of that runtime. These tests cover what that path must still promise:
 //! a dropped future never leaves a lock or a queue entry behind, a guard
 //! outlives its runtime safely, and a runtime's connection goes away with it.
 mod support;

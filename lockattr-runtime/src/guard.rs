@@ -259,12 +259,12 @@ impl LockGuard {
     }
 }
 
-/// Releases `lease` in the caller's task when it is one, otherwise on the
+/// Releases `lease` on the caller's runtime when it can, otherwise on the
 /// I/O thread. If the caller drops this future before Redis answered, the
 /// release is sent again from the I/O thread: releasing twice is harmless,
 /// the second finds the lock no longer this token's and leaves it alone.
 async fn release_here(lease: Arc<Lease>) -> Result<(), LockError> {
-    if !io::in_task() {
+    if !io::can_run_here() {
         return io::run(async move { lease.release().await }).await;
     }
     let mut unfinished = ReleaseOnDrop(Some(lease.clone()));

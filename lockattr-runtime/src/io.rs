@@ -1,20 +1,26 @@
 //! The I/O thread, and where each lock operation runs.
 //!
 //! A tokio connection belongs to the runtime that created it and dies with
-//! it. An operation awaited in a tokio task runs right there, on a
-//! connection of the caller's runtime (see `SingleNode`): no hop to another
-//! thread, so acquire+release costs two round trips and little more.
+//! it. An operation awaited where tokio keeps running in the background (on
+//! a multi-thread runtime, or in a task of a current-thread one) runs right
+//! there, on a connection of that runtime (see `SingleNode`): no hop to
+//! another thread, so acquire+release costs two round trips and little more.
 //! Everything else runs on one small current-thread runtime on a dedicated
 //! thread, started on first use: the blocking path (plain threads need no
-//! runtime of their own; they wait on a std channel), futures polled outside
-//! any task (`block_on`, other executors: they await a oneshot channel), the
-//! release of a dropped guard, and the subscriber connection of each Locker.
+//! runtime of their own; they wait on a std channel), futures polled by
+//! `block_on` of a current-thread runtime or by other executors (they await
+//! a oneshot channel), the release of a dropped guard, and the subscriber
+//! connection of each Locker.
 //!
 //! An operation handed to the I/O thread keeps running when its caller goes
 //! away, which makes cancellation safe there: a guard acquired for a caller
 //! who stopped waiting is dropped on that thread, and its Drop releases the
-//! lock. Operations run in the caller's task make cancellation safe with drop
-//! guards instead (a request in flight is given back on its own connection).
+//! lock. Operations run on the caller's runtime make cancellation safe with
+//! drop guards instead (a request in flight is given back on its own
+//! connection). One case is left to the lease: a runtime that shuts down
+//! while an acquisition is on the wire takes its connection with it, so the
+//! give-back cannot be sent; the lock then frees itself at expiry, as after
+//! a crash.
 
 use std::future::Future;
 use std::sync::mpsc;
@@ -76,23 +82,33 @@ where
     rx.await.map_err(|_| stopped())?
 }
 
-/// True when the caller is a tokio task: then lock operations run right
-/// there, on the caller's runtime and its connection, with no hop to the I/O
-/// thread. A future polled outside any task (`block_on`, another executor)
-/// goes through the I/O thread instead: its runtime's I/O may not be driven
-/// while it waits.
-pub(crate) fn in_task() -> bool {
-    tokio::task::try_id().is_some()
+/// True when lock operations can run right here, on the current runtime and
+/// its connection, with no hop to the I/O thread: the runtime must keep
+/// running in the background, because a dropped acquisition is given back
+/// by a task spawned on it. A multi-thread runtime always does; a
+/// current-thread runtime does while its tasks run, but not after the
+/// `block_on` that polls a future here returns (a sync program that calls
+/// `rt.block_on(..)` now and then), so its `block_on` goes through the I/O
+/// thread.
+pub(crate) fn can_run_here() -> bool {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    Handle::try_current().is_ok_and(|handle| {
+        handle.runtime_flavor() == RuntimeFlavor::MultiThread || tokio::task::try_id().is_some()
+    })
 }
 
-/// Runs `fut` in the caller's task when it is one (see [`in_task`]),
-/// otherwise on the I/O thread.
+/// Runs `fut` right here when it can (see [`can_run_here`]), otherwise on
+/// the I/O thread.
 pub(crate) async fn run_here<T, F>(fut: F) -> Result<T, LockError>
 where
     F: Future<Output = Result<T, LockError>> + Send + 'static,
     T: Send + 'static,
 {
-    if in_task() { fut.await } else { run(fut).await }
+    if can_run_here() {
+        fut.await
+    } else {
+        run(fut).await
+    }
 }
 
 /// Tells a task on the I/O thread that its async caller stopped waiting

@@ -27,8 +27,9 @@ pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Cheap to create (it parses the URL and connects on first use) and cheap
 /// to clone (clones share its connections). All locks of a Locker share one
 /// multiplexed connection per tokio runtime that uses it, so an operation
-/// awaited in a task talks to Redis from that task's own thread; plain
-/// threads (the blocking path) and futures polled outside tasks go through a
+/// awaited on a multi-thread tokio runtime, or in a task, talks to Redis
+/// from that runtime; plain threads (the blocking path), `block_on` of a
+/// current-thread runtime and other executors go through a
 /// small I/O thread of the library. Connections are opened again after they
 /// drop or Redis restarts. Waiters of a Locker share one more connection,
 /// subscribed to release notices. A Locker works from any tokio runtime,
@@ -341,7 +342,7 @@ impl LockBuilder<'_> {
     /// ```
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let request = self.checked()?;
-        if io::in_task() {
+        if io::can_run_here() {
             acquire(request, io::CallerGone::never()).await
         } else {
             io::run_watched(|gone| acquire(request, gone)).await
@@ -402,7 +403,7 @@ impl LockBuilder<'_> {
     }
 }
 
-/// The acquisition loop: in the caller's task, or on the I/O thread.
+/// The acquisition loop: on the caller's runtime, or on the I/O thread.
 ///
 /// Each attempt is one script call. When the lock is held, the attempt also
 /// queues this request in Redis, and the loop sleeps until the first of:

@@ -50,10 +50,10 @@ type Slots = Mutex<HashMap<tokio::runtime::Id, Arc<Slot>>>;
 /// One Redis server.
 ///
 /// Every lock operation made from one tokio runtime shares one multiplexed
-/// connection, whose I/O task runs on that runtime: an operation awaited in
-/// a task talks to Redis without a hop to another thread. The library's I/O
-/// thread is one such runtime (the blocking path, futures polled outside
-/// tasks, background releases). A connection is opened on first use and
+/// connection, whose I/O task runs on that runtime: an operation awaited
+/// there talks to Redis without a hop to another thread. The library's I/O
+/// thread is one such runtime (the blocking path, other executors,
+/// background releases). A connection is opened on first use and
 /// opened again after it broke (a dropped connection, a Redis restart, an
 /// answer that timed out); a runtime's connection is forgotten when the
 /// runtime shuts down.
