@@ -224,8 +224,16 @@ impl Wakeups {
         if let Some(sink) = lock(&self.state).sink.clone() {
             return Ok(sink);
         }
-        let (sink, stream) = within(self.timeouts.connect, self.client.get_async_pubsub())
-            .await?
+        // Opened on the I/O thread, whose runtime never stops: the
+        // connection's I/O task runs where it was opened, and it serves the
+        // waiters of every runtime.
+        let client = self.client.clone();
+        let connect = within(self.timeouts.connect, async move {
+            client.get_async_pubsub().await
+        });
+        let (sink, stream) = io::run(async move { Ok(connect.await) })
+            .await
+            .map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))??
             .split();
         let (stop, stopped) = oneshot::channel();
         let generation = {
