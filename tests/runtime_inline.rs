@@ -7,21 +7,13 @@ mod support;
 use std::time::Duration;
 
 use lockattr::Locker;
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, current_thread, eventually, lock_key, multi_thread};
 
 /// A Locker that waits long for answers, so that dropping a future, not a
 /// timeout, is what ends a request sent to a frozen server.
 fn patient_locker(server: &RedisServer) -> Locker {
     Locker::builder(server.url())
         .response_timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
-fn multi_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
         .build()
         .unwrap()
 }
@@ -177,8 +169,11 @@ fn guard_held_when_its_runtime_shuts_down_is_released() {
     assert!(freed.is_some(), "the lock outlived its runtime");
 }
 
-/// One Locker used by tasks of one runtime after another: each works, and
-/// the connection of a runtime that shut down is closed, not kept.
+/// One Locker used by tasks of one runtime after another: each runtime gets
+/// a working connection of its own (none is reused from a runtime that is
+/// gone), and the connection of a runtime that shut down is closed. (That
+/// the Locker also forgets the dead runtime's entry is not visible from
+/// outside.)
 #[test]
 fn runtime_after_runtime_in_tasks_keeps_no_dead_connections() {
     let server = RedisServer::start();
@@ -186,10 +181,7 @@ fn runtime_after_runtime_in_tasks_keeps_no_dead_connections() {
     let base = server.client_count();
     for round in 0..5 {
         let rt = if round % 2 == 0 {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
+            current_thread()
         } else {
             multi_thread()
         };

@@ -7,28 +7,13 @@ use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use lockattr::Locker;
-use support::RedisServer;
+use support::{RedisServer, current_thread, multi_thread};
 
 /// The URL of the server owned by `static_locker_survives_runtime_after_runtime`.
 static URL: OnceLock<String> = OnceLock::new();
 /// A Locker in a static, as an application would keep it.
 static LOCKER: LazyLock<Locker> =
     LazyLock::new(|| Locker::new(URL.get().expect("URL set first")).unwrap());
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn multi_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A few operations of every kind on `locker`, under `name`.
 async fn exercise(locker: &Locker, name: &str) {

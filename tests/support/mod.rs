@@ -294,20 +294,41 @@ impl RedisServer {
 
     /// Calls per command since start, from `INFO commandstats` (`{"evalsha": 3, ...}`).
     pub fn command_calls(&self) -> std::collections::HashMap<String, u64> {
+        self.command_stats()
+            .into_iter()
+            .map(|(name, (calls, _))| (name, calls))
+            .collect()
+    }
+
+    /// Calls that completed per command since start: calls minus failed
+    /// calls (an EVALSHA answered NOSCRIPT, then sent again, counts once).
+    pub fn completed_calls(&self) -> std::collections::HashMap<String, u64> {
+        self.command_stats()
+            .into_iter()
+            .map(|(name, (calls, failed))| (name, calls - failed))
+            .collect()
+    }
+
+    /// `(calls, failed calls)` per command, from `INFO commandstats`.
+    fn command_stats(&self) -> std::collections::HashMap<String, (u64, u64)> {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query(&mut self.client())
             .expect("INFO commandstats");
         info.lines()
             .filter_map(|line| {
-                let rest = line.strip_prefix("cmdstat_")?;
-                let (name, stats) = rest.split_once(':')?;
-                let calls = stats
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("calls="))?
-                    .parse()
-                    .ok()?;
-                Some((name.to_owned(), calls))
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |key: &str| -> Option<u64> {
+                    stats
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(key))?
+                        .parse()
+                        .ok()
+                };
+                Some((
+                    name.to_owned(),
+                    (field("calls=")?, field("failed_calls=").unwrap_or(0)),
+                ))
             })
             .collect()
     }
@@ -343,4 +364,21 @@ impl From<redis::RedisError> for BodyError {
     fn from(e: redis::RedisError) -> Self {
         BodyError::Redis(e)
     }
+}
+
+/// A current-thread tokio runtime with I/O and timers.
+pub fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A multi-thread tokio runtime with 2 workers, I/O and timers.
+pub fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
