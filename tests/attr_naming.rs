@@ -406,9 +406,9 @@ fn different_argument_values_are_different_locks_sync_threads() {
     });
 }
 
-/// The same value twice is the same lock: a nested call is refused (locks
-/// are not reentrant).
-#[redis_lock(name = "nest:{id}", expire = 30, acquire_time = 0, locker = locker)]
+/// The same value twice is the same lock: a nested call is refused when the
+/// lock is not reentrant (reentrant locks are in `attr_reentrant.rs`).
+#[redis_lock(name = "nest:{id}", expire = 30, acquire_time = 0, locker = locker, reentrant = false)]
 fn nested(locker: &Locker, id: u32, depth: u32) -> Result<Option<LockError>, LockError> {
     if depth == 0 {
         return Ok(None);

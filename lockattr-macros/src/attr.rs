@@ -1,9 +1,11 @@
 //! Parsing the options of `#[redis_lock(...)]`.
 //!
-//! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g`.
+//! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g,
+//! renew, on_lost = "abort", reentrant = false`.
 //! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
 //! and all mistakes found in one pass, each at its own token.
 
+use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
@@ -11,7 +13,11 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 use crate::duration::DurationArg;
 
 /// The options this attribute knows, for messages.
-pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard";
+pub(crate) const VALID: &str =
+    "name, expire, acquire_time, locker, guard, renew, on_lost, reentrant";
+
+/// The options that stand alone as `true` (`renew` means `renew = true`).
+const FLAGS: [&str; 2] = ["renew", "reentrant"];
 
 /// How the lock is named.
 pub(crate) enum NameArg {
@@ -29,6 +35,18 @@ pub(crate) struct Options {
     pub(crate) acquire_time: Option<DurationArg>,
     pub(crate) locker: Option<Expr>,
     pub(crate) guard: Option<Ident>,
+    pub(crate) renew: Option<bool>,
+    pub(crate) reentrant: Option<bool>,
+    pub(crate) on_lost: Option<(OnLost, Span)>,
+}
+
+/// What an annotated function does when its lock is lost mid-body.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    /// Drop the body's future and return `Err(Lost)` (async only).
+    Abort,
+    /// Let the body finish, then return `Err(Lost)` instead of an `Ok`.
+    Error,
 }
 
 /// `key` or `key = value`.
@@ -69,6 +87,17 @@ impl Parse for Parsed {
         };
         for RawOption { key, value } in raw {
             let name = key.to_string();
+            if value.is_none() && FLAGS.contains(&name.as_str()) {
+                let slot = if name == "renew" {
+                    &mut options.renew
+                } else {
+                    &mut options.reentrant
+                };
+                if slot.replace(true).is_some() {
+                    push(twice(&key));
+                }
+                continue;
+            }
             let Some(value) = value else {
                 push(if VALID.split(", ").any(|v| v == name) {
                     syn::Error::new(
@@ -104,19 +133,77 @@ impl Parse for Parsed {
                         false
                     }
                 },
+                "renew" | "reentrant" => match flag(&name, value) {
+                    Ok(on) => {
+                        let slot = if name == "renew" {
+                            &mut options.renew
+                        } else {
+                            &mut options.reentrant
+                        };
+                        slot.replace(on).is_some()
+                    }
+                    Err(e) => {
+                        push(e);
+                        false
+                    }
+                },
+                "on_lost" => match on_lost(value) {
+                    Ok(mode) => options.on_lost.replace(mode).is_some(),
+                    Err(e) => {
+                        push(e);
+                        false
+                    }
+                },
                 _ => {
                     push(unknown(&key));
                     false
                 }
             };
             if duplicate {
-                push(syn::Error::new(
-                    key.span(),
-                    format!("`{name}` is given twice"),
-                ));
+                push(twice(&key));
             }
         }
         Ok(Parsed { options, errors })
+    }
+}
+
+fn twice(key: &Ident) -> syn::Error {
+    syn::Error::new(key.span(), format!("`{key}` is given twice"))
+}
+
+/// `renew = true`, `reentrant = false`: a literal `true` or `false`.
+fn flag(name: &str, value: Expr) -> syn::Result<bool> {
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Bool(b), ..
+    }) = &value
+    {
+        return Ok(b.value);
+    }
+    Err(syn::Error::new_spanned(
+        value,
+        format!("`{name}` takes `true` or `false`, or stands alone for `true`: `{name}`"),
+    ))
+}
+
+/// `on_lost = "abort"` or `on_lost = "error"`.
+fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
+    const CHOICES: &str = "`on_lost = \"abort\"` (stop the body at once) or `on_lost = \"error\"` \
+                           (let it finish, then return the loss as an error)";
+    match &value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => match lit.value().as_str() {
+            "abort" => Ok((OnLost::Abort, lit.span())),
+            "error" => Ok((OnLost::Error, lit.span())),
+            other => Err(syn::Error::new(
+                lit.span(),
+                format!("unknown `on_lost` mode \"{other}\"; use {CHOICES}"),
+            )),
+        },
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`on_lost` takes a string: {CHOICES}"),
+        )),
     }
 }
 

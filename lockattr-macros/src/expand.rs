@@ -36,6 +36,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::ItemFn;
 
+use crate::attr::OnLost;
 use crate::validate::Plan;
 
 pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
@@ -58,10 +59,19 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let name = &plan.name;
     let expire = &plan.expire;
     let acquire_time = &plan.acquire_time;
+    let (renew, reentrant) = (plan.renew, plan.reentrant);
+    let options = quote! {
+        ::lockattr::__private::Options {
+            expire: #expire,
+            wait: #acquire_time,
+            renew: #renew,
+            reentrant: #reentrant,
+        }
+    };
     let acquire = if is_async {
-        quote!(::lockattr::__private::acquire(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #expire, #acquire_time).await)
+        quote!(::lockattr::__private::acquire(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #options).await)
     } else {
-        quote!(::lockattr::__private::acquire_blocking(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #expire, #acquire_time))
+        quote!(::lockattr::__private::acquire_blocking(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #options))
     };
     // Locker (user's or default), then name, then acquire; every failure
     // ends up in one `Result`, so a wrong return type is reported once.
@@ -91,41 +101,90 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         },
     };
     // `lock_failed::<R>` infers R from the function's return type; spanned
-    // there, so a return type that cannot carry a LockError is reported there.
-    let fail = quote_spanned!(plan.return_span=>
-        return ::lockattr::__private::lock_failed(#error_var)
-    );
-    let bind_guard = plan
-        .guard
-        .as_ref()
-        .map(|user| quote!(let #user: &::lockattr::__private::LockGuard = &#guard_var;));
+    // there, so a return type that cannot carry a LockError is reported
+    // there. Every call has the same span and types, so rustc reports a
+    // wrong return type once however many calls there are.
+    let fail = |body: TokenStream| {
+        quote_spanned!(plan.return_span=>
+            return ::lockattr::__private::lock_failed(#error_var, #body)
+        )
+    };
+    let fail_acquire = fail(quote!(::core::option::Option::None));
+    let bind_guard = plan.guard.as_ref().map(|user| {
+        if is_async {
+            quote!(let #user: &::lockattr::__private::LockGuard = &#guard_var;)
+        } else {
+            quote!(let #user: &::lockattr::__private::LockGuard = #guard_var.guard();)
+        }
+    });
 
     let prelude = quote! {
         #acquired
         let #guard_var = match #acquired_var {
             ::core::result::Result::Ok(#guard_var) => #guard_var,
-            ::core::result::Result::Err(#error_var) => #fail,
+            ::core::result::Result::Err(#error_var) => #fail_acquire,
         };
         #bind_guard
     };
+    let output = match &plan.nameable_return {
+        Some(ty) => quote!(#ty),
+        None => quote!(_),
+    };
+    let fail_lost = fail(quote!(::core::option::Option::Some(#result_var)));
 
-    let body = if is_async {
-        let output = match &plan.nameable_return {
-            Some(ty) => quote!(#ty),
-            None => quote!(_),
-        };
-        quote! {
+    let body = match (is_async, plan.on_lost) {
+        (true, None) => quote! {
             #prelude
-            let #result_var = ::lockattr::__private::typed_body::<#output, _>(async move #block).await;
+            let #result_var = ::lockattr::__private::body(
+                &#guard_var,
+                ::lockattr::__private::typed_body::<#output, _>(async move #block),
+            ).await;
             #[allow(unreachable_code)]
             ::lockattr::__private::release(#guard_var).await;
             #result_var
+        },
+        (true, Some(OnLost::Abort)) => {
+            let fail_abort = fail(quote!(::core::option::Option::None));
+            quote! {
+                #prelude
+                let #result_var = ::lockattr::__private::body_or_lost(
+                    &#guard_var,
+                    ::lockattr::__private::typed_body::<#output, _>(async move #block),
+                ).await;
+                #[allow(unreachable_code)]
+                ::lockattr::__private::release(#guard_var).await;
+                match #result_var {
+                    ::core::result::Result::Ok(#result_var) => #result_var,
+                    ::core::result::Result::Err(#error_var) => #fail_abort,
+                }
+            }
         }
-    } else {
-        quote! {
+        (true, Some(OnLost::Error)) => quote! {
+            #prelude
+            let #result_var = ::lockattr::__private::body(
+                &#guard_var,
+                ::lockattr::__private::typed_body::<#output, _>(async move #block),
+            ).await;
+            #[allow(unreachable_code)]
+            match ::lockattr::__private::release_checked(#guard_var).await {
+                ::core::option::Option::None => #result_var,
+                ::core::option::Option::Some(#error_var) => #fail_lost,
+            }
+        },
+        // The guard's Drop releases on every way out: value, return, ?, panic.
+        (false, None) => quote! {
             #prelude
             #block
-        }
+        },
+        // The body in a closure, so its `return`s come back for the check.
+        (false, Some(_)) => quote! {
+            #prelude
+            let #result_var = ::lockattr::__private::call::<#output, _>(move || #block);
+            match ::lockattr::__private::release_checked_blocking(#guard_var) {
+                ::core::option::Option::None => #result_var,
+                ::core::option::Option::Some(#error_var) => #fail_lost,
+            }
+        },
     };
 
     // syn keeps the body's inner attributes (`#![allow(..)]`) with the outer

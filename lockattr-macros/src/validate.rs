@@ -10,7 +10,7 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{FnArg, Ident, ItemFn, LitStr, Pat, PatIdent, ReturnType, Type};
 
-use crate::attr::{NameArg, Options};
+use crate::attr::{NameArg, OnLost, Options};
 use crate::duration::DurationArg;
 
 /// The longest lease accepted, as the runtime's `MAX_EXPIRE` (30 days).
@@ -24,6 +24,9 @@ pub(crate) struct Plan {
     pub(crate) acquire_time: TokenStream,
     pub(crate) locker: Option<syn::Expr>,
     pub(crate) guard: Option<Ident>,
+    pub(crate) renew: bool,
+    pub(crate) reentrant: bool,
+    pub(crate) on_lost: Option<OnLost>,
     /// Where errors about the return type point.
     pub(crate) return_span: Span,
     /// The declared return type, when it can be written inside the body
@@ -97,6 +100,16 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         }
     }
 
+    if let Some((OnLost::Abort, span)) = options.on_lost
+        && sig.asyncness.is_none()
+    {
+        errors.push(syn::Error::new(
+            span,
+            "`on_lost = \"abort\"` needs an `async fn`: a running synchronous body cannot be stopped \
+             from outside; use `on_lost = \"error\"`, or check `guard.is_lost()` in the body",
+        ));
+    }
+
     let bindings = argument_bindings(item);
     let name = match options.name {
         Some(NameArg::Format(lit)) => match format_name(&lit, &bindings, &sig.ident) {
@@ -149,6 +162,9 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             acquire_time: DurationArg::to_tokens_or(options.acquire_time.as_ref(), 10),
             locker: options.locker,
             guard: options.guard,
+            renew: options.renew.unwrap_or(false),
+            reentrant: options.reentrant.unwrap_or(true),
+            on_lost: options.on_lost.map(|(mode, _)| mode),
             return_span,
             nameable_return,
         }),

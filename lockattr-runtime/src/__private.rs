@@ -5,6 +5,8 @@ use std::time::Duration;
 
 pub use crate::{LockError, LockGuard, LockKey, Locker};
 
+use crate::reentry;
+
 /// The default Locker for an attribute without `locker = ...`.
 pub fn default_locker() -> Result<&'static Locker, LockError> {
     crate::default_locker()
@@ -15,39 +17,147 @@ pub fn key_of<K: LockKey + ?Sized>(key: &K) -> String {
     key.lock_key()
 }
 
-/// Acquires for an async function.
+/// The options of one annotated function.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The lease.
+    pub expire: Duration,
+    /// The acquire time.
+    pub wait: Duration,
+    /// Renew the lease while the body runs.
+    pub renew: bool,
+    /// Re-enter a lock the call chain already holds.
+    pub reentrant: bool,
+}
+
+/// A reentry: the call chain holds `lease`, unless it was lost meanwhile.
+fn reenter(lease: std::sync::Arc<crate::guard::Lease>) -> Result<LockGuard, LockError> {
+    match lease.state.check() {
+        Ok(reason) => Err(lease.lost_error(reason)),
+        Err(_) => Ok(LockGuard::nested(lease)),
+    }
+}
+
+/// Acquires for an async function; a guard that never releases when the
+/// call chain already holds the lock.
 pub async fn acquire(
     locker: &Locker,
     name: &str,
-    expire: Duration,
-    wait: Duration,
+    options: Options,
 ) -> Result<LockGuard, LockError> {
+    if options.reentrant
+        && let Some(lease) = reentry::find_async(&locker.inner, name)
+    {
+        return reenter(lease);
+    }
     locker
         .lock(name)
-        .expire(expire)
-        .acquire_timeout(wait)
+        .expire(options.expire)
+        .acquire_timeout(options.wait)
+        .renew(options.renew)
         .acquire()
         .await
 }
 
-/// Acquires for a sync function.
-pub fn acquire_blocking(
-    locker: &Locker,
-    name: &str,
-    expire: Duration,
-    wait: Duration,
-) -> Result<LockGuard, LockError> {
-    locker
-        .lock(name)
-        .expire(expire)
-        .acquire_timeout(wait)
-        .acquire_blocking()
+/// Runs an async body: the lock joins its call chain's held locks.
+pub async fn body<F: Future>(guard: &LockGuard, body: F) -> F::Output {
+    if guard.is_outermost() {
+        reentry::scope(guard.lease().clone(), body).await
+    } else {
+        body.await
+    }
+}
+
+/// Runs an async body until it finishes or the lock is lost
+/// (`on_lost = "abort"`); the body's future is dropped in the second case.
+pub async fn body_or_lost<F: Future>(guard: &LockGuard, body: F) -> Result<F::Output, LockError> {
+    let body = self::body(guard, body);
+    tokio::select! {
+        biased;
+        output = body => Ok(output),
+        lost = guard.lost() => Err(lost),
+    }
 }
 
 /// Releases after an async function's body; a lock that was no longer
 /// owned is reported as a warning, the body's result stands.
 pub async fn release(guard: LockGuard) {
     guard.release_or_warn().await;
+}
+
+/// Releases after an async body (`on_lost = "error"`): the loss, if the lock
+/// was lost before the body finished.
+pub async fn release_checked(guard: LockGuard) -> Option<LockError> {
+    let lost = guard.lost_now();
+    let released = guard.release().await;
+    released_or_lost(released, lost)
+}
+
+fn released_or_lost(
+    released: Result<(), LockError>,
+    lost: Option<LockError>,
+) -> Option<LockError> {
+    match released {
+        Ok(()) => lost,
+        Err(LockError::NotOwned { name }) => lost.or(Some(LockError::Lost {
+            name,
+            reason: crate::LostReason::Taken,
+        })),
+        Err(e) => {
+            tracing::warn!(error = %e, "#[redis_lock] could not release its lock");
+            lost
+        }
+    }
+}
+
+/// The lock of a sync function, and its place in the thread's held locks.
+#[derive(Debug)]
+pub struct Held {
+    // Leaves the thread's list before the guard releases.
+    on_thread: Option<reentry::OnThread>,
+    guard: LockGuard,
+}
+
+impl Held {
+    /// The guard (for `guard = g`).
+    pub fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+/// Acquires for a sync function; see [`acquire`].
+pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result<Held, LockError> {
+    if options.reentrant
+        && let Some(lease) = reentry::find_blocking(&locker.inner, name)
+    {
+        return reenter(lease).map(|guard| Held {
+            on_thread: None,
+            guard,
+        });
+    }
+    let guard = locker
+        .lock(name)
+        .expire(options.expire)
+        .acquire_timeout(options.wait)
+        .renew(options.renew)
+        .acquire_blocking()?;
+    Ok(Held {
+        on_thread: Some(reentry::enter_blocking(guard.lease().clone())),
+        guard,
+    })
+}
+
+/// Releases after a sync body (`on_lost = "error"`); see [`release_checked`].
+pub fn release_checked_blocking(held: Held) -> Option<LockError> {
+    let Held { on_thread, guard } = held;
+    drop(on_thread);
+    let lost = guard.lost_now();
+    released_or_lost(guard.release_blocking(), lost)
+}
+
+/// Runs a sync body as a closure, so its `return`s come back here.
+pub fn call<R, F: FnOnce() -> R>(body: F) -> R {
+    body()
 }
 
 /// A return type an annotated function can report a lock failure through:
@@ -60,17 +170,33 @@ pub async fn release(guard: LockGuard) {
 pub trait LockResult {
     /// The value returned when the lock cannot be had.
     fn lock_failed(error: LockError) -> Self;
+
+    /// True for an error value.
+    fn is_err(&self) -> bool;
 }
 
 impl<T, E: From<LockError>> LockResult for Result<T, E> {
     fn lock_failed(error: LockError) -> Self {
         Err(E::from(error))
     }
+
+    fn is_err(&self) -> bool {
+        Result::is_err(self)
+    }
 }
 
-/// `R::lock_failed`, with `R` inferred from the function's return type.
-pub fn lock_failed<R: LockResult>(error: LockError) -> R {
-    R::lock_failed(error)
+/// What an annotated function returns when the lock failed: `error`, unless
+/// the body ran and returned an error of its own, which is kept (it says
+/// more about what went wrong). `R` is inferred from the function's return
+/// type; this is the one place the expansion requires `R: LockResult`.
+pub fn lock_failed<R: LockResult>(error: LockError, body: Option<R>) -> R {
+    match body {
+        Some(output) if output.is_err() => {
+            tracing::warn!(error = %error, "#[redis_lock] lost its lock while the body ran; the body's error is returned");
+            output
+        }
+        _ => R::lock_failed(error),
+    }
 }
 
 /// Fixes the output type of the async block holding an async body, so `?`

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::LostReason;
+
 /// Why a lock operation failed.
 ///
 /// Every variant's message says what happened and what to do about it. No
@@ -39,6 +41,21 @@ pub enum LockError {
     NotOwned {
         /// The lock's name (not the Redis key).
         name: String,
+    },
+
+    /// The guard held the lock, then lost it while the work was running:
+    /// its lease ran out, renewals could not reach Redis, or Redis found the
+    /// lock deleted or taken. Unlike [`Timeout`](Self::Timeout), the body
+    /// ran (at least partly) and another owner may have run at the same time.
+    #[error(
+        "lock `{}` was lost while held: {reason}. Another owner may have run at the same time;          make writes conditional on the fencing token",
+        Shown(name)
+    )]
+    Lost {
+        /// The lock's name (not the Redis key).
+        name: String,
+        /// How the loss was found.
+        reason: LostReason,
     },
 
     /// Redis could not be reached, or did not answer in time.
@@ -112,6 +129,17 @@ impl LockError {
     /// ```
     pub fn is_not_owned(&self) -> bool {
         matches!(self, LockError::NotOwned { .. })
+    }
+
+    /// True for [`LockError::Lost`]: the lock was held, then lost mid-work.
+    ///
+    /// ```
+    /// # use lockattr_runtime::{LockError, LostReason};
+    /// let err = LockError::Lost { name: "x".into(), reason: LostReason::Taken };
+    /// assert!(err.is_lost() && !err.is_timeout());
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
     }
 
     /// True for [`LockError::Connection`]: Redis was down, unreachable or too slow.

@@ -1,12 +1,13 @@
 //! [`LockGuard`]: a held lock.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::backend::Extend;
 use crate::key::Keys;
 use crate::locker::Inner;
-use crate::{LockError, io};
+use crate::lost::LeaseState;
+use crate::{LockError, LostReason, io};
 
 /// What a held lock is: who holds it, under which keys, for how long.
 pub(crate) struct Lease {
@@ -16,12 +17,33 @@ pub(crate) struct Lease {
     pub(crate) token: String,
     pub(crate) expire: Duration,
     pub(crate) fencing_token: u64,
+    /// Whether the watchdog renews it.
+    pub(crate) renew: bool,
+    /// Until when it surely holds, and whether it was lost.
+    pub(crate) state: LeaseState,
+    /// Its entry in the Locker's watchdog, while watched.
+    pub(crate) watch: Mutex<Option<u64>>,
 }
 
 impl Lease {
     fn not_owned(&self) -> LockError {
         LockError::NotOwned {
             name: self.name.clone(),
+        }
+    }
+
+    pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
+        LockError::Lost {
+            name: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// Leaves the watchdog: no renewal starts after this returns.
+    fn unwatch(&self) {
+        let id = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(id) = id {
+            self.locker.watchdog.unwatch(id);
         }
     }
 
@@ -40,15 +62,21 @@ impl Lease {
                 "it must be longer than zero",
             ));
         }
-        if self
+        let sent = Instant::now();
+        match self
             .locker
             .backend
             .extend(&self.keys, &self.token, by, how)
             .await?
         {
-            Ok(())
-        } else {
-            Err(self.not_owned())
+            Some(left) => {
+                self.state.confirmed(sent, left);
+                Ok(())
+            }
+            None => {
+                self.state.taken();
+                Err(self.not_owned())
+            }
         }
     }
 }
@@ -97,21 +125,42 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(lease: Lease) -> LockGuard {
+    pub(crate) fn new(lease: Arc<Lease>) -> LockGuard {
         LockGuard {
-            lease: Arc::new(lease),
+            lease,
             held: true,
             blocking: false,
         }
+    }
+
+    /// A guard on a lease an outer guard holds (reentry): it never releases.
+    pub(crate) fn nested(lease: Arc<Lease>) -> LockGuard {
+        LockGuard {
+            lease,
+            held: false,
+            blocking: false,
+        }
+    }
+
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// True when this guard releases the lock (it is not a reentry).
+    pub(crate) fn is_outermost(&self) -> bool {
+        self.held
     }
 
     pub(crate) fn set_blocking(&mut self) {
         self.blocking = true;
     }
 
-    /// Marks the guard released and hands out its lease.
+    /// Marks the guard released and hands out its lease, after stopping its
+    /// renewal.
     fn take(&mut self) -> Option<Arc<Lease>> {
-        std::mem::take(&mut self.held).then(|| self.lease.clone())
+        let lease = std::mem::take(&mut self.held).then(|| self.lease.clone())?;
+        lease.unwatch();
+        Some(lease)
     }
 
     /// The lock's name.
@@ -158,6 +207,89 @@ impl LockGuard {
         self.lease.fencing_token
     }
 
+    /// True once the lock may no longer be this guard's: its lease ran out
+    /// (without renewal, or with renewals failing for a whole lease), or
+    /// Redis found it deleted or taken. Once true, it stays true.
+    ///
+    /// Without [`renew`](crate::LockBuilder::renew) this turns true when the
+    /// lease ends, counted from when the acquiring request was sent; with
+    /// it, when a renewal finds the lock gone (within `expire / 3` of that
+    /// happening), or when no renewal got through for a whole lease. A guard
+    /// does not ask Redis on its own otherwise: a lock deleted from outside
+    /// is noticed by the next renewal, extension or release.
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock("batch").renew(true).acquire().await?;
+    /// for step in 0..100 {
+    ///     if guard.is_lost() {
+    ///         break; // someone else may be running the batch now
+    ///     }
+    ///     // ... step ...
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.lease.state.check().is_ok()
+    }
+
+    /// Resolves once the lock is lost (see [`is_lost`](Self::is_lost)), to a
+    /// [`LockError::Lost`] that says how. Race it against the work to stop
+    /// the work when the lock goes:
+    ///
+    /// ```no_run
+    /// # async fn work() -> Result<(), lockattr_runtime::LockError> { Ok(()) }
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock("rebuild").renew(true).acquire().await?;
+    /// tokio::select! {
+    ///     done = work() => done?,
+    ///     lost = guard.lost() => return Err(lost),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// `#[redis_lock(on_lost = "abort")]` does this for a whole function.
+    pub async fn lost(&self) -> LockError {
+        let reason = self.lease.state.lost().await;
+        self.lease.lost_error(reason)
+    }
+
+    /// [`lost`](Self::lost) for synchronous code: blocks until the lock is
+    /// lost or `timeout` has passed, whichever comes first; `None` when the
+    /// lock is still held. Use it as a pause that ends early when the lock
+    /// goes.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock("poller").renew(true).acquire_blocking()?;
+    /// loop {
+    ///     // ... poll something ...
+    ///     if let Some(lost) = guard.lost_blocking(Duration::from_secs(1)) {
+    ///         return Err(lost);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn lost_blocking(&self, timeout: Duration) -> Option<LockError> {
+        let reason = self.lease.state.lost_blocking(timeout)?;
+        Some(self.lease.lost_error(reason))
+    }
+
+    /// Whether the lease is renewed while held (see
+    /// [`LockBuilder::renew`](crate::LockBuilder::renew)).
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock("x").renew(true).acquire().await?;
+    /// assert!(guard.is_renewed());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_renewed(&self) -> bool {
+        self.lease.renew
+    }
+
     /// Releases the lock. [`LockError::NotOwned`] when the lease had run out
     /// or another owner holds the lock; that owner's lock is left alone.
     ///
@@ -176,13 +308,25 @@ impl LockGuard {
         }
     }
 
+    /// The loss, if the lock is lost by now.
+    pub(crate) fn lost_now(&self) -> Option<LockError> {
+        let reason = self.lease.state.check().ok()?;
+        Some(self.lease.lost_error(reason))
+    }
+
     /// Releases the lock; a failure is logged as a warning, not returned
-    /// (what an annotated function does after its body).
+    /// (what an annotated function does after its body). A lock already
+    /// known to be lost is not worth a warning on release.
     pub(crate) async fn release_or_warn(mut self) {
+        let lost = self.is_lost();
         if let Some(lease) = self.take()
             && let Err(e) = release_here(lease.clone()).await
         {
-            tracing::warn!(lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
+            if lost {
+                tracing::debug!(lock = %lease.name, error = %e, "#[redis_lock] released a lock it had lost");
+            } else {
+                tracing::warn!(lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
+            }
         }
     }
 

@@ -22,6 +22,9 @@ mod guard;
 mod io;
 mod key;
 mod locker;
+mod lost;
+mod reentry;
+mod watchdog;
 
 #[doc(hidden)]
 pub mod __private;
@@ -30,6 +33,7 @@ pub use default::{default_locker, init, set_default};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::LockKey;
+pub use lost::LostReason;
 pub use locker::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, LockBuilder, Locker, LockerBuilder, MAX_EXPIRE,

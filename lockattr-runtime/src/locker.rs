@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use crate::backend::{Attempt, Backend, SingleNode, Timeouts, Wake};
 use crate::guard::{Lease, LockGuard};
 use crate::key::Keys;
+use crate::lost::LeaseState;
+use crate::watchdog::{self, Watchdog};
 use crate::{LockError, io};
 
 /// Default lease of a lock: 10 seconds.
@@ -58,7 +60,9 @@ pub struct Locker {
 
 pub(crate) struct Inner {
     pub(crate) backend: Backend,
-    prefix: String,
+    pub(crate) prefix: String,
+    /// Renews the leases of guards acquired with `renew`.
+    pub(crate) watchdog: Watchdog,
 }
 
 impl std::fmt::Debug for Locker {
@@ -132,6 +136,7 @@ impl Locker {
             name: name.as_ref().to_owned(),
             expire: DEFAULT_EXPIRE,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+            renew: false,
         }
     }
 
@@ -267,6 +272,7 @@ impl LockerBuilder {
             inner: Arc::new(Inner {
                 backend,
                 prefix: self.prefix,
+                watchdog: Watchdog::default(),
             }),
         })
     }
@@ -295,6 +301,7 @@ pub struct LockBuilder<'a> {
     name: String,
     expire: Duration,
     acquire_timeout: Duration,
+    renew: bool,
 }
 
 impl LockBuilder<'_> {
@@ -323,6 +330,35 @@ impl LockBuilder<'_> {
     /// ```
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Renews the lease while the guard is held (default off): every
+    /// `expire / 3` the lock's time left is raised back to `expire`, so the
+    /// work may take as long as it needs, while the lock of a crashed owner
+    /// still frees itself within `expire`.
+    ///
+    /// One task per Locker renews all its locks, several per round trip; it
+    /// stops before [`LockGuard::release`] returns, and when a guard is
+    /// dropped. A renewal only touches a lock that still holds this guard's
+    /// token: a released, expired or taken lock is never brought back. When
+    /// a renewal finds the lock gone, or none gets through for a whole
+    /// lease, the guard is marked lost ([`LockGuard::is_lost`]).
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker
+    ///     .lock("rebuild-search-index")
+    ///     .expire(Duration::from_secs(15)) // freed within 15 s if this process dies
+    ///     .renew(true)                     // held for as long as the work takes
+    ///     .acquire()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
         self
     }
 
@@ -398,6 +434,9 @@ impl LockBuilder<'_> {
             token,
             expire: self.expire,
             fencing_token: 0,
+            renew: self.renew,
+            state: LeaseState::new(Instant::now(), self.renew),
+            watch: std::sync::Mutex::new(None),
         };
         Ok((lease, self.acquire_timeout))
     }
@@ -418,7 +457,7 @@ impl LockBuilder<'_> {
 ///   attempt whose answer will not be read is given back on its own
 ///   connection (see `SingleNode::try_acquire`).
 async fn acquire(
-    (mut lease, wait): (Lease, Duration),
+    (lease, wait): (Lease, Duration),
     mut gone: io::CallerGone,
 ) -> Result<LockGuard, LockError> {
     let now = Instant::now();
@@ -430,15 +469,15 @@ async fn acquire(
     let mut waiter = wakeups.register_if_subscribed(&lease.keys.channel, &lease.token);
     let mut queued = LeaveOnDrop(None);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
         let attempt = backend
             .try_acquire(&lease.keys, &lease.token, lease.expire, left)
             .await;
         let expires_in = match attempt {
             Ok(Attempt::Acquired { fencing_token }) => {
                 queued.0 = None;
-                lease.fencing_token = fencing_token;
-                return Ok(LockGuard::new(lease));
+                return Ok(granted(lease, fencing_token, sent, false));
             }
             Ok(Attempt::Held { expires_in }) => expires_in,
             // `queued` leaves the queue, if this request was in it.
@@ -492,10 +531,11 @@ async fn acquire(
             };
             tokio::select! {
                 wake = woken => match wake {
+                    // The release that handed it over ran after `sent`: the
+                    // attempt just sent found the lock held.
                     Wake::Handed { fencing_token } => {
                         queued.0 = None;
-                        lease.fencing_token = fencing_token;
-                        return Ok(LockGuard::new(lease));
+                        return Ok(granted(lease, fencing_token, sent, true));
                     }
                     Wake::Recheck => {
                         waiter = None;
@@ -512,6 +552,33 @@ async fn acquire(
             }
         }
     }
+}
+
+/// The guard of a lease just taken by a request sent at `sent` (or handed
+/// over by a release that ran after `sent`), entered in the watchdog when it
+/// is renewed.
+///
+/// A lease handed over started at the release, which may be long after
+/// `sent`: its `valid_until` counted from `sent` is safe but short. When it
+/// would cut more than a tenth of the lease, the watchdog reads the lease's
+/// time left once to make it exact (a renewed lease is renewed at once
+/// instead), in the background: the hand-over itself stays a single message.
+fn granted(mut lease: Lease, fencing_token: u64, sent: Instant, handed: bool) -> LockGuard {
+    lease.fencing_token = fencing_token;
+    lease.state = LeaseState::new(sent + lease.expire, lease.renew);
+    let (renew, expire) = (lease.renew, lease.expire);
+    let lease = Arc::new(lease);
+    let locker = lease.locker.clone();
+    let watch = if renew {
+        let period = watchdog::period(expire);
+        Some(locker.watchdog.watch(&locker, &lease, sent + period, Some(period)))
+    } else if handed && sent.elapsed() > expire / 10 {
+        Some(locker.watchdog.watch(&locker, &lease, Instant::now(), None))
+    } else {
+        None
+    };
+    *lease.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
+    LockGuard::new(lease)
 }
 
 /// A millisecond after `lease` from now: when a lease that has `lease` left

@@ -26,6 +26,17 @@ pub(crate) enum Attempt {
     Held { expires_in: Option<Duration> },
 }
 
+/// One lease in a [`Backend::renew`] batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewal<'a> {
+    /// The lock's key.
+    pub(crate) key: &'a str,
+    /// Its owner's token.
+    pub(crate) token: &'a str,
+    /// The lease to raise it to; `None` only reads the time left.
+    pub(crate) lease: Option<Duration>,
+}
+
 /// How [`Backend::extend`] changes a lease.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Extend {
@@ -73,16 +84,28 @@ impl Backend {
         }
     }
 
-    /// Changes the lease if `token` owns the lock; false when it did not.
+    /// Changes the lease if `token` owns the lock; its new time left, or
+    /// `None` when `token` did not own it.
     pub(crate) async fn extend(
         &self,
         keys: &Keys,
         token: &str,
         by: Duration,
         how: Extend,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Option<Duration>, LockError> {
         match self {
             Backend::Single(node) => node.extend(keys, token, by, how).await,
+        }
+    }
+
+    /// Renews a batch of leases (see [`scripts::RENEW`]); per lease, its
+    /// time left, or `None` when its token no longer owns the lock.
+    pub(crate) async fn renew(
+        &self,
+        leases: &[Renewal<'_>],
+    ) -> Result<Vec<Option<Duration>>, LockError> {
+        match self {
+            Backend::Single(node) => node.renew(leases).await,
         }
     }
 

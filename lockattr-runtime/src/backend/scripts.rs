@@ -102,7 +102,8 @@ return 1
 /// [`RELEASE_LUA`] as a script.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
 
-/// Changes the lease of a lock the token owns. Returns 1, or 0 when not owned.
+/// Changes the lease of a lock the token owns. Returns the lease's new time
+/// left in ms, or -1 when the token does not own the lock.
 ///
 /// KEYS: lock key. ARGV: token, ms, mode (`add`: add ms to the time left;
 /// `set`: the lease becomes ms).
@@ -110,17 +111,47 @@ pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
     Script::new(
         r"
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  return 0
+  return -1
 end
 local ttl = tonumber(ARGV[2])
 if ARGV[3] == 'add' then
   local left = redis.call('pttl', KEYS[1])
   if left < 0 then
-    return 0
+    return -1
   end
   ttl = ttl + left
 end
-return redis.call('pexpire', KEYS[1], ttl)
+redis.call('pexpire', KEYS[1], ttl)
+return ttl
+",
+    )
+});
+
+/// Renews many leases in one call (the watchdog's batch).
+///
+/// KEYS: lock keys. ARGV: for each key, its owner's token and the lease in
+/// ms. A lease is raised to that many ms if it has less left; it is never
+/// shortened (an owner may have extended it further), and 0 only reads it.
+/// Returns, per key, the time left in ms, or -1 when the token does not own
+/// the lock: a deleted or taken lock is never brought back.
+pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+local left = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('get', key) == ARGV[2 * i - 1] then
+    local ms = tonumber(ARGV[2 * i])
+    local ttl = redis.call('pttl', key)
+    if ttl < ms then
+      redis.call('pexpire', key, ms)
+      ttl = ms
+    end
+    left[i] = ttl
+  else
+    left[i] = -1
+  end
+end
+return left
 ",
     )
 });

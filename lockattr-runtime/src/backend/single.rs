@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
 
-use super::{Attempt, Extend, Wakeups, millis, scripts};
+use super::{Attempt, Extend, Renewal, Wakeups, millis, scripts};
 use crate::key::Keys;
 use crate::{LockError, io};
 
@@ -329,12 +329,12 @@ impl SingleNode {
         token: &str,
         by: Duration,
         how: Extend,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Option<Duration>, LockError> {
         let mode = match how {
             Extend::Add => "add",
             Extend::Set => "set",
         };
-        let done: i64 = self
+        let left: i64 = self
             .send(
                 Request::Script(
                     scripts::EXTEND
@@ -346,7 +346,29 @@ impl SingleNode {
                 None,
             )
             .await?;
-        Ok(done == 1)
+        Ok(left_of(left))
+    }
+
+    pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Option<Duration>>, LockError> {
+        let mut invocation = scripts::RENEW.prepare_invoke();
+        for lease in leases {
+            invocation
+                .key(lease.key)
+                .arg(lease.token)
+                .arg(lease.lease.map_or(0, millis));
+        }
+        let left: Vec<i64> = self.send(Request::Script(&invocation), None).await?;
+        if left.len() != leases.len() {
+            return Err(LockError::Runtime {
+                reason: format!(
+                    "Redis at {} answered {} renewals for {} leases",
+                    self.server,
+                    left.len(),
+                    leases.len()
+                ),
+            });
+        }
+        Ok(left.into_iter().map(left_of).collect())
     }
 
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
@@ -410,6 +432,11 @@ impl Request<'_> {
             Request::Command(command) => command.query_async(connection).await,
         }
     }
+}
+
+/// A script's "time left in ms, or -1 when not owned".
+fn left_of(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
 /// The connection is unusable (dropped, reset, or an answer timed out on a

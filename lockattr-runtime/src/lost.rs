@@ -1,0 +1,186 @@
+//! What a guard knows about its lease: until when it surely holds the lock,
+//! and whether it has lost it.
+//!
+//! A lease is held until a time this process can only bound from below: the
+//! lock was set, or last extended, by a request sent at `sent`, for `ttl`, so
+//! the key exists until at least `sent + ttl` (the server's clock and ours
+//! run at the same rate; a process paused or a clock stepped breaks that,
+//! which is what fencing tokens are for). That bound is `valid_until`.
+//!
+//! A guard has lost its lock:
+//! - when Redis said so (a renewal or an extension found the key gone or
+//!   another owner's token in it), at once;
+//! - when `valid_until` passes: the lease may have run out. With renewal on,
+//!   that means renewals could not reach Redis for a whole lease.
+//!
+//! Lost is sticky: once observed, it stays, even if a late renewal succeeds.
+
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// Why a guard lost its lock; carried by [`LockError::Lost`](crate::LockError::Lost).
+///
+/// ```
+/// use lockattr_runtime::LostReason;
+/// assert!(LostReason::Expired.to_string().contains("lease"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out: the lock was neither released nor extended in
+    /// time, and renewal was off.
+    Expired,
+    /// Renewal was on, but no renewal reached Redis for a whole lease (Redis
+    /// down, unreachable or frozen), so the lease may have run out.
+    Unrenewed,
+    /// Redis found the lock deleted, or held under another owner's token.
+    Taken,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => {
+                "its lease ran out before the work was done; raise `expire`, extend the lock, \
+                 or turn on `renew`"
+            }
+            LostReason::Unrenewed => {
+                "no renewal reached Redis for a whole lease, so the lease may have run out; \
+                 check that Redis is up and reachable"
+            }
+            LostReason::Taken => {
+                "Redis found the lock deleted or held by another owner (deleted from outside, \
+                 expired after a pause, or lost with a Redis restart)"
+            }
+        })
+    }
+}
+
+/// The shared lease state of a guard and everything that watches it.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    inner: Mutex<Inner>,
+    /// Blocking waiters for a loss.
+    blocked: Condvar,
+    /// Async waiters for a loss.
+    notify: Notify,
+    /// The lease is renewed by the watchdog (what a timeout means).
+    renewed: bool,
+}
+
+#[derive(Debug)]
+struct Inner {
+    valid_until: Instant,
+    lost: Option<LostReason>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant, renewed: bool) -> LeaseState {
+        LeaseState {
+            inner: Mutex::new(Inner {
+                valid_until,
+                lost: None,
+            }),
+            blocked: Condvar::new(),
+            notify: Notify::new(),
+            renewed,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Redis confirmed the lease: a request sent at `sent` found it owned
+    /// with `ttl` left. A request sent before `valid_until` that finds the
+    /// lock still owned proves it never lapsed, even if the answer comes
+    /// later; ignored once a loss was observed.
+    pub(crate) fn confirmed(&self, sent: Instant, ttl: Duration) {
+        let mut inner = self.lock();
+        if inner.lost.is_none() && sent <= inner.valid_until {
+            inner.valid_until = sent + ttl;
+        }
+    }
+
+
+    /// Redis said the lock is not this guard's.
+    pub(crate) fn taken(&self) {
+        let mut inner = self.lock();
+        if inner.lost.is_none() {
+            inner.lost = Some(LostReason::Taken);
+            drop(inner);
+            self.wake();
+        }
+    }
+
+    /// Marks the lease lost if its time has passed; true when lost.
+    fn expired(&self, inner: &mut Inner) -> bool {
+        if inner.lost.is_none() && Instant::now() >= inner.valid_until {
+            inner.lost = Some(if self.renewed {
+                LostReason::Unrenewed
+            } else {
+                LostReason::Expired
+            });
+            self.wake();
+        }
+        inner.lost.is_some()
+    }
+
+    fn wake(&self) {
+        self.blocked.notify_all();
+        self.notify.notify_waiters();
+    }
+
+    /// Why the lock is lost, or `Err(valid_until)`: held until at least then.
+    pub(crate) fn check(&self) -> Result<LostReason, Instant> {
+        let mut inner = self.lock();
+        self.expired(&mut inner);
+        inner.lost.ok_or(inner.valid_until)
+    }
+
+    /// Resolves once the lock is lost.
+    pub(crate) async fn lost(&self) -> LostReason {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before checking, so a loss between the check and the
+            // wait is not missed.
+            notified.as_mut().enable();
+            let until = match self.check() {
+                Ok(reason) => return reason,
+                Err(until) => until,
+            };
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
+
+    /// Blocks until the lock is lost or `timeout` has passed.
+    pub(crate) fn lost_blocking(&self, timeout: Duration) -> Option<LostReason> {
+        let now = Instant::now();
+        let end = now.checked_add(timeout);
+        let mut inner = self.lock();
+        loop {
+            if self.expired(&mut inner) {
+                return inner.lost;
+            }
+            let now = Instant::now();
+            if end.is_some_and(|end| now >= end) {
+                return None;
+            }
+            let until = match end {
+                Some(end) => end.min(inner.valid_until),
+                None => inner.valid_until,
+            };
+            inner = self
+                .blocked
+                .wait_timeout(inner, until.saturating_duration_since(now))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}

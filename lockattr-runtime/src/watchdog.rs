@@ -1,0 +1,240 @@
+//! The watchdog: one task per Locker that keeps renewed leases alive.
+//!
+//! A guard acquired with `renew` is entered here; every `expire / 3` its
+//! lease is raised back to `expire` by a token-checked script, so work may
+//! take longer than the lease while a crashed owner's lock still frees
+//! itself within one lease. There is no thread or timer per lock: the task
+//! sleeps until the earliest renewal is due, then renews, in one script
+//! call, every lease that is at least halfway to its own due time, so locks
+//! taken around the same time share their round trips.
+//!
+//! The task runs on the library's I/O thread, so it serves the blocking path
+//! and every runtime alike, and does not stop when a caller's runtime does.
+//! It starts with the first renewed guard and ends when none is left.
+//!
+//! What a renewal finds goes to the guard's [`LeaseState`]: a lease that
+//! Redis still holds for the guard moves its `valid_until`; one deleted or
+//! taken marks the guard lost at once and leaves the watch. A renewal that
+//! fails (Redis down or slow) is retried soon; if none succeeds before
+//! `valid_until`, the guard is lost by time.
+//!
+//! Renewal stops when the guard is released: the release removes the entry
+//! before it sends the release, so no renewal starts afterwards. One already
+//! on its way cannot revive the lock: the script only touches a key that
+//! still holds the guard's token.
+//!
+//! The watch also takes one-off checks: a guard handed its lock by a release
+//! only knows that its lease started after its last request to Redis, which
+//! may be long before. One read of the lease's time left (no renewal) makes
+//! `valid_until` exact.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::backend::Renewal;
+use crate::guard::Lease;
+use crate::io;
+use crate::locker::Inner;
+
+/// The most leases renewed by one script call.
+const BATCH: usize = 500;
+
+/// The watch of one Locker.
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// An entry was added: the task may have to wake earlier.
+    added: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<u64, Entry>,
+    next_id: u64,
+    running: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    lease: Weak<Lease>,
+    /// The latest time of its next renewal: the task wakes then.
+    due: Instant,
+    /// The earliest: it joins any batch sent from then on.
+    early: Instant,
+    /// Renew every `period`; `None`: read the lease once, then leave.
+    period: Option<Duration>,
+}
+
+/// How often a renewed lease is renewed: a third of the lease, at least a
+/// millisecond.
+pub(crate) fn period(expire: Duration) -> Duration {
+    (expire / 3).max(Duration::from_millis(1))
+}
+
+impl Watchdog {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Watches `lease`: renews it every `period` from `due` on, or reads it
+    /// once at `due` when `period` is `None`. Returns the entry's id.
+    pub(crate) fn watch(
+        &self,
+        locker: &Arc<Inner>,
+        lease: &Arc<Lease>,
+        due: Instant,
+        period: Option<Duration>,
+    ) -> u64 {
+        let mut state = self.state();
+        state.next_id += 1;
+        let id = state.next_id;
+        state.entries.insert(
+            id,
+            Entry {
+                lease: Arc::downgrade(lease),
+                due,
+                early: period.map_or(due, |p| due.checked_sub(p / 2).unwrap_or(due)),
+                period,
+            },
+        );
+        let start = !state.running;
+        state.running = true;
+        drop(state);
+        if start {
+            let shared = self.shared.clone();
+            let locker = Arc::downgrade(locker);
+            if let Err(e) = io::spawn(run(shared, locker)) {
+                self.state().running = false;
+                tracing::warn!(error = %e, "cannot start the lock renewal task; leases will not be renewed");
+            }
+        } else {
+            self.shared.added.notify_one();
+        }
+        id
+    }
+
+    /// Stops watching entry `id` (no effect when it already left).
+    pub(crate) fn unwatch(&self, id: u64) {
+        self.state().entries.remove(&id);
+    }
+}
+
+/// The task: renews what is due, sleeps until the next, ends when nothing
+/// is watched.
+async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let mut next = None::<Instant>;
+        {
+            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.entries.retain(|_, e| e.lease.strong_count() > 0);
+            if state.entries.is_empty() {
+                state.running = false;
+                return;
+            }
+            if state.entries.values().any(|e| e.due <= now) {
+                for (&id, entry) in &state.entries {
+                    if entry.early <= now
+                        && let Some(lease) = entry.lease.upgrade()
+                    {
+                        due.push((id, lease, entry.period));
+                    }
+                }
+            } else {
+                next = state.entries.values().map(|e| e.due).min();
+            }
+        }
+        if due.is_empty() {
+            let Some(next) = next else { continue };
+            tokio::select! {
+                () = tokio::time::sleep_until(next.into()) => {}
+                () = shared.added.notified() => {}
+            }
+            continue;
+        }
+        let Some(locker) = locker.upgrade() else {
+            return;
+        };
+        // A lease already lost by time is not renewed: the guard has said so.
+        due.retain(|(id, lease, _)| {
+            let lost = lease.state.check().is_ok();
+            if lost {
+                shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entries
+                    .remove(id);
+            }
+            !lost
+        });
+        for batch in due.chunks(BATCH) {
+            renew(&shared, &locker, batch).await;
+        }
+    }
+}
+
+/// Renews one batch and records what Redis said.
+async fn renew(shared: &Shared, locker: &Inner, batch: &[(u64, Arc<Lease>, Option<Duration>)]) {
+    let renewals: Vec<Renewal<'_>> = batch
+        .iter()
+        .map(|(_, lease, period)| Renewal {
+            key: &lease.keys.lock,
+            token: &lease.token,
+            lease: period.map(|_| lease.expire),
+        })
+        .collect();
+    let sent = Instant::now();
+    let outcome = locker.backend.renew(&renewals).await;
+    let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    match outcome {
+        Ok(left) => {
+            for ((id, lease, period), left) in batch.iter().zip(left) {
+                // Released meanwhile: what the renewal found no longer matters.
+                let Some(entry) = state.entries.get_mut(id) else {
+                    continue;
+                };
+                match (left, period) {
+                    (Some(left), Some(period)) => {
+                        lease.state.confirmed(sent, left);
+                        entry.due = sent + *period;
+                        entry.early = sent + *period / 2;
+                    }
+                    (Some(left), None) => {
+                        lease.state.confirmed(sent, left);
+                        state.entries.remove(id);
+                    }
+                    (None, _) => {
+                        tracing::warn!(lock = %lease.name, "lock lost: a renewal found it deleted or taken by another owner");
+                        lease.state.taken();
+                        state.entries.remove(id);
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, leases = batch.len(), "could not renew locks; retrying");
+            // Soon, but not in a tight loop against a dead server.
+            let retry = Instant::now() + Duration::from_millis(10);
+            for (id, _, period) in batch {
+                if let Some(entry) = state.entries.get_mut(id) {
+                    let wait = period.map_or(Duration::from_millis(100), |p| p / 4);
+                    entry.due = retry.max(Instant::now() + wait);
+                    entry.early = entry.due;
+                }
+            }
+        }
+    }
+}
