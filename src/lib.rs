@@ -30,6 +30,9 @@
 //! | `acquire_time` | how long to wait for a busy lock, same forms; `0` tries once | 10 s |
 //! | `locker` | an expression that coerces to `&Locker`, evaluated per call (`locker = &self.locks`) | the process default ([`init`], [`set_default`]) |
 //! | `guard` | a name to bind the held `&LockGuard` to inside the body (`guard = g`, then `g.fencing_token()`) | none |
+//! | `renew` | renew the lease while the body runs (`renew`, `renew = true`); see [Long work](#long-work-renewal-and-the-lost-signal) | off |
+//! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
+//! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger; see [Reentrancy](#reentrancy) | `true` |
 //!
 //! Literal durations and format strings are checked at compile time.
 //!
@@ -56,6 +59,84 @@
 //!     }
 //! }
 //! ```
+//!
+//! # Long work: renewal and the lost signal
+//!
+//! A lease is a bet on how long the body takes. With `renew`, the lease is
+//! kept alive while the body runs: every `expire / 3` it is raised back to
+//! `expire` (one task per [`Locker`] renews all its locks, several per round
+//! trip), and renewal stops before the function returns. `expire` then only
+//! says how soon the lock of a crashed process frees itself.
+//!
+//! A lock can still be lost mid-body: a renewal finds the key deleted or
+//! taken (a Redis restart without persistence, a failover, an operator), no
+//! renewal gets through for a whole lease (Redis down or frozen), or, without
+//! `renew`, the lease simply runs out. The guard notices
+//! ([`LockGuard::is_lost`], [`LockGuard::lost`]); `on_lost` says what the
+//! function does about it:
+//!
+//! | `on_lost` | the body | the function returns |
+//! |---|---|---|
+//! | (not given) | runs to its end | the body's result |
+//! | `"error"` | runs to its end | `Err(LockError::Lost { .. }.into())` instead of an `Ok`; a body's own `Err` is kept |
+//! | `"abort"` (async only) | is dropped at its next `.await` once the loss is seen (within `expire / 3` with `renew`) | `Err(LockError::Lost { .. }.into())` |
+//!
+//! `"abort"` stops work that has become unsafe, but only at an `.await`, and
+//! it drops the body half-way, like any cancelled future: use it for work
+//! that is safe to cancel. `"error"` never interrupts the body and tells the
+//! caller afterwards, when the damage, if any, is done. Neither can undo a
+//! write made after the lease ended and before the loss was seen: only the
+//! storage can refuse such a write, by checking the fencing token (see the
+//! README's guarantees, and `examples/fencing.rs`).
+//!
+//! ```no_run
+//! use lockattr::{redis_lock, LockError};
+//!
+//! #[redis_lock(name = "reindex:{shard}", expire = 15, renew, on_lost = "abort")]
+//! async fn reindex(shard: u32) -> Result<(), LockError> {
+//!     // May take an hour; stopped at the next .await if the lock goes.
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Reentrancy
+//!
+//! An annotated function called while its caller already holds the same
+//! lock (same Redis, same key prefix, same name) goes straight in: no round
+//! trip, no deadlock, the same guard and fencing token, and only the
+//! outermost call releases. The outermost call's `expire` and `renew` apply.
+//!
+//! ```no_run
+//! use lockattr::{redis_lock, LockError};
+//!
+//! #[redis_lock(name = "account:{id}")]
+//! async fn transfer(id: u64, to: u64, amount: u64) -> Result<(), LockError> {
+//!     withdraw(id, amount).await?; // the same lock: re-entered, not waited for
+//!     Ok(())
+//! }
+//!
+//! #[redis_lock(name = "account:{id}")]
+//! async fn withdraw(id: u64, amount: u64) -> Result<(), LockError> {
+//!     Ok(())
+//! }
+//! ```
+//!
+//! "The caller" is the call chain. For a sync function it is the thread:
+//! nothing else runs on a thread while a function is in its body. For an
+//! async function it is not the thread: a task moves between threads at
+//! every `.await`, and one thread takes turns running many tasks, so a lock
+//! held "by the thread" would let an unrelated task on it walk into the
+//! critical section. Nor is it simply the task (`join!` runs two branches in
+//! one task). The held locks travel with the body's future instead: code
+//! awaited inside the body sees them, however deep, and so do sync functions
+//! it calls; a task it spawns does not, and waits for the lock like anyone
+//! else. A nested call on a lock that was lost meanwhile returns
+//! `Err(LockError::Lost { .. })` without running.
+//!
+//! `reentrant = false` turns this off for one function: it takes the lock
+//! like a stranger would, so a nested call waits for itself until its
+//! `acquire_time` ends, as with a non-reentrant lock. Guards taken with
+//! [`Locker::lock`] are not seen by annotated functions.
 //!
 //! # The code the attribute stands for
 //!
@@ -112,7 +193,7 @@ pub use lockattr_macros::LockKey;
 pub use lockattr_runtime::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, LockBuilder, LockError, LockGuard, LockKey, Locker, LockerBuilder,
-    MAX_EXPIRE, default_locker, init, set_default,
+    LostReason, MAX_EXPIRE, default_locker, init, set_default,
 };
 
 #[doc(hidden)]
