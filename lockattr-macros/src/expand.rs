@@ -11,26 +11,39 @@
 //!     let __lockattr_acquired = match default_locker() {   // or `let __lockattr_locker: &Locker = <locker>;`
 //!         Ok(__lockattr_locker) => {
 //!             let __lockattr_name = ::std::format!("order:{id}");
-//!             acquire_blocking(__lockattr_locker, &__lockattr_name, expire, acquire_time)
+//!             acquire_blocking(__lockattr_locker, &__lockattr_name, Options { expire, wait, renew, reentrant })
 //!         }
 //!         Err(e) => Err(e),
 //!     };
-//!     let __lockattr_guard = match __lockattr_acquired {
+//!     let __lockattr_guard = match __lockattr_acquired {   // a `Held`: the guard, on the thread's list
 //!         Ok(g) => g,
-//!         Err(e) => return lock_failed(e),   // the one place R: LockResult is required
+//!         Err(e) => return lock_failed(e, None),   // R: LockResult is required here, and only here
 //!     };
-//!     { body }   // the guard's Drop releases on every way out: value, return, ?, panic
+//!     { body }   // Held's Drop releases on every way out: value, return, ?, panic
 //! }
 //! ```
-//! Output (async): the same prelude with `.await`, then
+//! With `on_lost = "error"`, the sync body runs as a closure, so its
+//! `return`s come back for the check:
 //! ```text
-//!     let __lockattr_result = typed_body::<R, _>(async move { body }).await;
+//!     let __lockattr_result = call::<R, _>(move || { body });
+//!     match release_checked_blocking(__lockattr_guard) {
+//!         None => __lockattr_result,
+//!         Some(e) => return lock_failed(e, Some(__lockattr_result)),   // a body's own Err is kept
+//!     }
+//! ```
+//! Output (async): the same prelude with `acquire(..).await`, then
+//! ```text
+//!     let __lockattr_result = body(&__lockattr_guard, typed_body::<R, _>(async move { body })).await;
 //!     release(__lockattr_guard).await;   // before the function returns
 //!     __lockattr_result
 //! ```
-//! If the future is dropped mid-body, the guard's Drop schedules the release.
-//! The user's block is kept whole, so its items and imports stay its own; our
-//! locals use mixed-site spans, so the body cannot see them.
+//! `body` runs the future in a task-local scope that records the lock for
+//! reentrant nested calls. `on_lost = "abort"` uses `body_or_lost`, which
+//! drops the future when the lock is lost; `on_lost = "error"` uses
+//! `release_checked`, as above. If the function's future is dropped
+//! mid-body, the guard's Drop schedules the release. The user's block is
+//! kept whole, so its items and imports stay its own; our locals use
+//! mixed-site spans, so the body cannot see them.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};

@@ -120,6 +120,8 @@ impl std::fmt::Debug for LockGuard {
             .field("name", &self.lease.name)
             .field("fencing_token", &self.lease.fencing_token)
             .field("expire", &self.lease.expire)
+            .field("renewed", &self.lease.renew)
+            .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }
 }

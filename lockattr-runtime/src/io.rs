@@ -111,6 +111,24 @@ where
     }
 }
 
+/// Sleeps until `deadline` on any executor: on the current tokio runtime's
+/// timer when there is one, otherwise on the I/O thread's.
+pub(crate) async fn sleep_until(deadline: std::time::Instant) {
+    if Handle::try_current().is_ok() {
+        return tokio::time::sleep_until(deadline.into()).await;
+    }
+    let (done, wait) = tokio::sync::oneshot::channel::<()>();
+    let timer = spawn(async move {
+        tokio::time::sleep_until(deadline.into()).await;
+        let _ = done.send(());
+    });
+    match timer {
+        Ok(()) => drop(wait.await),
+        // No timer anywhere: never wake for time; callers wake on other events.
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// Tells a task on the I/O thread that its async caller stopped waiting
 /// (the caller's future was dropped), so it can stop at a safe point.
 pub(crate) struct CallerGone(Option<tokio::sync::oneshot::Receiver<()>>);

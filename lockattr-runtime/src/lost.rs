@@ -154,7 +154,7 @@ impl LeaseState {
             };
             tokio::select! {
                 () = notified => {}
-                () = tokio::time::sleep_until(until.into()) => {}
+                () = crate::io::sleep_until(until) => {}
             }
         }
     }

@@ -60,6 +60,9 @@ struct State {
     entries: HashMap<u64, Entry>,
     next_id: u64,
     running: bool,
+    /// When the task will look again, if it is asleep: an entry due later
+    /// needs no wake-up (most do: they are due a third of a lease away).
+    asleep_until: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -110,6 +113,7 @@ impl Watchdog {
         );
         let start = !state.running;
         state.running = true;
+        let wake = state.asleep_until.is_some_and(|at| due < at);
         drop(state);
         if start {
             let shared = self.shared.clone();
@@ -118,7 +122,7 @@ impl Watchdog {
                 self.state().running = false;
                 tracing::warn!(error = %e, "cannot start the lock renewal task; leases will not be renewed");
             }
-        } else {
+        } else if wake {
             self.shared.added.notify_one();
         }
         id
@@ -155,6 +159,7 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
             } else {
                 next = state.entries.values().map(|e| e.due).min();
             }
+            state.asleep_until = next;
         }
         if due.is_empty() {
             let Some(next) = next else { continue };
@@ -162,6 +167,7 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
                 () = tokio::time::sleep_until(next.into()) => {}
                 () = shared.added.notified() => {}
             }
+            shared.state.lock().unwrap_or_else(|p| p.into_inner()).asleep_until = None;
             continue;
         }
         let Some(locker) = locker.upgrade() else {
