@@ -90,9 +90,8 @@ async fn a_paused_annotated_call_cannot_overwrite_a_later_one() {
     let mut store_a = FencedStore::open(&server.url()).await.unwrap();
     let mut store_b = FencedStore::open(&server.url()).await.unwrap();
 
-    let paused = tokio::spawn(async move {
-        job(&locker_a, &mut store_a, "paused", PAUSE + PAUSE).await
-    });
+    let paused =
+        tokio::spawn(async move { job(&locker_a, &mut store_a, "paused", PAUSE + PAUSE).await });
     // The prompt call waits for the paused call's lease to run out.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let prompt = job(&locker_b, &mut store_b, "prompt", Duration::ZERO).await;

@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::RedisServer;
+use redis::Commands;
+use support::{RedisServer, lock_key};
 
 /// What changed in `INFO commandstats` between two snapshots (INFO itself left out).
 fn calls_between(
@@ -30,9 +31,10 @@ fn calls_between(
 fn acquiring_a_free_lock_is_one_round_trip() {
     let server = RedisServer::start();
     let locker = Locker::new(&server.url()).unwrap();
-    // Warm up: connection handshake and script cache.
+    // Warm up: connection handshake, script cache, and the name's fencing
+    // counter (its very first token is seeded from the server's clock).
     locker
-        .lock("warm")
+        .lock("x")
         .acquire_blocking()
         .unwrap()
         .release_blocking()
@@ -147,13 +149,44 @@ async fn fencing_tokens_strictly_increase_per_name_across_lockers() {
         last = guard.fencing_token();
         guard.release().await.unwrap();
     }
-    // Another name has its own counter.
+    // Another name has its own counter: taking it does not move this one.
     let other = a.lock("other").acquire().await.unwrap();
-    assert_eq!(other.fencing_token(), 1);
     other.release().await.unwrap();
     let again = b.lock("fenced").acquire().await.unwrap();
-    assert!(again.fencing_token() > last);
+    assert_eq!(again.fencing_token(), last + 1);
     again.release().await.unwrap();
+}
+
+/// A name's first token is the Redis server's time in microseconds, so
+/// tokens keep increasing even after Redis lost the counter (a restart
+/// without persistence, an eviction).
+#[tokio::test]
+async fn fencing_tokens_increase_after_redis_lost_the_counter() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let first = locker.lock("fenced").acquire().await.unwrap();
+    let before = first.fencing_token();
+    first.release().await.unwrap();
+    let unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
+    // Seeded from the clock of the server (this machine), not 1.
+    let diff = u128::from(before).abs_diff(unix_us);
+    assert!(diff < 60_000_000, "token {before}, clock {unix_us}");
+    // The counter is lost, as after a restart without persistence.
+    server
+        .client()
+        .del::<_, ()>(format!("{}:fence", lock_key("fenced")))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    let after = locker.lock("fenced").acquire().await.unwrap();
+    assert!(
+        after.fencing_token() > before,
+        "{} after {before}",
+        after.fencing_token()
+    );
+    after.release().await.unwrap();
 }
 
 #[tokio::test]

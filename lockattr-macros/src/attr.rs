@@ -99,7 +99,12 @@ impl Parse for Parsed {
                 continue;
             }
             let Some(value) = value else {
-                push(if VALID.split(", ").any(|v| v == name) {
+                push(if name == "on_lost" {
+                    syn::Error::new(
+                        key.span(),
+                        format!("`on_lost` needs a mode: {ON_LOST_CHOICES}"),
+                    )
+                } else if VALID.split(", ").any(|v| v == name) {
                     syn::Error::new(
                         key.span(),
                         format!("`{name}` needs a value: `{name} = ...`"),
@@ -185,10 +190,24 @@ fn flag(name: &str, value: Expr) -> syn::Result<bool> {
     ))
 }
 
+/// The modes of `on_lost`, for messages.
+const ON_LOST_CHOICES: &str = "`on_lost = \"abort\"` (stop the body at once) or `on_lost = \"error\"` \
+                               (let it finish, then return the loss as an error)";
+
 /// `on_lost = "abort"` or `on_lost = "error"`.
 fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
-    const CHOICES: &str = "`on_lost = \"abort\"` (stop the body at once) or `on_lost = \"error\"` \
-                           (let it finish, then return the loss as an error)";
+    const CHOICES: &str = ON_LOST_CHOICES;
+    if let Expr::Path(ExprPath {
+        path, qself: None, ..
+    }) = &value
+        && let Some(ident) = path.get_ident()
+        && ["abort", "error"].contains(&ident.to_string().as_str())
+    {
+        return Err(syn::Error::new_spanned(
+            ident,
+            format!("the mode is a string: `on_lost = \"{ident}\"`"),
+        ));
+    }
     match &value {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..

@@ -27,10 +27,10 @@ pub fn redis_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     // Mistakes in the options and in how they fit the function, all at once.
     match (errors, validate::plan(options, &function)) {
         (None, Ok(plan)) => expand::expand(plan, function).into(),
-        (Some(e), Ok(_)) | (None, Err(e)) => with_original(e, function.into_token_stream()),
+        (Some(e), Ok(_)) | (None, Err(e)) => with_original(e, quiet(function)),
         (Some(mut e), Err(more)) => {
             e.combine(more);
-            with_original(e, function.into_token_stream())
+            with_original(e, quiet(function))
         }
     }
 }
@@ -87,6 +87,16 @@ pub fn derive_lock_key(input: TokenStream) -> TokenStream {
     derive::expand(input)
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
+}
+
+/// The function as written, for when the attribute is refused: arguments
+/// only used in the lock name would look unused, and rustc would suggest
+/// renaming them (which would break the name once the real mistake is fixed).
+fn quiet(mut function: syn::ItemFn) -> proc_macro2::TokenStream {
+    function
+        .attrs
+        .push(syn::parse_quote!(#[allow(unused_variables)]));
+    function.into_token_stream()
 }
 
 /// The error, and the function unchanged, so the rest of the crate still

@@ -93,10 +93,7 @@ pub async fn release_checked(guard: LockGuard) -> Option<LockError> {
     released_or_lost(released, lost)
 }
 
-fn released_or_lost(
-    released: Result<(), LockError>,
-    lost: Option<LockError>,
-) -> Option<LockError> {
+fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) -> Option<LockError> {
     match released {
         Ok(()) => lost,
         Err(LockError::NotOwned { name }) => lost.or(Some(LockError::Lost {

@@ -48,7 +48,8 @@ pub enum LockError {
     /// lock deleted or taken. Unlike [`Timeout`](Self::Timeout), the body
     /// ran (at least partly) and another owner may have run at the same time.
     #[error(
-        "lock `{}` was lost while held: {reason}. Another owner may have run at the same time;          make writes conditional on the fencing token",
+        "lock `{}` was lost while held: {reason}. Another owner may have run at the same time; \
+         make writes conditional on the fencing token",
         Shown(name)
     )]
     Lost {

@@ -33,8 +33,8 @@ pub use default::{default_locker, init, set_default};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::LockKey;
-pub use lost::LostReason;
 pub use locker::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, LockBuilder, Locker, LockerBuilder, MAX_EXPIRE,
 };
+pub use lost::LostReason;

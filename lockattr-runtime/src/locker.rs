@@ -571,7 +571,11 @@ fn granted(mut lease: Lease, fencing_token: u64, sent: Instant, handed: bool) ->
     let locker = lease.locker.clone();
     let watch = if renew {
         let period = watchdog::period(expire);
-        Some(locker.watchdog.watch(&locker, &lease, sent + period, Some(period)))
+        Some(
+            locker
+                .watchdog
+                .watch(&locker, &lease, sent + period, Some(period)),
+        )
     } else if handed && sent.elapsed() > expire / 10 {
         Some(locker.watchdog.watch(&locker, &lease, Instant::now(), None))
     } else {

@@ -94,16 +94,16 @@ impl LeaseState {
     }
 
     /// Redis confirmed the lease: a request sent at `sent` found it owned
-    /// with `ttl` left. A request sent before `valid_until` that finds the
-    /// lock still owned proves it never lapsed, even if the answer comes
-    /// later; ignored once a loss was observed.
+    /// with `ttl` left. Finding the token still there proves the lock never
+    /// lapsed (once a lease ends, only its owner could write that token
+    /// back, and none does), so this holds even if `valid_until` passed
+    /// meanwhile; but a loss already observed stays.
     pub(crate) fn confirmed(&self, sent: Instant, ttl: Duration) {
         let mut inner = self.lock();
-        if inner.lost.is_none() && sent <= inner.valid_until {
+        if inner.lost.is_none() {
             inner.valid_until = sent + ttl;
         }
     }
-
 
     /// Redis said the lock is not this guard's.
     pub(crate) fn taken(&self) {

@@ -84,10 +84,7 @@ pub(crate) fn period(expire: Duration) -> Duration {
 
 impl Watchdog {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Watches `lease`: renews it every `period` from `due` on, or reads it
@@ -167,7 +164,11 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
                 () = tokio::time::sleep_until(next.into()) => {}
                 () = shared.added.notified() => {}
             }
-            shared.state.lock().unwrap_or_else(|p| p.into_inner()).asleep_until = None;
+            shared
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .asleep_until = None;
             continue;
         }
         let Some(locker) = locker.upgrade() else {

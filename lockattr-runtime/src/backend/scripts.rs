@@ -5,6 +5,31 @@
 use once_cell::sync::Lazy;
 use redis::Script;
 
+/// The next fencing token of a lock, from its counter key.
+///
+/// A counter that does not exist yet (a new name, or a Redis that restarted
+/// without persistence or evicted the key) starts at the server's time in
+/// microseconds, not at 1: tokens handed out after the data was lost are
+/// then still larger than every token handed out before, as long as the
+/// Redis host's clock does not step back and a name is taken less than a
+/// million times a second. A microsecond count stays below 2^53, so Lua's
+/// doubles hold it exactly.
+macro_rules! next_fence_lua {
+    () => {
+        r"
+local function next_fence(key)
+  local fence = redis.call('incr', key)
+  if fence == 1 then
+    local now = redis.call('time')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('set', key, string.format('%d', fence))
+  end
+  return fence
+end
+"
+    };
+}
+
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
 ///
@@ -25,7 +50,8 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     // The counter is incremented before the lock is written: if the INCR
     // fails (a foreign value at the fence key), the script stops with
     // nothing locked. Redis does not roll back a failed script's writes.
-    Script::new(
+    Script::new(concat!(
+        next_fence_lua!(),
         r"
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
@@ -33,7 +59,7 @@ if holder == ARGV[1] then
   return {1, tonumber(redis.call('get', KEYS[2]) or 0)}
 end
 if holder == false then
-  local fence = redis.call('incr', KEYS[2])
+  local fence = next_fence(KEYS[2])
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
@@ -57,7 +83,7 @@ elseif redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
 end
 return {0, redis.call('pttl', KEYS[1])}
 ",
-    )
+    ))
 });
 
 /// Releases the lock if the token owns it, handing it straight to the oldest
@@ -68,7 +94,9 @@ return {0, redis.call('pttl', KEYS[1])}
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: token, channel.
 /// Returns 1 when released, 0 when the token did not own the lock.
-pub(crate) const RELEASE_LUA: &str = r"
+pub(crate) const RELEASE_LUA: &str = concat!(
+    next_fence_lua!(),
+    r"
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
@@ -87,7 +115,7 @@ while true do
     redis.call('hdel', KEYS[4], waiter)
     local sep = string.find(entry, ':', 1, true)
     if sep and tonumber(string.sub(entry, 1, sep - 1)) >= now then
-      local fence = redis.call('incr', KEYS[2])
+      local fence = next_fence(KEYS[2])
       local lease = string.sub(entry, sep + 1)
       redis.call('set', KEYS[1], waiter, 'PX', lease)
       redis.call('publish', ARGV[2], string.format('%s:%d:%s', waiter, fence, lease))
@@ -97,7 +125,8 @@ while true do
 end
 redis.call('del', KEYS[1])
 return 1
-";
+"
+);
 
 /// [`RELEASE_LUA`] as a script.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));

@@ -349,7 +349,10 @@ impl SingleNode {
         Ok(left_of(left))
     }
 
-    pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Option<Duration>>, LockError> {
+    pub(crate) async fn renew(
+        &self,
+        leases: &[Renewal<'_>],
+    ) -> Result<Vec<Option<Duration>>, LockError> {
         let mut invocation = scripts::RENEW.prepare_invoke();
         for lease in leases {
             invocation

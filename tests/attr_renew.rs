@@ -1,0 +1,521 @@
+//! `renew` and `on_lost` through the attribute: a renewed lease outlives its
+//! `expire` for as long as the body runs, and its renewal stops on every way
+//! out (value, `?`, panic, dropped future); a lock lost mid-body (deleted
+//! from outside, or a lease run out) stops an `on_lost = "abort"` body at
+//! once, turns an `on_lost = "error"` body's `Ok` into `Err(Lost)`, and,
+//! by default, leaves the body's result alone; `guard = g` lets the body
+//! watch for the loss itself (`g.lost()`, `g.lost_blocking(..)`).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::{RedisServer, eventually, lock_key};
+
+/// The reason of a `LockError::Lost`; `None` for any other error.
+fn lost_reason(e: &LockError) -> Option<LostReason> {
+    match e {
+        LockError::Lost { reason, .. } => Some(*reason),
+        _ => None,
+    }
+}
+
+/// Asserts that `key` stays absent for `span`.
+fn stays_gone(server: &RedisServer, key: &str, span: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < span {
+        assert!(
+            !server.exists(key),
+            "{key} came back {:?} after it was freed",
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// DELs `key` from outside; the number of keys deleted.
+fn delete(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("DEL")
+        .arg(key)
+        .query(&mut server.client())
+        .unwrap()
+}
+
+/// What the body saw at one point: the key's PTTL, and a stranger's try.
+type Seen = (i64, Result<(), LockError>);
+
+fn assert_held_throughout(seen: &[Seen]) {
+    assert_eq!(seen.len(), 4);
+    for (i, (pttl, stranger)) in seen.iter().enumerate() {
+        assert!(*pttl > 0, "look {i}: PTTL {pttl} (lease 300 ms, renewed)");
+        assert!(
+            matches!(stranger, Err(LockError::Timeout { .. })),
+            "look {i}: a stranger got {stranger:?}"
+        );
+    }
+}
+
+// ---- 1. a renewed lease outlives its expire ----
+
+#[redis_lock(name = "renew:async", expire = "300ms", renew, acquire_time = 0, locker = locker)]
+async fn renewed_async(locker: &Locker, server: &RedisServer) -> Result<Vec<Seen>, LockError> {
+    let stranger = Locker::new(&server.url())?;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let tried = stranger.lock("renew:async").acquire_timeout(Duration::ZERO);
+        seen.push((
+            server.pttl(&lock_key("renew:async")),
+            tried.acquire().await.map(drop),
+        ));
+    }
+    Ok(seen)
+}
+
+#[redis_lock(name = "renew:sync", expire = "300ms", renew, acquire_time = 0, locker = locker)]
+fn renewed_sync(locker: &Locker, server: &RedisServer) -> Result<Vec<Seen>, LockError> {
+    let stranger = Locker::new(&server.url())?;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(500));
+        let tried = stranger.lock("renew:sync").acquire_timeout(Duration::ZERO);
+        seen.push((
+            server.pttl(&lock_key("renew:sync")),
+            tried.acquire_blocking().map(drop),
+        ));
+    }
+    Ok(seen)
+}
+
+/// A 2 s async body under a 300 ms renewed lease holds the lock throughout;
+/// the lock is freed when the call returns and stays free.
+#[tokio::test]
+async fn renewed_async_body_outlives_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let seen = renewed_async(&locker, &server).await.unwrap();
+    assert_held_throughout(&seen);
+    assert!(!server.exists(&lock_key("renew:async")));
+    stays_gone(&server, &lock_key("renew:async"), Duration::from_secs(1));
+}
+
+/// The same for a sync body.
+#[test]
+fn renewed_sync_body_outlives_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let seen = renewed_sync(&locker, &server).unwrap();
+    assert_held_throughout(&seen);
+    assert!(!server.exists(&lock_key("renew:sync")));
+    stays_gone(&server, &lock_key("renew:sync"), Duration::from_secs(1));
+}
+
+// ---- 2. renewal stops on every way out ----
+
+#[derive(Debug)]
+#[allow(dead_code)] // read through Debug
+enum AppError {
+    Lock(LockError),
+    Parse(std::num::ParseIntError),
+    Refused,
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+impl From<std::num::ParseIntError> for AppError {
+    fn from(e: std::num::ParseIntError) -> Self {
+        AppError::Parse(e)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Exit {
+    QuestionMark,
+    Panic,
+    Hang,
+}
+
+// The bodies outlast a renewal period (2 s / 3) before they leave.
+#[redis_lock(name = "exit:{id}", expire = "2s", renew, acquire_time = 0, locker = locker)]
+fn sync_exit(locker: &Locker, id: &str, exit: Exit) -> Result<u32, AppError> {
+    std::thread::sleep(Duration::from_millis(800));
+    match exit {
+        Exit::QuestionMark => Ok("not a number".parse::<u32>()?),
+        Exit::Panic => panic!("boom in the renewed sync body"),
+        Exit::Hang => unreachable!("a sync body cannot be dropped"),
+    }
+}
+
+#[redis_lock(name = "exit:{id}", expire = "2s", renew, acquire_time = 0, locker = &locker)]
+async fn async_exit(locker: Locker, id: &'static str, exit: Exit) -> Result<u32, AppError> {
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    match exit {
+        Exit::QuestionMark => Ok("not a number".parse::<u32>()?),
+        Exit::Panic => panic!("boom in the renewed async body"),
+        Exit::Hang => {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(0)
+        }
+    }
+}
+
+/// After the call left: the lock is gone within 1 s, sooner than the 2 s
+/// lease renewed every 667 ms could run out on its own (so it was
+/// released), and no renewal brings it back.
+fn assert_freed(server: &RedisServer, id: &str) {
+    let key = lock_key(&format!("exit:{id}"));
+    assert!(
+        eventually(Duration::from_secs(1), || !server.exists(&key)).is_some(),
+        "{key} still held 1 s after the call left (PTTL {})",
+        server.pttl(&key)
+    );
+    stays_gone(server, &key, Duration::from_secs(1));
+}
+
+/// Every way out of a renewed body frees the lock, each on its own lock,
+/// side by side: `?` (sync, async), a panic (sync on its thread, async in a
+/// spawned task), a task aborted mid-body, a future dropped by `timeout`.
+#[test]
+fn renewal_stops_on_every_way_out() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let runtime = support::multi_thread();
+    let (server, locker, runtime) = (&server, &locker, &runtime);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let outcome = sync_exit(locker, "q-sync", Exit::QuestionMark);
+            assert!(matches!(outcome, Err(AppError::Parse(_))), "{outcome:?}");
+            assert_freed(server, "q-sync");
+        });
+        s.spawn(move || {
+            let outcome =
+                runtime.block_on(async_exit(locker.clone(), "q-async", Exit::QuestionMark));
+            assert!(matches!(outcome, Err(AppError::Parse(_))), "{outcome:?}");
+            assert_freed(server, "q-async");
+        });
+        s.spawn(move || {
+            let thread = std::thread::spawn({
+                let locker = locker.clone();
+                move || sync_exit(&locker, "p-sync", Exit::Panic)
+            });
+            assert!(thread.join().is_err(), "the panic must reach join");
+            assert_freed(server, "p-sync");
+        });
+        s.spawn(move || {
+            let task = runtime.spawn(async_exit(locker.clone(), "p-async", Exit::Panic));
+            assert!(runtime.block_on(task).unwrap_err().is_panic());
+            assert_freed(server, "p-async");
+        });
+        s.spawn(move || {
+            let task = runtime.spawn(async_exit(locker.clone(), "abort", Exit::Hang));
+            std::thread::sleep(Duration::from_millis(1500));
+            assert!(server.exists(&lock_key("exit:abort")), "held mid-body");
+            task.abort();
+            assert!(runtime.block_on(task).unwrap_err().is_cancelled());
+            assert_freed(server, "abort");
+        });
+        s.spawn(move || {
+            let call = async_exit(locker.clone(), "timeout", Exit::Hang);
+            // Made inside the runtime: a timer needs one.
+            let outcome = runtime
+                .block_on(async { tokio::time::timeout(Duration::from_millis(1500), call).await });
+            assert!(outcome.is_err(), "a 60 s body cannot finish in 1.5 s");
+            assert_freed(server, "timeout");
+        });
+    });
+}
+
+// ---- 3, 4. on_lost = "abort" ----
+
+#[redis_lock(name = "abort:renewed", expire = "300ms", renew, on_lost = "abort", locker = locker)]
+async fn abortable_renewed(
+    locker: &Locker,
+    entered: &AtomicBool,
+    after: &AtomicBool,
+) -> Result<(), LockError> {
+    entered.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    after.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// A renewed lock deleted from outside: the 10 s body is dropped within
+/// about a renewal period (100 ms; bound 2 s) and the call says `Taken`.
+#[tokio::test]
+async fn abort_on_a_deleted_renewed_lock() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let (entered, after) = (AtomicBool::new(false), AtomicBool::new(false));
+    let deleter = async {
+        while !entered.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Past the 300 ms lease: renewal kept it.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let deleted = delete(&server, &lock_key("abort:renewed"));
+        assert_eq!(deleted, 1, "the renewed lock was gone before the DEL");
+        Instant::now()
+    };
+    let (outcome, deleted_at) = tokio::join!(abortable_renewed(&locker, &entered, &after), deleter);
+    let since_del = deleted_at.elapsed();
+    let err = outcome.expect_err("the lock was deleted mid-body");
+    assert_eq!(lost_reason(&err), Some(LostReason::Taken), "{err:?}");
+    assert!(
+        since_del < Duration::from_secs(2),
+        "returned {since_del:?} after the DEL"
+    );
+    assert!(
+        !after.load(Ordering::SeqCst),
+        "the body went on after its await"
+    );
+}
+
+#[redis_lock(name = "abort:expiring", expire = "300ms", on_lost = "abort", locker = locker)]
+async fn abortable_expiring(
+    locker: &Locker,
+    entered: &AtomicBool,
+    after: &AtomicBool,
+) -> Result<(), LockError> {
+    entered.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    after.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Without renewal the lease runs out after 300 ms: the 5 s body is dropped
+/// then (not before; bound 2 s) and the call says `Expired`.
+#[tokio::test]
+async fn abort_when_the_lease_runs_out() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let (entered, after) = (AtomicBool::new(false), AtomicBool::new(false));
+    let start = Instant::now();
+    let err = abortable_expiring(&locker, &entered, &after)
+        .await
+        .expect_err("the lease ran out mid-body");
+    let took = start.elapsed();
+    assert_eq!(lost_reason(&err), Some(LostReason::Expired), "{err:?}");
+    assert!(entered.load(Ordering::SeqCst));
+    assert!(
+        !after.load(Ordering::SeqCst),
+        "the body went on after its await"
+    );
+    assert!(
+        took >= Duration::from_millis(300),
+        "aborted after {took:?}, inside the lease"
+    );
+    assert!(took < Duration::from_secs(2), "aborted only after {took:?}");
+    assert!(!server.exists(&lock_key("abort:expiring")));
+}
+
+// ---- 5. on_lost = "error" ----
+
+/// How an `on_lost = "error"` body goes.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// How long it works.
+    work: Duration,
+    /// Deletes its lock from outside first.
+    delete: bool,
+    /// Returns its own error.
+    fail: bool,
+}
+
+#[redis_lock(name = "error:sync", expire = lease, on_lost = "error", locker = locker)]
+fn error_mode_sync(
+    locker: &Locker,
+    server: &RedisServer,
+    lease: Duration,
+    plan: Plan,
+    finished: &AtomicBool,
+) -> Result<u32, AppError> {
+    if plan.delete {
+        delete(server, &lock_key("error:sync"));
+    }
+    std::thread::sleep(plan.work);
+    finished.store(true, Ordering::SeqCst);
+    if plan.fail {
+        return Err(AppError::Refused);
+    }
+    Ok(7)
+}
+
+#[redis_lock(name = "error:async", expire = lease, on_lost = "error", locker = locker)]
+async fn error_mode_async(
+    locker: &Locker,
+    server: &RedisServer,
+    lease: Duration,
+    plan: Plan,
+    finished: &AtomicBool,
+) -> Result<u32, AppError> {
+    if plan.delete {
+        delete(server, &lock_key("error:async"));
+    }
+    tokio::time::sleep(plan.work).await;
+    finished.store(true, Ordering::SeqCst);
+    if plan.fail {
+        return Err(AppError::Refused);
+    }
+    Ok(7)
+}
+
+/// The cases of `on_lost = "error"`, run through `call`: a body outliving
+/// its 300 ms lease finishes and its `Ok` becomes `Err(Lost(Expired))`; its
+/// own `Err` is kept; a lock deleted from outside (30 s lease, no renewal)
+/// is found at release: `Err(Lost(Taken))`; a body within its lease is `Ok`.
+fn error_mode_cases(mut call: impl FnMut(Duration, Plan, &AtomicBool) -> Result<u32, AppError>) {
+    let (short, long) = (Duration::from_millis(300), Duration::from_secs(30));
+    let (work, none) = (Duration::from_millis(600), Duration::ZERO);
+    let cases = [
+        (short, work, false, false, Some(LostReason::Expired)),
+        (short, work, false, true, None),
+        (long, none, true, false, Some(LostReason::Taken)),
+        (long, none, true, true, None),
+        (short, none, false, false, None),
+    ];
+    for (lease, work, delete, fail, lost) in cases {
+        let finished = AtomicBool::new(false);
+        let outcome = call(lease, Plan { work, delete, fail }, &finished);
+        let what = format!("lease {lease:?}, work {work:?}, delete {delete}, fail {fail}");
+        assert!(
+            finished.load(Ordering::SeqCst),
+            "{what}: the body did not finish"
+        );
+        match (lost, &outcome) {
+            (Some(reason), Err(AppError::Lock(e))) => {
+                assert_eq!(lost_reason(e), Some(reason), "{what}: {e:?}")
+            }
+            (None, Err(AppError::Refused)) if fail => {}
+            (None, Ok(7)) if !fail => {}
+            _ => panic!("{what}: {outcome:?}"),
+        }
+    }
+}
+
+/// `on_lost = "error"` on a sync fn.
+#[test]
+fn error_mode_sync_reports_the_loss_after_the_body() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    error_mode_cases(|lease, plan, finished| {
+        error_mode_sync(&locker, &server, lease, plan, finished)
+    });
+    assert!(server.held_locks().is_empty());
+}
+
+/// `on_lost = "error"` on an async fn.
+#[test]
+fn error_mode_async_reports_the_loss_after_the_body() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let runtime = support::current_thread();
+    error_mode_cases(|lease, plan, finished| {
+        runtime.block_on(error_mode_async(&locker, &server, lease, plan, finished))
+    });
+    assert!(server.held_locks().is_empty());
+}
+
+// ---- 6. by default the body's result stands ----
+
+#[redis_lock(name = "default:sync", expire = "300ms", locker = locker, guard = g)]
+fn outlives_sync(locker: &Locker) -> Result<(bool, bool), LockError> {
+    let before = g.is_lost();
+    std::thread::sleep(Duration::from_millis(600));
+    Ok((before, g.is_lost()))
+}
+
+#[redis_lock(name = "default:async", expire = "300ms", locker = locker, guard = g)]
+async fn outlives_async(locker: &Locker) -> Result<(bool, bool), LockError> {
+    let before = g.is_lost();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    Ok((before, g.is_lost()))
+}
+
+/// No `on_lost`: a body outliving its lease runs to the end and its `Ok`
+/// is returned; the guard said lost by then.
+#[tokio::test]
+async fn by_default_the_body_result_stands() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    assert_eq!(outlives_sync(&locker).unwrap(), (false, true));
+    assert_eq!(outlives_async(&locker).await.unwrap(), (false, true));
+}
+
+// ---- 7. the body watches for the loss itself ----
+
+#[redis_lock(name = "watch:async", expire = "300ms", renew, locker = locker, guard = g)]
+async fn watches_async(
+    locker: &Locker,
+    work: Duration,
+    entered: &AtomicBool,
+) -> Result<Option<LostReason>, LockError> {
+    entered.store(true, Ordering::SeqCst);
+    tokio::select! {
+        () = tokio::time::sleep(work) => Ok(None),
+        lost = g.lost() => Ok(lost_reason(&lost)),
+    }
+}
+
+#[redis_lock(name = "watch:sync", expire = "300ms", renew, locker = locker, guard = g)]
+fn watches_sync(
+    locker: &Locker,
+    work: Duration,
+    entered: &AtomicBool,
+) -> Result<Option<LostReason>, LockError> {
+    entered.store(true, Ordering::SeqCst);
+    Ok(g.lost_blocking(work).as_ref().and_then(lost_reason))
+}
+
+fn delete_when_entered(server: &RedisServer, key: &str, entered: &AtomicBool) -> Instant {
+    assert!(eventually(Duration::from_secs(5), || entered.load(Ordering::SeqCst)).is_some());
+    std::thread::sleep(Duration::from_millis(500));
+    let deleted = delete(server, key);
+    assert_eq!(deleted, 1, "{key} was gone before the DEL");
+    Instant::now()
+}
+
+/// `g.lost()` in a `select!`: work that finishes within a renewed lease wins;
+/// a lock deleted from outside ends the wait within 2 s, with `Taken`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_selects_on_lost() {
+    let server = Arc::new(RedisServer::start());
+    let locker = Locker::new(&server.url()).unwrap();
+    let entered = Arc::new(AtomicBool::new(false));
+    let quick = watches_async(&locker, Duration::from_millis(700), &entered).await;
+    assert_eq!(quick.unwrap(), None, "renewed past its 300 ms lease");
+
+    let call = {
+        let (locker, entered) = (locker.clone(), entered.clone());
+        tokio::spawn(async move { watches_async(&locker, Duration::from_secs(10), &entered).await })
+    };
+    entered.store(false, Ordering::SeqCst);
+    let deleted_at = delete_when_entered(&server, &lock_key("watch:async"), &entered);
+    let outcome = call.await.unwrap();
+    assert_eq!(outcome.unwrap(), Some(LostReason::Taken));
+    assert!(deleted_at.elapsed() < Duration::from_secs(2));
+}
+
+/// `g.lost_blocking(..)` in a sync body, likewise.
+#[test]
+fn sync_body_waits_on_lost_blocking() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let entered = AtomicBool::new(false);
+    let quick = watches_sync(&locker, Duration::from_millis(700), &entered);
+    assert_eq!(quick.unwrap(), None, "renewed past its 300 ms lease");
+
+    entered.store(false, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let call = s.spawn(|| watches_sync(&locker, Duration::from_secs(10), &entered));
+        let deleted_at = delete_when_entered(&server, &lock_key("watch:sync"), &entered);
+        assert_eq!(call.join().unwrap().unwrap(), Some(LostReason::Taken));
+        assert!(deleted_at.elapsed() < Duration::from_secs(2));
+    });
+}
