@@ -196,6 +196,11 @@ impl LockGuard {
     /// refuses writes carrying a lower one is safe even from an owner whose
     /// lease ran out while it was paused.
     ///
+    /// A name's first token is the Redis server's time in microseconds, and
+    /// each later one is one more, so tokens also keep increasing after Redis
+    /// lost the counter (a restart without persistence), unless the server's
+    /// clock stepped back. Compare tokens; do not count on their values.
+    ///
     /// ```no_run
     /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
     /// let first = locker.lock("x").acquire().await?;
