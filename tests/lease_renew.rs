@@ -357,7 +357,8 @@ fn renewals_of_many_guards_share_their_round_trips() {
 // ---- 5. and 6. Redis restarted or frozen -------------------------------------
 
 /// A restart without persistence empties Redis: the next renewal finds the
-/// key gone, so the guard is lost (`Taken`), and the lock is not recreated.
+/// key gone, so the guard is lost (`Taken`), and the lock is not recreated;
+/// the next holder still gets a larger fencing token.
 /// (A 2 s lease here, so that the renewal gets through again before the
 /// lease would run out by time.)
 #[test]
@@ -378,14 +379,17 @@ fn redis_restart_loses_the_lock_and_renewal_does_not_recreate_it() {
         .expect("not lost within 5 s");
     assert_eq!(lost_reason(&lost, "restart"), LostReason::Taken);
     assert!(eventually(Duration::from_secs(1), || server.exists(&key)).is_none());
+    let lost_token = guard.fencing_token();
     assert!(guard.release_blocking().unwrap_err().is_not_owned());
-    // Free for anyone at once.
-    let again = locker.lock("restart").acquire_timeout(Duration::ZERO);
-    again
+    // Free for anyone at once, and the restart, which lost the fencing
+    // counter too, did not send tokens back below the lost holder's.
+    let again = locker
+        .lock("restart")
+        .acquire_timeout(Duration::ZERO)
         .acquire_blocking()
-        .unwrap()
-        .release_blocking()
         .unwrap();
+    assert!(again.fencing_token() > lost_token);
+    again.release_blocking().unwrap();
 }
 
 /// Redis frozen (SIGSTOP) for longer than the 600 ms lease: the guard turns
