@@ -122,7 +122,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
             return ::lockattr::__private::lock_failed(#error_var, #body)
         )
     };
-    let fail_acquire = fail(quote!(::core::option::Option::None));
+    let fail_no_body = fail(quote!(::core::option::Option::None));
     let bind_guard = plan.guard.as_ref().map(|user| {
         if is_async {
             quote!(let #user: &::lockattr::__private::LockGuard = &#guard_var;)
@@ -135,7 +135,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         #acquired
         let #guard_var = match #acquired_var {
             ::core::result::Result::Ok(#guard_var) => #guard_var,
-            ::core::result::Result::Err(#error_var) => #fail_acquire,
+            ::core::result::Result::Err(#error_var) => #fail_no_body,
         };
         #bind_guard
     };
@@ -145,45 +145,52 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     };
     let fail_lost = fail(quote!(::core::option::Option::Some(#result_var)));
 
-    let body = match (is_async, plan.on_lost) {
-        (true, None) => quote! {
-            #prelude
-            let #result_var = ::lockattr::__private::body(
+    // The async body, its output typed by the signature, run in the lock's
+    // reentry scope (`body_or_lost` also drops it when the lock is lost).
+    let run_body = |runner: TokenStream| {
+        quote! {
+            let #result_var = ::lockattr::__private::#runner(
                 &#guard_var,
                 ::lockattr::__private::typed_body::<#output, _>(async move #block),
             ).await;
-            #[allow(unreachable_code)]
-            ::lockattr::__private::release(#guard_var).await;
-            #result_var
-        },
-        (true, Some(OnLost::Abort)) => {
-            let fail_abort = fail(quote!(::core::option::Option::None));
+        }
+    };
+    let body = match (is_async, plan.on_lost) {
+        (true, None) => {
+            let run = run_body(quote!(body));
             quote! {
                 #prelude
-                let #result_var = ::lockattr::__private::body_or_lost(
-                    &#guard_var,
-                    ::lockattr::__private::typed_body::<#output, _>(async move #block),
-                ).await;
+                #run
+                #[allow(unreachable_code)]
+                ::lockattr::__private::release(#guard_var).await;
+                #result_var
+            }
+        }
+        (true, Some(OnLost::Abort)) => {
+            let run = run_body(quote!(body_or_lost));
+            quote! {
+                #prelude
+                #run
                 #[allow(unreachable_code)]
                 ::lockattr::__private::release(#guard_var).await;
                 match #result_var {
                     ::core::result::Result::Ok(#result_var) => #result_var,
-                    ::core::result::Result::Err(#error_var) => #fail_abort,
+                    ::core::result::Result::Err(#error_var) => #fail_no_body,
                 }
             }
         }
-        (true, Some(OnLost::Error)) => quote! {
-            #prelude
-            let #result_var = ::lockattr::__private::body(
-                &#guard_var,
-                ::lockattr::__private::typed_body::<#output, _>(async move #block),
-            ).await;
-            #[allow(unreachable_code)]
-            match ::lockattr::__private::release_checked(#guard_var).await {
-                ::core::option::Option::None => #result_var,
-                ::core::option::Option::Some(#error_var) => #fail_lost,
+        (true, Some(OnLost::Error)) => {
+            let run = run_body(quote!(body));
+            quote! {
+                #prelude
+                #run
+                #[allow(unreachable_code)]
+                match ::lockattr::__private::release_checked(#guard_var).await {
+                    ::core::option::Option::None => #result_var,
+                    ::core::option::Option::Some(#error_var) => #fail_lost,
+                }
             }
-        },
+        }
         // The guard's Drop releases on every way out: value, return, ?, panic.
         (false, None) => quote! {
             #prelude
