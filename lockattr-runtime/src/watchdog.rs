@@ -36,8 +36,8 @@ use tokio::sync::Notify;
 
 use crate::backend::Renewal;
 use crate::guard::Lease;
-use crate::io;
 use crate::locker::Inner;
+use crate::{LockError, io};
 
 /// The most leases renewed by one script call.
 const BATCH: usize = 500;
@@ -134,6 +134,8 @@ impl Watchdog {
 /// The task: renews what is due, sleeps until the next, ends when nothing
 /// is watched.
 async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
+    // Failing since the last success: warn once per outage, not per retry.
+    let mut failing = false;
     loop {
         let now = Instant::now();
         let mut due = Vec::new();
@@ -188,13 +190,29 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
             !lost
         });
         for batch in due.chunks(BATCH) {
-            renew(&shared, &locker, batch).await;
+            match renew(&shared, &locker, batch).await {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!("lock renewals reach Redis again");
+                }
+                Ok(()) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, leases = batch.len(), "could not renew locks; retrying");
+                }
+                Err(e) => tracing::debug!(error = %e, "could not renew locks; retrying"),
+            }
         }
     }
 }
 
-/// Renews one batch and records what Redis said.
-async fn renew(shared: &Shared, locker: &Inner, batch: &[(u64, Arc<Lease>, Option<Duration>)]) {
+/// Renews one batch and records what Redis said; the error when the
+/// request failed (the batch is then retried soon).
+async fn renew(
+    shared: &Shared,
+    locker: &Inner,
+    batch: &[(u64, Arc<Lease>, Option<Duration>)],
+) -> Result<(), LockError> {
     let renewals: Vec<Renewal<'_>> = batch
         .iter()
         .map(|(_, lease, period)| Renewal {
@@ -232,7 +250,6 @@ async fn renew(shared: &Shared, locker: &Inner, batch: &[(u64, Arc<Lease>, Optio
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, leases = batch.len(), "could not renew locks; retrying");
             // Soon, but not in a tight loop against a dead server.
             let retry = Instant::now() + Duration::from_millis(10);
             for (id, _, period) in batch {
@@ -242,6 +259,8 @@ async fn renew(shared: &Shared, locker: &Inner, batch: &[(u64, Arc<Lease>, Optio
                     entry.early = entry.due;
                 }
             }
+            return Err(e);
         }
     }
+    Ok(())
 }
