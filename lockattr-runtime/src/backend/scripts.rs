@@ -14,19 +14,24 @@ use redis::Script;
 /// Redis host's clock does not step back and a name is taken less than a
 /// million times a second. A microsecond count stays below 2^53, so Lua's
 /// doubles hold it exactly.
+///
+/// Lua statements that set the local `fence`, spliced into the scripts
+/// (inline rather than a Lua function, which each call would build anew).
 macro_rules! next_fence_lua {
-    () => {
-        r"
-local function next_fence(key)
-  local fence = redis.call('incr', key)
-  if fence == 1 then
-    local now = redis.call('time')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('set', key, string.format('%d', fence))
-  end
-  return fence
+    ($key:literal) => {
+        concat!(
+            "local fence = redis.call('incr', ",
+            $key,
+            r")
+if fence == 1 then
+  local now = redis.call('time')
+  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('set', ",
+            $key,
+            r", string.format('%d', fence))
 end
 "
+        )
     };
 }
 
@@ -51,7 +56,6 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     // fails (a foreign value at the fence key), the script stops with
     // nothing locked. Redis does not roll back a failed script's writes.
     Script::new(concat!(
-        next_fence_lua!(),
         r"
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
@@ -59,7 +63,9 @@ if holder == ARGV[1] then
   return {1, tonumber(redis.call('get', KEYS[2]) or 0)}
 end
 if holder == false then
-  local fence = next_fence(KEYS[2])
+",
+        next_fence_lua!("KEYS[2]"),
+        r"
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
@@ -95,7 +101,6 @@ return {0, redis.call('pttl', KEYS[1])}
 /// KEYS: lock, fence, queue, waiters. ARGV: token, channel.
 /// Returns 1 when released, 0 when the token did not own the lock.
 pub(crate) const RELEASE_LUA: &str = concat!(
-    next_fence_lua!(),
     r"
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
@@ -115,7 +120,9 @@ while true do
     redis.call('hdel', KEYS[4], waiter)
     local sep = string.find(entry, ':', 1, true)
     if sep and tonumber(string.sub(entry, 1, sep - 1)) >= now then
-      local fence = next_fence(KEYS[2])
+",
+    next_fence_lua!("KEYS[2]"),
+    r"
       local lease = string.sub(entry, sep + 1)
       redis.call('set', KEYS[1], waiter, 'PX', lease)
       redis.call('publish', ARGV[2], string.format('%s:%d:%s', waiter, fence, lease))
