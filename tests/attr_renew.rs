@@ -234,15 +234,21 @@ fn renewal_stops_on_every_way_out() {
 
 // ---- 3, 4. on_lost = "abort" ----
 
+/// The body of the `on_lost = "abort"` functions: flags entering, works for
+/// `work`, flags getting past its await.
+async fn long_body(entered: &AtomicBool, after: &AtomicBool, work: Duration) {
+    entered.store(true, Ordering::SeqCst);
+    tokio::time::sleep(work).await;
+    after.store(true, Ordering::SeqCst);
+}
+
 #[redis_lock(name = "abort:renewed", expire = "300ms", renew, on_lost = "abort", locker = locker)]
 async fn abortable_renewed(
     locker: &Locker,
     entered: &AtomicBool,
     after: &AtomicBool,
 ) -> Result<(), LockError> {
-    entered.store(true, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    after.store(true, Ordering::SeqCst);
+    long_body(entered, after, Duration::from_secs(10)).await;
     Ok(())
 }
 
@@ -283,9 +289,7 @@ async fn abortable_expiring(
     entered: &AtomicBool,
     after: &AtomicBool,
 ) -> Result<(), LockError> {
-    entered.store(true, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    after.store(true, Ordering::SeqCst);
+    long_body(entered, after, Duration::from_secs(5)).await;
     Ok(())
 }
 
