@@ -83,6 +83,26 @@ pub enum LockError {
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
 
+    /// A Locker over several Redis nodes (Redlock) could not get answers
+    /// from a majority of them, or a majority of those that answered had
+    /// restarted too recently to vote (see
+    /// [`delay_restarted_nodes`](crate::LockerBuilder::delay_restarted_nodes)).
+    /// Nothing is held.
+    #[error(
+        "lock `{}`: no majority of the Redis nodes could vote ({needed} of {nodes} needed): {detail}",
+        Shown(name)
+    )]
+    NoQuorum {
+        /// The lock's name (not the Redis key).
+        name: String,
+        /// How many nodes must agree: a majority.
+        needed: usize,
+        /// How many nodes the Locker has.
+        nodes: usize,
+        /// What the nodes said: how many answered, the first failure.
+        detail: String,
+    },
+
     /// No Locker was given and no process-wide default is set.
     #[error(
         "no Redis locker is configured: call `lockattr::init(\"redis://host:6379/\")` once at start-up, \
@@ -143,14 +163,34 @@ impl LockError {
         matches!(self, LockError::Lost { .. })
     }
 
-    /// True for [`LockError::Connection`]: Redis was down, unreachable or too slow.
+    /// True for [`LockError::Connection`] (Redis was down, unreachable or
+    /// too slow) and for [`LockError::NoQuorum`] (too many of a Redlock's
+    /// nodes were).
     ///
     /// ```
     /// # use lockattr_runtime::LockError;
     /// assert!(!LockError::NotConfigured.is_connection());
     /// ```
     pub fn is_connection(&self) -> bool {
-        matches!(self, LockError::Connection { .. })
+        matches!(
+            self,
+            LockError::Connection { .. } | LockError::NoQuorum { .. }
+        )
+    }
+
+    /// True for [`LockError::NoQuorum`]: a Redlock could not reach a
+    /// majority of its nodes.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// let err = LockError::NoQuorum {
+    ///     name: "x".into(), needed: 3, nodes: 5, detail: "2 answered".into(),
+    /// };
+    /// assert!(err.is_no_quorum() && err.is_connection());
+    /// assert!(err.to_string().contains("3 of 5"));
+    /// ```
+    pub fn is_no_quorum(&self) -> bool {
+        matches!(self, LockError::NoQuorum { .. })
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {

@@ -48,7 +48,12 @@ impl Lease {
     }
 
     async fn release(&self) -> Result<(), LockError> {
-        if self.locker.backend.release(&self.keys, &self.token).await? {
+        if self
+            .locker
+            .backend
+            .release(&self.keys, &self.token, &self.name, self.expire)
+            .await?
+        {
             Ok(())
         } else {
             Err(self.not_owned())
@@ -66,7 +71,7 @@ impl Lease {
         match self
             .locker
             .backend
-            .extend(&self.keys, &self.token, by, how)
+            .extend(&self.keys, &self.token, by, how, (&self.name, self.expire))
             .await?
         {
             Some(left) => {

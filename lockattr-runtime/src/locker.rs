@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Attempt, Backend, SingleNode, Timeouts, Wake};
+use crate::backend::redlock::{self, Redlock};
+use crate::backend::{Attempt, Backend, ClusterNodes, Queued, SingleNode, Timeouts, Wake, Waiter};
 use crate::guard::{Lease, LockGuard};
 use crate::key::Keys;
 use crate::lost::LeaseState;
@@ -105,14 +106,105 @@ impl Locker {
     /// assert_eq!(locker.prefix(), "myapp:lock:");
     /// ```
     pub fn builder(url: impl Into<String>) -> LockerBuilder {
-        LockerBuilder {
-            url: url.into(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            timeouts: Timeouts {
-                connect: DEFAULT_CONNECT_TIMEOUT,
-                response: DEFAULT_RESPONSE_TIMEOUT,
-            },
-        }
+        LockerBuilder::new(Target::Single(url.into()))
+    }
+
+    /// A Locker over independent Redis masters (Redlock), with default
+    /// settings: a lock is held while a majority of them hold it.
+    ///
+    /// Takes any list of URLs (an array, a slice, a `Vec<String>`): an odd
+    /// number of at least 3 masters that do not replicate each other. A
+    /// majority tolerates the failure of the rest: 1 of 3, 2 of 5, 3 of 7.
+    /// Every request goes to all nodes at once, so an acquisition costs
+    /// about one round trip. A node that is down or frozen costs at most the
+    /// [node timeout](LockerBuilder::node_timeout) per operation, and an
+    /// acquisition that cannot reach a majority fails at once with
+    /// [`LockError::NoQuorum`].
+    ///
+    /// Guards work as with one server: release, extend, renewal and the lost
+    /// signal count a majority; the lease is trusted for `expire` less a
+    /// clock drift allowance (1% of it plus 2 ms) from when the request was
+    /// sent. Fencing tokens keep increasing from one owner to the next (see
+    /// the crate docs for how, and what they assume). Waiters try again when
+    /// a release notice arrives from any node, instead of polling.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// let locker = Locker::redlock([
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    ///     "redis://10.0.0.3:6379/",
+    /// ])
+    /// .unwrap();
+    /// assert!(Locker::redlock(vec!["redis://a/".to_string(), "redis://b/".to_string()]).is_err());
+    /// ```
+    pub fn redlock<I>(urls: I) -> Result<Locker, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        Locker::redlock_builder(urls).build()
+    }
+
+    /// A builder for a Redlock [`Locker`] with non-default settings: those
+    /// of [`Locker::builder`], plus [`node_timeout`](LockerBuilder::node_timeout)
+    /// and [`delay_restarted_nodes`](LockerBuilder::delay_restarted_nodes).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+    /// let locker = Locker::redlock_builder(&urls)
+    ///     .node_timeout(Duration::from_millis(50))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn redlock_builder<I>(urls: I) -> LockerBuilder
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        LockerBuilder::new(Target::Redlock(strings(urls)))
+    }
+
+    /// A Locker over a Redis Cluster, with default settings, given the URLs
+    /// of one or more of its nodes (the rest are discovered).
+    ///
+    /// Every key of a lock shares the lock's name as its hash tag, so a lock
+    /// lives on the one master that serves its slot; the client follows the
+    /// cluster's redirections when slots move. Waiting, hand-over on
+    /// release, fencing tokens and renewal work as on one server.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// let locker = Locker::cluster(["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"]).unwrap();
+    /// assert!(Locker::cluster(Vec::<String>::new()).is_err());
+    /// ```
+    pub fn cluster<I>(seeds: I) -> Result<Locker, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        Locker::cluster_builder(seeds).build()
+    }
+
+    /// A builder for a Redis Cluster [`Locker`] with non-default settings
+    /// (those of [`Locker::builder`]).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let locker = Locker::cluster_builder(["redis://10.0.0.1:7000/"])
+    ///     .response_timeout(Duration::from_millis(500))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn cluster_builder<I>(seeds: I) -> LockerBuilder
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        LockerBuilder::new(Target::Cluster(strings(seeds)))
     }
 
     /// Starts a lock request for `name`; finish it with
@@ -183,26 +275,114 @@ impl Locker {
     }
 }
 
-/// Settings of a [`Locker`]; see [`Locker::builder`].
+fn strings<I>(urls: I) -> Vec<String>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    urls.into_iter().map(|u| u.as_ref().to_owned()).collect()
+}
+
+/// What a [`LockerBuilder`] builds a Locker for.
+#[derive(Clone)]
+enum Target {
+    Single(String),
+    Redlock(Vec<String>),
+    Cluster(Vec<String>),
+}
+
+/// Settings of a [`Locker`]; see [`Locker::builder`],
+/// [`Locker::redlock_builder`] and [`Locker::cluster_builder`].
 #[derive(Clone)]
 pub struct LockerBuilder {
-    url: String,
+    target: Target,
     prefix: String,
     timeouts: Timeouts,
+    node_timeout: Option<Duration>,
+    delay_restarted_nodes: Option<bool>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The URL may hold a password: never print it.
+        // The URLs may hold a password: never print them.
+        let kind = match &self.target {
+            Target::Single(_) => "single",
+            Target::Redlock(_) => "redlock",
+            Target::Cluster(_) => "cluster",
+        };
         f.debug_struct("LockerBuilder")
+            .field("kind", &kind)
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.timeouts.connect)
             .field("response_timeout", &self.timeouts.response)
+            .field("node_timeout", &self.node_timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl LockerBuilder {
+    fn new(target: Target) -> LockerBuilder {
+        LockerBuilder {
+            target,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeouts: Timeouts {
+                connect: DEFAULT_CONNECT_TIMEOUT,
+                response: DEFAULT_RESPONSE_TIMEOUT,
+            },
+            node_timeout: None,
+            delay_restarted_nodes: None,
+        }
+    }
+
+    /// Redlock only: how long each node may take to answer one request
+    /// (default: a hundredth of the lock's lease, at least 10 ms and at most
+    /// the response timeout). A node that is down or frozen costs an
+    /// operation at most this long; its answer is then not counted. Keep it
+    /// well below the lease: the time spent waiting comes off the lease's
+    /// validity.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+    /// let locker = Locker::redlock_builder(urls).node_timeout(Duration::from_millis(25)).build();
+    /// assert!(locker.is_ok());
+    /// let single = Locker::builder("redis://10.0.0.1/").node_timeout(Duration::from_millis(25)).build();
+    /// assert!(single.unwrap_err().to_string().contains("Redlock"));
+    /// ```
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Redlock only: whether a node that has been up for less than a lock's
+    /// `expire` is kept from counting toward that lock's majority (default
+    /// `true`).
+    ///
+    /// A node restarted without persistence has forgotten the locks it held:
+    /// with the majority of a holder that used it, a second owner could
+    /// take the lock while the first still holds its lease. Delaying the
+    /// restarted node's vote until every lease it may have held has run out
+    /// closes that gap (the Redlock description's "delayed restart", done
+    /// by the clients). A node's uptime is read with `INFO server` when a
+    /// connection to it opens.
+    ///
+    /// The cost: after nodes start (a new deployment included), locks whose
+    /// majority needs them wait until the nodes have been up for `expire`.
+    /// Turn it off only when the nodes persist every write (`appendfsync
+    /// always`) or are never restarted within a lease.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+    /// let locker = Locker::redlock_builder(urls).delay_restarted_nodes(false).build();
+    /// assert!(locker.is_ok());
+    /// ```
+    pub fn delay_restarted_nodes(mut self, delay: bool) -> Self {
+        self.delay_restarted_nodes = Some(delay);
+        self
+    }
+
     /// The prefix of every Redis key (default `"lockattr:"`). It may not
     /// contain `{` or `}`, which would break the keys' Redis Cluster hash tag.
     ///
@@ -267,7 +447,27 @@ impl LockerBuilder {
                 return Err(LockError::invalid(what, "it must be longer than zero"));
             }
         }
-        let backend = Backend::Single(SingleNode::new(&self.url, self.timeouts)?);
+        if let Some(timeout) = self.node_timeout
+            && timeout.is_zero()
+        {
+            return Err(LockError::invalid("node timeout", "it must be longer than zero"));
+        }
+        let backend = match &self.target {
+            Target::Redlock(urls) => Backend::Redlock(Redlock::new(
+                urls,
+                self.timeouts,
+                self.node_timeout,
+                self.delay_restarted_nodes.unwrap_or(true),
+            )?),
+            Target::Single(url) => {
+                self.no_redlock_settings()?;
+                Backend::Single(SingleNode::new(url, self.timeouts)?)
+            }
+            Target::Cluster(seeds) => {
+                self.no_redlock_settings()?;
+                Backend::Cluster(ClusterNodes::new(seeds, self.timeouts)?)
+            }
+        };
         Ok(Locker {
             inner: Arc::new(Inner {
                 backend,
@@ -275,6 +475,21 @@ impl LockerBuilder {
                 watchdog: Watchdog::default(),
             }),
         })
+    }
+}
+
+impl LockerBuilder {
+    /// Refuses the Redlock-only settings on another kind of Locker.
+    fn no_redlock_settings(&self) -> Result<(), LockError> {
+        let setting = match (self.node_timeout, self.delay_restarted_nodes) {
+            (Some(_), _) => "node_timeout",
+            (None, Some(_)) => "delay_restarted_nodes",
+            (None, None) => return Ok(()),
+        };
+        Err(LockError::invalid(
+            "Locker setting",
+            format!("`{setting}` applies to a Redlock (`Locker::redlock_builder`) only"),
+        ))
     }
 }
 
@@ -460,9 +675,14 @@ async fn acquire(
     (lease, wait): (Lease, Duration),
     mut gone: io::CallerGone,
 ) -> Result<LockGuard, LockError> {
+    let locker = lease.locker.clone();
+    let backend = match &locker.backend {
+        Backend::Single(node) => Queued::Single(node),
+        Backend::Cluster(nodes) => Queued::Cluster(nodes),
+        Backend::Redlock(nodes) => return acquire_majority(nodes, lease, wait, gone).await,
+    };
     let now = Instant::now();
     let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
-    let backend = &lease.locker.backend;
     let wakeups = backend.wakeups();
     // Uncontended: no pub/sub work at all, unless the channel is already
     // subscribed (a lock in demand), in which case waiting starts warm.
@@ -496,6 +716,7 @@ async fn acquire(
                 lease.locker.clone(),
                 lease.keys.clone(),
                 lease.token.clone(),
+                lease.expire,
             ));
         }
         if waiter.is_none() {
@@ -565,7 +786,10 @@ async fn acquire(
 /// instead), in the background: the hand-over itself stays a single message.
 fn granted(mut lease: Lease, fencing_token: u64, sent: Instant, handed: bool) -> LockGuard {
     lease.fencing_token = fencing_token;
-    lease.state = LeaseState::new(sent + lease.expire, lease.renew);
+    let trusted = lease
+        .expire
+        .saturating_sub(lease.locker.backend.drift(lease.expire));
+    lease.state = LeaseState::new(sent + trusted, lease.renew);
     let (renew, expire) = (lease.renew, lease.expire);
     let lease = Arc::new(lease);
     let locker = lease.locker.clone();
@@ -585,6 +809,139 @@ fn granted(mut lease: Lease, fencing_token: u64, sent: Instant, handed: bool) ->
     LockGuard::new(lease)
 }
 
+/// The acquisition loop of a Redlock.
+///
+/// Each attempt asks every node at once (see [`Redlock::attempt`]). With a
+/// majority of voting nodes, and time left on the lease after the drift
+/// allowance, the lock is taken. Otherwise the nodes that granted it are
+/// released, and the loop waits for the first of:
+/// - a release notice from any node (waiters do not queue on a Redlock;
+///   each subscribes to the lock's channel on every node it can reach);
+/// - the end of the holder's lease, as the nodes reported it;
+/// - after a split vote, a random pause that grows with each split in a
+///   row, so that contenders stop taking a minority each;
+/// - its acquire timeout: then one last attempt.
+///
+/// It fails at once with [`LockError::NoQuorum`] when fewer than a majority
+/// of the nodes answer. An attempt cut short (this future dropped) gives
+/// back what it had taken, in the background.
+async fn acquire_majority(
+    nodes: &Redlock,
+    lease: Lease,
+    wait: Duration,
+    mut gone: io::CallerGone,
+) -> Result<LockGuard, LockError> {
+    let now = Instant::now();
+    let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
+    let expire = lease.expire;
+    let trusted = expire.saturating_sub(redlock::drift(expire));
+    let mut waiters: Option<Vec<Waiter>> = None;
+    let mut splits = 0;
+    loop {
+        if let Some(list) = waiters.as_mut() {
+            // Notices heard before this attempt are answered by it.
+            list.retain_mut(Waiter::drain);
+        }
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
+        let votes = nodes.attempt(&lease.keys, &lease.token, expire).await;
+        let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
+        let mut give_back = GiveBackOnDrop {
+            locker: &lease.locker,
+            keys: &lease.keys,
+            token: &lease.token,
+            expire,
+            nodes: taken,
+        };
+        if votes.voters >= nodes.quorum()
+            && let Some(fence) = nodes.fence(&lease.keys, &lease.token, expire, &votes).await
+            && sent.elapsed() < trusted
+        {
+            give_back.nodes.clear();
+            drop(give_back);
+            return Ok(granted(lease, fence, sent, false));
+        }
+        let taken = std::mem::take(&mut give_back.nodes);
+        drop(give_back);
+        if !taken.is_empty() {
+            nodes
+                .give_back(&lease.keys, &lease.token, expire, &taken)
+                .await;
+        }
+        if votes.answered < nodes.quorum() {
+            return Err(nodes.unreachable(&lease.name, votes));
+        }
+        if left.is_zero() {
+            if votes.granted.len() >= nodes.quorum() && votes.voters < nodes.quorum() {
+                return Err(nodes.too_young(&lease.name, expire, &votes));
+            }
+            return Err(LockError::Timeout {
+                name: lease.name,
+                waited: wait,
+            });
+        }
+        if waiters.is_none() {
+            // Subscribed only now: the lock may have been freed before.
+            waiters = Some(
+                nodes
+                    .register(&lease.keys.channel, &lease.token, expire)
+                    .await,
+            );
+            continue;
+        }
+        let mut wake_at = deadline;
+        if let Some(held) = votes.held_for {
+            wake_at = wake_at.min(soon_after(held));
+        }
+        if votes.granted.is_empty() {
+            splits = 0;
+        } else {
+            splits += 1;
+            wake_at = wake_at.min(Instant::now() + redlock::split_pause(splits));
+        }
+        let waiters = waiters.as_deref_mut().unwrap_or_default();
+        if waiters.is_empty() {
+            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
+        }
+        tokio::select! {
+            () = redlock::any_notice(waiters) => {}
+            () = tokio::time::sleep_until(wake_at.into()) => {}
+            () = gone.wait() => return Err(LockError::Runtime {
+                reason: "the caller stopped waiting".into(),
+            }),
+        }
+    }
+}
+
+/// Nodes of a Redlock that granted an attempt still in progress: dropped
+/// with nodes listed (the caller stopped waiting), it releases them in the
+/// background.
+struct GiveBackOnDrop<'a> {
+    locker: &'a Arc<Inner>,
+    keys: &'a Keys,
+    token: &'a str,
+    expire: Duration,
+    nodes: Vec<usize>,
+}
+
+impl Drop for GiveBackOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.nodes.is_empty() {
+            return;
+        }
+        let (locker, keys, token) = (self.locker.clone(), self.keys.clone(), self.token.to_owned());
+        let (expire, nodes) = (self.expire, std::mem::take(&mut self.nodes));
+        let giving = io::spawn(async move {
+            if let Backend::Redlock(redlock) = &locker.backend {
+                redlock.give_back(&keys, &token, expire, &nodes).await;
+            }
+        });
+        if let Err(e) = giving {
+            tracing::debug!(error = %e, "cannot give back a partial Redlock acquisition; its leases free it");
+        }
+    }
+}
+
 /// A millisecond after `lease` from now: when a lease that has `lease` left
 /// has surely ended. Far in the future for absurd leases.
 fn soon_after(lease: Duration) -> Instant {
@@ -601,15 +958,15 @@ const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
 /// A queued request: dropped while set, it takes the request out of the
 /// lock's queue in the background; if a release had just handed it the
 /// lock, the lock goes on to the next waiter (or is freed).
-struct LeaveOnDrop(Option<(Arc<Inner>, Keys, String)>);
+struct LeaveOnDrop(Option<(Arc<Inner>, Keys, String, Duration)>);
 
 impl Drop for LeaveOnDrop {
     fn drop(&mut self) {
-        let Some((locker, keys, token)) = self.0.take() else {
+        let Some((locker, keys, token, expire)) = self.0.take() else {
             return;
         };
         let leaving = io::spawn(async move {
-            let _ = locker.backend.release(&keys, &token).await;
+            let _ = locker.backend.release(&keys, &token, "", expire).await;
         });
         if let Err(e) = leaving {
             tracing::debug!(error = %e, "cannot leave a lock's queue; the entry expires with the wait");

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::backend::Renewal;
+use crate::backend::{Renewal, Renewed};
 use crate::guard::Lease;
 use crate::locker::Inner;
 use crate::{LockError, io};
@@ -219,48 +219,64 @@ async fn renew(
             key: &lease.keys.lock,
             token: &lease.token,
             lease: period.map(|_| lease.expire),
+            expire: lease.expire,
         })
         .collect();
     let sent = Instant::now();
     let outcome = locker.backend.renew(&renewals).await;
     let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
     match outcome {
-        Ok(left) => {
-            for ((id, lease, period), left) in batch.iter().zip(left) {
+        Ok(found) => {
+            let mut unknown = 0;
+            for ((id, lease, period), found) in batch.iter().zip(found) {
                 // Released meanwhile: what the renewal found no longer matters.
                 let Some(entry) = state.entries.get_mut(id) else {
                     continue;
                 };
-                match (left, period) {
-                    (Some(left), Some(period)) => {
+                match (found, period) {
+                    (Renewed::Left(left), Some(period)) => {
                         lease.state.confirmed(sent, left);
                         entry.due = sent + *period;
                         entry.early = sent + *period / 2;
                     }
-                    (Some(left), None) => {
+                    (Renewed::Left(left), None) => {
                         lease.state.confirmed(sent, left);
                         state.entries.remove(id);
                     }
-                    (None, _) => {
+                    (Renewed::NotOwned, _) => {
                         tracing::warn!(lock = %lease.name, "lock lost: a renewal found it deleted or taken by another owner");
                         lease.state.taken();
                         state.entries.remove(id);
                     }
+                    // Its node did not answer (a cluster master down).
+                    (Renewed::Unknown, period) => {
+                        unknown += 1;
+                        retry_soon(entry, *period);
+                    }
                 }
+            }
+            if unknown > 0 {
+                return Err(LockError::Runtime {
+                    reason: format!("{unknown} of the renewals got no answer from their node"),
+                });
             }
         }
         Err(e) => {
-            // Soon, but not in a tight loop against a dead server.
-            let retry = Instant::now() + Duration::from_millis(10);
             for (id, _, period) in batch {
                 if let Some(entry) = state.entries.get_mut(id) {
-                    let wait = period.map_or(Duration::from_millis(100), |p| p / 4);
-                    entry.due = retry.max(Instant::now() + wait);
-                    entry.early = entry.due;
+                    retry_soon(entry, *period);
                 }
             }
             return Err(e);
         }
     }
     Ok(())
+}
+
+/// Schedules a renewal that failed again: soon, but not in a tight loop
+/// against a dead server.
+fn retry_soon(entry: &mut Entry, period: Option<Duration>) {
+    let wait = period.map_or(Duration::from_millis(100), |p| p / 4);
+    entry.due = Instant::now() + wait.max(Duration::from_millis(10));
+    entry.early = entry.due;
 }

@@ -1,17 +1,22 @@
 //! What talks to Redis.
 //!
 //! The guard, the builder and the macro only see [`Backend`]; each deployment
-//! shape (one node today; several independent masters or a cluster later) is
-//! one variant, so adding one touches nothing above this module.
+//! shape (one server, independent masters by majority, a cluster) is one
+//! variant. One server and a cluster queue waiters and hand locks over
+//! ([`Queued`]); a Redlock has its own acquire loop in `crate::locker`.
 
+mod cluster;
+pub(crate) mod redlock;
 pub(crate) mod scripts;
 mod single;
 mod wake;
 
 use std::time::Duration;
 
+pub(crate) use cluster::ClusterNodes;
+pub(crate) use redlock::Redlock;
 pub(crate) use single::{SingleNode, Timeouts};
-pub(crate) use wake::{Wake, Wakeups};
+pub(crate) use wake::{Wake, Waiter, Wakeups};
 
 use crate::LockError;
 use crate::key::Keys;
@@ -35,6 +40,8 @@ pub(crate) struct Renewal<'a> {
     pub(crate) token: &'a str,
     /// The lease to raise it to; `None` only reads the time left.
     pub(crate) lease: Option<Duration>,
+    /// The guard's lease (for a Redlock's drift and node timeout).
+    pub(crate) expire: Duration,
 }
 
 /// How [`Backend::extend`] changes a lease.
@@ -46,41 +53,105 @@ pub(crate) enum Extend {
     Set,
 }
 
-/// One way of reaching Redis.
-#[derive(Debug)]
-pub(crate) enum Backend {
-    /// A single Redis server.
-    Single(SingleNode),
+impl Extend {
+    /// The mode argument of [`scripts::EXTEND`].
+    pub(crate) fn mode(self) -> &'static str {
+        match self {
+            Extend::Add => "add",
+            Extend::Set => "set",
+        }
+    }
 }
 
-impl Backend {
+/// What a renewal found for one lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Renewed {
+    /// Still owned, with this much time left.
+    Left(Duration),
+    /// Not owned any more: deleted, expired or taken.
+    NotOwned,
+    /// Not known: the node holding it did not answer (try again).
+    Unknown,
+}
+
+impl Renewed {
+    /// From a script's "time left in ms, or -1 when not owned".
+    fn from_ms(ms: i64) -> Renewed {
+        left_of(ms).map_or(Renewed::NotOwned, Renewed::Left)
+    }
+}
+
+/// A deployment whose locks queue their waiters (one server, or one master
+/// per lock on a cluster): the acquire loop of [`crate::Locker`] for those.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Queued<'a> {
+    /// One server.
+    Single(&'a SingleNode),
+    /// A cluster.
+    Cluster(&'a ClusterNodes),
+}
+
+impl<'a> Queued<'a> {
     /// Tries once to take the lock for `token`. When the lock is held and
     /// `wait` is not zero, queues `token` for `wait` (see
     /// [`scripts::ACQUIRE`]); a zero `wait` leaves the queue.
     pub(crate) async fn try_acquire(
-        &self,
+        self,
         keys: &Keys,
         token: &str,
         expire: Duration,
         wait: Duration,
     ) -> Result<Attempt, LockError> {
         match self {
-            Backend::Single(node) => node.try_acquire(keys, token, expire, wait).await,
+            Queued::Single(node) => node.try_acquire(keys, token, expire, wait).await,
+            Queued::Cluster(nodes) => nodes.try_acquire(keys, token, expire, wait).await,
         }
     }
 
     /// Where waiters hear that a release handed them the lock.
-    pub(crate) fn wakeups(&self) -> &Wakeups {
+    pub(crate) fn wakeups(self) -> &'a Wakeups {
         match self {
-            Backend::Single(node) => node.wakeups(),
+            Queued::Single(node) => node.wakeups(),
+            Queued::Cluster(nodes) => nodes.wakeups(),
+        }
+    }
+}
+
+/// One way of reaching Redis.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    /// A single Redis server.
+    Single(SingleNode),
+    /// Independent masters, locked by majority.
+    Redlock(Redlock),
+    /// A Redis Cluster.
+    Cluster(ClusterNodes),
+}
+
+impl Backend {
+    /// How much of a lease is not trusted, for clocks that run at slightly
+    /// different rates: none on one server, whose clock alone times it.
+    pub(crate) fn drift(&self, expire: Duration) -> Duration {
+        match self {
+            Backend::Redlock(_) => redlock::drift(expire),
+            Backend::Single(_) | Backend::Cluster(_) => Duration::ZERO,
         }
     }
 
     /// Deletes the lock if `token` owns it, handing it to the oldest waiter;
-    /// false when it did not own it (then `token` leaves the queue).
-    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
+    /// false when it did not own it (then `token` leaves the queue). On a
+    /// Redlock: true when a majority still held it.
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &str,
+        name: &str,
+        expire: Duration,
+    ) -> Result<bool, LockError> {
         match self {
-            Backend::Single(node) => node.release(keys, token).await,
+            Backend::Single(node) => node.release(keys, token, false).await,
+            Backend::Redlock(nodes) => nodes.release(keys, token, name, expire).await,
+            Backend::Cluster(nodes) => nodes.release(keys, token).await,
         }
     }
 
@@ -92,27 +163,41 @@ impl Backend {
         token: &str,
         by: Duration,
         how: Extend,
+        (name, expire): (&str, Duration),
     ) -> Result<Option<Duration>, LockError> {
         match self {
             Backend::Single(node) => node.extend(keys, token, by, how).await,
+            Backend::Redlock(nodes) => nodes.extend(keys, token, by, how, name, expire).await,
+            Backend::Cluster(nodes) => nodes.extend(keys, token, by, how).await,
         }
     }
 
-    /// Renews a batch of leases (see [`scripts::RENEW`]); per lease, its
-    /// time left, or `None` when its token no longer owns the lock.
-    pub(crate) async fn renew(
-        &self,
-        leases: &[Renewal<'_>],
-    ) -> Result<Vec<Option<Duration>>, LockError> {
+    /// Renews a batch of leases (see [`scripts::RENEW`]); per lease, what
+    /// the renewal found. An error when the whole batch failed.
+    pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         match self {
-            Backend::Single(node) => node.renew(leases).await,
+            Backend::Single(node) => Ok(node
+                .renew(leases)
+                .await?
+                .into_iter()
+                .map(|left| left.map_or(Renewed::NotOwned, Renewed::Left))
+                .collect()),
+            Backend::Redlock(nodes) => Ok(nodes
+                .renew(leases)
+                .await?
+                .into_iter()
+                .map(|left| left.map_or(Renewed::NotOwned, Renewed::Left))
+                .collect()),
+            Backend::Cluster(nodes) => nodes.renew(leases).await,
         }
     }
 
-    /// One PING round trip.
+    /// One PING round trip (to every node at once, for a Redlock).
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
         match self {
             Backend::Single(node) => node.ping().await,
+            Backend::Redlock(nodes) => nodes.ping().await,
+            Backend::Cluster(nodes) => nodes.ping().await,
         }
     }
 
@@ -120,8 +205,15 @@ impl Backend {
     pub(crate) fn server(&self) -> &str {
         match self {
             Backend::Single(node) => node.server(),
+            Backend::Redlock(nodes) => nodes.server(),
+            Backend::Cluster(nodes) => nodes.server(),
         }
     }
+}
+
+/// A script's "time left in ms, or -1 when not owned".
+pub(crate) fn left_of(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
 /// Milliseconds for Redis: at least 1 (PX 0 is an error), saturating.

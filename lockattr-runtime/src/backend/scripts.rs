@@ -98,7 +98,9 @@ return {0, redis.call('pttl', KEYS[1])}
 /// ms>` on the lock's channel; deletes it when nobody waits. A token that does not own
 /// the lock leaves the queue instead (a waiter that gave up).
 ///
-/// KEYS: lock, fence, queue, waiters. ARGV: token, channel.
+/// KEYS: lock, fence, queue, waiters. ARGV: token, channel, and optionally
+/// `1` to publish `-:0:0` on the channel when the lock is deleted (nobody
+/// queued): the release notice of a Redlock, whose waiters do not queue.
 /// Returns 1 when released, 0 when the token did not own the lock.
 pub(crate) const RELEASE_LUA: &str = concat!(
     r"
@@ -131,6 +133,9 @@ while true do
   end
 end
 redis.call('del', KEYS[1])
+if ARGV[3] == '1' then
+  redis.call('publish', ARGV[2], '-:0:0')
+end
 return 1
 "
 );
@@ -188,6 +193,26 @@ for i, key in ipairs(KEYS) do
   end
 end
 return left
+",
+    )
+});
+
+/// Raises a lock's fence counter to a Redlock's fencing token, if the token
+/// still owns the lock there (see `Redlock`'s fencing).
+///
+/// KEYS: lock, fence. ARGV: owner token, fencing token.
+/// Returns 1 when the owner token owns the lock (the counter is then at
+/// least the fencing token), 0 when not.
+pub(crate) static RAISE_FENCE: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if (tonumber(redis.call('get', KEYS[2])) or 0) < tonumber(ARGV[2]) then
+  redis.call('set', KEYS[2], ARGV[2])
+end
+return 1
 ",
     )
 });

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
 
-use super::{Attempt, Extend, Renewal, Wakeups, millis, scripts};
+use super::{Attempt, Extend, Renewal, Wakeups, left_of, millis, scripts};
 use crate::key::Keys;
 use crate::{LockError, io};
 
@@ -64,6 +64,9 @@ pub(crate) struct SingleNode {
     slots: Arc<Slots>,
     /// The subscriber side: where waiters hear that they got the lock.
     wakeups: Wakeups,
+    /// When tracked (a Redlock node): when the server last started, as far
+    /// as the latest connection could tell (`None`: not known yet).
+    started: Option<Mutex<Option<Instant>>>,
 }
 
 impl std::fmt::Debug for SingleNode {
@@ -112,12 +115,63 @@ impl SingleNode {
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.response));
         Ok(SingleNode {
-            wakeups: Wakeups::new(client.clone(), timeouts),
+            wakeups: Wakeups::new(vec![client.clone()], timeouts),
             client,
             config,
             server,
             slots: Arc::default(),
+            started: None,
         })
+    }
+
+    /// Reads the server's uptime each time a connection opens, for
+    /// [`uptime`](Self::uptime).
+    pub(crate) fn track_restarts(mut self) -> SingleNode {
+        self.started = Some(Mutex::new(None));
+        self
+    }
+
+    /// How long the server has been up, as of its latest connection: `None`
+    /// when not tracked or not known (no connection yet, or INFO refused).
+    /// A restart breaks every connection, so a restarted server is seen on
+    /// the first request after it.
+    pub(crate) fn uptime(&self) -> Option<Duration> {
+        let started = self.started.as_ref()?;
+        let started = *started.lock().unwrap_or_else(|p| p.into_inner());
+        started.map(|at| at.elapsed())
+    }
+
+    /// Records the uptime the server reports on a new connection. INFO's
+    /// uptime is in whole seconds, so the start taken is the latest
+    /// possible one: a server is never thought older than it is.
+    async fn read_uptime(&self, connection: &mut MultiplexedConnection) {
+        let Some(started) = &self.started else {
+            return;
+        };
+        let info: redis::RedisResult<String> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(connection)
+            .await;
+        let uptime = info.ok().and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+                .and_then(|secs| secs.trim().parse::<u64>().ok())
+        });
+        match uptime {
+            Some(secs) => {
+                let at = Instant::now()
+                    .checked_sub(Duration::from_secs(secs))
+                    .unwrap_or_else(Instant::now);
+                let mut started = started.lock().unwrap_or_else(|p| p.into_inner());
+                // Connections of several runtimes: the latest start wins.
+                *started = Some(started.map_or(at, |known| known.max(at)));
+            }
+            None => tracing::warn!(
+                server = %self.server,
+                "cannot read the uptime of a Redlock node (INFO server refused?); \
+                 its restarts cannot be told apart"
+            ),
+        }
     }
 
     pub(crate) fn server(&self) -> &str {
@@ -186,7 +240,8 @@ impl SingleNode {
             .await;
         let generation = slot.attempts.fetch_add(1, Ordering::AcqRel) + 1;
         match result {
-            Ok(connection) => {
+            Ok(mut connection) => {
+                self.read_uptime(&mut connection).await;
                 *last_error = None;
                 *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Current {
                     generation,
@@ -305,7 +360,14 @@ impl SingleNode {
         })
     }
 
-    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
+    /// See [`super::Backend::release`]; `notify` publishes a release
+    /// notice when nobody is queued (Redlock).
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &str,
+        notify: bool,
+    ) -> Result<bool, LockError> {
         let deleted: i64 = self
             .send(
                 Request::Script(
@@ -315,12 +377,36 @@ impl SingleNode {
                         .key(&keys.queue)
                         .key(&keys.waiters)
                         .arg(token)
-                        .arg(&keys.channel),
+                        .arg(&keys.channel)
+                        .arg(if notify { "1" } else { "0" }),
                 ),
                 None,
             )
             .await?;
         Ok(deleted == 1)
+    }
+
+    /// Raises the lock's fence counter to `fencing_token` if `token` owns
+    /// the lock; false when it does not.
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &Keys,
+        token: &str,
+        fencing_token: u64,
+    ) -> Result<bool, LockError> {
+        let owned: i64 = self
+            .send(
+                Request::Script(
+                    scripts::RAISE_FENCE
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .arg(token)
+                        .arg(fencing_token),
+                ),
+                None,
+            )
+            .await?;
+        Ok(owned == 1)
     }
 
     pub(crate) async fn extend(
@@ -330,10 +416,6 @@ impl SingleNode {
         by: Duration,
         how: Extend,
     ) -> Result<Option<Duration>, LockError> {
-        let mode = match how {
-            Extend::Add => "add",
-            Extend::Set => "set",
-        };
         let left: i64 = self
             .send(
                 Request::Script(
@@ -341,7 +423,7 @@ impl SingleNode {
                         .key(&keys.lock)
                         .arg(token)
                         .arg(millis(by))
-                        .arg(mode),
+                        .arg(how.mode()),
                 ),
                 None,
             )
@@ -437,10 +519,6 @@ impl Request<'_> {
     }
 }
 
-/// A script's "time left in ms, or -1 when not owned".
-fn left_of(ms: i64) -> Option<Duration> {
-    u64::try_from(ms).ok().map(Duration::from_millis)
-}
 
 /// The connection is unusable (dropped, reset, or an answer timed out on a
 /// connection that may be half-open): open a new one next time.

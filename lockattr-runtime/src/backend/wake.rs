@@ -65,7 +65,9 @@ pub(crate) enum Wake {
 
 /// The wake-ups of one Redis server, for one Locker.
 pub(crate) struct Wakeups {
-    client: Client,
+    /// Where to subscribe: the first that answers (several seeds of a
+    /// Redis Cluster, where a PUBLISH reaches every node).
+    clients: Vec<Client>,
     timeouts: Timeouts,
     state: Arc<Mutex<State>>,
     /// Held while opening the subscriber connection.
@@ -124,6 +126,25 @@ impl Waiter {
         // subscription broke, or the Locker is going away): ask Redis.
         self.wake.recv().await.unwrap_or(Wake::Recheck)
     }
+
+    /// [`wait`](Self::wait) as a poll, to wait on several nodes at once.
+    pub(crate) fn poll_wait(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Wake> {
+        self.wake
+            .poll_recv(cx)
+            .map(|wake| wake.unwrap_or(Wake::Recheck))
+    }
+
+    /// Forgets the wake-ups heard so far; false when the registry let go of
+    /// this waiter (register again).
+    pub(crate) fn drain(&mut self) -> bool {
+        loop {
+            match self.wake.try_recv() {
+                Ok(Wake::Recheck) | Err(mpsc::error::TryRecvError::Disconnected) => return false,
+                Ok(_) => {}
+                Err(mpsc::error::TryRecvError::Empty) => return true,
+            }
+        }
+    }
 }
 
 impl Drop for Waiter {
@@ -151,9 +172,9 @@ impl Drop for Waiter {
 }
 
 impl Wakeups {
-    pub(crate) fn new(client: Client, timeouts: Timeouts) -> Wakeups {
+    pub(crate) fn new(clients: Vec<Client>, timeouts: Timeouts) -> Wakeups {
         Wakeups {
-            client,
+            clients,
             timeouts,
             state: Arc::default(),
             connecting: tokio::sync::Mutex::new(()),
@@ -227,10 +248,19 @@ impl Wakeups {
         // Opened on the I/O thread, whose runtime never stops: the
         // connection's I/O task runs where it was opened, and it serves the
         // waiters of every runtime.
-        let client = self.client.clone();
-        let connect = within(self.timeouts.connect, async move {
-            client.get_async_pubsub().await
-        });
+        let (clients, limit) = (self.clients.clone(), self.timeouts.connect);
+        let connect = async move {
+            let mut last = None;
+            for client in clients {
+                match within(limit, async { client.get_async_pubsub().await }).await {
+                    Ok(pubsub) => return Ok(pubsub),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| {
+                RedisError::from(std::io::Error::other("no server to subscribe on"))
+            }))
+        };
         let (sink, stream) = io::run(async move { Ok(connect.await) })
             .await
             .map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))??

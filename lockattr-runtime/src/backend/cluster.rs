@@ -1,0 +1,328 @@
+//! A Redis Cluster, through the redis crate's async cluster client.
+//!
+//! Every key of a lock carries the lock's name as its hash tag, so the
+//! scripts of one lock run on the one master that serves its slot; the
+//! client follows MOVED and ASK redirections and refreshes its slot map.
+//! The queue and the hand-over work as on one server. A release notice is a
+//! PUBLISH, which a cluster forwards to every node, so the Locker's one
+//! subscriber connection (to the first seed that answers) hears the
+//! releases of every master. The watchdog's batch is split by hash slot
+//! (a script may only touch keys of one slot); the calls go out at once,
+//! and those for one master share its connection.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Client, FromRedisValue, RedisError, ScriptInvocation};
+
+use super::{Attempt, Extend, Renewal, Renewed, Timeouts, Wakeups, millis, scripts};
+use crate::key::Keys;
+use crate::{LockError, io};
+
+/// A Redis Cluster.
+pub(crate) struct ClusterNodes {
+    client: ClusterClient,
+    /// The connection (to every master), opened on the I/O thread on first
+    /// use; the client reconnects to nodes by itself afterwards.
+    current: Mutex<Option<ClusterConnection>>,
+    connecting: tokio::sync::Mutex<()>,
+    timeouts: Timeouts,
+    wakeups: Wakeups,
+    server: String,
+}
+
+impl std::fmt::Debug for ClusterNodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterNodes")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterNodes {
+    /// Parses the seed URLs; does not connect.
+    pub(crate) fn new(seeds: &[String], timeouts: Timeouts) -> Result<ClusterNodes, LockError> {
+        if seeds.is_empty() {
+            return Err(LockError::invalid(
+                "Redis Cluster seeds",
+                "none given; pass the URL of at least one node of the cluster",
+            ));
+        }
+        // The redis crate's parse errors may quote the URL, password included.
+        let clients = seeds
+            .iter()
+            .map(|url| {
+                Client::open(url.as_str()).map_err(|e| {
+                    LockError::invalid(
+                        "Redis URL",
+                        format!(
+                            "{} (expected redis://[:password@]host[:port] for each cluster node)",
+                            e.category()
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = clients
+            .iter()
+            .map(|c| c.get_connection_info().addr().to_string())
+            .collect();
+        let client = ClusterClient::builder(seeds.iter().map(String::as_str))
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.response)
+            .retries(2)
+            .build()
+            .map_err(|e| {
+                LockError::invalid(
+                    "Redis Cluster seeds",
+                    format!("{} (check the URLs)", e.category()),
+                )
+            })?;
+        Ok(ClusterNodes {
+            client,
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            wakeups: Wakeups::new(clients, timeouts),
+            server: format!("cluster[{}]", names.join(",")),
+            timeouts,
+        })
+    }
+
+    pub(crate) fn server(&self) -> &str {
+        &self.server
+    }
+
+    pub(crate) fn wakeups(&self) -> &Wakeups {
+        &self.wakeups
+    }
+
+    fn error(&self, e: RedisError) -> LockError {
+        LockError::from_redis(&self.server, e)
+    }
+
+    /// How long one operation may take, redirections and retries included.
+    fn limit(&self) -> Duration {
+        self.timeouts.response * 2
+    }
+
+    fn cached(&self) -> Option<ClusterConnection> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The cluster connection, opened if needed (on the I/O thread, whose
+    /// runtime outlives every caller's).
+    async fn connection(&self) -> Result<ClusterConnection, LockError> {
+        if let Some(connection) = self.cached() {
+            return Ok(connection);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(connection) = self.cached() {
+            return Ok(connection);
+        }
+        let client = self.client.clone();
+        let limit = self.timeouts.connect + self.timeouts.response;
+        let server = self.server.clone();
+        let connection = io::run(async move {
+            match tokio::time::timeout(limit, client.get_async_connection()).await {
+                Ok(Ok(connection)) => Ok(connection),
+                Ok(Err(e)) => Err(LockError::from_redis(&server, e)),
+                Err(_) => Err(timed_out(&server, limit)),
+            }
+        })
+        .await?;
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Runs a script, for at most [`limit`](Self::limit).
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        connection: &mut ClusterConnection,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.limit(), invocation.invoke_async(connection)).await {
+            Ok(result) => result.map_err(|e| self.error(e)),
+            Err(_) => Err(timed_out(&self.server, self.limit())),
+        }
+    }
+
+    pub(crate) async fn try_acquire(
+        &self,
+        keys: &Keys,
+        token: &str,
+        expire: Duration,
+        wait: Duration,
+    ) -> Result<Attempt, LockError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = scripts::ACQUIRE.prepare_invoke();
+        invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.waiters)
+            .arg(token)
+            .arg(millis(expire))
+            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        // An acquisition whose answer is not read (timed out, or this future
+        // dropped) may still run: give it back, on the same connection, so
+        // the release runs after it on that master.
+        let mut pending = GiveBack(Some((connection.clone(), keys.clone(), token.to_owned())));
+        let answer = self.invoke(&invocation, &mut connection).await;
+        if answer.is_ok() {
+            pending.0 = None;
+        }
+        let (taken, value): (i64, i64) = answer?;
+        Ok(if taken == 1 {
+            Attempt::Acquired {
+                fencing_token: u64::try_from(value).unwrap_or(0),
+            }
+        } else {
+            Attempt::Held {
+                expires_in: u64::try_from(value).ok().map(Duration::from_millis),
+            }
+        })
+    }
+
+    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
+        let mut connection = self.connection().await?;
+        let deleted: i64 = self
+            .invoke(
+                scripts::RELEASE
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.waiters)
+                    .arg(token)
+                    .arg(&keys.channel),
+                &mut connection,
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    pub(crate) async fn extend(
+        &self,
+        keys: &Keys,
+        token: &str,
+        by: Duration,
+        how: Extend,
+    ) -> Result<Option<Duration>, LockError> {
+        let mut connection = self.connection().await?;
+        let left: i64 = self
+            .invoke(
+                scripts::EXTEND
+                    .key(&keys.lock)
+                    .arg(token)
+                    .arg(millis(by))
+                    .arg(how.mode()),
+                &mut connection,
+            )
+            .await?;
+        Ok(super::left_of(left))
+    }
+
+    /// Renews a batch: one script call per hash slot, all at once. A slot
+    /// whose master did not answer leaves its leases [`Renewed::Unknown`];
+    /// an error only when no slot's master answered.
+    pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let connection = self.connection().await?;
+        let mut slots: HashMap<Slot, Vec<usize>> = HashMap::new();
+        for (i, lease) in leases.iter().enumerate() {
+            slots.entry(Slot::for_key(lease.key)).or_default().push(i);
+        }
+        let calls = slots.into_values().map(|members| {
+            let mut connection = connection.clone();
+            async move {
+                let mut invocation = scripts::RENEW.prepare_invoke();
+                for &i in &members {
+                    invocation
+                        .key(leases[i].key)
+                        .arg(leases[i].token)
+                        .arg(leases[i].lease.map_or(0, millis));
+                }
+                let left: Result<Vec<i64>, LockError> =
+                    self.invoke(&invocation, &mut connection).await;
+                (members, left)
+            }
+        });
+        let mut renewed = vec![Renewed::Unknown; leases.len()];
+        let mut first_error = None;
+        let mut answered = false;
+        for (members, left) in join_all(calls).await {
+            match left {
+                Ok(left) if left.len() == members.len() => {
+                    answered = true;
+                    for (i, ms) in members.into_iter().zip(left) {
+                        renewed[i] = Renewed::from_ms(ms);
+                    }
+                }
+                Ok(_) => {
+                    first_error.get_or_insert_with(|| LockError::Runtime {
+                        reason: format!("{} answered a renewal batch short", self.server),
+                    });
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if !answered => Err(e),
+            _ => Ok(renewed),
+        }
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        let mut connection = self.connection().await?;
+        match tokio::time::timeout(
+            self.limit(),
+            redis::cmd("PING").query_async::<()>(&mut connection),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(|e| self.error(e)),
+            Err(_) => Err(timed_out(&self.server, self.limit())),
+        }
+    }
+}
+
+fn timed_out(server: &str, limit: Duration) -> LockError {
+    LockError::Connection {
+        server: server.to_owned(),
+        source: format!("no answer within {limit:?}").into(),
+    }
+}
+
+/// An acquisition sent but not answered: dropped while set, it sends the
+/// release in the background.
+struct GiveBack(Option<(ClusterConnection, Keys, String)>);
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        let Some((mut connection, keys, token)) = self.0.take() else {
+            return;
+        };
+        let release = redis::cmd("EVAL")
+            .arg(scripts::RELEASE_LUA)
+            .arg(4)
+            .arg(&keys.lock)
+            .arg(&keys.fence)
+            .arg(&keys.queue)
+            .arg(&keys.waiters)
+            .arg(&token)
+            .arg(&keys.channel)
+            .to_owned();
+        let _ = io::spawn(async move {
+            let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
+            drop(released);
+        });
+    }
+}
