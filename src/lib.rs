@@ -138,6 +138,38 @@
 //! `acquire_time` ends, as with a non-reentrant lock. Guards taken with
 //! [`Locker::lock`] are not seen by annotated functions.
 //!
+//! # Redlock and Redis Cluster
+//!
+//! `locker = ...` takes any [`Locker`]: one server ([`Locker::new`]),
+//! independent masters locked by majority ([`Locker::redlock`]) or a
+//! Redis Cluster ([`Locker::cluster`]). The attribute and the guard do not
+//! change.
+//!
+//! ```no_run
+//! use lockattr::{redis_lock, LockError, Locker};
+//! use std::sync::LazyLock;
+//!
+//! static REDLOCK: LazyLock<Locker> = LazyLock::new(|| {
+//!     Locker::redlock(["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"])
+//!         .expect("valid URLs")
+//! });
+//!
+//! #[redis_lock(name = "invoice:{id}", locker = &REDLOCK, expire = 30)]
+//! async fn bill(id: u64) -> Result<(), LockError> {
+//!     Ok(())
+//! }
+//! ```
+//!
+//! A Redlock asks all nodes at once, so an acquisition costs about one
+//! round trip; a dead or frozen node costs at most the
+//! [node timeout](LockerBuilder::node_timeout). A node that restarted less
+//! than a lease ago does not vote
+//! ([`delay_restarted_nodes`](LockerBuilder::delay_restarted_nodes)).
+//! Its fencing tokens are the largest counter of the granting majority,
+//! written back to that majority when the counters differ, so they keep
+//! increasing from one owner to the next; the README's section on Redlock
+//! says why a single node's counter would not, and what the tokens assume.
+//!
 //! # The code the attribute stands for
 //!
 //! ```no_run

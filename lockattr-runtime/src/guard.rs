@@ -206,6 +206,11 @@ impl LockGuard {
     /// lost the counter (a restart without persistence), unless the server's
     /// clock stepped back. Compare tokens; do not count on their values.
     ///
+    /// On a Redlock the token is the largest counter among the nodes that
+    /// granted the lock, written back to them when they disagreed, so it
+    /// also increases from one owner to the next (see
+    /// [`Locker::redlock`](crate::Locker::redlock)).
+    ///
     /// ```no_run
     /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
     /// let first = locker.lock("x").acquire().await?;

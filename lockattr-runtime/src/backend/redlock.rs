@@ -235,7 +235,13 @@ impl Redlock {
 
     /// Releases on the nodes in `which` (an acquisition that failed) and
     /// waits for their answers.
-    pub(crate) async fn give_back(&self, keys: &Keys, token: &str, expire: Duration, which: &[usize]) {
+    pub(crate) async fn give_back(
+        &self,
+        keys: &Keys,
+        token: &str,
+        expire: Duration,
+        which: &[usize],
+    ) {
         self.each(which.iter().copied(), self.timeout(expire), |node| {
             node.release(keys, token, false)
         })
@@ -244,7 +250,12 @@ impl Redlock {
 
     /// Subscribes `token` to the release notices of every node that can be
     /// reached.
-    pub(crate) async fn register(&self, channel: &str, token: &str, expire: Duration) -> Vec<Waiter> {
+    pub(crate) async fn register(
+        &self,
+        channel: &str,
+        token: &str,
+        expire: Duration,
+    ) -> Vec<Waiter> {
         let limit = self.timeout(expire);
         let waiters = join_all(self.nodes.iter().map(|node| async move {
             tokio::time::timeout(limit, node.wakeups().register(channel, token)).await
@@ -477,4 +488,92 @@ pub(crate) async fn any_notice(waiters: &mut [Waiter]) {
         std::task::Poll::Pending
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn five() -> Redlock {
+        let urls: Vec<String> = (1..=5).map(|i| format!("redis://10.0.0.{i}/")).collect();
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(1),
+            response: Duration::from_secs(1),
+        };
+        Redlock::new(&urls, timeouts, None, true).unwrap()
+    }
+
+    #[test]
+    fn a_majority_is_needed() {
+        assert_eq!(five().quorum, 3);
+    }
+
+    #[test]
+    fn the_lease_left_is_the_majoritys() {
+        let r = five();
+        let ms = Duration::from_millis;
+        let expire = ms(1000);
+        // Three owning nodes: the third longest counts, less 12 ms drift.
+        assert_eq!(
+            r.majority_left(vec![ms(900), ms(500), ms(800), ms(700)], expire),
+            Some(ms(700 - 12))
+        );
+        assert_eq!(r.majority_left(vec![ms(900), ms(800)], expire), None);
+    }
+
+    #[test]
+    fn drift_is_one_percent_and_two_ms() {
+        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+    }
+
+    #[test]
+    fn node_timeout_follows_the_lease_within_bounds() {
+        let r = five();
+        assert_eq!(
+            r.timeout(Duration::from_secs(10)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(r.timeout(Duration::from_millis(100)), MIN_NODE_TIMEOUT);
+        assert_eq!(r.timeout(Duration::from_secs(3600)), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn split_pauses_grow_and_stay_bounded() {
+        for splits in 1..20 {
+            let pause = split_pause(splits);
+            assert!(
+                pause <= Duration::from_millis(2 << splits.min(6)).min(Duration::from_millis(100))
+            );
+        }
+    }
+
+    #[test]
+    fn node_lists_are_checked() {
+        let t = Timeouts {
+            connect: Duration::from_secs(1),
+            response: Duration::from_secs(1),
+        };
+        let urls = |n: usize| {
+            (0..n)
+                .map(|i| format!("redis://10.0.0.{i}/"))
+                .collect::<Vec<_>>()
+        };
+        for n in [0, 1, 2, 4, 6] {
+            let err = Redlock::new(&urls(n), t, None, true)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("{n} URLs")), "{err}");
+        }
+        let twice = vec![
+            "redis://a/".to_string(),
+            "redis://b/".into(),
+            "redis://a/".into(),
+        ];
+        assert!(
+            Redlock::new(&twice, t, None, true)
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+    }
 }
