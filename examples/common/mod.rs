@@ -21,10 +21,16 @@ impl Drop for Redis {
 }
 
 /// `REDIS_URL` when set; otherwise starts `redis-server` on a free port.
+#[allow(dead_code)] // not every example uses it
 pub fn redis() -> Result<Redis, Box<dyn std::error::Error>> {
     if let Ok(url) = std::env::var("REDIS_URL") {
         return Ok(Redis { url, child: None });
     }
+    throwaway()
+}
+
+/// Starts `redis-server` on a free port.
+pub fn throwaway() -> Result<Redis, Box<dyn std::error::Error>> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
