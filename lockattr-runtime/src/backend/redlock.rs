@@ -90,7 +90,7 @@ impl Redlock {
         node_timeout: Option<Duration>,
         delay_restarted: bool,
     ) -> Result<Redlock, LockError> {
-        if urls.len() < 3 || urls.len() % 2 == 0 {
+        if urls.len() < 3 || urls.len().is_multiple_of(2) {
             let hint = if urls.len() == 1 {
                 "use `Locker::new(url)` for a single server"
             } else {
