@@ -1,0 +1,427 @@
+//! Redlock against five (or three) independent redis-servers of our own:
+//! majority, dead and frozen nodes, restarted empty nodes, fencing across
+//! majorities, contention, the attribute, and wake-up on release.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker, redis_lock};
+use support::{RedisServer, lock_key};
+
+fn nodes(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn urls(nodes: &[RedisServer]) -> Vec<String> {
+    nodes.iter().map(RedisServer::url).collect()
+}
+
+/// A Redlock Locker over fresh servers: they are "young", so restarted-node
+/// delays are off unless a test is about them.
+fn fresh(nodes: &[RedisServer]) -> Locker {
+    Locker::redlock_builder(urls(nodes))
+        .delay_restarted_nodes(false)
+        .build()
+        .unwrap()
+}
+
+fn holders(nodes: &[RedisServer], name: &str) -> usize {
+    nodes
+        .iter()
+        .filter(|n| n.get(&lock_key(name)).is_some())
+        .count()
+}
+
+/// Thaws a frozen server even when the test fails, so it can be killed.
+struct Thaw<'a>(&'a RedisServer);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
+#[tokio::test]
+async fn a_majority_holds_the_lock_and_release_frees_every_node() {
+    let nodes = nodes(5);
+    let a = fresh(&nodes);
+    let b = fresh(&nodes);
+    let guard = a.lock("basic").acquire().await.unwrap();
+    assert_eq!(holders(&nodes, "basic"), 5);
+    let err = b
+        .lock("basic")
+        .acquire_timeout(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    guard.release().await.unwrap();
+    assert_eq!(holders(&nodes, "basic"), 0);
+    b.lock("basic")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[test]
+fn url_lists_of_every_shape_are_accepted_and_bad_counts_refused() {
+    let u: Vec<String> = (1..=3)
+        .map(|i| format!("redis://127.0.0.{i}:6390/"))
+        .collect();
+    let slice: Vec<&str> = u.iter().map(String::as_str).collect();
+    assert!(Locker::redlock([&u[0], &u[1], &u[2]]).is_ok());
+    assert!(Locker::redlock(&slice[..]).is_ok());
+    assert!(Locker::redlock(u.clone()).is_ok());
+    for n in [1, 2] {
+        let err = Locker::redlock(&u[..n]).unwrap_err();
+        assert!(matches!(err, LockError::InvalidInput { .. }), "{err}");
+        assert!(err.to_string().contains(&format!("{n} URLs")), "{err}");
+    }
+    let four: Vec<String> = (1..=4).map(|i| format!("redis://127.0.0.{i}/")).collect();
+    let err = Locker::redlock(four).unwrap_err().to_string();
+    assert!(err.contains("3, 5 or 7"), "{err}");
+    let err = Locker::builder(&u[0])
+        .delay_restarted_nodes(false)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Redlock"), "{err}");
+}
+
+#[tokio::test]
+async fn two_dead_nodes_of_five_do_not_matter() {
+    let mut nodes = nodes(5);
+    nodes[0].kill();
+    nodes[1].kill();
+    let a = fresh(&nodes);
+    let b = fresh(&nodes);
+    let start = Instant::now();
+    let guard = a.lock("two-dead").acquire().await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    let err = b
+        .lock("two-dead")
+        .acquire_timeout(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    guard.release().await.unwrap();
+    b.lock("two-dead").acquire().await.unwrap();
+}
+
+#[tokio::test]
+async fn three_dead_nodes_of_five_fail_at_once_with_a_quorum_error() {
+    let mut nodes = nodes(5);
+    for node in &mut nodes[..3] {
+        node.kill();
+    }
+    let locker = fresh(&nodes);
+    let start = Instant::now();
+    let err = locker
+        .lock("three-dead")
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(err.is_no_quorum() && err.is_connection(), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("3 of 5 needed") && msg.contains("2 of 5 nodes answered"),
+        "{msg}"
+    );
+    assert_eq!(holders(&nodes[3..], "three-dead"), 0, "nothing left held");
+}
+
+#[tokio::test]
+async fn a_frozen_node_costs_at_most_the_node_timeout() {
+    let nodes = nodes(5);
+    let build = || {
+        Locker::redlock_builder(urls(&nodes))
+            .delay_restarted_nodes(false)
+            .node_timeout(Duration::from_millis(100))
+            .response_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    a.ping().await.unwrap();
+    b.ping().await.unwrap();
+    nodes[2].freeze();
+    let _thaw = Thaw(&nodes[2]);
+    for round in 0..3 {
+        let start = Instant::now();
+        let guard = a.lock("frozen").acquire().await.unwrap();
+        let err = b
+            .lock("frozen")
+            .acquire_timeout(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        guard.release().await.unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "round {round}: {:?} with a 5 s response timeout",
+            start.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_node_restarted_empty_does_not_vote_until_leases_ran_out() {
+    let expire = Duration::from_secs(3);
+    let mut nodes = nodes(5);
+    // Old enough to vote for a 3 s lease.
+    tokio::time::sleep(expire + Duration::from_secs(1)).await;
+    nodes[3].kill();
+    nodes[4].kill();
+    let holder = Locker::redlock(urls(&nodes)).unwrap();
+    let guard = holder
+        .lock("restart")
+        .expire(expire)
+        .acquire()
+        .await
+        .unwrap();
+    let held_at = Instant::now();
+    assert_eq!(holders(&nodes[..3], "restart"), 3);
+    // One of the holder's three nodes forgets the lock; the two others come back empty.
+    nodes[2].restart();
+    nodes[3].restart();
+    nodes[4].restart();
+    let contender = Locker::redlock(urls(&nodes)).unwrap();
+    let err = contender
+        .lock("restart")
+        .expire(expire)
+        .acquire_timeout(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(held_at.elapsed() < expire, "the check ran within the lease");
+    assert!(err.is_timeout() || err.is_no_quorum(), "{err}");
+    // Without the delay, the three empty nodes make a second majority.
+    let careless = Locker::redlock_builder(urls(&nodes))
+        .delay_restarted_nodes(false)
+        .build()
+        .unwrap();
+    let intruder = careless
+        .lock("restart")
+        .expire(expire)
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(held_at.elapsed() < expire);
+    assert!(intruder.is_ok(), "the option is what keeps exclusion");
+    drop(intruder);
+    drop(guard);
+    // Once the nodes have been up for a lease, the default Locker gets in.
+    let got = contender
+        .lock("restart")
+        .expire(expire)
+        .acquire_timeout(Duration::from_secs(8))
+        .acquire()
+        .await
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_when_the_majority_changes() {
+    let mut nodes = nodes(5);
+    let locker = fresh(&nodes);
+    let first = locker.lock("fence").acquire().await.unwrap();
+    let t0 = first.fencing_token();
+    first.release().await.unwrap();
+    nodes[3].kill();
+    nodes[4].kill();
+    let on_three = locker.lock("fence").acquire().await.unwrap();
+    let t1 = on_three.fencing_token();
+    on_three.release().await.unwrap();
+    for _ in 0..5 {
+        locker
+            .lock("fence")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let t2 = {
+        let g = locker.lock("fence").acquire().await.unwrap();
+        let t = g.fencing_token();
+        g.release().await.unwrap();
+        t
+    };
+    // Nodes 0 and 1 leave; 3 and 4 come back behind (empty: their counters
+    // start again from their clocks, 0-based counters would be smaller).
+    nodes[0].kill();
+    nodes[1].kill();
+    nodes[3].restart();
+    nodes[4].restart();
+    let moved = locker.lock("fence").acquire().await.unwrap();
+    let t3 = moved.fencing_token();
+    moved.release().await.unwrap();
+    assert!(t0 < t1 && t1 < t2 && t2 < t3, "{t0} {t1} {t2} {t3}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_loses_no_update() {
+    let nodes = nodes(5);
+    let store = RedisServer::start();
+    let lockers: Vec<Locker> = (0..2).map(|_| fresh(&nodes)).collect();
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let locker = lockers[t % 2].clone();
+        let url = store.url();
+        tasks.push(tokio::spawn(async move {
+            let client = redis::Client::open(url).unwrap();
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..25 {
+                let guard = locker
+                    .lock("stress")
+                    .acquire_timeout(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let n: Option<u64> = redis::cmd("GET")
+                    .arg("n")
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                let _: () = redis::cmd("SET")
+                    .arg("n")
+                    .arg(n.unwrap_or(0) + 1)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(store.get("n").as_deref(), Some("200"));
+}
+
+#[tokio::test]
+async fn renewal_keeps_a_majority_and_notices_when_it_is_gone() {
+    let mut nodes = nodes(5);
+    let locker = fresh(&nodes);
+    let guard = locker
+        .lock("renewed")
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    nodes[0].kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!guard.is_lost());
+    assert_eq!(holders(&nodes[1..], "renewed"), 4);
+    nodes[1].kill();
+    nodes[2].kill();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost within 5 s");
+    assert!(lost.is_lost(), "{lost}");
+}
+
+#[tokio::test]
+async fn a_waiter_gets_the_lock_at_the_release_not_at_expiry() {
+    let nodes = nodes(5);
+    let (a, b) = (fresh(&nodes), fresh(&nodes));
+    let guard = a
+        .lock("wake")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = b
+            .lock("wake")
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (Instant::now(), g.map(|g| g.fencing_token()))
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (got, token) = waiter.await.unwrap();
+    token.unwrap();
+    assert!(
+        got - released < Duration::from_secs(1),
+        "{:?}",
+        got - released
+    );
+}
+
+static ATTR: AtomicU64 = AtomicU64::new(0);
+
+static ATTR_LOCKER: OnceLock<Locker> = OnceLock::new();
+
+fn attr_locker() -> &'static Locker {
+    ATTR_LOCKER.get().expect("set by the test")
+}
+
+#[redis_lock(name = "attr:{id}", locker = attr_locker(), expire = 5, acquire_time = 10)]
+async fn bump_async(id: u64) -> Result<u64, LockError> {
+    let n = ATTR.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    ATTR.store(n + 1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[redis_lock(name = "attr:{id}", locker = attr_locker(), expire = 5, acquire_time = 10)]
+fn bump_sync(id: u64) -> Result<u64, LockError> {
+    let n = ATTR.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(5));
+    ATTR.store(n + 1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[test]
+fn the_attribute_works_unchanged() {
+    let nodes = nodes(3);
+    let locker = fresh(&nodes);
+    assert!(ATTR_LOCKER.set(locker).is_ok());
+    let threads: Vec<_> = (0..4)
+        .map(|_| std::thread::spawn(|| (0..10).for_each(|_| assert_eq!(bump_sync(1).unwrap(), 1))))
+        .collect();
+    let rt = support::multi_thread();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                tokio::spawn(async {
+                    for _ in 0..10 {
+                        bump_async(1).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(ATTR.load(Ordering::SeqCst), 80);
+}
