@@ -1,0 +1,329 @@
+//! Locks on a 3-master Redis Cluster of our own (redis-server
+//! --cluster-enabled, joined with `redis-cli --cluster create`, on loopback).
+
+mod support;
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker, redis_lock};
+use support::{RedisServer, free_port, lock_key};
+
+/// Three masters, no replicas, every slot assigned.
+struct Cluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--cluster-port",
+                    &bus,
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli (install redis-tools)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    fn wait_ok(&self) {
+        let ok = support::eventually(Duration::from_secs(20), || {
+            self.nodes.iter().all(|n| {
+                n.raw("CLUSTER INFO")
+                    .is_ok_and(|info| info.contains("cluster_state:ok"))
+            })
+        });
+        assert!(ok.is_some(), "cluster not ok within 20 s");
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    fn locker(&self) -> Locker {
+        Locker::cluster(self.urls()).unwrap()
+    }
+
+    /// The index of the master serving `key`, from `CLUSTER SLOTS`.
+    fn master_of(&self, key: &str) -> usize {
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].client())
+            .unwrap();
+        let ranges: Vec<(i64, i64, (String, i64))> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query::<Vec<redis::Value>>(&mut self.nodes[0].client())
+            .unwrap()
+            .into_iter()
+            .map(|range| {
+                let redis::Value::Array(items) = range else {
+                    panic!("CLUSTER SLOTS: {range:?}")
+                };
+                let start: i64 = redis::from_redis_value(items[0].clone()).unwrap();
+                let end: i64 = redis::from_redis_value(items[1].clone()).unwrap();
+                let redis::Value::Array(master) = &items[2] else {
+                    panic!("CLUSTER SLOTS master: {:?}", items[2])
+                };
+                let host: String = redis::from_redis_value(master[0].clone()).unwrap();
+                let port: i64 = redis::from_redis_value(master[1].clone()).unwrap();
+                (start, end, (host, port))
+            })
+            .collect();
+        let (_, _, (_, port)) = ranges
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .expect("every slot is served");
+        self.nodes
+            .iter()
+            .position(|n| i64::from(n.port) == *port)
+            .expect("one of ours")
+    }
+
+    /// Names whose locks live on master 0, 1 and 2, in that order.
+    fn name_per_master(&self, stem: &str) -> Vec<String> {
+        let mut found: Vec<Option<String>> = vec![None; 3];
+        for i in 0.. {
+            let name = format!("{stem}-{i}");
+            let m = self.master_of(&lock_key(&name));
+            if found[m].is_none() {
+                found[m] = Some(name);
+            }
+            if found.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        found.into_iter().map(Option::unwrap).collect()
+    }
+}
+
+#[tokio::test]
+async fn locks_on_every_master_exclude_and_release() {
+    let cluster = Cluster::start();
+    let (a, b) = (cluster.locker(), cluster.locker());
+    for (m, name) in cluster.name_per_master("spread").into_iter().enumerate() {
+        let guard = a.lock(&name).acquire().await.unwrap();
+        assert!(
+            cluster.nodes[m].exists(&lock_key(&name)),
+            "{name} on master {m}"
+        );
+        let err = b
+            .lock(&name)
+            .acquire_timeout(Duration::from_millis(100))
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        guard.release().await.unwrap();
+        assert!(!cluster.nodes[m].exists(&lock_key(&name)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_loses_no_update_on_any_master() {
+    let cluster = Cluster::start();
+    let names = cluster.name_per_master("stress");
+    let lockers = [cluster.locker(), cluster.locker()];
+    let store = RedisServer::start();
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let locker = lockers[t % 2].clone();
+        let (names, url) = (names.clone(), store.url());
+        tasks.push(tokio::spawn(async move {
+            let client = redis::Client::open(url).unwrap();
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            for i in 0..30 {
+                let name = &names[i % 3];
+                let guard = locker
+                    .lock(name)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let n: Option<u64> = redis::cmd("GET")
+                    .arg(name)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                let _: () = redis::cmd("SET")
+                    .arg(name)
+                    .arg(n.unwrap_or(0) + 1)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for name in &names {
+        assert_eq!(store.get(name).as_deref(), Some("80"), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_on_another_locker() {
+    let cluster = Cluster::start();
+    let (a, b) = (cluster.locker(), cluster.locker());
+    for name in cluster.name_per_master("wake") {
+        let guard = a
+            .lock(&name)
+            .expire(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let b = b.clone();
+        let waiter = tokio::spawn(async move {
+            let g = b
+                .lock(&name)
+                .acquire_timeout(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (Instant::now(), g.map(|g| g.fencing_token()))
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        let before = guard.fencing_token();
+        guard.release().await.unwrap();
+        let (got, token) = waiter.await.unwrap();
+        assert!(token.unwrap() > before, "fencing tokens increase");
+        assert!(
+            got - released < Duration::from_secs(1),
+            "{:?}",
+            got - released
+        );
+    }
+}
+
+#[tokio::test]
+async fn renewals_across_masters_keep_every_lock() {
+    let cluster = Cluster::start();
+    let locker = cluster.locker();
+    let names = cluster.name_per_master("renew");
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            locker
+                .lock(name)
+                .expire(Duration::from_millis(600))
+                .renew(true)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (m, (name, guard)) in names.iter().zip(&guards).enumerate() {
+        assert!(!guard.is_lost(), "{name}");
+        assert!(cluster.nodes[m].exists(&lock_key(name)), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_master_gives_errors_not_hangs_and_comes_back() {
+    let mut cluster = Cluster::start();
+    let locker = Locker::cluster_builder(cluster.urls())
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let names = cluster.name_per_master("outage");
+    for name in &names {
+        locker
+            .lock(name)
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    cluster.nodes[1].kill();
+    let start = Instant::now();
+    let err = locker
+        .lock(&names[1])
+        .acquire_timeout(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, LockError::Connection { .. } | LockError::Redis { .. }),
+        "{err:?}"
+    );
+    // The other masters keep working.
+    for name in [&names[0], &names[2]] {
+        let r = locker
+            .lock(name)
+            .acquire_timeout(Duration::from_secs(5))
+            .acquire()
+            .await;
+        r.unwrap().release().await.unwrap();
+    }
+    cluster.nodes[1].restart();
+    cluster.wait_ok();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut back = false;
+    while !back && Instant::now() < deadline {
+        back = match locker
+            .lock(&names[1])
+            .acquire_timeout(Duration::ZERO)
+            .acquire()
+            .await
+        {
+            Ok(g) => g.release().await.is_ok(),
+            Err(_) => false,
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "the lock works again after the master is back");
+}
+
+static CLUSTER_LOCKER: OnceLock<Locker> = OnceLock::new();
+
+#[redis_lock(name = "cart:{id}", locker = CLUSTER_LOCKER.get().expect("set"), expire = 5)]
+async fn checkout(id: u64) -> Result<u64, LockError> {
+    Ok(id * 2)
+}
+
+#[tokio::test]
+async fn the_attribute_works_unchanged() {
+    let cluster = Cluster::start();
+    assert!(CLUSTER_LOCKER.set(cluster.locker()).is_ok());
+    for id in 0..20 {
+        assert_eq!(checkout(id).await.unwrap(), id * 2);
+    }
+    assert!(cluster.nodes.iter().all(|n| n.held_locks().is_empty()));
+}
