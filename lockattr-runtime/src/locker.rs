@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::redlock::{self, Redlock};
-use crate::backend::{Attempt, Backend, ClusterNodes, Queued, SingleNode, Timeouts, Wake, Waiter};
+use crate::backend::{Attempt, Backend, ClusterNodes, Queued, SingleNode, Timeouts, Waiter, Wake};
 use crate::guard::{Lease, LockGuard};
 use crate::key::Keys;
 use crate::lost::LeaseState;
@@ -450,7 +450,10 @@ impl LockerBuilder {
         if let Some(timeout) = self.node_timeout
             && timeout.is_zero()
         {
-            return Err(LockError::invalid("node timeout", "it must be longer than zero"));
+            return Err(LockError::invalid(
+                "node timeout",
+                "it must be longer than zero",
+            ));
         }
         let backend = match &self.target {
             Target::Redlock(urls) => Backend::Redlock(Redlock::new(
@@ -929,7 +932,11 @@ impl Drop for GiveBackOnDrop<'_> {
         if self.nodes.is_empty() {
             return;
         }
-        let (locker, keys, token) = (self.locker.clone(), self.keys.clone(), self.token.to_owned());
+        let (locker, keys, token) = (
+            self.locker.clone(),
+            self.keys.clone(),
+            self.token.to_owned(),
+        );
         let (expire, nodes) = (self.expire, std::mem::take(&mut self.nodes));
         let giving = io::spawn(async move {
             if let Backend::Redlock(redlock) = &locker.backend {

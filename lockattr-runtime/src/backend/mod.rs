@@ -16,7 +16,7 @@ use std::time::Duration;
 pub(crate) use cluster::ClusterNodes;
 pub(crate) use redlock::Redlock;
 pub(crate) use single::{SingleNode, Timeouts};
-pub(crate) use wake::{Wake, Waiter, Wakeups};
+pub(crate) use wake::{Waiter, Wake, Wakeups};
 
 use crate::LockError;
 use crate::key::Keys;

@@ -519,7 +519,6 @@ impl Request<'_> {
     }
 }
 
-
 /// The connection is unusable (dropped, reset, or an answer timed out on a
 /// connection that may be half-open): open a new one next time.
 fn broken(e: &RedisError) -> bool {
