@@ -116,7 +116,13 @@ async fn two_dead_nodes_of_five_do_not_matter() {
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     guard.release().await.unwrap();
-    b.lock("two-dead").acquire().await.unwrap();
+    b.lock("two-dead")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

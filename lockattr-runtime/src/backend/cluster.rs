@@ -162,15 +162,7 @@ impl ClusterNodes {
         wait: Duration,
     ) -> Result<Attempt, LockError> {
         let mut connection = self.connection().await?;
-        let mut invocation = scripts::ACQUIRE.prepare_invoke();
-        invocation
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters)
-            .arg(token)
-            .arg(millis(expire))
-            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        let invocation = scripts::acquire(keys, token, expire, wait);
         // An acquisition whose answer is not read (timed out, or this future
         // dropped) may still run: give it back, on the same connection, so
         // the release runs after it on that master.
@@ -179,16 +171,7 @@ impl ClusterNodes {
         if answer.is_ok() {
             pending.0 = None;
         }
-        let (taken, value): (i64, i64) = answer?;
-        Ok(if taken == 1 {
-            Attempt::Acquired {
-                fencing_token: u64::try_from(value).unwrap_or(0),
-            }
-        } else {
-            Attempt::Held {
-                expires_in: u64::try_from(value).ok().map(Duration::from_millis),
-            }
-        })
+        Ok(Attempt::from_reply(answer?))
     }
 
     pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
@@ -310,16 +293,7 @@ impl Drop for GiveBack {
         let Some((mut connection, keys, token)) = self.0.take() else {
             return;
         };
-        let release = redis::cmd("EVAL")
-            .arg(scripts::RELEASE_LUA)
-            .arg(4)
-            .arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.queue)
-            .arg(&keys.waiters)
-            .arg(&token)
-            .arg(&keys.channel)
-            .to_owned();
+        let release = scripts::give_back(&keys, &token);
         let _ = io::spawn(async move {
             let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
             drop(released);

@@ -31,6 +31,21 @@ pub(crate) enum Attempt {
     Held { expires_in: Option<Duration> },
 }
 
+impl Attempt {
+    /// From [`scripts::ACQUIRE`]'s reply.
+    pub(crate) fn from_reply((taken, value): (i64, i64)) -> Attempt {
+        if taken == 1 {
+            Attempt::Acquired {
+                fencing_token: u64::try_from(value).unwrap_or(0),
+            }
+        } else {
+            Attempt::Held {
+                expires_in: u64::try_from(value).ok().map(Duration::from_millis),
+            }
+        }
+    }
+}
+
 /// One lease in a [`Backend::renew`] batch.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Renewal<'a> {

@@ -2,8 +2,13 @@
 //! EVALSHA and loads the script once on NOSCRIPT (first use, or after a Redis
 //! restart emptied the script cache).
 
+use std::time::Duration;
+
 use once_cell::sync::Lazy;
-use redis::Script;
+use redis::{Script, ScriptInvocation};
+
+use super::millis;
+use crate::key::Keys;
 
 /// The next fencing token of a lock, from its counter key.
 ///
@@ -216,3 +221,39 @@ return 1
 ",
     )
 });
+
+/// An [`ACQUIRE`] call.
+pub(crate) fn acquire(
+    keys: &Keys,
+    token: &str,
+    expire: Duration,
+    wait: Duration,
+) -> ScriptInvocation<'static> {
+    let mut invocation = ACQUIRE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(token)
+        .arg(millis(expire))
+        .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+    invocation
+}
+
+/// A [`RELEASE_LUA`] call sent as EVAL with the source, to give back an
+/// acquisition whose answer was not read: it may run after a restart or on
+/// a server that never saw the script, where EVALSHA would only say
+/// NOSCRIPT long after anyone listened.
+pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
+    redis::cmd("EVAL")
+        .arg(RELEASE_LUA)
+        .arg(4)
+        .arg(&keys.lock)
+        .arg(&keys.fence)
+        .arg(&keys.queue)
+        .arg(&keys.waiters)
+        .arg(token)
+        .arg(&keys.channel)
+        .to_owned()
+}

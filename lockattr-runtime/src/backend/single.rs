@@ -306,34 +306,15 @@ impl SingleNode {
         expire: Duration,
         wait: Duration,
     ) -> Result<Attempt, LockError> {
-        let mut invocation = scripts::ACQUIRE.prepare_invoke();
-        invocation
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters)
-            .arg(token)
-            .arg(millis(expire))
-            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        let invocation = scripts::acquire(keys, token, expire, wait);
         // An acquisition whose answer timed out may still run, later, when a
         // frozen or overloaded server catches up. Redis runs one client's
         // commands in order, so a release sent on the same connection runs
         // after it and gives the lock back; on any other connection it could
         // run first and miss.
-        // Sent as EVAL with the source: it may run after a restart or on a
-        // server that never saw the script, where EVALSHA would only say
-        // NOSCRIPT long after this side stopped listening.
+        // Sent as EVAL (see `scripts::give_back`).
         let give_back = |mut connection: MultiplexedConnection| {
-            let release = redis::cmd("EVAL")
-                .arg(scripts::RELEASE_LUA)
-                .arg(4)
-                .arg(&keys.lock)
-                .arg(&keys.fence)
-                .arg(&keys.queue)
-                .arg(&keys.waiters)
-                .arg(token)
-                .arg(&keys.channel)
-                .to_owned();
+            let release = scripts::give_back(keys, token);
             let fut = async move {
                 let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
                 drop(released);
@@ -346,18 +327,10 @@ impl SingleNode {
                 Err(_) => drop(io::spawn(fut)),
             }
         };
-        let (taken, value): (i64, i64) = self
+        let reply = self
             .send(Request::Script(&invocation), Some(&give_back))
             .await?;
-        Ok(if taken == 1 {
-            Attempt::Acquired {
-                fencing_token: u64::try_from(value).unwrap_or(0),
-            }
-        } else {
-            Attempt::Held {
-                expires_in: u64::try_from(value).ok().map(Duration::from_millis),
-            }
-        })
+        Ok(Attempt::from_reply(reply))
     }
 
     /// See [`super::Backend::release`]; `notify` publishes a release
