@@ -217,6 +217,16 @@ impl ClusterNodes {
     /// an error only when no slot's master answered.
     pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let connection = self.connection().await?;
+        // A dead master must not hold up the renewals of the others past
+        // their leases: each slot's call gets a quarter of the shortest one.
+        let shortest = leases
+            .iter()
+            .map(|l| l.expire)
+            .min()
+            .unwrap_or(self.limit());
+        let limit = (shortest / 4)
+            .max(Duration::from_millis(10))
+            .min(self.limit());
         let mut slots: HashMap<Slot, Vec<usize>> = HashMap::new();
         for (i, lease) in leases.iter().enumerate() {
             slots.entry(Slot::for_key(lease.key)).or_default().push(i);
@@ -232,7 +242,12 @@ impl ClusterNodes {
                         .arg(leases[i].lease.map_or(0, millis));
                 }
                 let left: Result<Vec<i64>, LockError> =
-                    self.invoke(&invocation, &mut connection).await;
+                    match tokio::time::timeout(limit, invocation.invoke_async(&mut connection))
+                        .await
+                    {
+                        Ok(left) => left.map_err(|e| self.error(e)),
+                        Err(_) => Err(timed_out(&self.server, limit)),
+                    };
                 (members, left)
             }
         });
