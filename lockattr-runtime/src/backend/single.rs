@@ -142,8 +142,9 @@ impl SingleNode {
     }
 
     /// Records the uptime the server reports on a new connection. INFO's
-    /// uptime is in whole seconds, so the start taken is the latest
-    /// possible one: a server is never thought older than it is.
+    /// uptime is a difference of whole seconds, which can be up to a second
+    /// more than the time up; one second less is taken, so a server is
+    /// never thought older than it is.
     async fn read_uptime(&self, connection: &mut MultiplexedConnection) {
         let Some(started) = &self.started else {
             return;
@@ -159,8 +160,11 @@ impl SingleNode {
         });
         match uptime {
             Some(secs) => {
+                // Redis counts whole seconds of its clock since start, so
+                // `secs` may be up to a second more than the time up: one
+                // second less is a safe lower bound.
                 let at = Instant::now()
-                    .checked_sub(Duration::from_secs(secs))
+                    .checked_sub(Duration::from_secs(secs.saturating_sub(1)))
                     .unwrap_or_else(Instant::now);
                 let mut started = started.lock().unwrap_or_else(|p| p.into_inner());
                 // Connections of several runtimes: the latest start wins.
