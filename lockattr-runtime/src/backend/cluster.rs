@@ -148,9 +148,19 @@ impl ClusterNodes {
         invocation: &ScriptInvocation<'_>,
         connection: &mut ClusterConnection,
     ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.limit(), invocation.invoke_async(connection)).await {
+        self.within(self.limit(), invocation.invoke_async(connection))
+            .await
+    }
+
+    /// `request`'s answer, or a connection error after `limit`.
+    async fn within<T>(
+        &self,
+        limit: Duration,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(limit, request).await {
             Ok(result) => result.map_err(|e| self.error(e)),
-            Err(_) => Err(timed_out(&self.server, self.limit())),
+            Err(_) => Err(timed_out(&self.server, limit)),
         }
     }
 
@@ -241,13 +251,9 @@ impl ClusterNodes {
                         .arg(leases[i].token)
                         .arg(leases[i].lease.map_or(0, millis));
                 }
-                let left: Result<Vec<i64>, LockError> =
-                    match tokio::time::timeout(limit, invocation.invoke_async(&mut connection))
-                        .await
-                    {
-                        Ok(left) => left.map_err(|e| self.error(e)),
-                        Err(_) => Err(timed_out(&self.server, limit)),
-                    };
+                let left: Result<Vec<i64>, LockError> = self
+                    .within(limit, invocation.invoke_async(&mut connection))
+                    .await;
                 (members, left)
             }
         });
@@ -280,15 +286,11 @@ impl ClusterNodes {
 
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
         let mut connection = self.connection().await?;
-        match tokio::time::timeout(
+        self.within(
             self.limit(),
             redis::cmd("PING").query_async::<()>(&mut connection),
         )
         .await
-        {
-            Ok(result) => result.map_err(|e| self.error(e)),
-            Err(_) => Err(timed_out(&self.server, self.limit())),
-        }
     }
 }
 
