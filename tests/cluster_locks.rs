@@ -149,45 +149,8 @@ async fn locks_on_every_master_exclude_and_release() {
 async fn contention_loses_no_update_on_any_master() {
     let cluster = Cluster::start();
     let names = cluster.name_per_master("stress");
-    let lockers = [cluster.locker(), cluster.locker()];
     let store = RedisServer::start();
-    let mut tasks = Vec::new();
-    for t in 0..8 {
-        let locker = lockers[t % 2].clone();
-        let (names, url) = (names.clone(), store.url());
-        tasks.push(tokio::spawn(async move {
-            let client = redis::Client::open(url).unwrap();
-            let mut con = client.get_multiplexed_async_connection().await.unwrap();
-            for i in 0..30 {
-                let name = &names[i % 3];
-                let guard = locker
-                    .lock(name)
-                    .acquire_timeout(Duration::from_secs(30))
-                    .acquire()
-                    .await
-                    .unwrap();
-                let n: Option<u64> = redis::cmd("GET")
-                    .arg(name)
-                    .query_async(&mut con)
-                    .await
-                    .unwrap();
-                tokio::task::yield_now().await;
-                let _: () = redis::cmd("SET")
-                    .arg(name)
-                    .arg(n.unwrap_or(0) + 1)
-                    .query_async(&mut con)
-                    .await
-                    .unwrap();
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    for name in &names {
-        assert_eq!(store.get(name).as_deref(), Some("80"), "{name}");
-    }
+    support::contend(&[cluster.locker(), cluster.locker()], &names, 30, &store).await;
 }
 
 #[tokio::test]

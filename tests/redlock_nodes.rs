@@ -289,41 +289,8 @@ async fn fencing_tokens_increase_when_the_majority_changes() {
 async fn contention_loses_no_update() {
     let nodes = nodes(5);
     let store = RedisServer::start();
-    let lockers: Vec<Locker> = (0..2).map(|_| fresh(&nodes)).collect();
-    let mut tasks = Vec::new();
-    for t in 0..8 {
-        let locker = lockers[t % 2].clone();
-        let url = store.url();
-        tasks.push(tokio::spawn(async move {
-            let client = redis::Client::open(url).unwrap();
-            let mut con = client.get_multiplexed_async_connection().await.unwrap();
-            for _ in 0..25 {
-                let guard = locker
-                    .lock("stress")
-                    .acquire_timeout(Duration::from_secs(30))
-                    .acquire()
-                    .await
-                    .unwrap();
-                let n: Option<u64> = redis::cmd("GET")
-                    .arg("n")
-                    .query_async(&mut con)
-                    .await
-                    .unwrap();
-                tokio::task::yield_now().await;
-                let _: () = redis::cmd("SET")
-                    .arg("n")
-                    .arg(n.unwrap_or(0) + 1)
-                    .query_async(&mut con)
-                    .await
-                    .unwrap();
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert_eq!(store.get("n").as_deref(), Some("200"));
+    let lockers = [fresh(&nodes), fresh(&nodes)];
+    support::contend(&lockers, &["stress".to_string()], 25, &store).await;
 }
 
 #[tokio::test]

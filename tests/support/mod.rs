@@ -382,3 +382,77 @@ pub fn multi_thread() -> tokio::runtime::Runtime {
         .build()
         .expect("tokio runtime")
 }
+
+/// The mutual-exclusion stress, for any Locker: `lockers.len() * 4` tokio
+/// tasks (task `t` uses `lockers[t % len]`) each take the locks `names` in
+/// turn, `rounds` times, and increment that name's counter on `store`
+/// without atomicity (GET, a yield, SET). Asserts that no update was lost
+/// and that no two holders of a name were ever inside at once. Run it on a
+/// multi-thread runtime.
+pub async fn contend(
+    lockers: &[lockattr::Locker],
+    names: &[String],
+    rounds: usize,
+    store: &RedisServer,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let inside: Arc<Vec<AtomicUsize>> =
+        Arc::new(names.iter().map(|_| AtomicUsize::new(0)).collect());
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let tasks = lockers.len() * 4;
+    let mut running = Vec::new();
+    for t in 0..tasks {
+        let locker = lockers[t % lockers.len()].clone();
+        let (names, url) = (names.to_vec(), store.url());
+        let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        running.push(tokio::spawn(async move {
+            let client = redis::Client::open(url).unwrap();
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            for round in 0..rounds {
+                let n = round % names.len();
+                let guard = locker
+                    .lock(&names[n])
+                    .acquire_timeout(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap();
+                if inside[n].fetch_add(1, Ordering::SeqCst) > 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let value: Option<u64> = redis::cmd("GET")
+                    .arg(&names[n])
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                let _: () = redis::cmd("SET")
+                    .arg(&names[n])
+                    .arg(value.unwrap_or(0) + 1)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                inside[n].fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in running {
+        task.await.expect("a contending task panicked");
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders were inside at once"
+    );
+    for (n, name) in names.iter().enumerate() {
+        let expected = (0..tasks * rounds)
+            .filter(|i| i % rounds % names.len() == n)
+            .count();
+        assert_eq!(
+            store.get(name),
+            Some(expected.to_string()),
+            "updates of {name} were lost"
+        );
+    }
+}
