@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backend::Extend;
+use crate::inner::Inner;
 use crate::key::Keys;
-use crate::locker::Inner;
 use crate::lost::LeaseState;
 use crate::{LockError, LostReason, io};
 

@@ -19,6 +19,7 @@ mod backend;
 mod default;
 mod error;
 mod guard;
+mod inner;
 mod io;
 mod key;
 mod locker;

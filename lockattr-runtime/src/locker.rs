@@ -3,9 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::queue::{self, Queued};
 use crate::backend::redlock::{self, Redlock};
-use crate::backend::{Attempt, Backend, ClusterNodes, Queued, SingleNode, Timeouts, Waiter, Wake};
+use crate::backend::{Backend, ClusterNodes, Grant, LockRequest, SingleNode, Timeouts};
 use crate::guard::{Lease, LockGuard};
+use crate::inner::Inner;
 use crate::key::Keys;
 use crate::lost::LeaseState;
 use crate::watchdog::{self, Watchdog};
@@ -57,13 +59,6 @@ pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
 #[derive(Clone)]
 pub struct Locker {
     pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) backend: Backend,
-    pub(crate) prefix: String,
-    /// Renews the leases of guards acquired with `renew`.
-    pub(crate) watchdog: Watchdog,
 }
 
 impl std::fmt::Debug for Locker {
@@ -660,122 +655,27 @@ impl LockBuilder<'_> {
     }
 }
 
-/// The acquisition loop: on the caller's runtime, or on the I/O thread.
-///
-/// Each attempt is one script call. When the lock is held, the attempt also
-/// queues this request in Redis, and the loop sleeps until the first of:
-/// - a release hands it the lock (a message on the lock's channel: see
-///   [`crate::backend::Wakeups`]); it returns at once, already the owner;
-/// - the holder's lease would end (a crashed holder's lock is taken a
-///   millisecond after it expires, and a lost message costs at most that);
-/// - its acquire timeout ends: then one last attempt, which also leaves the
-///   queue, so the wait ends within a round trip of the timeout;
-/// - the caller is gone (this future dropped, or `gone` on the I/O thread):
-///   it leaves the queue, passing the lock on if it was just handed it. An
-///   attempt whose answer will not be read is given back on its own
-///   connection (see `SingleNode::try_acquire`).
+/// Takes the lock for `lease`, waiting up to `wait`, with the acquisition
+/// loop of the Locker's deployment: on the caller's runtime, or on the I/O
+/// thread.
 async fn acquire(
     (lease, wait): (Lease, Duration),
-    mut gone: io::CallerGone,
+    gone: io::CallerGone,
 ) -> Result<LockGuard, LockError> {
-    let locker = lease.locker.clone();
-    let backend = match &locker.backend {
-        Backend::Single(node) => Queued::Single(node),
-        Backend::Cluster(nodes) => Queued::Cluster(nodes),
-        Backend::Redlock(nodes) => return acquire_majority(nodes, lease, wait, gone).await,
+    let request = LockRequest {
+        locker: &lease.locker,
+        name: &lease.name,
+        keys: &lease.keys,
+        token: lease.token.clone(),
+        expire: lease.expire,
+        wait,
     };
-    let now = Instant::now();
-    let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
-    let wakeups = backend.wakeups();
-    // Uncontended: no pub/sub work at all, unless the channel is already
-    // subscribed (a lock in demand), in which case waiting starts warm.
-    let mut waiter = wakeups.register_if_subscribed(&lease.keys.channel, &lease.token);
-    let mut queued = LeaveOnDrop(None);
-    loop {
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        let attempt = backend
-            .try_acquire(&lease.keys, &lease.token, lease.expire, left)
-            .await;
-        let expires_in = match attempt {
-            Ok(Attempt::Acquired { fencing_token }) => {
-                queued.0 = None;
-                return Ok(granted(lease, fencing_token, sent, false));
-            }
-            Ok(Attempt::Held { expires_in }) => expires_in,
-            // `queued` leaves the queue, if this request was in it.
-            Err(e) => return Err(e),
-        };
-        if left.is_zero() {
-            // That attempt left the queue.
-            queued.0 = None;
-            return Err(LockError::Timeout {
-                name: lease.name,
-                waited: wait,
-            });
-        }
-        if queued.0.is_none() {
-            queued.0 = Some((
-                lease.locker.clone(),
-                lease.keys.clone(),
-                lease.token.clone(),
-                lease.expire,
-            ));
-        }
-        if waiter.is_none() {
-            match wakeups.register(&lease.keys.channel, &lease.token).await {
-                Ok(registered) => {
-                    // Subscribed only now: the lock may have been handed to
-                    // us before. Ask again; from here on, no message is missed.
-                    waiter = Some(registered);
-                    continue;
-                }
-                Err(e) => tracing::debug!(
-                    lock = %lease.name,
-                    error = %e,
-                    "cannot subscribe to release notices; checking the lock every {FALLBACK_PAUSE:?}"
-                ),
-            }
-        }
-        // When to ask Redis again: at the deadline, when the holder's lease
-        // ends, or soon if no release notice can reach us.
-        let mut wake_at = deadline;
-        if let Some(left) = expires_in {
-            wake_at = wake_at.min(soon_after(left));
-        }
-        if waiter.is_none() {
-            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-        }
-        loop {
-            let woken = async {
-                match waiter.as_mut() {
-                    Some(waiter) => waiter.wait().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                wake = woken => match wake {
-                    // The release that handed it over ran after `sent`: the
-                    // attempt just sent found the lock held.
-                    Wake::Handed { fencing_token } => {
-                        queued.0 = None;
-                        return Ok(granted(lease, fencing_token, sent, true));
-                    }
-                    Wake::Recheck => {
-                        waiter = None;
-                        break;
-                    }
-                    // Another waiter got the lock: a crash of that holder is
-                    // what to watch for now.
-                    Wake::Rearm { lease } => wake_at = deadline.min(soon_after(lease)),
-                },
-                () = tokio::time::sleep_until(wake_at.into()) => break,
-                () = gone.wait() => return Err(LockError::Runtime {
-                    reason: "the caller stopped waiting".into(),
-                }),
-            }
-        }
-    }
+    let grant = match &lease.locker.backend {
+        Backend::Single(node) => queue::acquire(Queued::Single(node), request, gone).await,
+        Backend::Cluster(nodes) => queue::acquire(Queued::Cluster(nodes), request, gone).await,
+        Backend::Redlock(nodes) => redlock::acquire(nodes, request, gone).await,
+    }?;
+    Ok(granted(lease, grant))
 }
 
 /// The guard of a lease just taken by a request sent at `sent` (or handed
@@ -787,8 +687,15 @@ async fn acquire(
 /// would cut more than a tenth of the lease, the watchdog reads the lease's
 /// time left once to make it exact (a renewed lease is renewed at once
 /// instead), in the background: the hand-over itself stays a single message.
-fn granted(mut lease: Lease, fencing_token: u64, sent: Instant, handed: bool) -> LockGuard {
+fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
+    let Grant {
+        fencing_token,
+        sent,
+        handed,
+        token,
+    } = grant;
     lease.fencing_token = fencing_token;
+    lease.token = token;
     let trusted = lease
         .expire
         .saturating_sub(lease.locker.backend.drift(lease.expire));
@@ -810,175 +717,6 @@ fn granted(mut lease: Lease, fencing_token: u64, sent: Instant, handed: bool) ->
     };
     *lease.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
     LockGuard::new(lease)
-}
-
-/// The acquisition loop of a Redlock.
-///
-/// Each attempt asks every node at once (see [`Redlock::attempt`]). With a
-/// majority of voting nodes, and time left on the lease after the drift
-/// allowance, the lock is taken. Otherwise the nodes that granted it are
-/// released, and the loop waits for the first of:
-/// - a release notice from any node (waiters do not queue on a Redlock;
-///   each subscribes to the lock's channel on every node it can reach);
-/// - the end of the holder's lease, as the nodes reported it;
-/// - after a split vote, a random pause that grows with each split in a
-///   row, so that contenders stop taking a minority each;
-/// - its acquire timeout: then one last attempt.
-///
-/// It fails at once with [`LockError::NoQuorum`] when fewer than a majority
-/// of the nodes answer. An attempt cut short (this future dropped) gives
-/// back what it had taken, in the background.
-async fn acquire_majority(
-    nodes: &Redlock,
-    lease: Lease,
-    wait: Duration,
-    mut gone: io::CallerGone,
-) -> Result<LockGuard, LockError> {
-    let now = Instant::now();
-    let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
-    let expire = lease.expire;
-    let trusted = expire.saturating_sub(redlock::drift(expire));
-    let mut waiters: Option<Vec<Waiter>> = None;
-    let mut splits = 0;
-    loop {
-        if let Some(list) = waiters.as_mut() {
-            // Notices heard before this attempt are answered by it.
-            list.retain_mut(Waiter::drain);
-        }
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        let votes = nodes.attempt(&lease.keys, &lease.token, expire).await;
-        let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
-        let mut give_back = GiveBackOnDrop {
-            locker: &lease.locker,
-            keys: &lease.keys,
-            token: &lease.token,
-            expire,
-            nodes: taken,
-        };
-        if votes.voters >= nodes.quorum()
-            && let Some(fence) = nodes.fence(&lease.keys, &lease.token, expire, &votes).await
-            && sent.elapsed() < trusted
-        {
-            give_back.nodes.clear();
-            drop(give_back);
-            return Ok(granted(lease, fence, sent, false));
-        }
-        let taken = std::mem::take(&mut give_back.nodes);
-        drop(give_back);
-        if !taken.is_empty() {
-            nodes
-                .give_back(&lease.keys, &lease.token, expire, &taken)
-                .await;
-        }
-        if votes.answered < nodes.quorum() {
-            return Err(nodes.unreachable(&lease.name, votes));
-        }
-        if left.is_zero() {
-            if votes.granted.len() >= nodes.quorum() && votes.voters < nodes.quorum() {
-                return Err(nodes.too_young(&lease.name, expire, &votes));
-            }
-            return Err(LockError::Timeout {
-                name: lease.name,
-                waited: wait,
-            });
-        }
-        if waiters.is_none() {
-            // Subscribed only now: the lock may have been freed before.
-            waiters = Some(
-                nodes
-                    .register(&lease.keys.channel, &lease.token, expire)
-                    .await,
-            );
-            continue;
-        }
-        let mut wake_at = deadline;
-        if let Some(held) = votes.held_for {
-            wake_at = wake_at.min(soon_after(held));
-        }
-        if votes.granted.is_empty() {
-            splits = 0;
-        } else {
-            splits += 1;
-            wake_at = wake_at.min(Instant::now() + redlock::split_pause(splits));
-        }
-        let waiters = waiters.as_deref_mut().unwrap_or_default();
-        if waiters.is_empty() {
-            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-        }
-        tokio::select! {
-            () = redlock::any_notice(waiters) => {}
-            () = tokio::time::sleep_until(wake_at.into()) => {}
-            () = gone.wait() => return Err(LockError::Runtime {
-                reason: "the caller stopped waiting".into(),
-            }),
-        }
-    }
-}
-
-/// Nodes of a Redlock that granted an attempt still in progress: dropped
-/// with nodes listed (the caller stopped waiting), it releases them in the
-/// background.
-struct GiveBackOnDrop<'a> {
-    locker: &'a Arc<Inner>,
-    keys: &'a Keys,
-    token: &'a str,
-    expire: Duration,
-    nodes: Vec<usize>,
-}
-
-impl Drop for GiveBackOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.nodes.is_empty() {
-            return;
-        }
-        let (locker, keys, token) = (
-            self.locker.clone(),
-            self.keys.clone(),
-            self.token.to_owned(),
-        );
-        let (expire, nodes) = (self.expire, std::mem::take(&mut self.nodes));
-        let giving = io::spawn(async move {
-            if let Backend::Redlock(redlock) = &locker.backend {
-                redlock.give_back(&keys, &token, expire, &nodes).await;
-            }
-        });
-        if let Err(e) = giving {
-            tracing::debug!(error = %e, "cannot give back a partial Redlock acquisition; its leases free it");
-        }
-    }
-}
-
-/// A millisecond after `lease` from now: when a lease that has `lease` left
-/// has surely ended. Far in the future for absurd leases.
-fn soon_after(lease: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(lease.saturating_add(Duration::from_millis(1)))
-        .unwrap_or(now + MAX_EXPIRE)
-}
-
-/// How often a waiter that cannot subscribe to release notices checks the
-/// lock (a server whose ACL forbids SUBSCRIBE, a subscriber connection that
-/// cannot be opened).
-const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
-
-/// A queued request: dropped while set, it takes the request out of the
-/// lock's queue in the background; if a release had just handed it the
-/// lock, the lock goes on to the next waiter (or is freed).
-struct LeaveOnDrop(Option<(Arc<Inner>, Keys, String, Duration)>);
-
-impl Drop for LeaveOnDrop {
-    fn drop(&mut self) {
-        let Some((locker, keys, token, expire)) = self.0.take() else {
-            return;
-        };
-        let leaving = io::spawn(async move {
-            let _ = locker.backend.release(&keys, &token, "", expire).await;
-        });
-        if let Err(e) = leaving {
-            tracing::debug!(error = %e, "cannot leave a lock's queue; the entry expires with the wait");
-        }
-    }
 }
 
 /// 128 random bits from the operating system's CSPRNG, as 32 hex digits.

@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::guard::Lease;
-use crate::locker::Inner;
+use crate::inner::Inner;
 
 /// The locks held by an async call chain, innermost first.
 #[derive(Clone, Default)]

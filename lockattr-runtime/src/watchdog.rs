@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 
 use crate::backend::{Renewal, Renewed};
 use crate::guard::Lease;
-use crate::locker::Inner;
+use crate::inner::Inner;
 use crate::{LockError, io};
 
 /// The most leases renewed by one script call.

@@ -2,23 +2,27 @@
 //!
 //! The guard, the builder and the macro only see [`Backend`]; each deployment
 //! shape (one server, independent masters by majority, a cluster) is one
-//! variant. One server and a cluster queue waiters and hand locks over
-//! ([`Queued`]); a Redlock has its own acquire loop in `crate::locker`.
+//! variant, and each has its acquisition loop in its own file: one server
+//! and a cluster queue waiters and hand locks over (`queue`); a Redlock
+//! counts a majority of votes (`redlock`).
 
 mod cluster;
+pub(crate) mod queue;
 pub(crate) mod redlock;
 pub(crate) mod scripts;
 mod single;
 mod wake;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub(crate) use cluster::ClusterNodes;
 pub(crate) use redlock::Redlock;
 pub(crate) use single::{SingleNode, Timeouts};
-pub(crate) use wake::{Waiter, Wake, Wakeups};
+pub(crate) use wake::{Wake, Wakeups};
 
 use crate::LockError;
+use crate::inner::Inner;
 use crate::key::Keys;
 
 /// The answer to one attempt to take a lock.
@@ -44,6 +48,35 @@ impl Attempt {
             }
         }
     }
+}
+
+/// One acquisition, as the acquisition loops see it.
+pub(crate) struct LockRequest<'a> {
+    /// The Locker, for give-backs that outlive the loop.
+    pub(crate) locker: &'a Arc<Inner>,
+    /// The lock's name, for errors.
+    pub(crate) name: &'a str,
+    /// The lock's keys.
+    pub(crate) keys: &'a Keys,
+    /// The owner token to take it with.
+    pub(crate) token: String,
+    /// The lease.
+    pub(crate) expire: Duration,
+    /// How long to wait while it is held.
+    pub(crate) wait: Duration,
+}
+
+/// A lock taken by an acquisition loop.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// Its fencing token.
+    pub(crate) fencing_token: u64,
+    /// When the request that took it was sent: the lease started after.
+    pub(crate) sent: Instant,
+    /// Whether a release handed it over while this caller waited.
+    pub(crate) handed: bool,
+    /// The owner token it is held under.
+    pub(crate) token: String,
 }
 
 /// One lease in a [`Backend::renew`] batch.
@@ -93,42 +126,6 @@ impl Renewed {
     /// From a script's "time left in ms, or -1 when not owned".
     fn from_ms(ms: i64) -> Renewed {
         left_of(ms).map_or(Renewed::NotOwned, Renewed::Left)
-    }
-}
-
-/// A deployment whose locks queue their waiters (one server, or one master
-/// per lock on a cluster): the acquire loop of [`crate::Locker`] for those.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Queued<'a> {
-    /// One server.
-    Single(&'a SingleNode),
-    /// A cluster.
-    Cluster(&'a ClusterNodes),
-}
-
-impl<'a> Queued<'a> {
-    /// Tries once to take the lock for `token`. When the lock is held and
-    /// `wait` is not zero, queues `token` for `wait` (see
-    /// [`scripts::ACQUIRE`]); a zero `wait` leaves the queue.
-    pub(crate) async fn try_acquire(
-        self,
-        keys: &Keys,
-        token: &str,
-        expire: Duration,
-        wait: Duration,
-    ) -> Result<Attempt, LockError> {
-        match self {
-            Queued::Single(node) => node.try_acquire(keys, token, expire, wait).await,
-            Queued::Cluster(nodes) => nodes.try_acquire(keys, token, expire, wait).await,
-        }
-    }
-
-    /// Where waiters hear that a release handed them the lock.
-    pub(crate) fn wakeups(self) -> &'a Wakeups {
-        match self {
-            Queued::Single(node) => node.wakeups(),
-            Queued::Cluster(nodes) => nodes.wakeups(),
-        }
     }
 }
 
@@ -225,6 +222,19 @@ impl Backend {
         }
     }
 }
+
+/// A millisecond after `lease` from now: when a lease that has `lease` left
+/// has surely ended. Far in the future for absurd leases.
+pub(crate) fn soon_after(lease: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(lease.saturating_add(Duration::from_millis(1)))
+        .unwrap_or(now + crate::locker::MAX_EXPIRE)
+}
+
+/// How often a waiter that cannot subscribe to release notices checks the
+/// lock (a server whose ACL forbids SUBSCRIBE, a subscriber connection that
+/// cannot be opened).
+pub(crate) const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
 
 /// A script's "time left in ms, or -1 when not owned".
 pub(crate) fn left_of(ms: i64) -> Option<Duration> {

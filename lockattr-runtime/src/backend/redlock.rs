@@ -32,14 +32,19 @@
 //!   vote (some nodes granted, too few), the losers give their nodes back
 //!   and try again after a random pause that grows with each split.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
 use super::wake::Waiter;
-use super::{Attempt, Extend, Renewal, SingleNode, Timeouts};
-use crate::LockError;
+use super::{
+    Attempt, Backend, Extend, FALLBACK_PAUSE, Grant, LockRequest, Renewal, SingleNode, Timeouts,
+    soon_after,
+};
+use crate::inner::Inner;
 use crate::key::Keys;
+use crate::{LockError, io};
 
 /// The shortest default node timeout.
 const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
@@ -488,6 +493,150 @@ pub(crate) async fn any_notice(waiters: &mut [Waiter]) {
         std::task::Poll::Pending
     })
     .await
+}
+
+/// The acquisition loop of a Redlock.
+///
+/// Each attempt asks every node at once (see [`Redlock::attempt`]). With a
+/// majority of voting nodes, and time left on the lease after the drift
+/// allowance, the lock is taken. Otherwise the nodes that granted it are
+/// released, and the loop waits for the first of:
+/// - a release notice from any node (waiters do not queue on a Redlock;
+///   each subscribes to the lock's channel on every node it can reach);
+/// - the end of the holder's lease, as the nodes reported it;
+/// - after a split vote, a random pause that grows with each split in a
+///   row, so that contenders stop taking a minority each;
+/// - its acquire timeout: then one last attempt.
+///
+/// It fails at once with [`LockError::NoQuorum`] when fewer than a majority
+/// of the nodes answer. An attempt cut short (this future dropped) gives
+/// back what it had taken, in the background.
+pub(crate) async fn acquire(
+    nodes: &Redlock,
+    lease: LockRequest<'_>,
+    mut gone: io::CallerGone,
+) -> Result<Grant, LockError> {
+    let wait = lease.wait;
+    let now = Instant::now();
+    let deadline = now
+        .checked_add(wait)
+        .unwrap_or(now + crate::locker::MAX_EXPIRE);
+    let expire = lease.expire;
+    let trusted = expire.saturating_sub(drift(expire));
+    let mut waiters: Option<Vec<Waiter>> = None;
+    let mut splits = 0;
+    loop {
+        if let Some(list) = waiters.as_mut() {
+            // Notices heard before this attempt are answered by it.
+            list.retain_mut(Waiter::drain);
+        }
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
+        let votes = nodes.attempt(lease.keys, &lease.token, expire).await;
+        let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
+        let mut give_back = GiveBackOnDrop {
+            locker: lease.locker,
+            keys: lease.keys,
+            token: &lease.token,
+            expire,
+            nodes: taken,
+        };
+        if votes.voters >= nodes.quorum()
+            && let Some(fence) = nodes.fence(lease.keys, &lease.token, expire, &votes).await
+            && sent.elapsed() < trusted
+        {
+            give_back.nodes.clear();
+            drop(give_back);
+            return Ok(Grant {
+                fencing_token: fence,
+                sent,
+                handed: false,
+                token: lease.token,
+            });
+        }
+        let taken = std::mem::take(&mut give_back.nodes);
+        drop(give_back);
+        if !taken.is_empty() {
+            nodes
+                .give_back(lease.keys, &lease.token, expire, &taken)
+                .await;
+        }
+        if votes.answered < nodes.quorum() {
+            return Err(nodes.unreachable(lease.name, votes));
+        }
+        if left.is_zero() {
+            if votes.granted.len() >= nodes.quorum() && votes.voters < nodes.quorum() {
+                return Err(nodes.too_young(lease.name, expire, &votes));
+            }
+            return Err(LockError::Timeout {
+                name: lease.name.to_owned(),
+                waited: wait,
+            });
+        }
+        if waiters.is_none() {
+            // Subscribed only now: the lock may have been freed before.
+            waiters = Some(
+                nodes
+                    .register(&lease.keys.channel, &lease.token, expire)
+                    .await,
+            );
+            continue;
+        }
+        let mut wake_at = deadline;
+        if let Some(held) = votes.held_for {
+            wake_at = wake_at.min(soon_after(held));
+        }
+        if votes.granted.is_empty() {
+            splits = 0;
+        } else {
+            splits += 1;
+            wake_at = wake_at.min(Instant::now() + split_pause(splits));
+        }
+        let waiters = waiters.as_deref_mut().unwrap_or_default();
+        if waiters.is_empty() {
+            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
+        }
+        tokio::select! {
+            () = any_notice(waiters) => {}
+            () = tokio::time::sleep_until(wake_at.into()) => {}
+            () = gone.wait() => return Err(LockError::Runtime {
+                reason: "the caller stopped waiting".into(),
+            }),
+        }
+    }
+}
+
+/// Nodes of a Redlock that granted an attempt still in progress: dropped
+/// with nodes listed (the caller stopped waiting), it releases them in the
+/// background.
+struct GiveBackOnDrop<'a> {
+    locker: &'a Arc<Inner>,
+    keys: &'a Keys,
+    token: &'a str,
+    expire: Duration,
+    nodes: Vec<usize>,
+}
+
+impl Drop for GiveBackOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.nodes.is_empty() {
+            return;
+        }
+        let (locker, keys, token) = (
+            self.locker.clone(),
+            self.keys.clone(),
+            self.token.to_owned(),
+        );
+        let (expire, nodes) = (self.expire, std::mem::take(&mut self.nodes));
+        let giving = io::spawn(async move {
+            if let Backend::Redlock(redlock) = &locker.backend {
+                redlock.give_back(&keys, &token, expire, &nodes).await;
+            }
+        });
+        if let Err(e) = giving {
+            tracing::debug!(error = %e, "cannot give back a partial Redlock acquisition; its leases free it");
+        }
+    }
 }
 
 #[cfg(test)]

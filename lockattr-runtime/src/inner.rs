@@ -1,0 +1,18 @@
+//! [`Inner`]: the state a [`Locker`](crate::Locker) and its clones share.
+//!
+//! It sits below the guard and the watchdog, which hold it (a lease keeps
+//! its Locker alive; the renewal task reaches Redis through it) without
+//! depending on the Locker's configuration and builder in `locker.rs`.
+
+use crate::backend::Backend;
+use crate::watchdog::Watchdog;
+
+/// What every clone of a Locker shares.
+pub(crate) struct Inner {
+    /// How Redis is reached: one server, a Redlock, or a cluster.
+    pub(crate) backend: Backend,
+    /// The prefix of every key.
+    pub(crate) prefix: String,
+    /// Renews the leases of guards acquired with `renew`.
+    pub(crate) watchdog: Watchdog,
+}
