@@ -13,6 +13,8 @@ pub(crate) struct Inner {
     pub(crate) backend: Backend,
     /// The prefix of every key.
     pub(crate) prefix: String,
+    /// The longest lease a lock may have (`LockerBuilder::max_lease`).
+    pub(crate) max_lease: std::time::Duration,
     /// Renews the leases of guards acquired with `renew`.
     pub(crate) watchdog: Watchdog,
 }

@@ -36,6 +36,7 @@ pub use guard::LockGuard;
 pub use key::LockKey;
 pub use locker::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX,
-    DEFAULT_RESPONSE_TIMEOUT, LockBuilder, Locker, LockerBuilder, MAX_EXPIRE,
+    DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_RESPONSE_TIMEOUT, LockBuilder, Locker, LockerBuilder,
+    MAX_EXPIRE,
 };
 pub use lost::LostReason;

@@ -26,6 +26,9 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest lease accepted: 30 days. Longer leases are almost always a
 /// unit mistake, and a lock that outlives its owner that long is a stuck lock.
 pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Default [`max_lease`](LockerBuilder::max_lease) of a Redlock: 60
+/// seconds. Nodes restarted empty take no part in a majority for this long.
+pub const DEFAULT_REDLOCK_MAX_LEASE: Duration = Duration::from_secs(60);
 
 /// A handle to a Redis deployment that hands out locks.
 ///
@@ -227,6 +230,17 @@ impl Locker {
         }
     }
 
+    /// The longest lease this Locker accepts (see
+    /// [`LockerBuilder::max_lease`]).
+    ///
+    /// ```
+    /// # use lockattr_runtime::{Locker, MAX_EXPIRE};
+    /// assert_eq!(Locker::new("redis://127.0.0.1/").unwrap().max_lease(), MAX_EXPIRE);
+    /// ```
+    pub fn max_lease(&self) -> Duration {
+        self.inner.max_lease
+    }
+
     /// The prefix of every Redis key this Locker writes.
     ///
     /// ```
@@ -295,6 +309,7 @@ pub struct LockerBuilder {
     timeouts: Timeouts,
     node_timeout: Option<Duration>,
     delay_restarted_nodes: Option<bool>,
+    max_lease: Option<Duration>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -311,6 +326,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("connect_timeout", &self.timeouts.connect)
             .field("response_timeout", &self.timeouts.response)
             .field("node_timeout", &self.node_timeout)
+            .field("max_lease", &self.max_lease)
             .finish_non_exhaustive()
     }
 }
@@ -326,6 +342,7 @@ impl LockerBuilder {
             },
             node_timeout: None,
             delay_restarted_nodes: None,
+            max_lease: None,
         }
     }
 
@@ -375,6 +392,35 @@ impl LockerBuilder {
     /// ```
     pub fn delay_restarted_nodes(mut self, delay: bool) -> Self {
         self.delay_restarted_nodes = Some(delay);
+        self
+    }
+
+    /// The longest lease any lock of this Locker may have: a longer
+    /// `expire` is refused, and so is an `extend` that would leave more time
+    /// than this. Default: [`MAX_EXPIRE`] (30 days) on one server or a
+    /// cluster, [`DEFAULT_REDLOCK_MAX_LEASE`] (60 s) on a Redlock.
+    ///
+    /// On a Redlock it bounds how long a node restarted without its data
+    /// must stay out of every majority (see
+    /// [`delay_restarted_nodes`](Self::delay_restarted_nodes)): no lease on
+    /// any node can outlast it, so once a node has been up this long, every
+    /// lock it forgot has ended. A longer `max_lease` allows longer leases
+    /// and keeps restarted nodes out for longer; renewed locks
+    /// (`renew(true)`) need no long lease, as the watchdog keeps renewing a
+    /// short one.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+    /// let locker = Locker::redlock_builder(urls)
+    ///     .max_lease(Duration::from_secs(30))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(locker.max_lease(), Duration::from_secs(30));
+    /// ```
+    pub fn max_lease(mut self, max_lease: Duration) -> Self {
+        self.max_lease = Some(max_lease);
         self
     }
 
@@ -450,12 +496,23 @@ impl LockerBuilder {
                 "it must be longer than zero",
             ));
         }
+        let max_lease = self.max_lease.unwrap_or(match self.target {
+            Target::Redlock(_) => DEFAULT_REDLOCK_MAX_LEASE,
+            Target::Single(_) | Target::Cluster(_) => MAX_EXPIRE,
+        });
+        if max_lease.is_zero() || max_lease > MAX_EXPIRE {
+            return Err(LockError::invalid(
+                "max lease",
+                format!("{max_lease:?} is not between a millisecond and {MAX_EXPIRE:?}"),
+            ));
+        }
         let backend = match &self.target {
             Target::Redlock(urls) => Backend::Redlock(Redlock::new(
                 urls,
                 self.timeouts,
                 self.node_timeout,
                 self.delay_restarted_nodes.unwrap_or(true),
+                max_lease,
             )?),
             Target::Single(url) => {
                 self.no_redlock_settings()?;
@@ -470,6 +527,7 @@ impl LockerBuilder {
             inner: Arc::new(Inner {
                 backend,
                 prefix: self.prefix,
+                max_lease,
                 watchdog: Watchdog::default(),
             }),
         })
@@ -629,12 +687,14 @@ impl LockBuilder<'_> {
                 "a lease of zero would free the lock at once; use at least a millisecond",
             ));
         }
-        if self.expire > MAX_EXPIRE {
+        let max_lease = self.locker.inner.max_lease;
+        if self.expire > max_lease {
             return Err(LockError::invalid(
                 "expire",
                 format!(
-                    "{:?} is longer than the {:?} allowed; is the unit right?",
-                    self.expire, MAX_EXPIRE
+                    "{:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit \
+                     right? For long work, take a short lease with `renew(true)`",
+                    self.expire
                 ),
             ));
         }

@@ -61,6 +61,9 @@ pub(crate) struct Redlock {
     response: Duration,
     /// Nodes up for less than a lock's lease do not vote for it.
     delay_restarted: bool,
+    /// The longest lease of any lock on these nodes.
+    #[allow(dead_code)] // the restarted-node delay is to use it
+    max_lease: Duration,
     server: String,
 }
 
@@ -94,6 +97,7 @@ impl Redlock {
         timeouts: Timeouts,
         node_timeout: Option<Duration>,
         delay_restarted: bool,
+        max_lease: Duration,
     ) -> Result<Redlock, LockError> {
         if urls.len() < 3 || urls.len().is_multiple_of(2) {
             let hint = if urls.len() == 1 {
@@ -126,6 +130,7 @@ impl Redlock {
             node_timeout,
             response: timeouts.response,
             delay_restarted,
+            max_lease,
             server,
         })
     }
@@ -649,7 +654,7 @@ mod tests {
             connect: Duration::from_secs(1),
             response: Duration::from_secs(1),
         };
-        Redlock::new(&urls, timeouts, None, true).unwrap()
+        Redlock::new(&urls, timeouts, None, true, Duration::from_secs(60)).unwrap()
     }
 
     #[test]
@@ -708,7 +713,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         for n in [0, 1, 2, 4, 6] {
-            let err = Redlock::new(&urls(n), t, None, true)
+            let err = Redlock::new(&urls(n), t, None, true, Duration::from_secs(60))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(&format!("{n} URLs")), "{err}");
@@ -719,7 +724,7 @@ mod tests {
             "redis://a/".into(),
         ];
         assert!(
-            Redlock::new(&twice, t, None, true)
+            Redlock::new(&twice, t, None, true, Duration::from_secs(60))
                 .unwrap_err()
                 .to_string()
                 .contains("twice")
