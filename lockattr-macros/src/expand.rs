@@ -15,7 +15,7 @@
 //!         }
 //!         Err(e) => Err(e),
 //!     };
-//!     let __lockattr_guard = match __lockattr_acquired {   // a `Held`: the guard, on the thread's list
+//!     let __lockattr_guard = match __lockattr_acquired {   // a `Held`: the guard (sync calls never re-enter)
 //!         Ok(g) => g,
 //!         Err(e) => return lock_failed(e, None),   // R: LockResult is required here, and only here
 //!     };

@@ -26,7 +26,8 @@ pub struct Options {
     pub wait: Duration,
     /// Renew the lease while the body runs.
     pub renew: bool,
-    /// Re-enter a lock the call chain already holds.
+    /// Re-enter a lock the call chain already holds (async functions only:
+    /// [`acquire_blocking`] never re-enters).
     pub reentrant: bool,
 }
 
@@ -107,11 +108,9 @@ fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) ->
     }
 }
 
-/// The lock of a sync function, and its place in the thread's held locks.
+/// The lock of a sync function.
 #[derive(Debug)]
 pub struct Held {
-    // Leaves the thread's list before the guard releases.
-    on_thread: Option<reentry::OnThread>,
     guard: LockGuard,
 }
 
@@ -122,32 +121,26 @@ impl Held {
     }
 }
 
-/// Acquires for a sync function; see [`acquire`].
+/// Acquires for a sync function: always a lock of its own, never a
+/// reentry. A thread that waits in a thread pool (rayon's `par_iter` or
+/// `join`) runs other jobs meanwhile, and one that wants the same lock
+/// cannot be told from a nested call; so a nested sync call waits for the
+/// lock like any other caller. Nor does it look at the locks of an async
+/// body it is called from: anything that runs on the thread while the body
+/// is polled would see them.
 pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result<Held, LockError> {
-    if options.reentrant
-        && let Some(lease) = reentry::find_blocking(&locker.inner, name)
-    {
-        return reenter(lease).map(|guard| Held {
-            on_thread: None,
-            guard,
-        });
-    }
     let guard = locker
         .lock(name)
         .expire(options.expire)
         .acquire_timeout(options.wait)
         .renew(options.renew)
         .acquire_blocking()?;
-    Ok(Held {
-        on_thread: Some(reentry::enter_blocking(guard.lease().clone())),
-        guard,
-    })
+    Ok(Held { guard })
 }
 
 /// Releases after a sync body (`on_lost = "error"`); see [`release_checked`].
 pub fn release_checked_blocking(held: Held) -> Option<LockError> {
-    let Held { on_thread, guard } = held;
-    drop(on_thread);
+    let Held { guard } = held;
     let lost = guard.lost_now();
     released_or_lost(guard.release_blocking(), lost)
 }
