@@ -104,7 +104,7 @@
 //! An async annotated function called while its caller already holds the
 //! same lock (same Redis, same key prefix, same name) goes straight in: no
 //! round trip, no deadlock, the same guard and fencing token, and only the
-//! outermost call releases. The outermost call's `expire` and `renew` apply.
+//! outermost call releases.
 //!
 //! ```no_run
 //! use lockattr::{redis_lock, LockError};
@@ -130,6 +130,15 @@
 //! task it spawns does not, and waits for the lock like anyone else. A
 //! nested call on a lock that was lost meanwhile returns
 //! `Err(LockError::Lost { .. })` without running.
+//!
+//! The nested call's own `expire` and `renew` still count, as they would
+//! for a lock of its own. When its `expire` (10 s if not given) is longer
+//! than the held lease has left, the lease is first raised to it: one round
+//! trip, only then; asking for less changes nothing. With `renew`, a lease
+//! its outer call does not renew is renewed while the nested body runs (as
+//! the outer call's lease would be with `renew`: back to its `expire`,
+//! every third of it), and is the outer call's again, unrenewed, once the
+//! nested call returns or is dropped.
 //!
 //! **Synchronous functions never re-enter.** A thread waiting inside a
 //! locked body still runs other code: rayon's `par_iter` and `join` run

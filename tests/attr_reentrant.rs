@@ -6,7 +6,9 @@
 //! its body's future: another task, even one spawned from the body, waits
 //! like anyone else. `reentrant = false` opts out; another name, another
 //! server or another prefix is another lock; a lock already lost cannot be
-//! re-entered.
+//! re-entered. The nested call's own `expire` and `renew` still count: a
+//! longer `expire` raises the lease (checked with PTTL on the server), and
+//! `renew` keeps an unrenewed lease alive while the nested body runs.
 //!
 //! Sync functions never re-enter: a thread that waits in a thread pool runs
 //! other jobs, and a job for the same lock cannot be told from a nested
@@ -515,4 +517,142 @@ fn sync_calls_from_a_thread_pool_do_not_enter() {
         1 + ran
     );
     assert!(!server.exists(&lock_key(COUNTER)));
+}
+
+// ---- 10. a nested async call's own expire and renew ----
+
+/// The lock's PTTL on the server, seen from inside a nested call that asks
+/// for a minute.
+#[redis_lock(name = "account:{id}", expire = 60, acquire_time = 0, locker = locker)]
+async fn needs_a_minute(locker: &Locker, server: &RedisServer, id: u32) -> Result<i64, LockError> {
+    Ok(server.pttl(&account(id)))
+}
+
+/// The PTTL before the nested call and inside it, and whether the lock was
+/// lost (by the guard's count or on the server) 1.5 s later, past this
+/// call's own lease.
+#[redis_lock(name = "account:{id}", expire = "1s", locker = locker, guard = g)]
+async fn short_lease_calls_long(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+) -> Result<(i64, i64, bool), LockError> {
+    let before = server.pttl(&account(id));
+    let inside = needs_a_minute(locker, server, id).await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let lost = g.is_lost() || !server.exists(&account(id));
+    Ok((before, inside, lost))
+}
+
+/// The PTTL inside a nested call that asks for less than is left, and
+/// whether the nested call reached Redis.
+#[redis_lock(name = "account:{id}", expire = "2s", acquire_time = 0, locker = locker)]
+async fn needs_two_seconds(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+) -> Result<i64, LockError> {
+    Ok(server.pttl(&account(id)))
+}
+
+#[redis_lock(name = "account:{id}", expire = 30, locker = locker)]
+async fn long_lease_calls_short(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+) -> Result<(i64, bool), LockError> {
+    // The body's own PTTL aside.
+    let lock_commands = || {
+        let mut calls = commands(server);
+        calls.retain(|(name, _)| name != "pttl");
+        calls
+    };
+    let before = lock_commands();
+    let inside = needs_two_seconds(locker, server, id).await?;
+    Ok((inside, lock_commands() == before))
+}
+
+/// A nested call's `expire` longer than the held lease has left raises the
+/// lease (the server's PTTL is then about a minute, not the outer's second),
+/// and the outer guard knows: past its own `expire` it still holds. One
+/// asking for less than is left changes nothing and sends nothing.
+#[tokio::test]
+async fn a_nested_expire_longer_than_what_is_left_raises_the_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let (before, inside, lost) = short_lease_calls_long(&locker, &server, 10).await.unwrap();
+    assert!((0..=1000).contains(&before), "PTTL {before} before");
+    assert!(
+        (50_000..=60_000).contains(&inside),
+        "PTTL {inside} ms inside a nested call with expire = 60"
+    );
+    assert!(!lost, "the raised lease was lost past the outer's expire");
+    assert!(!server.exists(&account(10)), "held after the outer call");
+
+    let (inside, quiet) = long_lease_calls_short(&locker, &server, 11).await.unwrap();
+    assert!(
+        inside > 20_000,
+        "PTTL {inside} ms: a nested call shortened the lease"
+    );
+    assert!(quiet, "a nested call with a shorter expire reached Redis");
+}
+
+/// Sleeps `pause` in a nested call asking for `renew` (with an `expire`
+/// below what the outer has left, so it does not raise the lease); whether
+/// the lock was still held at the end.
+#[redis_lock(name = "account:{id}", expire = "500ms", renew, acquire_time = 0, locker = locker, guard = g)]
+async fn renewed_inside(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+    pause: Duration,
+) -> Result<bool, LockError> {
+    tokio::time::sleep(pause).await;
+    Ok(!g.is_lost() && server.exists(&account(id)))
+}
+
+/// Whether the lock outlived this call's own lease while the nested call
+/// ran, and whether it ran out within 5 s once the nested call was over.
+#[redis_lock(name = "account:{id}", expire = "1s", locker = locker, guard = g)]
+async fn unrenewed_outside(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+    cut_short: bool,
+) -> Result<(bool, bool), LockError> {
+    let inside = if cut_short {
+        // Dropped mid-body: its renewal must stop all the same.
+        let nested = renewed_inside(locker, server, id, Duration::from_secs(30));
+        let cut = tokio::time::timeout(Duration::from_millis(300), nested).await;
+        assert!(cut.is_err(), "{cut:?}");
+        true
+    } else {
+        renewed_inside(locker, server, id, Duration::from_millis(2500)).await?
+    };
+    let ran_out = tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .is_ok();
+    Ok((inside, ran_out))
+}
+
+/// A nested call with `renew` keeps an unrenewed lease (1 s) alive while its
+/// body runs (2.5 s); once it returns, or is dropped, the lease is the
+/// outer's again: not renewed, it runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_renew_keeps_the_lease_alive_while_it_runs() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let (inside, ran_out) = unrenewed_outside(&locker, &server, 12, false)
+        .await
+        .unwrap();
+    assert!(
+        inside,
+        "the lock ran out while the nested call with renew ran"
+    );
+    assert!(ran_out, "still renewed after the nested call returned");
+    assert!(!server.exists(&account(12)));
+
+    let (_, ran_out) = unrenewed_outside(&locker, &server, 13, true).await.unwrap();
+    assert!(ran_out, "still renewed after the nested call was dropped");
+    assert!(!server.exists(&account(13)));
 }

@@ -5,7 +5,8 @@
 //!
 //! `reentrant` differs between sync and async functions. An `async fn`
 //! re-enters a lock its call chain already holds (the held locks travel with
-//! the body's future), unless it says `reentrant = false`. A sync function
+//! the body's future), unless it says `reentrant = false`; its own `expire`
+//! and `renew` still apply to the shared lease. A sync function
 //! never re-enters: a thread waiting inside a locked body may run another
 //! job of a thread pool (rayon's work stealing), which it cannot tell from a
 //! nested call, so `reentrant` or `reentrant = true` on one is a compile
