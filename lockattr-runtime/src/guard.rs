@@ -60,7 +60,7 @@ impl Lease {
         }
     }
 
-    async fn extend(&self, by: Duration, how: Extend) -> Result<(), LockError> {
+    pub(crate) async fn extend(&self, by: Duration, how: Extend) -> Result<(), LockError> {
         if by.is_zero() {
             return Err(LockError::invalid(
                 "lease extension",
