@@ -572,6 +572,25 @@ async fn long_lease_calls_short(
     Ok((inside, lock_commands() == before))
 }
 
+/// A nested call that sets no `expire` of its own: the PTTL inside it.
+#[redis_lock(name = "account:{id}", acquire_time = 0, locker = locker)]
+async fn takes_the_lease_as_it_is(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+) -> Result<i64, LockError> {
+    Ok(server.pttl(&account(id)))
+}
+
+#[redis_lock(name = "account:{id}", expire = "2s", locker = locker)]
+async fn short_lease_calls_default(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+) -> Result<i64, LockError> {
+    takes_the_lease_as_it_is(locker, server, id).await
+}
+
 /// A nested call's `expire` longer than the held lease has left raises the
 /// lease (the server's PTTL is then about a minute, not the outer's second),
 /// and the outer guard knows: past its own `expire` it still holds. One
@@ -595,6 +614,16 @@ async fn a_nested_expire_longer_than_what_is_left_raises_the_lease() {
         "PTTL {inside} ms: a nested call shortened the lease"
     );
     assert!(quiet, "a nested call with a shorter expire reached Redis");
+
+    // No `expire` written on the nested call: the outer's 2 s lease is
+    // not raised to the default 10 s.
+    let inside = short_lease_calls_default(&locker, &server, 12)
+        .await
+        .unwrap();
+    assert!(
+        (0..=2000).contains(&inside),
+        "PTTL {inside} ms: a nested call without `expire` raised the lease"
+    );
 }
 
 /// Sleeps `pause` in a nested call asking for `renew` (with an `expire`

@@ -74,7 +74,10 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let error_var = quote_spanned!(at=> __lockattr_error);
 
     let name = &plan.name;
-    let expire = &plan.expire;
+    let expire = match &plan.expire {
+        Some(expire) => quote!(::core::option::Option::Some(#expire)),
+        None => quote!(::core::option::Option::None),
+    };
     let acquire_time = &plan.acquire_time;
     let (renew, reentrant) = (plan.renew, plan.reentrant);
     let options = quote! {

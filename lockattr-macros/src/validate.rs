@@ -20,7 +20,8 @@ const MAX_EXPIRE_NANOS: u64 = 30 * 24 * 3600 * 1_000_000_000;
 pub(crate) struct Plan {
     /// An expression evaluating to the lock's name (`&str` or `String`).
     pub(crate) name: TokenStream,
-    pub(crate) expire: TokenStream,
+    /// The lease, when the attribute sets one.
+    pub(crate) expire: Option<TokenStream>,
     pub(crate) acquire_time: TokenStream,
     pub(crate) locker: Option<syn::Expr>,
     pub(crate) guard: Option<Ident>,
@@ -171,7 +172,7 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         Some(e) => Err(e),
         None => Ok(Plan {
             name,
-            expire: DurationArg::to_tokens_or(expire, 10),
+            expire: expire.map(|d| DurationArg::to_tokens_or(Some(d), 10)),
             acquire_time: DurationArg::to_tokens_or(options.acquire_time.as_ref(), 10),
             locker: options.locker,
             guard: options.guard,

@@ -8,7 +8,7 @@ pub use crate::{LockError, LockGuard, LockKey, Locker};
 
 use crate::backend::Extend;
 use crate::guard::Lease;
-use crate::{LostReason, MAX_EXPIRE, io, reentry, watchdog};
+use crate::{DEFAULT_EXPIRE, LostReason, io, reentry, watchdog};
 
 /// The default Locker for an attribute without `locker = ...`.
 pub fn default_locker() -> Result<&'static Locker, LockError> {
@@ -23,8 +23,9 @@ pub fn key_of<K: LockKey + ?Sized>(key: &K) -> String {
 /// The options of one annotated function.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
-    /// The lease.
-    pub expire: Duration,
+    /// The lease, when the attribute sets one (`None`: the default lease
+    /// for a lock of its own; a nested call then keeps the lease as it is).
+    pub expire: Option<Duration>,
     /// The acquire time.
     pub wait: Duration,
     /// Renew the lease while the body runs.
@@ -103,18 +104,21 @@ impl std::fmt::Debug for Renewing {
 /// A reentry: the call chain holds `lease`, unless it was lost meanwhile.
 /// The nested call's own `expire` and `renew` still count, as they would
 /// for a lock of its own:
-/// - an `expire` longer than the lease has left raises the lease to
-///   `expire`, in one round trip (none when enough is left);
+/// - an `expire` written on the nested call, longer than the lease has
+///   left, raises the lease to `expire`, in one round trip (none when
+///   enough is left, or when the nested call sets no `expire`);
 /// - `renew` on a lease that is not renewed keeps it renewed while the
 ///   nested call's [`Held`] lives, that is while its body runs.
 async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError> {
-    check_expire(options.expire)?;
     let mut valid_until = match lease.state.check() {
         Ok(reason) => return Err(lease.lost_error(reason)),
         Err(until) => until,
     };
-    if valid_until.saturating_duration_since(Instant::now()) < options.expire {
-        raise(&lease, options.expire).await?;
+    if let Some(expire) = options.expire
+        && valid_until.saturating_duration_since(Instant::now()) < expire
+    {
+        check_expire(&lease, expire)?;
+        raise(&lease, expire).await?;
         valid_until = match lease.state.check() {
             Ok(reason) => return Err(lease.lost_error(reason)),
             Err(until) => until,
@@ -129,17 +133,20 @@ async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError>
 
 /// A nested call's `expire` is checked as a lock's own would be
 /// (`LockBuilder`), though it only matters when it raises the lease.
-fn check_expire(expire: Duration) -> Result<(), LockError> {
+fn check_expire(lease: &Lease, expire: Duration) -> Result<(), LockError> {
+    let max_lease = lease.locker.max_lease;
     if expire.is_zero() {
         return Err(LockError::invalid(
             "expire",
             "a lease of zero would free the lock at once; use at least a millisecond",
         ));
     }
-    if expire > MAX_EXPIRE {
+    if expire > max_lease {
         return Err(LockError::invalid(
             "expire",
-            format!("{expire:?} is longer than the {MAX_EXPIRE:?} allowed; is the unit right?"),
+            format!(
+                "{expire:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit right?"
+            ),
         ));
     }
     Ok(())
@@ -168,7 +175,7 @@ pub async fn acquire(locker: &Locker, name: &str, options: Options) -> Result<He
     }
     let guard = locker
         .lock(name)
-        .expire(options.expire)
+        .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)
         .renew(options.renew)
         .acquire()
@@ -238,7 +245,7 @@ fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) ->
 pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result<Held, LockError> {
     let guard = locker
         .lock(name)
-        .expire(options.expire)
+        .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)
         .renew(options.renew)
         .acquire_blocking()?;
