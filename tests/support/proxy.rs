@@ -9,7 +9,13 @@
 //!
 //! Closing a connection means `shutdown(Both)` on both of its sockets: the
 //! client sees end-of-file (or a reset) on its next read, Redis drops the
-//! client.
+//! client. An end-of-file from either side is passed on after the bytes
+//! before it (a half-close); the connection counts as closed once both
+//! directions ended. A killed redis-server therefore looks, to the client,
+//! like a closed connection, as without the proxy.
+//!
+//! A stalled connection does not read, so it notices neither side hanging
+//! up until the stall ends; `cut_all` and dropping the proxy still close it.
 
 #![allow(dead_code)] // each test file uses a part of this module
 
@@ -119,6 +125,8 @@ impl Proxy {
     /// needle is held too). Bytes are held, not lost: the proxy stops
     /// reading, so they wait in socket buffers, and after `resume` they are
     /// delivered late, in order, like after a healed network partition.
+    /// The proxy keeps each connection's client→server bytes for this
+    /// matching, for as long as the connection lives.
     pub fn stall_matching(&self, needle: &[u8]) {
         let needle = needle.to_ascii_lowercase();
         lock(&self.shared.stall_needles).push(needle.clone());
