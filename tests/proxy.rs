@@ -365,3 +365,18 @@ fn drop_closes_everything_and_returns() {
         "the server side is closed too"
     );
 }
+
+#[test]
+fn a_killed_server_closes_its_connections() {
+    let mut server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let mut con = connect(&proxy.url());
+    assert_eq!(ping(&mut con).unwrap(), "PONG");
+    server.kill();
+    assert!(ping(&mut con).is_err());
+    assert!(eventually(Duration::from_secs(2), || proxy.open_connections() == 0).is_some());
+
+    server.restart();
+    let mut con = connect(&proxy.url());
+    assert_eq!(ping(&mut con).unwrap(), "PONG");
+}
