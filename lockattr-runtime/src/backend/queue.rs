@@ -1,5 +1,18 @@
 //! The acquisition loop of the deployments whose locks queue their waiters
 //! in Redis: one server, and one master per lock on a Redis Cluster.
+//!
+//! # Waiting
+//!
+//! A request that finds the lock held queues its owner token in Redis (in
+//! the same script call) and sleeps until a release hands it the lock and
+//! says so on the lock's channel (see [`crate::backend::Wakeups`]). The
+//! message is the fast path, not the only one: the waiter also asks Redis
+//! once a second ([`RECHECK`]), when the holder's lease would end, and at
+//! its deadline. A waiter that was handed the lock finds its own token on
+//! it, which the acquire script counts as taken, so a hand-over whose
+//! message was lost (a subscriber link that silently stopped passing
+//! traffic) is noticed within about a second. That check is one short
+//! script call per waiter per second, and only while waiting.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +24,14 @@ use super::{
 use crate::inner::Inner;
 use crate::key::Keys;
 use crate::{LockError, io};
+
+/// How often a waiter asks Redis whatever it hears: a hand-over whose
+/// message never arrived is noticed this long after it at most.
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// After Redis refused SUBSCRIBE, how long a waiter checks the lock every
+/// [`FALLBACK_PAUSE`] before it tries to subscribe again.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 /// A deployment whose locks queue their waiters (one server, or one master
 /// per lock on a cluster).
@@ -55,8 +76,13 @@ impl<'a> Queued<'a> {
 /// queues this request in Redis, and the loop sleeps until the first of:
 /// - a release hands it the lock (a message on the lock's channel: see
 ///   [`crate::backend::Wakeups`]); it returns at once, already the owner;
+/// - the channel is subscribed (the first time it waits, or after the
+///   subscriber connection was replaced): one more attempt, since a
+///   release may have come before;
+/// - [`RECHECK`] has passed since the last attempt, in case a message was
+///   lost;
 /// - the holder's lease would end (a crashed holder's lock is taken a
-///   millisecond after it expires, and a lost message costs at most that);
+///   millisecond after it expires);
 /// - its acquire timeout ends: then one last attempt, which also leaves the
 ///   queue, so the wait ends within a round trip of the timeout;
 /// - the caller is gone (this future dropped, or `gone` on the I/O thread):
@@ -78,6 +104,8 @@ pub(crate) async fn acquire(
     // subscribed (a lock in demand), in which case waiting starts warm.
     let mut waiter = wakeups.register_if_subscribed(&lease.keys.channel, &lease.token);
     let mut queued = LeaveOnDrop(None);
+    // Redis refused SUBSCRIBE: check the lock often until this moment.
+    let mut polling_until: Option<Instant> = None;
     loop {
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
@@ -114,30 +142,20 @@ pub(crate) async fn acquire(
                 lease.expire,
             ));
         }
-        if waiter.is_none() {
-            match wakeups.register(&lease.keys.channel, &lease.token).await {
-                Ok(registered) => {
-                    // Subscribed only now: the lock may have been handed to
-                    // us before. Ask again; from here on, no message is missed.
-                    waiter = Some(registered);
-                    continue;
-                }
-                Err(e) => tracing::debug!(
-                    lock = %lease.name,
-                    error = %e,
-                    "cannot subscribe to release notices; checking the lock every {FALLBACK_PAUSE:?}"
-                ),
-            }
+        let now = Instant::now();
+        if polling_until.is_some_and(|until| now >= until) {
+            polling_until = None;
+        }
+        if waiter.is_none() && polling_until.is_none() {
+            // Subscribes in the background; `Wake::Subscribed` says when
+            // no notice can be missed any more.
+            waiter = Some(wakeups.watch(&lease.keys.channel, &lease.token));
         }
         // When to ask Redis again: at the deadline, when the holder's lease
-        // ends, or soon if no release notice can reach us.
-        let mut wake_at = deadline;
-        if let Some(left) = expires_in {
-            wake_at = wake_at.min(soon_after(left));
-        }
-        if waiter.is_none() {
-            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-        }
+        // ends, within a second in any case, and often while no release
+        // notice can reach us.
+        let recheck = deadline.min(now + RECHECK);
+        let mut wake_at = next_check(recheck, expires_in, polling_until.is_some());
         loop {
             let woken = async {
                 match waiter.as_mut() {
@@ -153,13 +171,23 @@ pub(crate) async fn acquire(
                         queued.0 = None;
                         return Ok(Grant { fencing_token, sent, handed: true, token: lease.token });
                     }
+                    // From now on no notice is missed; one may have come
+                    // before: ask again.
+                    Wake::Subscribed => break,
                     Wake::Recheck => {
                         waiter = None;
                         break;
                     }
+                    Wake::Refused => {
+                        waiter = None;
+                        polling_until = Some(Instant::now() + RESUBSCRIBE_AFTER);
+                        wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
+                    }
                     // Another waiter got the lock: a crash of that holder is
                     // what to watch for now.
-                    Wake::Rearm { lease } => wake_at = deadline.min(soon_after(lease)),
+                    Wake::Rearm { lease } => {
+                        wake_at = next_check(recheck, Some(lease), polling_until.is_some());
+                    }
                 },
                 () = tokio::time::sleep_until(wake_at.into()) => break,
                 () = gone.wait() => return Err(LockError::Runtime {
@@ -168,6 +196,19 @@ pub(crate) async fn acquire(
             }
         }
     }
+}
+
+/// When a waiter asks Redis again: at `recheck` (its deadline or a second
+/// from now), when a lease of `lease` ends, and soon when `polling`.
+fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Instant {
+    let mut at = recheck;
+    if let Some(lease) = lease {
+        at = at.min(soon_after(lease));
+    }
+    if polling {
+        at = at.min(soon_after(FALLBACK_PAUSE));
+    }
+    at
 }
 
 /// A queued request: dropped while set, it takes the request out of the
