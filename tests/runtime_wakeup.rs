@@ -1354,3 +1354,50 @@ async fn silent_subscriber_connection_is_replaced() {
     );
     guard.release().await.unwrap();
 }
+
+/// A waiter whose Redis user may not SUBSCRIBE (an ACL) cannot hear
+/// release notices; it checks the lock often instead and gets it within a
+/// second of the release (lease 30 s, acquire time 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_that_may_not_subscribe_still_gets_the_lock_soon() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nosub")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-subscribe")
+        .query(&mut server.client())
+        .expect("ACL SETUSER");
+    let holder = locker(&server)
+        .lock("acl")
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let waiters = Locker::new(&format!("redis://nosub:secret@127.0.0.1:{}/", server.port)).unwrap();
+    let waiter = spawn_waiter(&waiters, "acl", LONG, PATIENT);
+    assert!(
+        until(Duration::from_secs(5), || queued(&server, "acl").len() == 1).await,
+        "the waiter never queued"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    assert_eq!(channel_subscribers(&server, "acl"), 0);
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter hangs")
+        .unwrap();
+    let guard = outcome.unwrap();
+    let late = returned_at.duration_since(released_at);
+    assert!(
+        late < Duration::from_secs(1),
+        "got the lock {late:?} after the release"
+    );
+    guard.release().await.unwrap();
+}
