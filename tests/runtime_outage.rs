@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::RedisServer;
+use support::proxy::Proxy;
 
 /// Acquire timeout used while Redis is unavailable.
 const WAIT: Duration = Duration::from_secs(1);
@@ -777,5 +778,74 @@ async fn waiter_gets_a_lock_of_its_own_after_a_frozen_server_thaws() {
         server.exists(&support::lock_key("thaw")),
         "a late give-back freed the waiter's lock"
     );
+    guard.release().await.expect("the lock is the waiter's own");
+}
+
+/// The case for a new token per retry. A waiter's first attempt on a free
+/// lock is held up on its way (a proxy delays it by 2 s; the response
+/// timeout is 300 ms), so it times out and is given back on its own
+/// connection, behind it. The link gets fast again at once, and the retry
+/// takes the lock. Then the late attempt and its give-back reach Redis:
+/// they must not touch the retry's lock, which they would if the retry had
+/// used the same owner token (the give-back would delete it). Three seconds
+/// later the lock is still the waiter's: same fencing token, held, refused
+/// to another caller, and released by its guard. Before, the waiter
+/// returned `Connection` after the first timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answer_of_an_abandoned_attempt_never_frees_the_retry_lock() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let locker = Locker::builder(proxy.url())
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    // Connection open, scripts loaded.
+    locker
+        .lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    proxy.set_delay(Duration::from_secs(2));
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock("late")
+                .expire(LONG)
+                .acquire_timeout(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    proxy.set_delay(Duration::ZERO);
+    let guard = no_hang_async("the waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the waiter gave up over a slow link: {e:?}"));
+    // The delayed attempt and its give-back arrive meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        server.exists(&support::lock_key("late")),
+        "the late give-back of the first attempt freed the retry's lock"
+    );
+    let fence: u64 = server
+        .get(&format!("{}:fence", support::lock_key("late")))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(guard.fencing_token(), fence);
+    let other = Locker::new(&server.url()).unwrap();
+    let refused = other
+        .lock("late")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(refused.is_timeout(), "{refused:?}");
     guard.release().await.expect("the lock is the waiter's own");
 }
