@@ -45,13 +45,13 @@ use crate::{LockError, io};
 
 /// How often a waiter asks Redis whatever it hears: a hand-over whose
 /// message never arrived is noticed this long after it at most.
-pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// The first pause before trying again after a connection error.
 const RETRY_FIRST: Duration = Duration::from_millis(5);
 
 /// The longest pause between tries of a waiter while Redis cannot be reached.
-pub(crate) const RETRY_MAX: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_millis(250);
 
 /// The longest pause between tries of a give-back in the background.
 const GIVE_BACK_RETRY_MAX: Duration = Duration::from_secs(1);

@@ -78,12 +78,12 @@ const LINGER: Duration = Duration::from_secs(2);
 
 /// How often the subscriber connection is checked with a `PING` while a
 /// channel is subscribed on it.
-pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
+const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest pause before opening a subscriber connection again after
 /// failures in a row (connections that could not be opened, or that were
 /// closed for not answering).
-pub(crate) const MAX_REOPEN_PAUSE: Duration = Duration::from_secs(2);
+const MAX_REOPEN_PAUSE: Duration = Duration::from_secs(2);
 
 /// TCP keepalive of the subscriber connection: the first probe after this
 /// long without traffic.
