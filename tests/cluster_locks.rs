@@ -333,6 +333,57 @@ async fn a_dead_master_gives_errors_not_hangs_and_comes_back() {
     assert!(back, "the lock works again after the master is back");
 }
 
+/// A waiter queued on a master that restarts (down 300 ms, back empty with
+/// its cluster configuration) keeps waiting through the outage and gets the
+/// lock, which the restart freed, once the master is back (generous bound:
+/// 20 s, for the cluster to settle), well within its 40 s acquire time.
+/// Before, it returned the connection error of its first failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_master_restart() {
+    let mut cluster = Cluster::start();
+    let (holders, waiters) = (cluster.locker(), cluster.locker());
+    let name = cluster.name_per_master("bounce")[1].clone();
+    let holder = holders
+        .lock(&name)
+        .expire(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move {
+            let outcome = waiters
+                .lock(&name)
+                .expire(Duration::from_secs(60))
+                .acquire_timeout(Duration::from_secs(40))
+                .acquire()
+                .await;
+            (outcome, Instant::now())
+        }
+    });
+    let queue = format!("{}:queue", lock_key(&name));
+    let queued = support::eventually(Duration::from_secs(5), || cluster.nodes[1].exists(&queue));
+    assert!(queued.is_some(), "the waiter never queued");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.nodes[1].kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.nodes[1].restart();
+    let back = Instant::now();
+    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the waiter hangs")
+        .unwrap();
+    let guard = outcome.unwrap_or_else(|e| panic!("the waiter gave up over a restart: {e:?}"));
+    let late = returned_at.saturating_duration_since(back);
+    assert!(
+        late < Duration::from_secs(20),
+        "got the lock {late:?} after the master was back"
+    );
+    assert!(cluster.nodes[1].exists(&lock_key(&name)));
+    guard.release().await.unwrap();
+    drop(holder);
+}
+
 static CLUSTER_LOCKER: OnceLock<Locker> = OnceLock::new();
 
 #[redis_lock(name = "cart:{id}", locker = CLUSTER_LOCKER.get().expect("set"), expire = 5)]

@@ -636,10 +636,16 @@ impl LockBuilder<'_> {
     /// Takes the lock, waiting up to the acquire timeout while it is held.
     ///
     /// Fails with [`LockError::Timeout`] when the lock stayed busy,
-    /// [`LockError::Connection`] when Redis could not be reached (at once,
-    /// not after the acquire timeout), and [`LockError::InvalidInput`] for an
-    /// empty name or a zero or too long lease. Dropping the future is safe: a
-    /// lock taken for a caller who stopped waiting is released at once.
+    /// [`LockError::Connection`] when Redis could not be reached, and
+    /// [`LockError::InvalidInput`] for an empty name or a zero or too long
+    /// lease. On one server or a Redis Cluster, connection errors are
+    /// retried within the acquire timeout (pauses of a few milliseconds
+    /// growing to a quarter of a second), so a waiter rides out a short Redis
+    /// restart; the last connection error is returned once the acquire
+    /// timeout has passed, and at once with an acquire timeout of zero (one
+    /// attempt). A Redlock fails with [`LockError::NoQuorum`] at once.
+    /// Dropping the future is safe: a lock taken for a caller who stopped
+    /// waiting is released at once.
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
@@ -780,7 +786,7 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
 }
 
 /// 128 random bits from the operating system's CSPRNG, as 32 hex digits.
-fn new_token() -> Result<String, LockError> {
+pub(crate) fn new_token() -> Result<String, LockError> {
     let mut bytes = [0_u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| LockError::Runtime {
         reason: format!("the operating system's random number generator failed: {e}"),
