@@ -353,17 +353,33 @@ impl Redlock {
         if answered < self.quorum {
             return Err(self.no_quorum(name, answered, first_error));
         }
-        Ok(self.majority_left(left, expire))
+        Ok(self.extended_left(left))
     }
 
     /// How long a majority keeps holding a lock, given each owning node's
-    /// time left: the `quorum`-th longest, less the drift.
-    fn majority_left(&self, mut left: Vec<Duration>, expire: Duration) -> Option<Duration> {
+    /// time left: the `quorum`-th longest, less the drift of a lease of
+    /// `expire`.
+    fn majority_left(&self, left: Vec<Duration>, expire: Duration) -> Option<Duration> {
+        self.quorum_left(left)
+            .map(|left| left.saturating_sub(drift(expire)))
+    }
+
+    /// [`majority_left`](Self::majority_left) after an extend: each node's
+    /// time left is the new lease, so the drift is that lease's, not the
+    /// original one's (a lock taken for 1 s and extended by an hour drifts
+    /// over an hour).
+    fn extended_left(&self, left: Vec<Duration>) -> Option<Duration> {
+        self.quorum_left(left)
+            .map(|left| left.saturating_sub(drift(left)))
+    }
+
+    /// The `quorum`-th longest time left: how long a majority keeps a lock.
+    fn quorum_left(&self, mut left: Vec<Duration>) -> Option<Duration> {
         if left.len() < self.quorum {
             return None;
         }
         left.sort_unstable_by(|a, b| b.cmp(a));
-        Some(left[self.quorum - 1].saturating_sub(drift(expire)))
+        Some(left[self.quorum - 1])
     }
 
     /// Renews a batch on every node; per lease, the time a majority still
@@ -673,6 +689,26 @@ mod tests {
             Some(ms(700 - 12))
         );
         assert_eq!(r.majority_left(vec![ms(900), ms(800)], expire), None);
+    }
+
+    #[test]
+    fn an_extended_lease_drifts_as_the_new_lease_not_the_original() {
+        let r = five();
+        let s = Duration::from_secs;
+        // A lock taken for 1 s, extended to an hour on four nodes: the
+        // majority's hour drifts by 36 s + 2 ms, not by the 1 s lease's 12 ms.
+        let left = vec![s(3600), s(3599), s(3600), s(3600)];
+        assert_eq!(
+            r.extended_left(left),
+            Some(s(3600) - Duration::from_millis(36_002))
+        );
+        // Shortened to 100 ms: 3 ms of drift, not the original lease's.
+        let ms = Duration::from_millis;
+        assert_eq!(
+            r.extended_left(vec![ms(100), ms(100), ms(100)]),
+            Some(ms(97))
+        );
+        assert_eq!(r.extended_left(vec![ms(100), ms(100)]), None);
     }
 
     #[test]
