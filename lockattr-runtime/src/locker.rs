@@ -780,7 +780,7 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
 }
 
 /// 128 random bits from the operating system's CSPRNG, as 32 hex digits.
-fn new_token() -> Result<String, LockError> {
+pub(crate) fn new_token() -> Result<String, LockError> {
     let mut bytes = [0_u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| LockError::Runtime {
         reason: format!("the operating system's random number generator failed: {e}"),

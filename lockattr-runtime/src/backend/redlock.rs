@@ -518,8 +518,10 @@ pub(crate) async fn any_notice(waiters: &mut [Waiter]) {
 
 /// The acquisition loop of a Redlock.
 ///
-/// Each attempt asks every node at once (see [`Redlock::attempt`]). With a
-/// majority of voting nodes, and time left on the lease after the drift
+/// Each attempt asks every node at once (see [`Redlock::attempt`]), under an
+/// owner token of its own: a give-back of an earlier attempt that arrives
+/// late can only free that attempt's acquisition. With a majority of voting
+/// nodes, and time left on the lease after the drift
 /// allowance, the lock is taken. Otherwise the nodes that granted it are
 /// released, and the loop waits for the first of:
 /// - a release notice from any node (waiters do not queue on a Redlock;
@@ -544,6 +546,7 @@ pub(crate) async fn acquire(
         .unwrap_or(now + crate::locker::MAX_EXPIRE);
     let expire = lease.expire;
     let trusted = expire.saturating_sub(drift(expire));
+    let mut token = lease.token;
     let mut waiters: Option<Vec<Waiter>> = None;
     let mut splits = 0;
     loop {
@@ -553,17 +556,17 @@ pub(crate) async fn acquire(
         }
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
-        let votes = nodes.attempt(lease.keys, &lease.token, expire).await;
+        let votes = nodes.attempt(lease.keys, &token, expire).await;
         let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
         let mut give_back = GiveBackOnDrop {
             locker: lease.locker,
             keys: lease.keys,
-            token: &lease.token,
+            token: &token,
             expire,
             nodes: taken,
         };
         if votes.voters >= nodes.quorum()
-            && let Some(fence) = nodes.fence(lease.keys, &lease.token, expire, &votes).await
+            && let Some(fence) = nodes.fence(lease.keys, &token, expire, &votes).await
             && sent.elapsed() < trusted
         {
             give_back.nodes.clear();
@@ -572,16 +575,17 @@ pub(crate) async fn acquire(
                 fencing_token: fence,
                 sent,
                 handed: false,
-                token: lease.token,
+                token,
             });
         }
         let taken = std::mem::take(&mut give_back.nodes);
         drop(give_back);
         if !taken.is_empty() {
-            nodes
-                .give_back(lease.keys, &lease.token, expire, &taken)
-                .await;
+            nodes.give_back(lease.keys, &token, expire, &taken).await;
         }
+        // The next attempt is another owner: whatever of this one is still
+        // on its way can never be taken for it.
+        token = crate::locker::new_token()?;
         if votes.answered < nodes.quorum() {
             return Err(nodes.unreachable(lease.name, votes));
         }
@@ -596,11 +600,7 @@ pub(crate) async fn acquire(
         }
         if waiters.is_none() {
             // Subscribed only now: the lock may have been freed before.
-            waiters = Some(
-                nodes
-                    .register(&lease.keys.channel, &lease.token, expire)
-                    .await,
-            );
+            waiters = Some(nodes.register(&lease.keys.channel, &token, expire).await);
             continue;
         }
         let mut wake_at = deadline;

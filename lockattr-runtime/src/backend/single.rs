@@ -317,19 +317,8 @@ impl SingleNode {
         // after it and gives the lock back; on any other connection it could
         // run first and miss.
         // Sent as EVAL (see `scripts::give_back`).
-        let give_back = |mut connection: MultiplexedConnection| {
-            let release = scripts::give_back(keys, token);
-            let fut = async move {
-                let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
-                drop(released);
-            };
-            // On the connection's own runtime when there is one; when that
-            // runtime is gone, so is the connection, and the lease frees the
-            // lock if the acquisition ran.
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => drop(handle.spawn(fut)),
-                Err(_) => drop(io::spawn(fut)),
-            }
+        let give_back = |connection: MultiplexedConnection| {
+            give_back_in_order(connection, scripts::give_back(keys, token));
         };
         let reply = self
             .send(Request::Script(&invocation), Some(&give_back))
@@ -451,6 +440,34 @@ impl Slot {
         if current.as_ref().is_some_and(|c| c.generation == generation) {
             *current = None;
         }
+    }
+}
+
+/// Sends `request` on `connection`, queued before any request sent on that
+/// connection after this returns: a give-back runs before the caller's next
+/// request to that server. Its answer is awaited (and ignored) by a task,
+/// which keeps the connection open until then.
+///
+/// A multiplexed connection queues a request on its first poll, so the
+/// request's future is polled once here, then handed to the task. When that
+/// first poll cannot queue it (the connection's queue is full), or outside
+/// a runtime, the task sends it, after requests sent meanwhile.
+fn give_back_in_order(mut connection: MultiplexedConnection, request: redis::Cmd) {
+    let mut send = Box::pin(tokio::task::unconstrained(async move {
+        let released: redis::RedisResult<redis::Value> = request.query_async(&mut connection).await;
+        drop(released);
+    }));
+    // On the connection's own runtime when there is one; when that runtime
+    // is gone, so is the connection, and the lease frees the lock if the
+    // acquisition ran.
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let mut cx = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
+            if send.as_mut().poll(&mut cx).is_pending() {
+                drop(handle.spawn(send));
+            }
+        }
+        Err(_) => drop(io::spawn(send)),
     }
 }
 
