@@ -513,6 +513,7 @@ impl LockerBuilder {
                 self.node_timeout,
                 self.delay_restarted_nodes.unwrap_or(true),
                 max_lease,
+                &self.prefix,
             )?),
             Target::Single(url) => {
                 self.no_redlock_settings()?;
