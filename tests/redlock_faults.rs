@@ -1,15 +1,18 @@
 //! Redlock under faults, against real redis-servers of our own: nodes
 //! restarted empty under a lease longer than the newcomer's, nodes whose
-//! INFO is refused, one server named several ways, INFO's rounding of a
-//! restarted node's uptime, and slow links (through `support::proxy`).
+//! INFO is refused, one server named several ways, a majority down for a
+//! moment while a waiter waits, INFO's rounding of a restarted node's
+//! uptime, and slow or just-too-slow links (through `support::proxy`).
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use lockattr::{LockError, Locker};
 use support::proxy::Proxy;
-use support::{RedisServer, lock_key};
+use support::{RedisServer, eventually, lock_key};
 
 /// A Locker's user that may run every command but the `@dangerous` ones
 /// (INFO among them on Redis 7), on every key and channel.
@@ -305,6 +308,81 @@ async fn one_server_named_three_ways_is_refused_by_its_marker_when_info_is_refus
     one_server_named_three_ways_is_refused(NO_INFO_USER, "locker:secret@").await;
 }
 
+/// A waiter rides out a majority that is down for a moment: it retries
+/// within its acquire time. A caller that asked for one attempt learns of
+/// the outage at once, and a short waiter gets the quorum error at its
+/// deadline. (Before, every caller failed at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_short_outage_of_a_majority() {
+    let mut nodes = start(3);
+    let lockers: Vec<Locker> = (0..3)
+        .map(|_| trusting(urls(&nodes), Duration::from_secs(60)))
+        .collect();
+    let lease = Duration::from_millis(800);
+    let taken = Instant::now();
+    let guard = lockers[0]
+        .lock("outage")
+        .expire(lease)
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let locker = lockers[1].clone();
+        tokio::spawn(async move {
+            locker
+                .lock("outage")
+                .acquire_timeout(Duration::from_secs(5))
+                .acquire()
+                .await
+                .map(|g| (Instant::now(), g))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    nodes[1].kill();
+    nodes[2].kill();
+    let once = Instant::now();
+    let err = lockers[2]
+        .lock("outage")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .map(|g| g.fencing_token())
+        .unwrap_err();
+    assert!(err.is_no_quorum(), "{err:?}");
+    assert!(
+        once.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        once.elapsed()
+    );
+    let short = Instant::now();
+    let err = lockers[2]
+        .lock("outage")
+        .acquire_timeout(Duration::from_millis(300))
+        .acquire()
+        .await
+        .map(|g| g.fencing_token())
+        .unwrap_err();
+    assert!(err.is_no_quorum(), "{err:?}");
+    assert!(
+        short.elapsed() >= Duration::from_millis(300),
+        "a waiter gave up before its deadline: {:?}",
+        short.elapsed()
+    );
+    // Back after the holder's lease ended (restarted empty).
+    tokio::time::sleep_until((taken + lease + Duration::from_millis(100)).into()).await;
+    let back = Instant::now();
+    nodes[1].restart();
+    nodes[2].restart();
+    let (got_at, got) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter returns")
+        .unwrap()
+        .expect("the waiter gets the lock once the nodes are back");
+    assert!(got_at >= back);
+    got.release().await.unwrap();
+    drop(guard);
+}
+
 /// The wall clock, as a duration since the Unix epoch.
 fn unix_now() -> Duration {
     SystemTime::now()
@@ -472,4 +550,152 @@ async fn a_new_locker_takes_the_lock_on_its_first_call_over_slow_links() {
         .await
         .unwrap();
     assert!(nodes.iter().all(|n| n.get(&lock_key("far")).is_none()));
+}
+
+/// Links whose one-way latency changes every few milliseconds, at random,
+/// among 0, 1 and 4 ms: with a node timeout of 3 ms, many requests are cut
+/// off by it and still run on the server afterwards. Stops when dropped.
+struct Jitter {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Jitter {
+    fn start(proxies: Arc<Vec<Proxy>>) -> Jitter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                // xorshift: no dependency for a few random choices.
+                let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ u64::from(unix_now().subsec_nanos());
+                while !stop.load(Ordering::SeqCst) {
+                    for proxy in proxies.iter() {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        proxy.set_delay(Duration::from_millis([0, 1, 4][(x % 3) as usize]));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                for proxy in proxies.iter() {
+                    proxy.set_delay(Duration::ZERO);
+                }
+            })
+        };
+        Jitter {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Jitter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A Locker whose node timeout (3 ms) the jittery links often exceed.
+fn hurried(proxies: &[Proxy]) -> Locker {
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    Locker::redlock_builder(&urls)
+        .delay_restarted_nodes(false)
+        .node_timeout(Duration::from_millis(3))
+        .build()
+        .unwrap()
+}
+
+/// Over links that keep exceeding the node timeout, an acquisition never
+/// finds its own cut-off requests in its way (it would wait for its own
+/// lease to end), and none stays behind once the lock is released. Each
+/// attempt is another owner, and the give-back of a cut-off request runs
+/// before any later request on its connection. (Before, a cut-off
+/// connection was thrown away, and a release whose connection had to be
+/// opened again was never sent: the next call waited for the Locker's own
+/// previous lease.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_cut_off_by_the_node_timeout_never_stand_in_the_lockers_own_way() {
+    let (nodes, proxies) = behind_proxies(5, Duration::ZERO);
+    let locker = hurried(&proxies);
+    locker.ping().await.unwrap();
+    let proxies = Arc::new(proxies);
+    let jitter = Jitter::start(proxies.clone());
+    let lease = Duration::from_secs(5);
+    for round in 0..20 {
+        let guard = locker
+            .lock("cut")
+            .expire(lease)
+            .acquire_timeout(Duration::from_secs(3))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: nobody else holds the lock, yet: {e}; owners per node: {:?}",
+                    owners(&nodes, "cut")
+                )
+            });
+        let held = owners(&nodes, "cut");
+        let mut distinct: Vec<&String> = held.iter().flatten().collect();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() <= 1, "round {round}: two owners: {held:?}");
+        // A release cut off by the node timeout still runs, in order.
+        let _ = guard.release().await;
+        assert!(
+            eventually(Duration::from_secs(1), || nodes
+                .iter()
+                .all(|n| n.get(&lock_key("cut")).is_none()))
+            .is_some(),
+            "round {round}: an acquisition of this Locker stayed behind (its lease is {lease:?}): \
+             {:?}",
+            owners(&nodes, "cut")
+        );
+    }
+    drop(jitter);
+}
+
+/// The same links, two Lockers contending: never two holders at once.
+/// (Releases cut off by the node timeout may report an error; their
+/// requests still run, in order.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_over_links_that_keep_timing_out_never_overlap() {
+    let (_nodes, proxies) = behind_proxies(5, Duration::ZERO);
+    let lockers = [hurried(&proxies), hurried(&proxies)];
+    for locker in &lockers {
+        locker.ping().await.unwrap();
+    }
+    let jitter = Jitter::start(Arc::new(proxies));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let locker = lockers[t % 2].clone();
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = locker
+                        .lock("cut-contended")
+                        .expire(Duration::from_secs(2))
+                        .acquire_timeout(Duration::from_secs(20))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) > 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    let _ = guard.release().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a contender failed");
+    }
+    drop(jitter);
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
 }

@@ -51,7 +51,9 @@
 //!   waiter. A release publishes a notice on every node; waiters subscribed
 //!   on each node try again when the first notice arrives. After a split
 //!   vote (some nodes granted, too few), the losers give their nodes back
-//!   and try again after a random pause that grows with each split.
+//!   and try again after a random pause that grows with each split. A
+//!   waiter that cannot reach a majority tries again, with a growing pause,
+//!   until its acquire time ends, and then returns the last error.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -760,6 +762,15 @@ pub(crate) fn split_pause(splits: u32) -> Duration {
     ceiling.mul_f64(random_fraction())
 }
 
+/// When a waiter tries again after failing to reach a majority: 4 ms,
+/// doubling with each failure in a row up to 250 ms, each between half of
+/// that and all of it (so that the waiters of a Locker do not come back
+/// together).
+pub(crate) fn outage_pause(failures: u32) -> Duration {
+    let ceiling = Duration::from_millis(4u64 << failures.min(6)).min(Duration::from_millis(250));
+    ceiling.mul_f64(0.5 + random_fraction() / 2.0)
+}
+
 /// A random fraction in 0..=1; 1 without randomness (pauses are then at
 /// their longest: slower, still correct).
 fn random_fraction() -> f64 {
@@ -798,11 +809,16 @@ pub(crate) async fn any_notice(waiters: &mut [Waiter]) {
 /// - the end of the holder's lease, as the nodes reported it;
 /// - after a split vote, a random pause that grows with each split in a
 ///   row, so that contenders stop taking a minority each;
-/// - its acquire timeout: then one last attempt.
+/// - when fewer than a majority answered, a pause that grows with each
+///   such attempt in a row (see [`outage_pause`]): a short outage, a
+///   restart, is ridden out within the acquire time;
+/// - its acquire timeout: then one last attempt, whose failure is returned
+///   ([`LockError::NoQuorum`] when too few nodes answered or voted,
+///   [`LockError::Timeout`] when the lock was held).
 ///
-/// It fails at once with [`LockError::NoQuorum`] when fewer than a majority
-/// of the nodes answer. Two nodes that turn out to be one server fail the
-/// acquisition with [`LockError::InvalidInput`]. An attempt cut
+/// A caller that asked for one attempt (`acquire_timeout` zero) gets
+/// [`LockError::NoQuorum`] at once. Two nodes that turn out to be one server
+/// fail the acquisition with [`LockError::InvalidInput`]. An attempt cut
 /// short (this future dropped) gives back what it had taken, in the
 /// background.
 pub(crate) async fn acquire(
@@ -820,6 +836,7 @@ pub(crate) async fn acquire(
     let mut token = lease.token;
     let mut waiters: Option<Vec<Waiter>> = None;
     let mut splits = 0;
+    let mut failures = 0;
     loop {
         if let Some(list) = waiters.as_mut() {
             // Notices heard before this attempt are answered by it.
@@ -857,9 +874,22 @@ pub(crate) async fn acquire(
         // The next attempt is another owner: whatever of this one is still
         // on its way can never be taken for it.
         token = crate::locker::new_token()?;
+        let mut wake_at = deadline;
         if votes.answered < nodes.quorum() {
-            return Err(nodes.unreachable(lease.name, votes));
+            if left.is_zero() {
+                return Err(nodes.unreachable(lease.name, votes));
+            }
+            failures += 1;
+            wake_at = wake_at.min(Instant::now() + outage_pause(failures));
+            tokio::select! {
+                () = tokio::time::sleep_until(wake_at.into()) => {}
+                () = gone.wait() => return Err(LockError::Runtime {
+                    reason: "the caller stopped waiting".into(),
+                }),
+            }
+            continue;
         }
+        failures = 0;
         if left.is_zero() {
             if votes.granted.len() >= nodes.quorum() && votes.voters < nodes.quorum() {
                 return Err(nodes.too_young(lease.name, &votes));
@@ -874,7 +904,6 @@ pub(crate) async fn acquire(
             waiters = Some(nodes.register(&lease.keys.channel, &token, expire).await);
             continue;
         }
-        let mut wake_at = deadline;
         if let Some(held) = votes.held_for {
             wake_at = wake_at.min(soon_after(held));
         }
@@ -988,6 +1017,20 @@ mod tests {
             Some(ms(97))
         );
         assert_eq!(r.extended_left(vec![ms(100), ms(100)]), None);
+    }
+
+    #[test]
+    fn pauses_after_an_outage_grow_to_a_quarter_second() {
+        for failures in 1..20 {
+            let ceiling =
+                Duration::from_millis(4 << failures.min(6)).min(Duration::from_millis(250));
+            let pause = outage_pause(failures);
+            assert!(
+                pause >= ceiling / 2 && pause <= ceiling,
+                "{failures}: {pause:?}"
+            );
+        }
+        assert!(outage_pause(30) <= Duration::from_millis(250));
     }
 
     #[test]
