@@ -399,11 +399,16 @@ impl Redlock {
     /// kept its data for at least `max_lease`, the longest lease any holder
     /// of any lock on these nodes may still have.
     fn votes(&self, i: usize, counted: &[bool]) -> Result<(), NoVote> {
-        let age = facts(&self.nodes[i]).age();
+        let facts = facts(&self.nodes[i]);
+        let age = facts.age();
         if !counted[i] {
-            return Err(NoVote::Unknown(age.err().unwrap_or_else(|| {
-                "another node of the list is the same server".into()
-            })));
+            return Err(NoVote::Unknown(match (facts.identity(), age) {
+                (Some(_), _) => "another node of the list is the same server".into(),
+                (None, Err(why)) => why,
+                (None, Ok(_)) => "which server it is cannot be told (INFO has no run_id, and the \
+                                  marker cannot be read)"
+                    .into(),
+            }));
         }
         if !self.delay_restarted {
             return Ok(());
