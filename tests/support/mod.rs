@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses a part of this module
 
+pub mod proxy;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
