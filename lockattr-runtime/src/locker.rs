@@ -9,7 +9,7 @@ use crate::backend::{Backend, ClusterNodes, Grant, LockRequest, SingleNode, Time
 use crate::guard::{Lease, LockGuard};
 use crate::inner::Inner;
 use crate::key::Keys;
-use crate::lost::LeaseState;
+use crate::lost::{LeaseState, whole_ms};
 use crate::watchdog::{self, Watchdog};
 use crate::{LockError, io};
 
@@ -756,9 +756,7 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     } = grant;
     lease.fencing_token = fencing_token;
     lease.token = token;
-    let trusted = lease
-        .expire
-        .saturating_sub(lease.locker.backend.drift(lease.expire));
+    let trusted = trusted(lease.expire, lease.locker.backend.drift(lease.expire));
     lease.state = LeaseState::new(sent + trusted, lease.renew);
     let (renew, expire) = (lease.renew, lease.expire);
     let lease = Arc::new(lease);
@@ -777,6 +775,13 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     };
     *lease.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
     LockGuard::new(lease)
+}
+
+/// How long a lease of `expire` is trusted from when its request was sent:
+/// what Redis keeps of it (whole milliseconds, rounded down), less the
+/// drift allowance, rounded down to whole milliseconds.
+fn trusted(expire: Duration, drift: Duration) -> Duration {
+    whole_ms(whole_ms(expire).saturating_sub(drift))
 }
 
 /// 128 random bits from the operating system's CSPRNG, as 32 hex digits.
@@ -805,6 +810,17 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_lease_is_trusted_in_whole_milliseconds() {
+        let us = Duration::from_micros;
+        // Redis keeps 1 ms of a 1.9 ms lease.
+        assert_eq!(trusted(us(1_900), Duration::ZERO), us(1_000));
+        assert_eq!(trusted(us(10_000_999), Duration::ZERO), us(10_000_000));
+        // The drift comes off what Redis keeps; the rest is rounded down.
+        assert_eq!(trusted(us(1_000_900), us(12_300)), us(987_000));
+        assert_eq!(trusted(us(1_000), us(3_000)), Duration::ZERO);
     }
 
     #[test]
