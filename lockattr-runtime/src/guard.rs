@@ -61,17 +61,34 @@ impl Lease {
     }
 
     async fn extend(&self, by: Duration, how: Extend) -> Result<(), LockError> {
-        if by.is_zero() {
+        // Redis counts whole milliseconds: `by` is rounded down, never up.
+        if by < Duration::from_millis(1) {
             return Err(LockError::invalid(
                 "lease extension",
-                "it must be longer than zero",
+                "it must be at least a millisecond (Redis counts whole milliseconds)",
+            ));
+        }
+        let max_lease = self.locker.max_lease;
+        if by > max_lease {
+            return Err(LockError::invalid(
+                "lease extension",
+                format!(
+                    "{by:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit \
+                     right? For long work, renew a short lease instead"
+                ),
             ));
         }
         let sent = Instant::now();
         match self
             .locker
             .backend
-            .extend(&self.keys, &self.token, by, how, (&self.name, self.expire))
+            .extend(
+                &self.keys,
+                &self.token,
+                by,
+                how,
+                (&self.name, self.expire, max_lease),
+            )
             .await?
         {
             Some(left) => {
@@ -365,6 +382,12 @@ impl LockGuard {
     /// Adds `by` to the time the lease has left, if this guard still owns the
     /// lock ([`LockError::NotOwned`] otherwise: an expired lock is not
     /// revived).
+    ///
+    /// `by` counts in whole milliseconds, rounded down, as Redis does: less
+    /// than a millisecond is refused, and so is more than the Locker's
+    /// [`max_lease`](crate::LockerBuilder::max_lease), or an extension that
+    /// would leave more than `max_lease` on the lease
+    /// ([`LockError::InvalidInput`], nothing changed).
     ///
     /// ```no_run
     /// # use std::time::Duration;

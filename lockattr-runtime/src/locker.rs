@@ -29,6 +29,12 @@ pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Default [`max_lease`](LockerBuilder::max_lease) of a Redlock: 60
 /// seconds. Nodes restarted empty take no part in a majority for this long.
 pub const DEFAULT_REDLOCK_MAX_LEASE: Duration = Duration::from_secs(60);
+/// The longest acquire timeout accepted: 30 days (`Duration::MAX` is
+/// accepted too, and waits this long). Longer waits are almost always a
+/// unit mistake.
+pub const MAX_ACQUIRE_TIMEOUT: Duration = MAX_EXPIRE;
+/// The longest connect, response or node timeout accepted: 10 minutes.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A handle to a Redis deployment that hands out locks.
 ///
@@ -348,7 +354,8 @@ impl LockerBuilder {
 
     /// Redlock only: how long each node may take to answer one request
     /// (default: a hundredth of the lock's lease, at least 10 ms and at most
-    /// the response timeout). A node that is down or frozen costs an
+    /// the response timeout; at most [`MAX_TIMEOUT`]). A node that is down
+    /// or frozen costs an
     /// operation at most this long; its answer is then not counted. Keep it
     /// well below the lease: the time spent waiting comes off the lease's
     /// validity.
@@ -436,7 +443,8 @@ impl LockerBuilder {
         self
     }
 
-    /// How long opening a connection may take, handshake included (default 1 s).
+    /// How long opening a connection may take, handshake included (default
+    /// 1 s, at most [`MAX_TIMEOUT`]).
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -448,8 +456,9 @@ impl LockerBuilder {
         self
     }
 
-    /// How long one answer from Redis may take (default 1 s). A frozen or
-    /// overloaded server turns into [`LockError::Connection`] after this long.
+    /// How long one answer from Redis may take (default 1 s, at most
+    /// [`MAX_TIMEOUT`]). A frozen or overloaded server turns into
+    /// [`LockError::Connection`] after this long.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -481,20 +490,22 @@ impl LockerBuilder {
             ));
         }
         for (what, value) in [
-            ("connect timeout", self.timeouts.connect),
-            ("response timeout", self.timeouts.response),
+            ("connect timeout", Some(self.timeouts.connect)),
+            ("response timeout", Some(self.timeouts.response)),
+            ("node timeout", self.node_timeout),
         ] {
-            if value.is_zero() {
-                return Err(LockError::invalid(what, "it must be longer than zero"));
+            match value {
+                Some(value) if value.is_zero() => {
+                    return Err(LockError::invalid(what, "it must be longer than zero"));
+                }
+                Some(value) if value > MAX_TIMEOUT => {
+                    return Err(LockError::invalid(
+                        what,
+                        format!("{value:?} is longer than {MAX_TIMEOUT:?}; is the unit right?"),
+                    ));
+                }
+                _ => {}
             }
-        }
-        if let Some(timeout) = self.node_timeout
-            && timeout.is_zero()
-        {
-            return Err(LockError::invalid(
-                "node timeout",
-                "it must be longer than zero",
-            ));
         }
         let max_lease = self.max_lease.unwrap_or(match self.target {
             Target::Redlock(_) => DEFAULT_REDLOCK_MAX_LEASE,
@@ -590,8 +601,9 @@ impl LockBuilder<'_> {
         self
     }
 
-    /// How long to wait while another owner holds the lock (default 10 s).
-    /// Zero makes exactly one attempt.
+    /// How long to wait while another owner holds the lock (default 10 s,
+    /// at most [`MAX_ACQUIRE_TIMEOUT`], 30 days; `Duration::MAX` waits that
+    /// long). Zero makes exactly one attempt.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -638,7 +650,9 @@ impl LockBuilder<'_> {
     /// Fails with [`LockError::Timeout`] when the lock stayed busy,
     /// [`LockError::Connection`] when Redis could not be reached (at once,
     /// not after the acquire timeout), and [`LockError::InvalidInput`] for an
-    /// empty name or a zero or too long lease. Dropping the future is safe: a
+    /// empty name, a lease shorter than a millisecond or longer than the
+    /// Locker's `max_lease`, or an acquire timeout longer than
+    /// [`MAX_ACQUIRE_TIMEOUT`]. Dropping the future is safe: a
     /// lock taken for a caller who stopped waiting is released at once.
     ///
     /// ```no_run
@@ -681,10 +695,11 @@ impl LockBuilder<'_> {
                 "it is empty; give every lock a non-empty name",
             ));
         }
-        if self.expire.is_zero() {
+        if self.expire < Duration::from_millis(1) {
             return Err(LockError::invalid(
                 "expire",
-                "a lease of zero would free the lock at once; use at least a millisecond",
+                "a lease shorter than a millisecond would free the lock at once (Redis counts \
+                 whole milliseconds); use at least a millisecond",
             ));
         }
         let max_lease = self.locker.inner.max_lease;
@@ -695,6 +710,18 @@ impl LockBuilder<'_> {
                     "{:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit \
                      right? For long work, take a short lease with `renew(true)`",
                     self.expire
+                ),
+            ));
+        }
+        let mut wait = self.acquire_timeout;
+        if wait == Duration::MAX {
+            wait = MAX_ACQUIRE_TIMEOUT;
+        } else if wait > MAX_ACQUIRE_TIMEOUT {
+            return Err(LockError::invalid(
+                "acquire timeout",
+                format!(
+                    "{wait:?} is longer than {MAX_ACQUIRE_TIMEOUT:?}; is the unit right? \
+                     (`Duration::MAX` waits as long as allowed)"
                 ),
             ));
         }
@@ -711,7 +738,7 @@ impl LockBuilder<'_> {
             state: LeaseState::new(Instant::now(), self.renew),
             watch: std::sync::Mutex::new(None),
         };
-        Ok((lease, self.acquire_timeout))
+        Ok((lease, wait))
     }
 }
 

@@ -207,19 +207,12 @@ impl ClusterNodes {
         token: &str,
         by: Duration,
         how: Extend,
+        max_lease: Duration,
     ) -> Result<Option<Duration>, LockError> {
         let mut connection = self.connection().await?;
-        let left: i64 = self
-            .invoke(
-                scripts::EXTEND
-                    .key(&keys.lock)
-                    .arg(token)
-                    .arg(millis(by))
-                    .arg(how.mode()),
-                &mut connection,
-            )
-            .await?;
-        Ok(super::left_of(left))
+        let invocation = scripts::extend(keys, token, millis(by), how.mode(), max_lease);
+        let left: i64 = self.invoke(&invocation, &mut connection).await?;
+        super::extended(left, max_lease)
     }
 
     /// Renews a batch: one script call per hash slot, all at once. A slot

@@ -168,19 +168,20 @@ impl Backend {
     }
 
     /// Changes the lease if `token` owns the lock; its new time left, or
-    /// `None` when `token` did not own it.
+    /// `None` when `token` did not own it. [`LockError::InvalidInput`] (and
+    /// no change) when the lease would have more than `max_lease` left.
     pub(crate) async fn extend(
         &self,
         keys: &Keys,
         token: &str,
         by: Duration,
         how: Extend,
-        (name, expire): (&str, Duration),
+        (name, expire, max_lease): (&str, Duration, Duration),
     ) -> Result<Option<Duration>, LockError> {
         match self {
-            Backend::Single(node) => node.extend(keys, token, by, how).await,
+            Backend::Single(node) => node.extend(keys, token, by, how, max_lease).await,
             Backend::Redlock(nodes) => nodes.extend(keys, token, by, how, name, expire).await,
-            Backend::Cluster(nodes) => nodes.extend(keys, token, by, how).await,
+            Backend::Cluster(nodes) => nodes.extend(keys, token, by, how, max_lease).await,
         }
     }
 
@@ -239,6 +240,21 @@ pub(crate) const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
 /// A script's "time left in ms, or -1 when not owned".
 pub(crate) fn left_of(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// [`scripts::EXTEND`]'s answer: the time left, `None` when not owned, or
+/// the refusal of a lease longer than `max_lease`.
+pub(crate) fn extended(reply: i64, max_lease: Duration) -> Result<Option<Duration>, LockError> {
+    if reply == -2 {
+        return Err(LockError::invalid(
+            "lease extension",
+            format!(
+                "the lease would have more than the Locker's max_lease ({max_lease:?}) left; \
+                 extend by less, or raise `LockerBuilder::max_lease`"
+            ),
+        ));
+    }
+    Ok(left_of(reply))
 }
 
 /// Milliseconds for Redis: at least 1 (PX 0 is an error), saturating.

@@ -344,11 +344,19 @@ impl Redlock {
         name: &str,
         expire: Duration,
     ) -> Result<Option<Duration>, LockError> {
-        let answers = self
+        let mut answers = self
             .each(0..self.nodes.len(), self.timeout(expire), |node| {
-                node.extend(keys, token, by, how)
+                node.extend(keys, token, by, how, self.max_lease)
             })
             .await;
+        // A lease beyond the max lease is the caller's mistake, not an outage.
+        if let Some(i) = answers
+            .iter()
+            .position(|(_, answer)| matches!(answer, Err(LockError::InvalidInput { .. })))
+            && let (_, Err(e)) = answers.swap_remove(i)
+        {
+            return Err(e);
+        }
         let (answered, left, first_error) = tally(answers);
         if answered < self.quorum {
             return Err(self.no_quorum(name, answered, first_error));

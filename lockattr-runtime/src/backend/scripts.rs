@@ -1,6 +1,12 @@
 //! The Lua scripts, one static [`Script`] each. `Script::invoke_async` sends
 //! EVALSHA and loads the script once on NOSCRIPT (first use, or after a Redis
 //! restart emptied the script cache).
+//!
+//! Every script checks its numeric arguments before it writes anything: a
+//! duration must be a whole number of milliseconds within the bounds below,
+//! or the script answers an error and leaves Redis as it was (Redis does not
+//! roll back the writes of a script that fails halfway). Each number is then
+//! passed on to Redis as the checked Lua number, never as the caller's text.
 
 use std::time::Duration;
 
@@ -9,6 +15,51 @@ use redis::{Script, ScriptInvocation};
 
 use super::millis;
 use crate::key::Keys;
+
+/// The most milliseconds any script accepts as a duration: 30 days,
+/// [`MAX_EXPIRE`](crate::MAX_EXPIRE) (a lease, an extension, a wait). Far
+/// below where Lua's numbers stop printing as integers.
+macro_rules! max_ms {
+    () => {
+        "2592000000"
+    };
+}
+
+/// Lua that sets the local `$name` to the number in `$arg`, or returns an
+/// error (before anything is written) unless it is a whole number of
+/// milliseconds from `$min` to [`max_ms!`]. Refuses text, fractions,
+/// negatives, NaN and infinities.
+macro_rules! ms_arg_lua {
+    ($name:literal, $arg:literal, $min:literal) => {
+        concat!(
+            "local ",
+            $name,
+            " = tonumber(",
+            $arg,
+            ")\nif not ",
+            $name,
+            " or ",
+            $name,
+            " ~= math.floor(",
+            $name,
+            ") or ",
+            $name,
+            " < ",
+            $min,
+            " or ",
+            $name,
+            " > ",
+            max_ms!(),
+            " then\n  return redis.error_reply('ERR lockattr: ",
+            $name,
+            " must be a whole number of milliseconds from ",
+            $min,
+            " to ",
+            max_ms!(),
+            "')\nend\n"
+        )
+    };
+}
 
 /// The next fencing token of a lock, from its counter key.
 ///
@@ -61,29 +112,30 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     // fails (a foreign value at the fence key), the script stops with
     // nothing locked. Redis does not roll back a failed script's writes.
     Script::new(concat!(
+        ms_arg_lua!("lease", "ARGV[2]", "1"),
+        ms_arg_lua!("wait", "ARGV[3]", "0"),
         r"
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('pexpire', KEYS[1], lease)
   return {1, tonumber(redis.call('get', KEYS[2]) or 0)}
 end
 if holder == false then
 ",
         next_fence_lua!("KEYS[2]"),
         r"
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('set', KEYS[1], ARGV[1], 'PX', lease)
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
   end
   return {1, fence}
 end
-local wait = tonumber(ARGV[3])
 if wait > 0 then
   if redis.call('hexists', KEYS[4], ARGV[1]) == 0 then
     local now = redis.call('time')
     local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + wait
     redis.call('rpush', KEYS[3], ARGV[1])
-    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%s', deadline, ARGV[2]))
+    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d', deadline, lease))
     if redis.call('pttl', KEYS[3]) < wait then
       redis.call('pexpire', KEYS[3], wait)
       redis.call('pexpire', KEYS[4], wait)
@@ -101,7 +153,8 @@ return {0, redis.call('pttl', KEYS[1])}
 /// waiter whose deadline has not passed (with a new fencing token and that
 /// waiter's lease) and publishing `<waiter's token>:<fencing token>:<lease
 /// ms>` on the lock's channel; deletes it when nobody waits. A token that does not own
-/// the lock leaves the queue instead (a waiter that gave up).
+/// the lock leaves the queue instead (a waiter that gave up). A queue entry
+/// that is not `<deadline>:<lease>` with a lease in bounds is skipped.
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: token, channel, and optionally
 /// `1` to publish `-:0:0` on the channel when the lock is deleted (nobody
@@ -126,13 +179,17 @@ while true do
   if entry then
     redis.call('hdel', KEYS[4], waiter)
     local sep = string.find(entry, ':', 1, true)
-    if sep and tonumber(string.sub(entry, 1, sep - 1)) >= now then
+    local deadline = sep and tonumber(string.sub(entry, 1, sep - 1))
+    local lease = sep and tonumber(string.sub(entry, sep + 1))
+    if deadline and deadline >= now and lease and lease == math.floor(lease)
+        and lease >= 1 and lease <= ",
+    max_ms!(),
+    r" then
 ",
     next_fence_lua!("KEYS[2]"),
     r"
-      local lease = string.sub(entry, sep + 1)
       redis.call('set', KEYS[1], waiter, 'PX', lease)
-      redis.call('publish', ARGV[2], string.format('%s:%d:%s', waiter, fence, lease))
+      redis.call('publish', ARGV[2], string.format('%s:%d:%d', waiter, fence, lease))
       return 1
     end
   end
@@ -149,28 +206,38 @@ return 1
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
 
 /// Changes the lease of a lock the token owns. Returns the lease's new time
-/// left in ms, or -1 when the token does not own the lock.
+/// left in ms, -1 when the token does not own the lock, or -2 (and changes
+/// nothing) when the lease would have more than the max lease left.
 ///
 /// KEYS: lock key. ARGV: token, ms, mode (`add`: add ms to the time left;
-/// `set`: the lease becomes ms).
+/// `set`: the lease becomes ms), max lease in ms.
 pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
+        ms_arg_lua!("ms", "ARGV[2]", "1"),
+        ms_arg_lua!("max", "ARGV[4]", "1"),
         r"
+local mode = ARGV[3]
+if mode ~= 'add' and mode ~= 'set' then
+  return redis.error_reply('ERR lockattr: the mode must be add or set')
+end
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-local ttl = tonumber(ARGV[2])
-if ARGV[3] == 'add' then
+local ttl = ms
+if mode == 'add' then
   local left = redis.call('pttl', KEYS[1])
   if left < 0 then
     return -1
   end
   ttl = ttl + left
 end
+if ttl > max then
+  return -2
+end
 redis.call('pexpire', KEYS[1], ttl)
 return ttl
 ",
-    )
+    ))
 });
 
 /// Renews many leases in one call (the watchdog's batch).
@@ -181,12 +248,27 @@ return ttl
 /// Returns, per key, the time left in ms, or -1 when the token does not own
 /// the lock: a deleted or taken lock is never brought back.
 pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
+if #ARGV ~= 2 * #KEYS then
+  return redis.error_reply('ERR lockattr: a token and a lease for each key')
+end
+local lease = {}
+for i = 1, #KEYS do
+  local ms = tonumber(ARGV[2 * i])
+  if not ms or ms ~= math.floor(ms) or ms < 0 or ms > ",
+        max_ms!(),
+        r" then
+    return redis.error_reply('ERR lockattr: each lease must be a whole number of milliseconds from 0 to ",
+        max_ms!(),
+        r"')
+  end
+  lease[i] = ms
+end
 local left = {}
 for i, key in ipairs(KEYS) do
   if redis.call('get', key) == ARGV[2 * i - 1] then
-    local ms = tonumber(ARGV[2 * i])
+    local ms = lease[i]
     local ttl = redis.call('pttl', key)
     if ttl < ms then
       redis.call('pexpire', key, ms)
@@ -199,7 +281,7 @@ for i, key in ipairs(KEYS) do
 end
 return left
 ",
-    )
+    ))
 });
 
 /// Raises a lock's fence counter to a Redlock's fencing token, if the token
@@ -209,17 +291,23 @@ return left
 /// Returns 1 when the owner token owns the lock (the counter is then at
 /// least the fencing token), 0 when not.
 pub(crate) static RAISE_FENCE: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
+        r"
+local token = tonumber(ARGV[2])
+if not token or token ~= math.floor(token) or token < 1 or token >= 9007199254740992 then
+  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 1 to 2^53 - 1')
+end
+",
         r"
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if (tonumber(redis.call('get', KEYS[2])) or 0) < tonumber(ARGV[2]) then
-  redis.call('set', KEYS[2], ARGV[2])
+if (tonumber(redis.call('get', KEYS[2])) or 0) < token then
+  redis.call('set', KEYS[2], string.format('%d', token))
 end
 return 1
 ",
-    )
+    ))
 });
 
 /// An [`ACQUIRE`] call.
@@ -256,4 +344,344 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
         .arg(token)
         .arg(&keys.channel)
         .to_owned()
+}
+
+/// An [`EXTEND`] call: `ms` in `mode`, refused beyond `max_lease`.
+pub(crate) fn extend(
+    keys: &Keys,
+    token: &str,
+    ms: u64,
+    mode: &str,
+    max_lease: Duration,
+) -> ScriptInvocation<'static> {
+    let mut invocation = EXTEND.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .arg(token)
+        .arg(ms)
+        .arg(mode)
+        .arg(millis(max_lease));
+    invocation
+}
+
+#[cfg(test)]
+mod tests {
+    //! The scripts called directly, with a plain connection to a private
+    //! redis-server (never 6379), the way a caller that bypasses the API,
+    //! or a bug in it, would: a bad argument is an error, and changes
+    //! nothing in Redis.
+
+    use std::collections::BTreeMap;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    use redis::{Connection, Value};
+
+    use super::*;
+
+    /// A redis-server of this test's own, killed when dropped.
+    struct Server {
+        child: Child,
+        port: u16,
+    }
+
+    impl Server {
+        fn start() -> Server {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start `{binary}` (install redis-server): {e}"));
+            let server = Server { child, port };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(mut con) = server.try_connect()
+                    && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                {
+                    return server;
+                }
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        fn try_connect(&self) -> redis::RedisResult<Connection> {
+            redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()
+        }
+
+        fn connect(&self) -> Connection {
+            self.try_connect().expect("connect to the test server")
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Every key: its serialized value, and its time to live (-1: none).
+    fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, i64)> {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+        keys.into_iter()
+            .map(|key| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
+                (key, (dump, ttl))
+            })
+            .collect()
+    }
+
+    /// Asserts that nothing was written between the two snapshots: the
+    /// same keys and values, and no time to live raised, dropped or added
+    /// (they only ran down).
+    fn unchanged(
+        before: &BTreeMap<String, (Vec<u8>, i64)>,
+        after: &BTreeMap<String, (Vec<u8>, i64)>,
+        call: &str,
+    ) {
+        let names = |m: &BTreeMap<String, (Vec<u8>, i64)>| m.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(before), names(after), "{call} changed the keys");
+        for (key, (value, ttl)) in before {
+            let (value_after, ttl_after) = &after[key];
+            assert_eq!(value, value_after, "{call} changed {key}");
+            assert_eq!(
+                *ttl < 0,
+                *ttl_after < 0,
+                "{call} changed the expiry of {key}"
+            );
+            assert!(ttl_after <= ttl, "{call} raised the expiry of {key}");
+        }
+    }
+
+    /// The lock "held" (token `holder`, 3 s left, counter 5 with a time to
+    /// live, one waiter queued), and the free lock "free" with no keys.
+    fn setup(con: &mut Connection) -> (Keys, Keys) {
+        let held = Keys::new("t:", "held");
+        let free = Keys::new("t:", "free");
+        let _: () = redis::pipe()
+            .cmd("FLUSHALL")
+            .cmd("SET")
+            .arg(&held.lock)
+            .arg("holder")
+            .arg("PX")
+            .arg(3_000)
+            .cmd("SET")
+            .arg(&held.fence)
+            .arg(5)
+            .arg("PX")
+            .arg(60_000)
+            .cmd("RPUSH")
+            .arg(&held.queue)
+            .arg("waiter")
+            .cmd("HSET")
+            .arg(&held.waiters)
+            .arg("waiter")
+            .arg("99999999999999:1000")
+            .cmd("PEXPIRE")
+            .arg(&held.queue)
+            .arg(50_000)
+            .cmd("PEXPIRE")
+            .arg(&held.waiters)
+            .arg(50_000)
+            .query(con)
+            .unwrap();
+        (held, free)
+    }
+
+    /// Calls the script with these keys and arguments; asserts that Redis
+    /// answered an error and that nothing was written.
+    fn refused(con: &mut Connection, script: &Script, keys: &[&str], args: &[&str], call: &str) {
+        let before = snapshot(con);
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let answer: redis::RedisResult<Value> = invocation.invoke(con);
+        let after = snapshot(con);
+        assert!(answer.is_err(), "{call} was accepted: {answer:?}");
+        unchanged(&before, &after, call);
+    }
+
+    /// Numbers that are not a whole count of milliseconds within bounds.
+    const NOT_MS: &[&str] = &[
+        "abc",
+        "",
+        "-1",
+        "1.5",
+        "1e17",
+        "100000000000000000",
+        "2592000001",
+        "nan",
+        "inf",
+        "-inf",
+    ];
+
+    #[test]
+    fn max_ms_is_the_longest_duration_the_api_accepts() {
+        let max: u128 = max_ms!().parse().unwrap();
+        assert_eq!(max, crate::MAX_EXPIRE.as_millis());
+        assert_eq!(max, crate::MAX_ACQUIRE_TIMEOUT.as_millis());
+    }
+
+    #[test]
+    fn acquire_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, free) = setup(&mut con);
+        for keys in [&held, &free] {
+            let k = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
+            for bad in NOT_MS.iter().chain(&["0"]) {
+                let call = format!("ACQUIRE {} lease {bad:?}", keys.lock);
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", bad, "5000"], &call);
+            }
+            for bad in NOT_MS {
+                let call = format!("ACQUIRE {} wait {bad:?}", keys.lock);
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", "1000", bad], &call);
+            }
+            let call = format!("ACQUIRE {} without a wait", keys.lock);
+            refused(&mut con, &ACQUIRE, &k, &["newcomer", "1000"], &call);
+        }
+    }
+
+    #[test]
+    fn extend_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let k = [held.lock.as_str()];
+        for mode in ["add", "set"] {
+            for bad in NOT_MS.iter().chain(&["0"]) {
+                let call = format!("EXTEND {mode} by {bad:?}");
+                refused(
+                    &mut con,
+                    &EXTEND,
+                    &k,
+                    &["holder", bad, mode, "60000"],
+                    &call,
+                );
+                let call = format!("EXTEND {mode} with max {bad:?}");
+                refused(&mut con, &EXTEND, &k, &["holder", "1000", mode, bad], &call);
+            }
+        }
+        for mode in ["", "ADD", "raise"] {
+            let call = format!("EXTEND in mode {mode:?}");
+            refused(
+                &mut con,
+                &EXTEND,
+                &k,
+                &["holder", "1000", mode, "60000"],
+                &call,
+            );
+        }
+    }
+
+    #[test]
+    fn renew_checks_every_lease_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let other = Keys::new("t:", "other");
+        let _: () = redis::cmd("SET")
+            .arg(&other.lock)
+            .arg("other")
+            .arg("PX")
+            .arg(3_000)
+            .query(&mut con)
+            .unwrap();
+        let k = [held.lock.as_str(), &other.lock];
+        for bad in NOT_MS {
+            // The first lease alone would be renewed: it must not be.
+            let call = format!("RENEW with a second lease of {bad:?}");
+            refused(
+                &mut con,
+                &RENEW,
+                &k,
+                &["holder", "20000", "other", bad],
+                &call,
+            );
+        }
+        refused(
+            &mut con,
+            &RENEW,
+            &k,
+            &["holder", "20000", "other"],
+            "RENEW short of a lease",
+        );
+    }
+
+    #[test]
+    fn raise_fence_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let k = [held.lock.as_str(), &held.fence];
+        for bad in [
+            "abc",
+            "",
+            "0",
+            "-3",
+            "1.5",
+            "1e30",
+            "9007199254740992",
+            "nan",
+            "inf",
+        ] {
+            let call = format!("RAISE_FENCE to {bad:?}");
+            refused(&mut con, &RAISE_FENCE, &k, &["holder", bad], &call);
+        }
+    }
+
+    /// A queue entry that is not `<deadline>:<lease>` (written by an older
+    /// version, or by hand) is skipped: the lock goes to the next valid
+    /// waiter, or is deleted, and never stays without a time to live.
+    #[test]
+    fn release_skips_a_malformed_queue_entry() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let _: () = redis::pipe()
+            .cmd("DEL")
+            .arg(&held.queue)
+            .arg(&held.waiters)
+            .cmd("RPUSH")
+            .arg(&held.queue)
+            .arg("bad")
+            .arg("good")
+            .cmd("HSET")
+            .arg(&held.waiters)
+            .arg("bad")
+            .arg("99999999999999:1e17")
+            .cmd("HSET")
+            .arg(&held.waiters)
+            .arg("good")
+            .arg("99999999999999:4000")
+            .query(&mut con)
+            .unwrap();
+        let released: i64 = RELEASE
+            .key(&held.lock)
+            .key(&held.fence)
+            .key(&held.queue)
+            .key(&held.waiters)
+            .arg("holder")
+            .arg(&held.channel)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(released, 1);
+        let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
+        assert_eq!(owner, "good");
+        let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
+        assert!((1..=4_000).contains(&ttl), "lock PTTL {ttl}");
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
 
-use super::{Attempt, Extend, Renewal, Wakeups, left_of, millis, scripts};
+use super::{Attempt, Extend, Renewal, Wakeups, extended, left_of, millis, scripts};
 use crate::key::Keys;
 use crate::{LockError, io};
 
@@ -386,26 +386,18 @@ impl SingleNode {
         Ok(owned == 1)
     }
 
+    /// See [`super::Backend::extend`].
     pub(crate) async fn extend(
         &self,
         keys: &Keys,
         token: &str,
         by: Duration,
         how: Extend,
+        max_lease: Duration,
     ) -> Result<Option<Duration>, LockError> {
-        let left: i64 = self
-            .send(
-                Request::Script(
-                    scripts::EXTEND
-                        .key(&keys.lock)
-                        .arg(token)
-                        .arg(millis(by))
-                        .arg(how.mode()),
-                ),
-                None,
-            )
-            .await?;
-        Ok(left_of(left))
+        let invocation = scripts::extend(keys, token, millis(by), how.mode(), max_lease);
+        let left: i64 = self.send(Request::Script(&invocation), None).await?;
+        extended(left, max_lease)
     }
 
     pub(crate) async fn renew(
