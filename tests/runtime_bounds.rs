@@ -167,7 +167,7 @@ async fn leases_and_extensions_under_a_millisecond_are_refused() {
     guard.release().await.unwrap();
 }
 
-/// The Locker's timeouts have maxima too.
+/// The Locker's timeouts and retention have maxima too.
 #[test]
 fn absurd_locker_settings_are_refused() {
     let url = "redis://127.0.0.1:1/";
@@ -189,10 +189,19 @@ fn absurd_locker_settings_are_refused() {
         .response_timeout(too_long)
         .build();
     assert_invalid(&err.unwrap_err(), "response timeout");
+    let err = Locker::builder(url)
+        .fence_retention(MAX_EXPIRE + Duration::from_secs(1))
+        .build();
+    assert_invalid(&err.unwrap_err(), "fence retention");
     // The maxima themselves are fine.
     Locker::builder(url)
         .connect_timeout(MAX_TIMEOUT)
         .response_timeout(MAX_TIMEOUT)
+        .fence_retention(MAX_EXPIRE)
+        .build()
+        .unwrap();
+    Locker::builder(url)
+        .fence_retention(Duration::ZERO)
         .build()
         .unwrap();
 }

@@ -35,6 +35,8 @@ pub const DEFAULT_REDLOCK_MAX_LEASE: Duration = Duration::from_secs(60);
 pub const MAX_ACQUIRE_TIMEOUT: Duration = MAX_EXPIRE;
 /// The longest connect, response or node timeout accepted: 10 minutes.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default [`fence_retention`](LockerBuilder::fence_retention): 60 seconds.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(60);
 
 /// A handle to a Redis deployment that hands out locks.
 ///
@@ -316,6 +318,7 @@ pub struct LockerBuilder {
     node_timeout: Option<Duration>,
     delay_restarted_nodes: Option<bool>,
     max_lease: Option<Duration>,
+    fence_retention: Duration,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -333,6 +336,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("response_timeout", &self.timeouts.response)
             .field("node_timeout", &self.node_timeout)
             .field("max_lease", &self.max_lease)
+            .field("fence_retention", &self.fence_retention)
             .finish_non_exhaustive()
     }
 }
@@ -349,6 +353,7 @@ impl LockerBuilder {
             node_timeout: None,
             delay_restarted_nodes: None,
             max_lease: None,
+            fence_retention: DEFAULT_FENCE_RETENTION,
         }
     }
 
@@ -431,6 +436,42 @@ impl LockerBuilder {
         self
     }
 
+    /// How long a lock's fencing counter stays in Redis after the lock's
+    /// lease ended (default [`DEFAULT_FENCE_RETENTION`], 60 s; at most
+    /// [`MAX_EXPIRE`]).
+    ///
+    /// Every lock name has a counter key (`<prefix>{name}:fence`) next to
+    /// its lock key. Each acquisition gives it a time to live of the lease
+    /// plus this retention, and a release shortens it to this retention, so
+    /// nothing of a lock stays in Redis longer than this after its last
+    /// lease ended (a counter incremented for a lease that was later
+    /// extended or renewed may go sooner). Without that, every name ever
+    /// locked kept a key forever: ten million order names were about a
+    /// gigabyte, never evictable under a `volatile-*` policy, and under
+    /// `noeviction` a full Redis refused every acquisition.
+    ///
+    /// The trade-off: a counter that no longer exists starts again from
+    /// the Redis server's clock in microseconds, so fencing tokens keep
+    /// increasing across its expiry as long as the server's clock does not
+    /// step back and a name is taken fewer than a million times a second.
+    /// While the counter exists, tokens do not depend on the clock at all:
+    /// a longer retention protects against a clock step for longer after a
+    /// lock was last used, at the cost of one small key per recently used
+    /// name. Zero lets the counter go with the lease.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let locker = Locker::builder("redis://127.0.0.1/")
+    ///     .fence_retention(Duration::from_secs(3600))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
     /// The prefix of every Redis key (default `"lockattr:"`). It may not
     /// contain `{` or `}`, which would break the keys' Redis Cluster hash tag.
     ///
@@ -507,6 +548,15 @@ impl LockerBuilder {
                 _ => {}
             }
         }
+        if self.fence_retention > MAX_EXPIRE {
+            return Err(LockError::invalid(
+                "fence retention",
+                format!(
+                    "{:?} is longer than {MAX_EXPIRE:?}; is the unit right?",
+                    self.fence_retention
+                ),
+            ));
+        }
         let max_lease = self.max_lease.unwrap_or(match self.target {
             Target::Redlock(_) => DEFAULT_REDLOCK_MAX_LEASE,
             Target::Single(_) | Target::Cluster(_) => MAX_EXPIRE,
@@ -539,6 +589,7 @@ impl LockerBuilder {
                 backend,
                 prefix: self.prefix,
                 max_lease,
+                fence_retention: self.fence_retention,
                 watchdog: Watchdog::default(),
             }),
         })
@@ -725,7 +776,8 @@ impl LockBuilder<'_> {
                 ),
             ));
         }
-        let keys = Keys::new(&self.locker.inner.prefix, &self.name);
+        let inner = &self.locker.inner;
+        let keys = Keys::new(&inner.prefix, &self.name, inner.fence_retention);
         let token = new_token()?;
         let lease = Lease {
             locker: self.locker.inner.clone(),

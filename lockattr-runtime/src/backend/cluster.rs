@@ -186,18 +186,8 @@ impl ClusterNodes {
 
     pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
         let mut connection = self.connection().await?;
-        let deleted: i64 = self
-            .invoke(
-                scripts::RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.waiters)
-                    .arg(token)
-                    .arg(&keys.channel),
-                &mut connection,
-            )
-            .await?;
+        let invocation = scripts::release(keys, token, false);
+        let deleted: i64 = self.invoke(&invocation, &mut connection).await?;
         Ok(deleted == 1)
     }
 

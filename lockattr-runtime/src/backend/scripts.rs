@@ -7,6 +7,11 @@
 //! or the script answers an error and leaves Redis as it was (Redis does not
 //! roll back the writes of a script that fails halfway). Each number is then
 //! passed on to Redis as the checked Lua number, never as the caller's text.
+//!
+//! Nothing of a lock stays in Redis long after its last lease ended: the
+//! lock key is always written with its lease, the queue keys expire with the
+//! longest wait, and the fencing counter expires `fence_retention` after the
+//! lease of the acquisition that last incremented it (or after the release).
 
 use std::time::Duration;
 
@@ -17,8 +22,8 @@ use super::millis;
 use crate::key::Keys;
 
 /// The most milliseconds any script accepts as a duration: 30 days,
-/// [`MAX_EXPIRE`](crate::MAX_EXPIRE) (a lease, an extension, a wait). Far
-/// below where Lua's numbers stop printing as integers.
+/// [`MAX_EXPIRE`](crate::MAX_EXPIRE) (a lease, an extension, a wait, a
+/// retention). Far below where Lua's numbers stop printing as integers.
 macro_rules! max_ms {
     () => {
         "2592000000"
@@ -63,20 +68,25 @@ macro_rules! ms_arg_lua {
 
 /// The next fencing token of a lock, from its counter key.
 ///
-/// A counter that does not exist yet (a new name, or a Redis that restarted
-/// without persistence or evicted the key) starts at the server's time in
-/// microseconds, not at 1: tokens handed out after the data was lost are
-/// then still larger than every token handed out before, as long as the
-/// Redis host's clock does not step back and a name is taken less than a
-/// million times a second. A microsecond count stays below 2^53, so Lua's
-/// doubles hold it exactly.
+/// A counter that does not exist yet (a new name, a counter that expired
+/// after its retention, or a Redis that restarted without persistence or
+/// evicted the key) starts at the server's time in microseconds, not at 1:
+/// tokens handed out after the counter was lost are then still larger than
+/// every token handed out before, as long as the Redis host's clock does
+/// not step back and a name is taken less than a million times a second. A
+/// microsecond count stays below 2^53, so Lua's doubles hold it exactly.
 ///
-/// Lua statements that set the local `fence`, spliced into the scripts
-/// (inline rather than a Lua function, which each call would build anew).
+/// The counter then expires `$ttl` ms from now (the lease it is taken for
+/// plus the retention), so it lasts as long as the lock and a little more,
+/// never forever.
+///
+/// Lua statements that set the local `fence` (declared by the caller),
+/// spliced into the scripts (inline rather than a Lua function, which each
+/// call would build anew).
 macro_rules! next_fence_lua {
-    ($key:literal) => {
+    ($key:literal, $ttl:literal) => {
         concat!(
-            "local fence = redis.call('incr', ",
+            "fence = redis.call('incr', ",
             $key,
             r")
 if fence == 1 then
@@ -86,6 +96,11 @@ if fence == 1 then
             $key,
             r", string.format('%d', fence))
 end
+redis.call('pexpire', ",
+            $key,
+            ", ",
+            $ttl,
+            r")
 "
         )
     };
@@ -94,8 +109,12 @@ end
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
 ///
-/// KEYS: lock, fence, queue, waiters. ARGV: token, lease in ms, how long the
-/// caller will wait in ms (0: it will not, and leaves the queue if it was in it).
+/// KEYS: lock, fence, queue, waiters. ARGV: token, `<lease in ms>:<how
+/// long the fence counter outlives the lease in ms>`, how long the caller
+/// will wait in ms (0: it will not, and leaves the queue if it was in it).
+/// Ten words with EVALSHA, the most Redis reads from a client that has not
+/// authenticated: a missing password is then answered NOAUTH, not a
+/// protocol error (hence the two durations in one argument).
 /// Returns `{1, fencing token}` when the token holds the lock, `{0, pttl of
 /// the holder}` when not.
 ///
@@ -112,17 +131,32 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     // fails (a foreign value at the fence key), the script stops with
     // nothing locked. Redis does not roll back a failed script's writes.
     Script::new(concat!(
-        ms_arg_lua!("lease", "ARGV[2]", "1"),
+        r"
+local sep = string.find(ARGV[2], ':', 1, true)
+local lease_arg = sep and string.sub(ARGV[2], 1, sep - 1)
+local retention_arg = sep and string.sub(ARGV[2], sep + 1)
+",
+        ms_arg_lua!("lease", "lease_arg", "1"),
+        ms_arg_lua!("retention", "retention_arg", "0"),
         ms_arg_lua!("wait", "ARGV[3]", "0"),
         r"
+local fence
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
   redis.call('pexpire', KEYS[1], lease)
-  return {1, tonumber(redis.call('get', KEYS[2]) or 0)}
+  fence = tonumber(redis.call('get', KEYS[2]))
+  if fence then
+    redis.call('pexpire', KEYS[2], lease + retention)
+  else
+",
+        next_fence_lua!("KEYS[2]", "lease + retention"),
+        r"
+  end
+  return {1, fence}
 end
 if holder == false then
 ",
-        next_fence_lua!("KEYS[2]"),
+        next_fence_lua!("KEYS[2]", "lease + retention"),
         r"
   redis.call('set', KEYS[1], ARGV[1], 'PX', lease)
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
@@ -136,9 +170,10 @@ if wait > 0 then
     local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + wait
     redis.call('rpush', KEYS[3], ARGV[1])
     redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d', deadline, lease))
-    if redis.call('pttl', KEYS[3]) < wait then
-      redis.call('pexpire', KEYS[3], wait)
-      redis.call('pexpire', KEYS[4], wait)
+    for i = 3, 4 do
+      if redis.call('pttl', KEYS[i]) < wait then
+        redis.call('pexpire', KEYS[i], wait)
+      end
     end
   end
 elseif redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
@@ -152,15 +187,17 @@ return {0, redis.call('pttl', KEYS[1])}
 /// Releases the lock if the token owns it, handing it straight to the oldest
 /// waiter whose deadline has not passed (with a new fencing token and that
 /// waiter's lease) and publishing `<waiter's token>:<fencing token>:<lease
-/// ms>` on the lock's channel; deletes it when nobody waits. A token that does not own
-/// the lock leaves the queue instead (a waiter that gave up). A queue entry
-/// that is not `<deadline>:<lease>` with a lease in bounds is skipped.
+/// ms>` on the lock's channel; deletes it when nobody waits, and then lets
+/// the fence counter expire after the retention. A token that does not own
+/// the lock leaves the queue instead (a waiter that gave up).
 ///
-/// KEYS: lock, fence, queue, waiters. ARGV: token, channel, and optionally
-/// `1` to publish `-:0:0` on the channel when the lock is deleted (nobody
-/// queued): the release notice of a Redlock, whose waiters do not queue.
+/// KEYS: lock, fence, queue, waiters. ARGV: token, channel, `1` to publish
+/// `-:0:0` on the channel when the lock is deleted (nobody queued; the
+/// release notice of a Redlock, whose waiters do not queue) or `0`, and how
+/// long the fence counter outlives a lease in ms.
 /// Returns 1 when released, 0 when the token did not own the lock.
 pub(crate) const RELEASE_LUA: &str = concat!(
+    ms_arg_lua!("retention", "ARGV[4]", "0"),
     r"
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
@@ -185,8 +222,9 @@ while true do
         and lease >= 1 and lease <= ",
     max_ms!(),
     r" then
+      local fence
 ",
-    next_fence_lua!("KEYS[2]"),
+    next_fence_lua!("KEYS[2]", "lease + retention"),
     r"
       redis.call('set', KEYS[1], waiter, 'PX', lease)
       redis.call('publish', ARGV[2], string.format('%s:%d:%d', waiter, fence, lease))
@@ -195,6 +233,7 @@ while true do
   end
 end
 redis.call('del', KEYS[1])
+redis.call('pexpire', KEYS[2], retention)
 if ARGV[3] == '1' then
   redis.call('publish', ARGV[2], '-:0:0')
 end
@@ -285,9 +324,11 @@ return left
 });
 
 /// Raises a lock's fence counter to a Redlock's fencing token, if the token
-/// still owns the lock there (see `Redlock`'s fencing).
+/// still owns the lock there (see `Redlock`'s fencing); a raised counter
+/// expires the retention after the lock's lease.
 ///
-/// KEYS: lock, fence. ARGV: owner token, fencing token.
+/// KEYS: lock, fence. ARGV: owner token, fencing token, how long the fence
+/// counter outlives the lease in ms.
 /// Returns 1 when the owner token owns the lock (the counter is then at
 /// least the fencing token), 0 when not.
 pub(crate) static RAISE_FENCE: Lazy<Script> = Lazy::new(|| {
@@ -298,12 +339,14 @@ if not token or token ~= math.floor(token) or token < 1 or token >= 900719925474
   return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 1 to 2^53 - 1')
 end
 ",
+        ms_arg_lua!("retention", "ARGV[3]", "0"),
         r"
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 if (tonumber(redis.call('get', KEYS[2])) or 0) < token then
-  redis.call('set', KEYS[2], string.format('%d', token))
+  local left = math.max(redis.call('pttl', KEYS[1]), 1)
+  redis.call('set', KEYS[2], string.format('%d', token), 'PX', left + retention)
 end
 return 1
 ",
@@ -324,8 +367,28 @@ pub(crate) fn acquire(
         .key(&keys.queue)
         .key(&keys.waiters)
         .arg(token)
-        .arg(millis(expire))
-        .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        .arg(format!(
+            "{}:{}",
+            millis(expire),
+            whole_millis(keys.fence_retention)
+        ))
+        .arg(whole_millis(wait));
+    invocation
+}
+
+/// A [`RELEASE`] call; `notify` publishes a release notice when nobody is
+/// queued (Redlock).
+pub(crate) fn release(keys: &Keys, token: &str, notify: bool) -> ScriptInvocation<'static> {
+    let mut invocation = RELEASE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(token)
+        .arg(&keys.channel)
+        .arg(if notify { "1" } else { "0" })
+        .arg(whole_millis(keys.fence_retention));
     invocation
 }
 
@@ -343,6 +406,8 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
         .arg(&keys.waiters)
         .arg(token)
         .arg(&keys.channel)
+        .arg("0")
+        .arg(whole_millis(keys.fence_retention))
         .to_owned()
 }
 
@@ -362,6 +427,27 @@ pub(crate) fn extend(
         .arg(mode)
         .arg(millis(max_lease));
     invocation
+}
+
+/// A [`RAISE_FENCE`] call.
+pub(crate) fn raise_fence(
+    keys: &Keys,
+    token: &str,
+    fencing_token: u64,
+) -> ScriptInvocation<'static> {
+    let mut invocation = RAISE_FENCE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(fencing_token)
+        .arg(whole_millis(keys.fence_retention));
+    invocation
+}
+
+/// Whole milliseconds, rounded down, saturating (zero stays zero).
+fn whole_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -465,8 +551,8 @@ mod tests {
     /// The lock "held" (token `holder`, 3 s left, counter 5 with a time to
     /// live, one waiter queued), and the free lock "free" with no keys.
     fn setup(con: &mut Connection) -> (Keys, Keys) {
-        let held = Keys::new("t:", "held");
-        let free = Keys::new("t:", "free");
+        let held = Keys::new("t:", "held", Duration::from_secs(60));
+        let free = Keys::new("t:", "free", Duration::from_secs(60));
         let _: () = redis::pipe()
             .cmd("FLUSHALL")
             .cmd("SET")
@@ -544,15 +630,46 @@ mod tests {
             let k = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
             for bad in NOT_MS.iter().chain(&["0"]) {
                 let call = format!("ACQUIRE {} lease {bad:?}", keys.lock);
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", bad, "5000"], &call);
+                let lease = format!("{bad}:60000");
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
             }
             for bad in NOT_MS {
                 let call = format!("ACQUIRE {} wait {bad:?}", keys.lock);
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", "1000", bad], &call);
+                refused(
+                    &mut con,
+                    &ACQUIRE,
+                    &k,
+                    &["newcomer", "1000:60000", bad],
+                    &call,
+                );
+                let call = format!("ACQUIRE {} retention {bad:?}", keys.lock);
+                let lease = format!("1000:{bad}");
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
+            }
+            for lease in ["1000", "", ":", "1000:", ":60000", "1000:60000:1"] {
+                let call = format!("ACQUIRE {} lease and retention {lease:?}", keys.lock);
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", lease, "5000"], &call);
             }
             let call = format!("ACQUIRE {} without a wait", keys.lock);
-            refused(&mut con, &ACQUIRE, &k, &["newcomer", "1000"], &call);
+            refused(&mut con, &ACQUIRE, &k, &["newcomer", "1000:60000"], &call);
         }
+    }
+
+    #[test]
+    fn release_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let k = [held.lock.as_str(), &held.fence, &held.queue, &held.waiters];
+        for token in ["holder", "waiter"] {
+            for bad in NOT_MS {
+                let call = format!("RELEASE by {token} retention {bad:?}");
+                let args = [token, &held.channel, "0", bad];
+                refused(&mut con, &RELEASE, &k, &args, &call);
+            }
+        }
+        let args = ["holder", &held.channel, "0"];
+        refused(&mut con, &RELEASE, &k, &args, "RELEASE without a retention");
     }
 
     #[test]
@@ -592,7 +709,7 @@ mod tests {
         let server = Server::start();
         let mut con = server.connect();
         let (held, _) = setup(&mut con);
-        let other = Keys::new("t:", "other");
+        let other = Keys::new("t:", "other", Duration::ZERO);
         let _: () = redis::cmd("SET")
             .arg(&other.lock)
             .arg("other")
@@ -639,7 +756,11 @@ mod tests {
             "inf",
         ] {
             let call = format!("RAISE_FENCE to {bad:?}");
-            refused(&mut con, &RAISE_FENCE, &k, &["holder", bad], &call);
+            refused(&mut con, &RAISE_FENCE, &k, &["holder", bad, "60000"], &call);
+        }
+        for bad in NOT_MS {
+            let call = format!("RAISE_FENCE with retention {bad:?}");
+            refused(&mut con, &RAISE_FENCE, &k, &["holder", "100", bad], &call);
         }
     }
 
@@ -669,19 +790,13 @@ mod tests {
             .arg("99999999999999:4000")
             .query(&mut con)
             .unwrap();
-        let released: i64 = RELEASE
-            .key(&held.lock)
-            .key(&held.fence)
-            .key(&held.queue)
-            .key(&held.waiters)
-            .arg("holder")
-            .arg(&held.channel)
-            .invoke(&mut con)
-            .unwrap();
+        let released: i64 = release(&held, "holder", false).invoke(&mut con).unwrap();
         assert_eq!(released, 1);
         let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
         assert_eq!(owner, "good");
         let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
         assert!((1..=4_000).contains(&ttl), "lock PTTL {ttl}");
+        let fence_ttl: i64 = redis::cmd("PTTL").arg(&held.fence).query(&mut con).unwrap();
+        assert!((1..=64_000).contains(&fence_ttl), "fence PTTL {fence_ttl}");
     }
 }

@@ -345,21 +345,8 @@ impl SingleNode {
         token: &str,
         notify: bool,
     ) -> Result<bool, LockError> {
-        let deleted: i64 = self
-            .send(
-                Request::Script(
-                    scripts::RELEASE
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .key(&keys.queue)
-                        .key(&keys.waiters)
-                        .arg(token)
-                        .arg(&keys.channel)
-                        .arg(if notify { "1" } else { "0" }),
-                ),
-                None,
-            )
-            .await?;
+        let invocation = scripts::release(keys, token, notify);
+        let deleted: i64 = self.send(Request::Script(&invocation), None).await?;
         Ok(deleted == 1)
     }
 
@@ -371,18 +358,8 @@ impl SingleNode {
         token: &str,
         fencing_token: u64,
     ) -> Result<bool, LockError> {
-        let owned: i64 = self
-            .send(
-                Request::Script(
-                    scripts::RAISE_FENCE
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .arg(token)
-                        .arg(fencing_token),
-                ),
-                None,
-            )
-            .await?;
+        let invocation = scripts::raise_fence(keys, token, fencing_token);
+        let owned: i64 = self.send(Request::Script(&invocation), None).await?;
         Ok(owned == 1)
     }
 
