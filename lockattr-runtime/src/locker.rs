@@ -457,7 +457,10 @@ impl LockerBuilder {
     /// While the counter exists, tokens do not depend on the clock at all:
     /// a longer retention protects against a clock step for longer after a
     /// lock was last used, at the cost of one small key per recently used
-    /// name. Zero lets the counter go with the lease.
+    /// name. Zero lets the counter go with the lease. Keep it above a
+    /// second: a release whose answer is lost with its connection is sent
+    /// again, and that second try counts the lock as released only while
+    /// the counter is still there (see [`LockGuard::release`](crate::LockGuard::release)).
     ///
     /// ```
     /// # use lockattr_runtime::Locker;

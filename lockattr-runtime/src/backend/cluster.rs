@@ -184,9 +184,14 @@ impl ClusterNodes {
         Ok(Attempt::from_reply(answer?))
     }
 
-    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &str,
+        fencing_token: u64,
+    ) -> Result<bool, LockError> {
         let mut connection = self.connection().await?;
-        let invocation = scripts::release(keys, token, false);
+        let invocation = scripts::release(keys, token, fencing_token, false);
         let deleted: i64 = self.invoke(&invocation, &mut connection).await?;
         Ok(deleted == 1)
     }

@@ -181,7 +181,7 @@ impl Drop for LeaveOnDrop {
             return;
         };
         let leaving = io::spawn(async move {
-            let _ = locker.backend.release(&keys, &token, "", expire).await;
+            let _ = locker.backend.release(&keys, (&token, 0), "", expire).await;
         });
         if let Err(e) = leaving {
             tracing::debug!(error = %e, "cannot leave a lock's queue; the entry expires with the wait");

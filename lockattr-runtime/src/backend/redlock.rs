@@ -39,8 +39,8 @@ use futures_util::future::join_all;
 
 use super::wake::Waiter;
 use super::{
-    Attempt, Backend, Extend, FALLBACK_PAUSE, Grant, LockRequest, Renewal, SingleNode, Timeouts,
-    soon_after,
+    Attempt, Backend, Extend, FALLBACK_PAUSE, Grant, LockRequest, Released, Renewal, SingleNode,
+    Timeouts, soon_after,
 };
 use crate::inner::Inner;
 use crate::key::Keys;
@@ -253,7 +253,7 @@ impl Redlock {
         which: &[usize],
     ) {
         self.each(which.iter().copied(), self.timeout(expire), |node| {
-            node.release(keys, token, false)
+            node.release(keys, token, 0, false)
         })
         .await;
     }
@@ -310,26 +310,34 @@ impl Redlock {
         }
     }
 
-    /// Releases everywhere; true when a majority still held the lock.
+    /// Releases everywhere; done when a majority still held the lock,
+    /// unsure when that majority needs nodes whose re-sent release found
+    /// the lock gone (see [`Released::Unsure`]).
     pub(crate) async fn release(
         &self,
         keys: &Keys,
-        token: &str,
+        (token, fencing_token): (&str, u64),
         name: &str,
         expire: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Released, LockError> {
         let answers = self
             .each(0..self.nodes.len(), self.timeout(expire), |node| {
-                node.release(keys, token, true)
+                node.release(keys, token, fencing_token, true)
             })
             .await;
+        let unsure = answers
+            .iter()
+            .filter(|(_, answer)| matches!(answer, Ok(Released::Unsure)))
+            .count();
         let (answered, owned, first_error) = tally(answers);
         if owned.len() >= self.quorum {
-            Ok(true)
+            Ok(Released::Done)
+        } else if owned.len() + unsure >= self.quorum {
+            Ok(Released::Unsure)
         } else if answered < self.quorum {
             Err(self.no_quorum(name, answered, first_error))
         } else {
-            Ok(false)
+            Ok(Released::NotOwned)
         }
     }
 
@@ -457,6 +465,13 @@ fn tally<T: Found>(
 trait Found {
     type Value;
     fn value(self) -> Option<Self::Value>;
+}
+
+impl Found for Released {
+    type Value = ();
+    fn value(self) -> Option<()> {
+        (self == Released::Done).then_some(())
+    }
 }
 
 impl Found for bool {

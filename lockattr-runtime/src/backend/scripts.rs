@@ -30,6 +30,18 @@ macro_rules! max_ms {
     };
 }
 
+/// How far past a guard's fencing token the counter may be for a re-sent
+/// release that finds the lock gone to count the lock as released by the
+/// first try (see `RELEASE_LUA`): a thousand acquisitions, which take far
+/// longer than the round trip of a re-send, while a counter started again
+/// from the server's clock in microseconds (after Redis lost the lock) is a
+/// thousand past any token handed out a millisecond before.
+macro_rules! recent_fence {
+    () => {
+        "1000"
+    };
+}
+
 /// Lua that sets the local `$name` to the number in `$arg`, or returns an
 /// error (before anything is written) unless it is a whole number of
 /// milliseconds from `$min` to [`max_ms!`]. Refuses text, fractions,
@@ -193,15 +205,36 @@ return {0, redis.call('pttl', KEYS[1])}
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: token, channel, `1` to publish
 /// `-:0:0` on the channel when the lock is deleted (nobody queued; the
-/// release notice of a Redlock, whose waiters do not queue) or `0`, and how
-/// long the fence counter outlives a lease in ms.
-/// Returns 1 when released, 0 when the token did not own the lock.
+/// release notice of a Redlock, whose waiters do not queue) or `0`, how
+/// long the fence counter outlives a lease in ms, and the fencing token the
+/// token was granted (0: none).
+/// Returns 1 when released, 0 when the token did not own the lock, and 2
+/// when it did not, but the fence counter is at most `recent_fence!()` past
+/// the given fencing token: no more than that many acquisitions since the
+/// token's, and not a counter started again from the clock because Redis
+/// lost the lock (a restart without persistence).
+///
+/// Running it twice is harmless (the second finds the lock no longer the
+/// token's and changes nothing of another owner's), but the second answer
+/// is not 1: see `SingleNode::release` for what a re-sent release means.
 pub(crate) const RELEASE_LUA: &str = concat!(
     ms_arg_lua!("retention", "ARGV[4]", "0"),
     r"
+local granted = tonumber(ARGV[5])
+if not granted or granted ~= math.floor(granted) or granted < 0 or granted >= 9007199254740992 then
+  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 0 to 2^53 - 1')
+end
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
+  end
+  if granted > 0 then
+    local fence = tonumber(redis.call('get', KEYS[2]))
+    if fence and fence >= granted and fence - granted <= ",
+    recent_fence!(),
+    r" then
+      return 2
+    end
   end
   return 0
 end
@@ -248,27 +281,37 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA))
 /// left in ms, -1 when the token does not own the lock, or -2 (and changes
 /// nothing) when the lease would have more than the max lease left.
 ///
-/// KEYS: lock key. ARGV: token, ms, mode (`add`: add ms to the time left;
-/// `set`: the lease becomes ms), max lease in ms.
+/// KEYS: lock key. ARGV: token, ms, mode, max lease in ms. Modes:
+/// - `set`: the lease becomes ms (safe to repeat);
+/// - `add`: add ms to the time left (not safe to repeat: twice adds twice);
+/// - `raise`: the lease becomes ms if it has less left, and is left alone
+///   otherwise (safe to repeat): how an `add` whose answer was lost is sent
+///   again, with ms the time the lease was known to have then plus the
+///   addition, less the time since, so that the first try or the re-send
+///   applies, never both.
 pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         ms_arg_lua!("ms", "ARGV[2]", "1"),
         ms_arg_lua!("max", "ARGV[4]", "1"),
         r"
 local mode = ARGV[3]
-if mode ~= 'add' and mode ~= 'set' then
-  return redis.error_reply('ERR lockattr: the mode must be add or set')
+if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' then
+  return redis.error_reply('ERR lockattr: the mode must be add, set or raise')
 end
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return -1
 end
 local ttl = ms
-if mode == 'add' then
+if mode ~= 'set' then
   local left = redis.call('pttl', KEYS[1])
   if left < 0 then
     return -1
   end
-  ttl = ttl + left
+  if mode == 'add' then
+    ttl = ttl + left
+  elseif left >= ttl then
+    return left
+  end
 end
 if ttl > max then
   return -2
@@ -285,7 +328,7 @@ return ttl
 /// ms. A lease is raised to that many ms if it has less left; it is never
 /// shortened (an owner may have extended it further), and 0 only reads it.
 /// Returns, per key, the time left in ms, or -1 when the token does not own
-/// the lock: a deleted or taken lock is never brought back.
+/// the lock: a deleted or taken lock is never brought back. Safe to repeat.
 pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         r"
@@ -325,7 +368,7 @@ return left
 
 /// Raises a lock's fence counter to a Redlock's fencing token, if the token
 /// still owns the lock there (see `Redlock`'s fencing); a raised counter
-/// expires the retention after the lock's lease.
+/// expires the retention after the lock's lease. Safe to repeat.
 ///
 /// KEYS: lock, fence. ARGV: owner token, fencing token, how long the fence
 /// counter outlives the lease in ms.
@@ -376,9 +419,14 @@ pub(crate) fn acquire(
     invocation
 }
 
-/// A [`RELEASE`] call; `notify` publishes a release notice when nobody is
-/// queued (Redlock).
-pub(crate) fn release(keys: &Keys, token: &str, notify: bool) -> ScriptInvocation<'static> {
+/// A [`RELEASE`] call for `token`, granted `fencing_token` (0: none);
+/// `notify` publishes a release notice when nobody is queued (Redlock).
+pub(crate) fn release(
+    keys: &Keys,
+    token: &str,
+    fencing_token: u64,
+    notify: bool,
+) -> ScriptInvocation<'static> {
     let mut invocation = RELEASE.prepare_invoke();
     invocation
         .key(&keys.lock)
@@ -388,7 +436,8 @@ pub(crate) fn release(keys: &Keys, token: &str, notify: bool) -> ScriptInvocatio
         .arg(token)
         .arg(&keys.channel)
         .arg(if notify { "1" } else { "0" })
-        .arg(whole_millis(keys.fence_retention));
+        .arg(whole_millis(keys.fence_retention))
+        .arg(fencing_token);
     invocation
 }
 
@@ -408,6 +457,7 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
         .arg(&keys.channel)
         .arg("0")
         .arg(whole_millis(keys.fence_retention))
+        .arg(0)
         .to_owned()
 }
 
@@ -664,12 +714,64 @@ mod tests {
         for token in ["holder", "waiter"] {
             for bad in NOT_MS {
                 let call = format!("RELEASE by {token} retention {bad:?}");
-                let args = [token, &held.channel, "0", bad];
+                let args = [token, &held.channel, "0", bad, "5"];
+                refused(&mut con, &RELEASE, &k, &args, &call);
+            }
+            for bad in ["abc", "", "-1", "1.5", "1e30", "9007199254740992", "nan"] {
+                let call = format!("RELEASE by {token} granted {bad:?}");
+                let args = [token, &held.channel, "0", "1000", bad];
                 refused(&mut con, &RELEASE, &k, &args, &call);
             }
         }
-        let args = ["holder", &held.channel, "0"];
-        refused(&mut con, &RELEASE, &k, &args, "RELEASE without a retention");
+        let args = ["holder", &held.channel, "0", "1000"];
+        refused(
+            &mut con,
+            &RELEASE,
+            &k,
+            &args,
+            "RELEASE without a fencing token",
+        );
+    }
+
+    /// A release by a token that no longer owns the lock says whether the
+    /// counter is still near the token's fencing token (the lock was
+    /// released, or handed over, since), or not (started again from the
+    /// clock after Redis lost the lock, or many acquisitions since).
+    #[test]
+    fn a_release_that_finds_the_lock_gone_tells_a_recent_counter() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let answer = |con: &mut Connection, granted: u64| -> i64 {
+            release(&held, "gone", granted, false).invoke(con).unwrap()
+        };
+        // The counter is 5.
+        assert_eq!(answer(&mut con, 5), 2);
+        assert_eq!(answer(&mut con, 4), 2, "one acquisition since");
+        assert_eq!(answer(&mut con, 6), 0, "a counter below the token");
+        assert_eq!(answer(&mut con, 0), 0, "no fencing token given");
+        let _: () = redis::cmd("SET")
+            .arg(&held.fence)
+            .arg(1_005)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(answer(&mut con, 5), 2, "a thousand acquisitions since");
+        let _: () = redis::cmd("SET")
+            .arg(&held.fence)
+            .arg(1_006)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(answer(&mut con, 5), 0, "more than a thousand since");
+        let _: () = redis::cmd("DEL").arg(&held.fence).query(&mut con).unwrap();
+        assert_eq!(answer(&mut con, 5), 0, "the counter is gone");
+        assert_eq!(
+            redis::cmd("GET")
+                .arg(&held.lock)
+                .query::<String>(&mut con)
+                .unwrap(),
+            "holder",
+            "the owner's lock is left alone"
+        );
     }
 
     #[test]
@@ -678,7 +780,7 @@ mod tests {
         let mut con = server.connect();
         let (held, _) = setup(&mut con);
         let k = [held.lock.as_str()];
-        for mode in ["add", "set"] {
+        for mode in ["add", "set", "raise"] {
             for bad in NOT_MS.iter().chain(&["0"]) {
                 let call = format!("EXTEND {mode} by {bad:?}");
                 refused(
@@ -692,7 +794,7 @@ mod tests {
                 refused(&mut con, &EXTEND, &k, &["holder", "1000", mode, bad], &call);
             }
         }
-        for mode in ["", "ADD", "raise"] {
+        for mode in ["", "ADD", "replace"] {
             let call = format!("EXTEND in mode {mode:?}");
             refused(
                 &mut con,
@@ -790,7 +892,7 @@ mod tests {
             .arg("99999999999999:4000")
             .query(&mut con)
             .unwrap();
-        let released: i64 = release(&held, "holder", false).invoke(&mut con).unwrap();
+        let released: i64 = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
         assert_eq!(released, 1);
         let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
         assert_eq!(owner, "good");
