@@ -32,7 +32,7 @@
 //! | `guard` | a name to bind the held `&LockGuard` to inside the body (`guard = g`, then `g.fencing_token()`) | none |
 //! | `renew` | renew the lease while the body runs (`renew`, `renew = true`); see [Long work](#long-work-renewal-and-the-lost-signal) | off |
 //! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
-//! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger; see [Reentrancy](#reentrancy) | `true` |
+//! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger. Async functions only: sync ones never re-enter, and `reentrant = true` on one is a compile error; see [Reentrancy](#reentrancy) | `true` for an `async fn` |
 //!
 //! Literal durations and format strings are checked at compile time.
 //!
@@ -101,10 +101,10 @@
 //!
 //! # Reentrancy
 //!
-//! An annotated function called while its caller already holds the same
-//! lock (same Redis, same key prefix, same name) goes straight in: no round
-//! trip, no deadlock, the same guard and fencing token, and only the
-//! outermost call releases. The outermost call's `expire` and `renew` apply.
+//! An async annotated function called while its caller already holds the
+//! same lock (same Redis, same key prefix, same name) goes straight in: no
+//! round trip, no deadlock, the same guard and fencing token, and only the
+//! outermost call releases.
 //!
 //! ```no_run
 //! use lockattr::{redis_lock, LockError};
@@ -121,21 +121,45 @@
 //! }
 //! ```
 //!
-//! "The caller" is the call chain. For a sync function it is the thread:
-//! nothing else runs on a thread while a function is in its body. For an
-//! async function it is not the thread: a task moves between threads at
-//! every `.await`, and one thread takes turns running many tasks, so a lock
-//! held "by the thread" would let an unrelated task on it walk into the
-//! critical section. Nor is it simply the task (`join!` runs two branches in
-//! one task). The held locks travel with the body's future instead: code
-//! awaited inside the body sees them, however deep, and so do sync functions
-//! it calls; a task it spawns does not, and waits for the lock like anyone
-//! else. A nested call on a lock that was lost meanwhile returns
+//! "The caller" is the call chain, and it is not the thread: a task moves
+//! between threads at every `.await`, and one thread takes turns running
+//! many tasks, so a lock held "by the thread" would let an unrelated task on
+//! it walk into the critical section. Nor is it simply the task (`join!`
+//! runs two branches in one task). The held locks travel with the body's
+//! future instead: code awaited inside the body sees them, however deep; a
+//! task it spawns does not, and waits for the lock like anyone else. A
+//! nested call on a lock that was lost meanwhile returns
 //! `Err(LockError::Lost { .. })` without running.
 //!
-//! `reentrant = false` turns this off for one function: it takes the lock
-//! like a stranger would, so a nested call waits for itself until its
-//! `acquire_time` ends, as with a non-reentrant lock. Guards taken with
+//! The nested call's own `expire` and `renew` still count, as they would
+//! for a lock of its own. When its `expire` (10 s if not given) is longer
+//! than the held lease has left, the lease is first raised to it: one round
+//! trip, only then; asking for less changes nothing. With `renew`, a lease
+//! its outer call does not renew is renewed while the nested body runs (as
+//! the outer call's lease would be with `renew`: back to its `expire`,
+//! every third of it), and is the outer call's again, unrenewed, once the
+//! nested call returns or is dropped.
+//!
+//! **Synchronous functions never re-enter.** A thread waiting inside a
+//! locked body still runs other code: rayon's `par_iter` and `join` run
+//! other jobs of the pool on the waiting thread (work stealing), and so can
+//! other pools. To that thread a job that wants the same lock looks exactly
+//! like a nested call, and letting it in would run two critical sections of
+//! one lock at once. So a sync annotated function called while the lock is
+//! held, from a sync body or from an async one, waits for it like any other
+//! caller, and returns `Err(LockError::Timeout { .. })` after its
+//! `acquire_time`. To split a locked sync body into functions, call
+//! un-annotated ones from it, or make them `async`. Asking for reentry on a
+//! sync function is a compile error:
+//!
+//! ```compile_fail
+//! #[lockattr::redis_lock(name = "account:{id}", reentrant)] // sync functions never re-enter
+//! fn withdraw(id: u64) -> Result<(), lockattr::LockError> { Ok(()) }
+//! ```
+//!
+//! `reentrant = false` turns reentry off for one async function: it takes
+//! the lock like a stranger would, so a nested call waits for itself until
+//! its `acquire_time` ends, as with a non-reentrant lock. Guards taken with
 //! [`Locker::lock`] are not seen by annotated functions.
 //!
 //! # Redlock and Redis Cluster
@@ -195,6 +219,9 @@
 //! ```
 
 /// Takes a Redis lock around a function's body; see the [crate documentation](crate).
+///
+/// An `async fn` re-enters a lock its call chain already holds; a sync
+/// function never does (see [Reentrancy](crate#reentrancy)).
 ///
 /// ```no_run
 /// #[lockattr::redis_lock(name = "report:{day}", expire = "2m", acquire_time = 0)]

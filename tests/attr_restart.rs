@@ -1,7 +1,9 @@
 //! Redis restarting under annotated functions: calls made while it is down
-//! fail promptly with a connection error (no hang, no panic, body not run),
-//! and sync and async annotated functions work again once it is back, both
-//! after a restart between two calls and in the middle of a running loop.
+//! keep trying for their acquire time, then fail with a connection error (no
+//! hang, no panic, body not run); a call that overlaps a short restart gets
+//! the lock once Redis is back; and sync and async annotated functions work
+//! again after a restart between two calls and in the middle of a running
+//! loop.
 
 mod support;
 
@@ -25,11 +27,16 @@ async fn async_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, L
     Ok(id)
 }
 
+/// The acquire time of the annotated functions.
+const ACQUIRE_TIME: Duration = Duration::from_secs(2);
+
 /// Generous: acquire_time (2 s) + 1 s, and the refused connection is immediate.
 const PROMPT: Duration = Duration::from_secs(3);
 
+/// A call made while Redis is down keeps trying for its acquire time, then
+/// fails with a connection error.
 #[tokio::test]
-async fn calls_during_an_outage_fail_promptly_and_work_again() {
+async fn calls_during_an_outage_fail_after_their_acquire_time_and_work_again() {
     let mut server = RedisServer::start();
     let locker = Locker::new(&server.url()).unwrap();
     let runs = AtomicU32::new(0);
@@ -42,6 +49,10 @@ async fn calls_during_an_outage_fail_promptly_and_work_again() {
         let err = sync_call(&locker, 1, &runs).expect_err("Redis is down");
         let took = start.elapsed();
         assert!(err.is_connection(), "round {round}: sync call gave {err:?}");
+        assert!(
+            took >= ACQUIRE_TIME,
+            "round {round}: sync call gave up after {took:?}"
+        );
         assert!(took < PROMPT, "round {round}: sync call took {took:?}");
 
         let start = Instant::now();
@@ -52,6 +63,10 @@ async fn calls_during_an_outage_fail_promptly_and_work_again() {
         assert!(
             err.is_connection(),
             "round {round}: async call gave {err:?}"
+        );
+        assert!(
+            took >= ACQUIRE_TIME,
+            "round {round}: async call gave up after {took:?}"
         );
         assert!(took < PROMPT, "round {round}: async call took {took:?}");
     }
@@ -115,6 +130,9 @@ fn record(start: Instant, result: Result<u32, LockError>) -> Outcome {
     }
 }
 
+/// Sync and async loops of calls while Redis is killed for 0.8 s and
+/// started again: every call gets its lock, those made during the outage
+/// once Redis is back (their acquire time is 2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_calls_survives_a_restart() {
     let mut server = RedisServer::start();
@@ -160,16 +178,15 @@ async fn a_run_of_calls_survives_a_restart() {
     let sync_outcomes = sync_loop.join().expect("the sync loop panicked");
     let async_outcomes = async_loop.await.expect("the async loop panicked");
     for (what, outcomes) in [("sync", sync_outcomes), ("async", async_outcomes)] {
+        // The outage (0.8 s) is shorter than the acquire time (2 s): no call
+        // fails; one made while Redis is down gets its lock once it is back.
         for o in &outcomes {
             assert!(o.took < PROMPT, "{what}: a call took {:?}", o.took);
             if let Err(e) = &o.result {
-                assert!(
-                    o.connection_error,
-                    "{what}: a call failed with a non-connection error: {e}"
-                );
-                assert!(
-                    o.at + o.took >= killed_at && o.at <= back_at,
-                    "{what}: a call failed outside the outage: {e}"
+                panic!(
+                    "{what}: a call failed across a 0.8 s outage, within its acquire time \
+                     (connection error: {}): {e}",
+                    o.connection_error
                 );
             }
         }
@@ -177,32 +194,19 @@ async fn a_run_of_calls_survives_a_restart() {
             .iter()
             .filter(|o| o.at + o.took < killed_at)
             .count();
-        let during_errors = outcomes
+        let during: Vec<&Outcome> = outcomes
             .iter()
-            .filter(|o| o.at >= killed_at && o.at + o.took <= restarting_at && o.result.is_err())
-            .count();
-        let during_ok = outcomes
-            .iter()
-            .filter(|o| o.at >= killed_at && o.at + o.took <= restarting_at && o.result.is_ok())
-            .count();
-        let after_ok = outcomes
-            .iter()
-            .filter(|o| o.at >= back_at && o.result.is_ok())
-            .count();
+            .filter(|o| o.at >= killed_at && o.at < restarting_at)
+            .collect();
         let after = outcomes.iter().filter(|o| o.at >= back_at).count();
         assert!(before > 0, "{what}: no call before the outage");
-        assert!(
-            during_errors > 0,
-            "{what}: no failed call during the outage"
-        );
-        assert_eq!(
-            during_ok, 0,
-            "{what}: a call succeeded while Redis was down"
-        );
+        assert!(!during.is_empty(), "{what}: no call during the outage");
+        for o in during {
+            assert!(
+                o.at + o.took >= restarting_at,
+                "{what}: a call made while Redis was down returned before it was back"
+            );
+        }
         assert!(after > 0, "{what}: no call after the restart");
-        assert_eq!(
-            after_ok, after,
-            "{what}: calls still fail after the restart"
-        );
     }
 }

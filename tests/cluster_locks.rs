@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, Locker, redis_lock};
 use support::{RedisServer, free_port, lock_key};
 
-/// Three masters, no replicas, every slot assigned.
+/// Three masters, no replicas, every slot assigned. With
+/// `cluster-require-full-coverage no`, the live masters go on serving their
+/// slots while one is dead (with the default, every node refuses every key
+/// command once the dead master is marked failed).
 struct Cluster {
     nodes: Vec<RedisServer>,
 }
@@ -27,6 +30,8 @@ impl Cluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
+                    "--cluster-require-full-coverage",
+                    "no",
                     "--cluster-port",
                     &bus,
                 ])
@@ -211,6 +216,60 @@ async fn renewals_across_masters_keep_every_lock() {
     }
 }
 
+/// One Locker renews 600 ms leases on all three masters (one watchdog, its
+/// batch split by slot); a master dies. The lease on the dead master is
+/// marked lost; the leases on the two live masters stay renewed the whole
+/// time (never lost, never expired in Redis), though each renewal round
+/// also waits on the dead master: its call is bounded well below the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_on_live_masters_go_on_while_a_master_is_dead() {
+    const LEASE: Duration = Duration::from_millis(600);
+    let mut cluster = Cluster::start();
+    let locker = Locker::cluster_builder(cluster.urls())
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let victim = 1;
+    let names = cluster.name_per_master("renew-outage");
+    let mut guards = Vec::new();
+    for name in &names {
+        let request = locker.lock(name).expire(LEASE).renew(true);
+        guards.push(request.acquire().await.unwrap());
+    }
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(guards.iter().all(|g| !g.is_lost()), "lost before the kill");
+
+    cluster.nodes[victim].kill();
+    let killed_at = Instant::now();
+    let mut dead_lost = false;
+    while killed_at.elapsed() < Duration::from_secs(4) {
+        for (i, (guard, name)) in guards.iter().zip(&names).enumerate() {
+            if i == victim {
+                dead_lost |= guard.is_lost();
+                continue;
+            }
+            let pttl = cluster.nodes[i].pttl(&lock_key(name));
+            assert!(
+                !guard.is_lost() && pttl > 0,
+                "the renewed lease on live master {i} ran out {:?} after master {victim} died \
+                 (is_lost: {}, PTTL: {pttl} ms, lease {LEASE:?})",
+                killed_at.elapsed(),
+                guard.is_lost()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(dead_lost, "the lease on the dead master is not marked lost");
+    for (i, guard) in guards.into_iter().enumerate() {
+        let result = guard.release().await;
+        if i == victim {
+            assert!(result.is_err(), "release on the dead master succeeded");
+        } else {
+            result.unwrap_or_else(|e| panic!("release on live master {i}: {e:?}"));
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_dead_master_gives_errors_not_hangs_and_comes_back() {
     let mut cluster = Cluster::start();
@@ -272,6 +331,57 @@ async fn a_dead_master_gives_errors_not_hangs_and_comes_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(back, "the lock works again after the master is back");
+}
+
+/// A waiter queued on a master that restarts (down 300 ms, back empty with
+/// its cluster configuration) keeps waiting through the outage and gets the
+/// lock, which the restart freed, once the master is back (generous bound:
+/// 20 s, for the cluster to settle), well within its 40 s acquire time.
+/// Before, it returned the connection error of its first failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_master_restart() {
+    let mut cluster = Cluster::start();
+    let (holders, waiters) = (cluster.locker(), cluster.locker());
+    let name = cluster.name_per_master("bounce")[1].clone();
+    let holder = holders
+        .lock(&name)
+        .expire(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move {
+            let outcome = waiters
+                .lock(&name)
+                .expire(Duration::from_secs(60))
+                .acquire_timeout(Duration::from_secs(40))
+                .acquire()
+                .await;
+            (outcome, Instant::now())
+        }
+    });
+    let queue = format!("{}:queue", lock_key(&name));
+    let queued = support::eventually(Duration::from_secs(5), || cluster.nodes[1].exists(&queue));
+    assert!(queued.is_some(), "the waiter never queued");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.nodes[1].kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.nodes[1].restart();
+    let back = Instant::now();
+    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the waiter hangs")
+        .unwrap();
+    let guard = outcome.unwrap_or_else(|e| panic!("the waiter gave up over a restart: {e:?}"));
+    let late = returned_at.saturating_duration_since(back);
+    assert!(
+        late < Duration::from_secs(20),
+        "got the lock {late:?} after the master was back"
+    );
+    assert!(cluster.nodes[1].exists(&lock_key(&name)));
+    guard.release().await.unwrap();
+    drop(holder);
 }
 
 static CLUSTER_LOCKER: OnceLock<Locker> = OnceLock::new();

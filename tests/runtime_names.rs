@@ -229,6 +229,10 @@ fn errors_are_boxable_and_describe_themselves() {
     assert!(err.to_string().contains("`n`"), "{err}");
     // Connection errors keep their cause as `source()`.
     let locker = Locker::new(&format!("redis://127.0.0.1:{}/", support::free_port())).unwrap();
-    let err = locker.lock("x").acquire_blocking().unwrap_err();
+    let err = locker
+        .lock("x")
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking()
+        .unwrap_err();
     assert!(std::error::Error::source(&err).is_some(), "{err:?}");
 }

@@ -1,5 +1,8 @@
-//! Redis down, restarted or frozen: every call answers (an error, promptly,
-//! never a hang or a panic), and the Locker works again once Redis is back.
+//! Redis down, restarted or frozen: every call answers (an error within its
+//! time limits, never a hang or a panic), and the Locker works again once
+//! Redis is back. A caller that may wait (acquire time above zero) keeps
+//! trying through an outage until its acquire time ends, so it rides out a
+//! short restart; with an acquire time of zero the error comes at once.
 mod support;
 
 use std::sync::mpsc;
@@ -7,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::RedisServer;
+use support::proxy::Proxy;
 
 /// Acquire timeout used while Redis is unavailable.
 const WAIT: Duration = Duration::from_secs(1);
@@ -515,4 +519,333 @@ fn failed_first_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
         server.pttl("lockattr:{phantom}")
     );
     warm.release_blocking().unwrap();
+}
+
+// ---- Waiters ride out short outages ----------------------------------------
+
+/// Long enough that only a wake-up, not expiry, hands the lock over.
+const LONG: Duration = Duration::from_secs(30);
+/// A waiter's acquire time that outlasts every outage below.
+const PATIENT: Duration = Duration::from_secs(20);
+
+/// Waits until `name` has `n` tokens queued (or 5 s).
+fn queued(server: &RedisServer, name: &str, n: usize) -> bool {
+    support::eventually(Duration::from_secs(5), || {
+        let len: usize = redis::cmd("LLEN")
+            .arg(format!("{}:queue", support::lock_key(name)))
+            .query(&mut server.client())
+            .unwrap_or(0);
+        len == n
+    })
+    .is_some()
+}
+
+/// Kills the server, keeps it down for `down`, and starts it again (empty)
+/// on the same port; the moment it answers again.
+fn bounce(server: &mut RedisServer, down: Duration) -> Instant {
+    server.kill();
+    std::thread::sleep(down);
+    server.restart();
+    Instant::now()
+}
+
+/// A waiter with 20 s of acquire time whose Redis restarts (down 300 ms,
+/// back empty) keeps waiting through the outage and gets the lock, which
+/// the restart freed, soon after Redis is back (generous bound: 5 s) and
+/// well within its acquire time. Before, it returned `Connection` as soon
+/// as its subscriber connection dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_rides_out_a_redis_restart() {
+    let mut server = RedisServer::start();
+    let (holders, waiters) = (
+        Locker::new(&server.url()).unwrap(),
+        Locker::new(&server.url()).unwrap(),
+    );
+    let holder = holders.lock("bounce").expire(LONG).acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let outcome = waiters
+            .lock("bounce")
+            .expire(LONG)
+            .acquire_timeout(PATIENT)
+            .acquire()
+            .await;
+        (outcome, Instant::now())
+    });
+    assert!(queued(&server, "bounce", 1), "the waiter never queued");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let back = bounce(&mut server, Duration::from_millis(300));
+    let (outcome, returned_at) = no_hang_async("the waiter", waiter).await.unwrap();
+    let guard = outcome.unwrap_or_else(|e| panic!("the waiter gave up over a restart: {e:?}"));
+    let late = returned_at.saturating_duration_since(back);
+    assert!(
+        late < Duration::from_secs(5),
+        "got the lock {late:?} after the restart"
+    );
+    assert!(server.exists(&support::lock_key("bounce")));
+    guard.release().await.unwrap();
+    drop(holder);
+}
+
+/// The same through `acquire_blocking`, with Redis already down when the
+/// caller starts: it waits for Redis to come back within its acquire time.
+#[test]
+fn blocking_caller_waits_for_redis_to_come_back() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    locker.ping_blocking().unwrap();
+    server.kill();
+    let caller = {
+        let locker = locker.clone();
+        std::thread::spawn(move || {
+            let outcome = locker
+                .lock("late")
+                .expire(LONG)
+                .acquire_timeout(PATIENT)
+                .acquire_blocking();
+            (outcome, Instant::now())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !caller.is_finished(),
+        "the caller gave up while Redis was down"
+    );
+    server.restart();
+    let back = Instant::now();
+    let (outcome, returned_at) = no_hang("the blocking caller", move || caller.join().unwrap());
+    let guard = outcome.unwrap_or_else(|e| panic!("the caller gave up: {e:?}"));
+    let late = returned_at.saturating_duration_since(back);
+    assert!(
+        late < Duration::from_secs(5),
+        "got the lock {late:?} after Redis was back"
+    );
+    guard.release_blocking().unwrap();
+}
+
+/// An acquire time of zero asks for one attempt: with Redis down, the
+/// error comes at once (generous bound: 1 s), async and blocking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_acquire_timeout_fails_at_once_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    locker.ping().await.unwrap();
+    server.kill();
+    for round in 0..3 {
+        let start = Instant::now();
+        let err = locker
+            .lock("once")
+            .acquire_timeout(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_err();
+        let took = start.elapsed();
+        assert!(err.is_connection(), "round {round}: {err:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "round {round}: took {took:?}"
+        );
+    }
+    let l = locker.clone();
+    let (err, took) = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        let err = l
+            .lock("once")
+            .acquire_timeout(Duration::ZERO)
+            .acquire_blocking()
+            .unwrap_err();
+        (err, start.elapsed())
+    })
+    .await
+    .unwrap();
+    assert!(err.is_connection(), "blocking: {err:?}");
+    assert!(took < Duration::from_secs(1), "blocking: took {took:?}");
+}
+
+/// A caller whose acquire time (2 s) ends while Redis is down gets the
+/// last connection error, after its acquire time and within about it
+/// (generous bound: + 2 s), and nothing of it is left in Redis once it is
+/// back. Before, it got the error at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_whose_acquire_time_ends_while_redis_is_down_gets_a_connection_error() {
+    let mut server = RedisServer::start();
+    let (holders, waiters) = (
+        Locker::new(&server.url()).unwrap(),
+        Locker::new(&server.url()).unwrap(),
+    );
+    let wait = Duration::from_secs(2);
+    // Down before the first attempt: a plain acquisition.
+    holders.ping().await.unwrap();
+    waiters.ping().await.unwrap();
+    server.kill();
+    let start = Instant::now();
+    let err = no_hang_async(
+        "an acquisition on a dead server",
+        waiters.lock("down").acquire_timeout(wait).acquire(),
+    )
+    .await
+    .unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
+    assert!(
+        took >= wait,
+        "gave up after {took:?}, before its acquire time"
+    );
+    assert!(
+        took < wait + Duration::from_secs(2),
+        "gave up after {took:?}"
+    );
+
+    // Down while queued behind a holder.
+    server.restart();
+    let holder = holders.lock("down").expire(LONG).acquire().await.unwrap();
+    let start = Instant::now();
+    let waiter = tokio::spawn({
+        let waiters = waiters.clone();
+        async move {
+            waiters
+                .lock("down")
+                .expire(LONG)
+                .acquire_timeout(wait)
+                .acquire()
+                .await
+        }
+    });
+    assert!(queued(&server, "down", 1), "the waiter never queued");
+    server.kill();
+    let err = no_hang_async("a queued waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
+    assert!(
+        took >= wait,
+        "gave up after {took:?}, before its acquire time"
+    );
+    assert!(
+        took < wait + Duration::from_secs(2),
+        "gave up after {took:?}"
+    );
+    drop(holder);
+}
+
+/// Retries use a new owner token, so an earlier attempt that runs late can
+/// never undo a later one. A waiter (acquire time 10 s, 300 ms timeouts)
+/// tries a free lock while Redis is frozen for 1.5 s: its attempts time
+/// out, their tokens are given back (on their own connections, and again
+/// once Redis answers), and after the thaw it gets the lock. The lock it
+/// returns is really its own: the fencing token is the latest, the lock is
+/// still held a second later (no late give-back freed it), and its
+/// release succeeds. Before, the waiter returned `Connection`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_gets_a_lock_of_its_own_after_a_frozen_server_thaws() {
+    let server = RedisServer::start();
+    let locker = quick_locker(&server);
+    locker
+        .lock("thaw")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.freeze();
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock("thaw")
+                .expire(LONG)
+                .acquire_timeout(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.thaw();
+    let guard = no_hang_async("the waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the waiter gave up over a freeze: {e:?}"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let fence: u64 = server
+        .get(&format!("{}:fence", support::lock_key("thaw")))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(guard.fencing_token(), fence, "a later owner took the lock");
+    assert!(
+        server.exists(&support::lock_key("thaw")),
+        "a late give-back freed the waiter's lock"
+    );
+    guard.release().await.expect("the lock is the waiter's own");
+}
+
+/// The case for a new token per retry. A waiter's first attempt on a free
+/// lock is held up on its way (a proxy delays it by 2 s; the response
+/// timeout is 300 ms), so it times out and is given back on its own
+/// connection, behind it. The link gets fast again at once, and the retry
+/// takes the lock. Then the late attempt and its give-back reach Redis:
+/// they must not touch the retry's lock, which they would if the retry had
+/// used the same owner token (the give-back would delete it). Three seconds
+/// later the lock is still the waiter's: same fencing token, held, refused
+/// to another caller, and released by its guard. Before, the waiter
+/// returned `Connection` after the first timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answer_of_an_abandoned_attempt_never_frees_the_retry_lock() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let locker = Locker::builder(proxy.url())
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    // Connection open, scripts loaded.
+    locker
+        .lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    proxy.set_delay(Duration::from_secs(2));
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock("late")
+                .expire(LONG)
+                .acquire_timeout(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    proxy.set_delay(Duration::ZERO);
+    let guard = no_hang_async("the waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the waiter gave up over a slow link: {e:?}"));
+    // The delayed attempt and its give-back arrive meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        server.exists(&support::lock_key("late")),
+        "the late give-back of the first attempt freed the retry's lock"
+    );
+    let fence: u64 = server
+        .get(&format!("{}:fence", support::lock_key("late")))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(guard.fencing_token(), fence);
+    let other = Locker::new(&server.url()).unwrap();
+    let refused = other
+        .lock("late")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(refused.is_timeout(), "{refused:?}");
+    guard.release().await.expect("the lock is the waiter's own");
 }

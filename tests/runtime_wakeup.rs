@@ -6,7 +6,10 @@
 //! scripts a waiter runs while it sleeps, FIFO order, one pub/sub connection
 //! per Locker, and that lost messages, cancelled or crashed waiters, a Redis
 //! restart and a timeout racing a hand-off neither stall the queue nor leave
-//! a lock or a key behind.
+//! a lock or a key behind; and that a subscriber link that goes silent (a
+//! proxy stops passing its traffic, the socket stays open) neither keeps a
+//! handed-over waiter waiting nor holds waiters past their acquire time, and
+//! is replaced.
 
 mod support;
 
@@ -14,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockattr::{LockError, LockGuard, Locker};
+use support::proxy::Proxy;
 use support::{RedisServer, child_test, eventually, lock_key, wait_child};
 
 /// A lease long enough that expiry never rescues a waiter in these tests.
@@ -1184,4 +1188,216 @@ async fn contended_run_leaves_only_fence_keys() {
         "after waiters gave up: {:?}",
         server.keys("lockattr:*")
     );
+}
+
+// ---- 14. A subscriber link that goes silent ---------------------------------
+
+/// Subscribers (of any channel) of `name`'s release notices on `server`.
+fn channel_subscribers(server: &RedisServer, name: &str) -> usize {
+    let counts: Vec<(String, usize)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{}:wake", lock_key(name)))
+        .query(&mut server.client())
+        .expect("PUBSUB NUMSUB");
+    counts.first().map_or(0, |(_, n)| *n)
+}
+
+/// A holder on `server` directly, and a waiter whose Locker reaches
+/// `server` through a proxy (both its command and its subscriber
+/// connection), waiting on `name` and subscribed to its channel.
+async fn waiter_behind_a_proxy(
+    server: &RedisServer,
+    name: &str,
+) -> (
+    Proxy,
+    LockGuard,
+    tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)>,
+) {
+    let proxy = Proxy::start(server.port);
+    let holder = locker(server)
+        .lock(name)
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let waiters = Locker::new(&proxy.url()).unwrap();
+    let waiter = spawn_waiter(&waiters, name, LONG, PATIENT);
+    assert!(
+        until(Duration::from_secs(5), || queued(server, name).len() == 1
+            && channel_subscribers(server, name) == 1)
+        .await,
+        "the waiter never queued and subscribed"
+    );
+    // It heard the confirmation and asked Redis once more since.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (proxy, holder, waiter)
+}
+
+/// A waiter (acquire time 20 s) whose subscriber link goes silent (the
+/// socket stays open, nothing passes: `stall_matching(b"SUBSCRIBE")`) while
+/// its command connection still works: the holder's release hands it the
+/// lock in Redis, the message never arrives, and the waiter still has the
+/// lock within about a second of the release (bound: 2.5 s), by asking
+/// Redis. Before, it slept on until its acquire time or the holder's lease
+/// ran out (20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handed_over_waiter_learns_it_over_a_silent_subscriber_link() {
+    let server = RedisServer::start();
+    let (proxy, holder, waiter) = waiter_behind_a_proxy(&server, "silent").await;
+    proxy.stall_matching(b"SUBSCRIBE");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter hangs")
+        .unwrap();
+    let guard = outcome.unwrap();
+    let late = returned_at.duration_since(released_at);
+    assert!(
+        late < Duration::from_millis(2_500),
+        "the waiter got the lock {late:?} after the release handed it over"
+    );
+    guard.release().await.unwrap();
+}
+
+/// Eight waiters with 2 s of acquire time each, on a Locker whose
+/// SUBSCRIBE is never answered (the link is silent from the start), for a
+/// lock that stays held: every one returns within its acquire time and a
+/// bit (bound: 3.5 s after they started), none waits on another's
+/// SUBSCRIBE. Before, their SUBSCRIBE timeouts ran one after another under
+/// one lock: they returned after 2, 3, ..., 9 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_a_silent_subscriber_link_return_within_their_acquire_time() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    proxy.stall_matching(b"SUBSCRIBE");
+    let holder = locker(&server)
+        .lock("eight")
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let waiters = Locker::new(&proxy.url()).unwrap();
+    waiters.ping().await.unwrap();
+    let wait = Duration::from_secs(2);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| spawn_waiter(&waiters, "eight", LONG, wait))
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("a waiter hangs")
+            .unwrap();
+        let took = returned_at.duration_since(start);
+        assert!(
+            took < Duration::from_millis(3_500),
+            "waiter {i} returned after {took:?} ({outcome:?})"
+        );
+        match outcome {
+            Err(LockError::Timeout { .. }) => {}
+            other => panic!("waiter {i}: expected Timeout, got {other:?}"),
+        }
+    }
+    holder.release().await.unwrap();
+}
+
+/// A subscriber connection that goes silent is noticed by its health check
+/// (a PING goes unanswered) and replaced: the proxy accepts a new
+/// connection within a few seconds, though the waiter's lock stays held and
+/// nothing else happens. Once the link passes traffic again, hand-overs
+/// are messages again: the release hands the waiter the lock and the
+/// waiter returns without asking Redis (the release is the only lock
+/// script that ran meanwhile), within a second. Before, the silent
+/// connection was kept forever and nothing was opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_subscriber_connection_is_replaced() {
+    let server = RedisServer::start();
+    let (proxy, holder, waiter) = waiter_behind_a_proxy(&server, "replaced").await;
+    let accepted = proxy.accepted();
+    proxy.stall_matching(b"SUBSCRIBE");
+    assert!(
+        until(Duration::from_secs(5), || proxy.accepted() > accepted).await,
+        "no new connection within 5 s of the subscriber link going silent"
+    );
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    proxy.resume();
+    // Subscribed again (on the new connection or a later one), and the
+    // waiter heard it and asked Redis once more.
+    assert!(
+        until(Duration::from_secs(5), || channel_subscribers(
+            &server, "replaced"
+        ) >= 1)
+        .await,
+        "never subscribed again after the link came back"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = script_runs(&server);
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter hangs")
+        .unwrap();
+    let runs = script_runs(&server) - before;
+    let guard = outcome.unwrap();
+    let late = returned_at.duration_since(released_at);
+    assert!(
+        late < Duration::from_secs(1),
+        "handed over {late:?} after the release"
+    );
+    assert_eq!(
+        runs, 1,
+        "lock scripts between the release and the waiter's return: the waiter \
+         asked Redis instead of hearing the hand-over"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A waiter whose Redis user may not SUBSCRIBE (an ACL) cannot hear
+/// release notices; it checks the lock often instead and gets it within a
+/// second of the release (lease 30 s, acquire time 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_that_may_not_subscribe_still_gets_the_lock_soon() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nosub")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-subscribe")
+        .query(&mut server.client())
+        .expect("ACL SETUSER");
+    let holder = locker(&server)
+        .lock("acl")
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let waiters = Locker::new(&format!("redis://nosub:secret@127.0.0.1:{}/", server.port)).unwrap();
+    let waiter = spawn_waiter(&waiters, "acl", LONG, PATIENT);
+    assert!(
+        until(Duration::from_secs(5), || queued(&server, "acl").len() == 1).await,
+        "the waiter never queued"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    assert_eq!(channel_subscribers(&server, "acl"), 0);
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter hangs")
+        .unwrap();
+    let guard = outcome.unwrap();
+    let late = returned_at.duration_since(released_at);
+    assert!(
+        late < Duration::from_secs(1),
+        "got the lock {late:?} after the release"
+    );
+    guard.release().await.unwrap();
 }

@@ -5,7 +5,8 @@
 //! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
 //! and all mistakes found in one pass, each at its own token.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
@@ -36,7 +37,9 @@ pub(crate) struct Options {
     pub(crate) locker: Option<Expr>,
     pub(crate) guard: Option<Ident>,
     pub(crate) renew: Option<bool>,
-    pub(crate) reentrant: Option<bool>,
+    /// The value, and the option as written (`reentrant`, `reentrant = true`),
+    /// for errors about where it cannot go.
+    pub(crate) reentrant: Option<(bool, TokenStream)>,
     pub(crate) on_lost: Option<(OnLost, Span)>,
 }
 
@@ -88,12 +91,13 @@ impl Parse for Parsed {
         for RawOption { key, value } in raw {
             let name = key.to_string();
             if value.is_none() && FLAGS.contains(&name.as_str()) {
-                let slot = if name == "renew" {
-                    &mut options.renew
+                let duplicate = if name == "renew" {
+                    options.renew.replace(true).is_some()
                 } else {
-                    &mut options.reentrant
+                    let written = key.to_token_stream();
+                    options.reentrant.replace((true, written)).is_some()
                 };
-                if slot.replace(true).is_some() {
+                if duplicate {
                     push(twice(&key));
                 }
                 continue;
@@ -138,14 +142,11 @@ impl Parse for Parsed {
                         false
                     }
                 },
-                "renew" | "reentrant" => match flag(&name, value) {
+                "renew" | "reentrant" => match flag(&name, &value) {
+                    Ok(on) if name == "renew" => options.renew.replace(on).is_some(),
                     Ok(on) => {
-                        let slot = if name == "renew" {
-                            &mut options.renew
-                        } else {
-                            &mut options.reentrant
-                        };
-                        slot.replace(on).is_some()
+                        let written = quote!(#key = #value);
+                        options.reentrant.replace((on, written)).is_some()
                     }
                     Err(e) => {
                         push(e);
@@ -177,10 +178,10 @@ fn twice(key: &Ident) -> syn::Error {
 }
 
 /// `renew = true`, `reentrant = false`: a literal `true` or `false`.
-fn flag(name: &str, value: Expr) -> syn::Result<bool> {
+fn flag(name: &str, value: &Expr) -> syn::Result<bool> {
     if let Expr::Lit(ExprLit {
         lit: Lit::Bool(b), ..
-    }) = &value
+    }) = value
     {
         return Ok(b.value);
     }

@@ -15,7 +15,7 @@
 //!         }
 //!         Err(e) => Err(e),
 //!     };
-//!     let __lockattr_guard = match __lockattr_acquired {   // a `Held`: the guard, on the thread's list
+//!     let __lockattr_guard = match __lockattr_acquired {   // a `Held`: the guard (sync calls never re-enter)
 //!         Ok(g) => g,
 //!         Err(e) => return lock_failed(e, None),   // R: LockResult is required here, and only here
 //!     };
@@ -38,7 +38,11 @@
 //!     __lockattr_result
 //! ```
 //! `body` runs the future in a task-local scope that records the lock for
-//! reentrant nested calls. `on_lost = "abort"` uses `body_or_lost`, which
+//! reentrant nested calls. There `acquire` returns a `Held` too: for a
+//! nested call, a guard that shares the outer lease (raised to the nested
+//! call's `expire` if less was left) and, with `renew` on a lease the outer
+//! call does not renew, that renewal, which stops when the `Held` is
+//! released or dropped. `on_lost = "abort"` uses `body_or_lost`, which
 //! drops the future when the lock is lost; `on_lost = "error"` uses
 //! `release_checked`, as above. If the function's future is dropped
 //! mid-body, the guard's Drop schedules the release. The user's block is
@@ -70,7 +74,10 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let error_var = quote_spanned!(at=> __lockattr_error);
 
     let name = &plan.name;
-    let expire = &plan.expire;
+    let expire = match &plan.expire {
+        Some(expire) => quote!(::core::option::Option::Some(#expire)),
+        None => quote!(::core::option::Option::None),
+    };
     let acquire_time = &plan.acquire_time;
     let (renew, reentrant) = (plan.renew, plan.reentrant);
     let options = quote! {
@@ -123,13 +130,10 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         )
     };
     let fail_no_body = fail(quote!(::core::option::Option::None));
-    let bind_guard = plan.guard.as_ref().map(|user| {
-        if is_async {
-            quote!(let #user: &::lockattr::__private::LockGuard = &#guard_var;)
-        } else {
-            quote!(let #user: &::lockattr::__private::LockGuard = #guard_var.guard();)
-        }
-    });
+    let bind_guard = plan
+        .guard
+        .as_ref()
+        .map(|user| quote!(let #user: &::lockattr::__private::LockGuard = #guard_var.guard();));
 
     let prelude = quote! {
         #acquired

@@ -2,6 +2,16 @@
 //! and `#[derive(LockKey)]`. Use them through the `lockattr` crate, whose
 //! documentation describes every option; the generated code calls
 //! `::lockattr::__private` only.
+//!
+//! `reentrant` differs between sync and async functions. An `async fn`
+//! re-enters a lock its call chain already holds (the held locks travel with
+//! the body's future), unless it says `reentrant = false`; its own `expire`
+//! and `renew` still apply to the shared lease. A sync function
+//! never re-enters: a thread waiting inside a locked body may run another
+//! job of a thread pool (rayon's work stealing), which it cannot tell from a
+//! nested call, so `reentrant` or `reentrant = true` on one is a compile
+//! error at that option (`reentrant = false` is accepted: it is what a sync
+//! function does anyway).
 
 mod attr;
 mod derive;
@@ -13,6 +23,8 @@ use proc_macro::TokenStream;
 use quote::ToTokens;
 
 /// Takes a Redis lock around the function's body. See the `lockattr` crate.
+///
+/// `reentrant` is for `async fn`s only; sync functions never re-enter.
 #[proc_macro_attribute]
 pub fn redis_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let item2 = proc_macro2::TokenStream::from(item.clone());

@@ -24,11 +24,13 @@ const MILLISECOND_NANOS: u64 = 1_000_000;
 pub(crate) struct Plan {
     /// An expression evaluating to the lock's name (`&str` or `String`).
     pub(crate) name: TokenStream,
-    pub(crate) expire: TokenStream,
+    /// The lease, when the attribute sets one.
+    pub(crate) expire: Option<TokenStream>,
     pub(crate) acquire_time: TokenStream,
     pub(crate) locker: Option<syn::Expr>,
     pub(crate) guard: Option<Ident>,
     pub(crate) renew: bool,
+    /// Always false for a sync function: those never re-enter.
     pub(crate) reentrant: bool,
     pub(crate) on_lost: Option<OnLost>,
     /// Where errors about the return type point.
@@ -129,6 +131,18 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         ));
     }
 
+    if let Some((true, written)) = &options.reentrant
+        && sig.asyncness.is_none()
+    {
+        errors.push(syn::Error::new_spanned(
+            written,
+            "`reentrant` needs an `async fn`: synchronous functions never re-enter, because a thread \
+             pool (rayon's `par_iter` or `join`) may run another job for the same lock on the thread \
+             that waits inside the body, and a thread cannot tell that job from a nested call; \
+             make the function `async`, or call an un-annotated inner function from the locked body",
+        ));
+    }
+
     let bindings = argument_bindings(item);
     let name = match options.name {
         Some(NameArg::Format(lit)) => match format_name(&lit, &bindings, &sig.ident) {
@@ -177,12 +191,13 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         Some(e) => Err(e),
         None => Ok(Plan {
             name,
-            expire: DurationArg::to_tokens_or(expire, 10),
+            expire: expire.map(|d| DurationArg::to_tokens_or(Some(d), 10)),
             acquire_time: DurationArg::to_tokens_or(options.acquire_time.as_ref(), 10),
             locker: options.locker,
             guard: options.guard,
             renew: options.renew.unwrap_or(false),
-            reentrant: options.reentrant.unwrap_or(true),
+            // Async functions re-enter unless told not to; sync ones never.
+            reentrant: sig.asyncness.is_some() && options.reentrant.is_none_or(|(on, _)| on),
             on_lost: options.on_lost.map(|(mode, _)| mode),
             return_span,
             nameable_return,
@@ -333,7 +348,42 @@ fn captures(text: &str) -> Result<Vec<String>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::captures;
+    use super::{captures, plan};
+    use crate::attr::Parsed;
+
+    /// The plan's `reentrant`, or the error's message, for these options
+    /// on this function.
+    fn reentrant(options: &str, function: &str) -> Result<bool, String> {
+        let Parsed { options, errors } = syn::parse_str(options).unwrap();
+        assert!(errors.is_none());
+        let function = syn::parse_str(function).unwrap();
+        plan(options, &function)
+            .map(|plan| plan.reentrant)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn only_async_functions_reenter() {
+        let sync = "fn f() -> Result<(), E> { Ok(()) }";
+        let asynchronous = "async fn f() -> Result<(), E> { Ok(()) }";
+        assert_eq!(reentrant("name = \"x\"", sync), Ok(false));
+        assert_eq!(
+            reentrant("name = \"x\", reentrant = false", sync),
+            Ok(false)
+        );
+        for written in ["reentrant", "reentrant = true"] {
+            let options = format!("name = \"x\", {written}");
+            let e = reentrant(&options, sync).unwrap_err();
+            assert!(e.contains("`reentrant` needs an `async fn`"), "{e}");
+            assert!(e.contains("thread pool"), "{e}");
+            assert_eq!(reentrant(&options, asynchronous), Ok(true));
+        }
+        assert_eq!(reentrant("name = \"x\"", asynchronous), Ok(true));
+        assert_eq!(
+            reentrant("name = \"x\", reentrant = false", asynchronous),
+            Ok(false)
+        );
+    }
 
     #[test]
     fn finds_captures() {

@@ -83,7 +83,7 @@ impl Lease {
         }
     }
 
-    async fn extend(&self, by: Duration, how: Extend) -> Result<(), LockError> {
+    pub(crate) async fn extend(&self, by: Duration, how: Extend) -> Result<(), LockError> {
         // Redis counts whole milliseconds: `by` is rounded down, never up.
         if by < Duration::from_millis(1) {
             return Err(LockError::invalid(

@@ -123,9 +123,19 @@ impl Locker {
     /// majority tolerates the failure of the rest: 1 of 3, 2 of 5, 3 of 7.
     /// Every request goes to all nodes at once, so an acquisition costs
     /// about one round trip. A node that is down or frozen costs at most the
-    /// [node timeout](LockerBuilder::node_timeout) per operation, and an
-    /// acquisition that cannot reach a majority fails at once with
-    /// [`LockError::NoQuorum`].
+    /// [node timeout](LockerBuilder::node_timeout) per operation (once a
+    /// majority is connected). An acquisition that cannot reach a majority
+    /// tries again, with a growing pause, until its acquire time ends, then
+    /// fails with [`LockError::NoQuorum`]; with an acquire time of zero it
+    /// fails at once.
+    ///
+    /// Each URL must reach a different server: two URLs that turn out to
+    /// reach one server (`localhost` and `127.0.0.1`, two databases of it)
+    /// count once, and acquisitions fail with [`LockError::InvalidInput`].
+    /// Nodes restarted without their data do not vote for
+    /// [`max_lease`](LockerBuilder::max_lease) (60 s by default; see
+    /// [`delay_restarted_nodes`](LockerBuilder::delay_restarted_nodes)),
+    /// which also holds for nodes seen for the first time.
     ///
     /// Guards work as with one server: release, extend, renewal and the lost
     /// signal count a majority; the lease is trusted for `expire` less a
@@ -154,7 +164,8 @@ impl Locker {
 
     /// A builder for a Redlock [`Locker`] with non-default settings: those
     /// of [`Locker::builder`], plus [`node_timeout`](LockerBuilder::node_timeout)
-    /// and [`delay_restarted_nodes`](LockerBuilder::delay_restarted_nodes).
+    /// and [`delay_restarted_nodes`](LockerBuilder::delay_restarted_nodes);
+    /// [`max_lease`](LockerBuilder::max_lease) defaults to 60 s here.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -363,7 +374,15 @@ impl LockerBuilder {
     /// or frozen costs an
     /// operation at most this long; its answer is then not counted. Keep it
     /// well below the lease: the time spent waiting comes off the lease's
-    /// validity.
+    /// validity, and above a round trip to the nodes.
+    ///
+    /// It bounds the request only. Opening a connection (and reading what
+    /// the Locker reads on it, and loading the scripts) is bounded by the
+    /// [connect](Self::connect_timeout) and
+    /// [response](Self::response_timeout) timeouts, in a task that goes on
+    /// when an operation stops waiting for it. A request cut off by the node
+    /// timeout leaves its connection open; an acquisition cut off is given
+    /// back on that connection before any later request.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -379,22 +398,44 @@ impl LockerBuilder {
         self
     }
 
-    /// Redlock only: whether a node that has been up for less than a lock's
-    /// `expire` is kept from counting toward that lock's majority (default
-    /// `true`).
+    /// Redlock only: whether a node that has kept its data for less than the
+    /// Locker's [`max_lease`](Self::max_lease) is kept from counting toward
+    /// any majority (default `true`).
     ///
     /// A node restarted without persistence has forgotten the locks it held:
     /// with the majority of a holder that used it, a second owner could
-    /// take the lock while the first still holds its lease. Delaying the
-    /// restarted node's vote until every lease it may have held has run out
-    /// closes that gap (the Redlock description's "delayed restart", done
-    /// by the clients). A node's uptime is read with `INFO server` when a
-    /// connection to it opens.
+    /// take the lock while the first still holds its lease, which may be as
+    /// long as `max_lease` whatever the lease of the lock being requested.
+    /// Delaying the restarted node's vote until every lease it may have held
+    /// has run out closes that gap (the Redlock description's "delayed
+    /// restart", done by the clients).
     ///
-    /// The cost: after nodes start (a new deployment included), locks whose
-    /// majority needs them wait until the nodes have been up for `expire`.
-    /// Turn it off only when the nodes persist every write (`appendfsync
-    /// always`) or are never restarted within a lease.
+    /// When a node last started is read on every new connection to it (a
+    /// restart breaks the connections), from two sources: `INFO server`'s
+    /// uptime, and a marker key, `<prefix>node`, that the first Locker to
+    /// find it missing writes with the server's clock (`TIME`) and a random
+    /// id. A restart without persistence, `FLUSHALL` or `FLUSHDB` removes
+    /// the marker with the locks. The later of the two counts: INFO sees a
+    /// restart from an old snapshot that kept the marker, the marker sees a
+    /// restart when INFO is refused. The marker has no TTL (no `volatile-*`
+    /// policy evicts it) and holds about 35 bytes; on a database other than
+    /// 0 the same key is also kept in database 0 (it tells one server's
+    /// databases apart from other servers). The Locker's Redis user needs
+    /// `INFO` (in `@dangerous`: `+@all -@dangerous` refuses it; add `+info`)
+    /// or access to the marker key with `EVAL`, `SELECT` and `TIME` (which
+    /// `+@all -@dangerous` allows); best both. A node for which neither can
+    /// be read does not vote, whatever this setting, and the
+    /// [`LockError::NoQuorum`] of an acquisition says why. With INFO refused,
+    /// a restart from a snapshot that kept the marker is not seen; neither
+    /// is a flush (or an eviction of the marker under an `allkeys-*`
+    /// policy) until the Locker's connection is opened again.
+    ///
+    /// The cost: after nodes start (a new deployment included), and the
+    /// first time a Locker of this version sees a node (there is no marker
+    /// yet), locks whose majority needs them wait until the nodes have kept
+    /// their data for `max_lease`. Turn it off only when the nodes persist
+    /// every write (`appendfsync always`) or are never restarted within
+    /// `max_lease`.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -577,6 +618,7 @@ impl LockerBuilder {
                 self.node_timeout,
                 self.delay_restarted_nodes.unwrap_or(true),
                 max_lease,
+                &self.prefix,
             )?),
             Target::Single(url) => {
                 self.no_redlock_settings()?;
@@ -702,12 +744,17 @@ impl LockBuilder<'_> {
     /// Takes the lock, waiting up to the acquire timeout while it is held.
     ///
     /// Fails with [`LockError::Timeout`] when the lock stayed busy,
-    /// [`LockError::Connection`] when Redis could not be reached (at once,
-    /// not after the acquire timeout), and [`LockError::InvalidInput`] for an
-    /// empty name, a lease shorter than a millisecond or longer than the
-    /// Locker's `max_lease`, or an acquire timeout longer than
-    /// [`MAX_ACQUIRE_TIMEOUT`]. Dropping the future is safe: a
-    /// lock taken for a caller who stopped waiting is released at once.
+    /// [`LockError::Connection`] when Redis could not be reached, and
+    /// [`LockError::InvalidInput`] for an empty name, a lease shorter than a
+    /// millisecond or longer than the Locker's `max_lease`, or an acquire
+    /// timeout longer than [`MAX_ACQUIRE_TIMEOUT`]. On one server or a Redis
+    /// Cluster, connection errors are retried within the acquire timeout
+    /// (pauses of a few milliseconds growing to a quarter of a second), so a
+    /// waiter rides out a short Redis restart; the last connection error is
+    /// returned once the acquire timeout has passed, and at once with an
+    /// acquire timeout of zero (one attempt). A Redlock fails with
+    /// [`LockError::NoQuorum`] at once. Dropping the future is safe: a lock
+    /// taken for a caller who stopped waiting is released at once.
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
@@ -867,7 +914,7 @@ fn trusted(expire: Duration, drift: Duration) -> Duration {
 }
 
 /// 128 random bits from the operating system's CSPRNG, as 32 hex digits.
-fn new_token() -> Result<String, LockError> {
+pub(crate) fn new_token() -> Result<String, LockError> {
     let mut bytes = [0_u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| LockError::Runtime {
         reason: format!("the operating system's random number generator failed: {e}"),

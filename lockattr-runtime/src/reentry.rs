@@ -1,9 +1,5 @@
 //! Which locks the current call chain holds, for reentrant annotated
-//! functions.
-//!
-//! A synchronous call chain is a thread: nothing else runs on it while a
-//! function is inside its body, so the locks held by the annotated functions
-//! it is in are kept per thread.
+//! functions. Only async functions re-enter.
 //!
 //! An asynchronous call chain is not a thread. A task moves between worker
 //! threads at every `.await`, and one thread runs many tasks in turns: two
@@ -14,9 +10,13 @@
 //! scope around it): code awaited inside the body, however deep, sees them;
 //! a task it spawns does not, and waits for the lock like anyone else.
 //!
-//! Synchronous code called from an async body sees the body's locks too.
+//! A synchronous call chain is not a thread either: a thread that waits in
+//! a thread pool (rayon's `par_iter` or `join`) runs other jobs meanwhile,
+//! and one of them for the same lock cannot be told from a nested call. So
+//! synchronous functions never re-enter: nothing is kept per thread, and
+//! synchronous code does not look at the async chain (while a body is
+//! polled, anything that runs on its thread could see it).
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::guard::Lease;
@@ -33,10 +33,6 @@ struct Link {
 
 tokio::task_local! {
     static IN_TASK: Chain;
-}
-
-thread_local! {
-    static ON_THREAD: RefCell<Vec<Arc<Lease>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The same lock: same server, same key prefix, same name. Two Lockers on
@@ -68,41 +64,9 @@ pub(crate) fn find_async(locker: &Inner, name: &str) -> Option<Arc<Lease>> {
         .flatten()
 }
 
-/// The lease of lock `name` held by this thread's call chain, or by the
-/// async body this synchronous code was called from.
-pub(crate) fn find_blocking(locker: &Inner, name: &str) -> Option<Arc<Lease>> {
-    let here = ON_THREAD.with(|held| {
-        held.borrow()
-            .iter()
-            .rev()
-            .find(|lease| same(lease, locker, name))
-            .cloned()
-    });
-    here.or_else(|| find_async(locker, name))
-}
-
 /// Runs `body` with `lease` added to the async call chain's locks.
 pub(crate) async fn scope<F: Future>(lease: Arc<Lease>, body: F) -> F::Output {
     let outer = IN_TASK.try_with(Chain::clone).unwrap_or_default();
     let chain = Chain(Some(Arc::new(Link { lease, outer })));
     IN_TASK.scope(chain, body).await
-}
-
-/// `lease` is held by this thread's call chain until the returned value is
-/// dropped.
-pub(crate) fn enter_blocking(lease: Arc<Lease>) -> OnThread {
-    ON_THREAD.with(|held| held.borrow_mut().push(lease));
-    OnThread(std::marker::PhantomData)
-}
-
-/// Takes its lease off this thread's list when dropped.
-#[derive(Debug)]
-pub(crate) struct OnThread(std::marker::PhantomData<*const ()>);
-
-impl Drop for OnThread {
-    fn drop(&mut self) {
-        // Scopes end in reverse order of entry (they are nested calls), so
-        // the last entry is this one.
-        ON_THREAD.with(|held| held.borrow_mut().pop());
-    }
 }

@@ -87,9 +87,19 @@ impl RedisServer {
                 ));
             }
             let pid = self.child.as_ref().map_or(0, |c| c.id());
+            // A server started with INFO renamed away (`--rename-command
+            // INFO ""`) answers that it knows no such command: only ours is.
+            let renamed = self
+                .extra
+                .windows(2)
+                .any(|w| w[0] == "--rename-command" && w[1].eq_ignore_ascii_case("info"));
             if self
                 .raw("INFO server")
-                .map(|r| r.contains(&format!("process_id:{pid}\r\n")) || r.starts_with("-NOAUTH"))
+                .map(|r| {
+                    r.contains(&format!("process_id:{pid}\r\n"))
+                        || r.starts_with("-NOAUTH")
+                        || (renamed && r.starts_with("-ERR unknown command"))
+                })
                 .unwrap_or(false)
             {
                 return Ok(());

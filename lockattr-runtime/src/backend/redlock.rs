@@ -7,17 +7,38 @@
 //!   acquisition costs about one round trip, not one per node. Each node's
 //!   answer is awaited for at most the node timeout: a frozen node delays
 //!   an operation by that much, never by the acquire time.
+//! - **Connections are opened apart from requests.** A node without a
+//!   connection gets one from a task of its own, bounded by the connect
+//!   timeout (and the response timeout for what is read on it), not by the
+//!   node timeout; the task finishes even when the operation that started it
+//!   gives up, so the next operation finds the connection. An operation
+//!   waits for the nodes that are connecting until they are done, or, once
+//!   a majority is ready, for at most one node timeout more. The node
+//!   timeout then bounds only the lock request. A request cut off by it
+//!   leaves its connection in place (the response timeout decides whether a
+//!   connection is broken); an acquisition cut off is given back on the
+//!   same connection, queued before any later request, and the next attempt
+//!   uses a new owner token, so a late give-back never frees a newer
+//!   acquisition.
 //! - **Validity** is counted from when the request was sent: `expire`, less
 //!   the clock drift allowance ([`drift`]), from the send time.
 //!   Time spent waiting for slow nodes comes off it.
 //! - **Restarted nodes do not vote at once** (unless turned off): a node
-//!   that has been up for less than a lock's `expire` does not count toward
-//!   that lock's majority. A node restarted without persistence has
+//!   that has kept its data for less than the Locker's `max_lease` does not
+//!   count toward any majority. A node restarted without persistence has
 //!   forgotten its locks, and could otherwise give a second owner the
-//!   majority while the first still holds a lease. This is the "delayed
-//!   restart" of the Redlock description, enforced by the clients instead
-//!   of by the operators. The uptime comes from INFO on every new
-//!   connection, and a restart breaks the connections, so it is seen.
+//!   majority while the first still holds a lease, which may be as long as
+//!   `max_lease` (the requesting lock's own lease says nothing about the
+//!   holder's). This is the "delayed restart" of the Redlock description,
+//!   enforced by the clients instead of by the operators. When a node last
+//!   started (or lost its data) is read on every new connection, from INFO
+//!   and from a marker key (see `node_facts`), and a restart breaks the
+//!   connections, so it is seen. A node whose start cannot be read at all
+//!   does not vote.
+//! - **Each server counts once.** Nodes are told apart by the server
+//!   itself (INFO's `run_id`, or the id in the marker), not by their URLs:
+//!   two URLs that reach one server count once, and an acquisition fails
+//!   with [`LockError::InvalidInput`] naming their positions in the list.
 //! - **Fencing tokens** come from the nodes' fence counters: the largest of
 //!   the counters of the nodes that granted the lock. When they differ, that
 //!   value is written back to those nodes (if the lock is still theirs)
@@ -30,13 +51,18 @@
 //!   waiter. A release publishes a notice on every node; waiters subscribed
 //!   on each node try again when the first notice arrives. After a split
 //!   vote (some nodes granted, too few), the losers give their nodes back
-//!   and try again after a random pause that grows with each split.
+//!   and try again after a random pause that grows with each split. A
+//!   waiter that cannot reach a majority tries again, with a growing pause,
+//!   until its acquire time ends, and then returns the last error.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 
+use super::node_facts;
 use super::wake::Waiter;
 use super::{
     Attempt, Backend, Extend, FALLBACK_PAUSE, Grant, LockRequest, Released, Renewal, SingleNode,
@@ -52,19 +78,30 @@ const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
 /// Several independent Redis masters.
 #[derive(Debug)]
 pub(crate) struct Redlock {
-    nodes: Vec<SingleNode>,
+    /// Shared with the tasks that open their connections.
+    nodes: Vec<Arc<SingleNode>>,
     /// A majority: `nodes / 2 + 1`.
     quorum: usize,
     /// How long each node may take to answer; `None`: from the lease.
     node_timeout: Option<Duration>,
-    /// The response timeout: the longest default node timeout.
-    response: Duration,
-    /// Nodes up for less than a lock's lease do not vote for it.
+    /// The connect and response timeouts.
+    timeouts: Timeouts,
+    /// Nodes that have kept their data for less than `max_lease` do not vote.
     delay_restarted: bool,
     /// The longest lease of any lock on these nodes.
-    #[allow(dead_code)] // the restarted-node delay is to use it
     max_lease: Duration,
+    /// The restart marker's key, for messages.
+    marker_key: String,
     server: String,
+}
+
+/// Why a node that granted a lock does not count toward its majority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NoVote {
+    /// It has kept its data for less than `max_lease`.
+    Young,
+    /// When it last restarted, or which server it is, is not known: why.
+    Unknown(String),
 }
 
 /// What the nodes said to one acquisition attempt.
@@ -73,8 +110,10 @@ pub(crate) struct Votes {
     /// The nodes that granted the lock (voting or not), with their fencing
     /// counters.
     pub(crate) granted: Vec<(usize, u64)>,
-    /// How many of them vote: up for at least the lease.
+    /// How many of them vote: known, and old enough.
     pub(crate) voters: usize,
+    /// The nodes among them that do not vote, and why.
+    pub(crate) not_voting: Vec<(usize, NoVote)>,
     /// Nodes that answered at all.
     pub(crate) answered: usize,
     /// The shortest lease left of another owner, among the nodes that said so.
@@ -91,13 +130,15 @@ pub(crate) fn drift(expire: Duration) -> Duration {
 }
 
 impl Redlock {
-    /// Parses the URLs; does not connect.
+    /// Parses the URLs; does not connect. `prefix` is the Locker's key
+    /// prefix (the restart marker is `<prefix>node` on each node).
     pub(crate) fn new(
         urls: &[String],
         timeouts: Timeouts,
         node_timeout: Option<Duration>,
         delay_restarted: bool,
         max_lease: Duration,
+        prefix: &str,
     ) -> Result<Redlock, LockError> {
         if urls.len() < 3 || urls.len().is_multiple_of(2) {
             let hint = if urls.len() == 1 {
@@ -113,9 +154,11 @@ impl Redlock {
         }
         let nodes = urls
             .iter()
-            .map(|url| SingleNode::new(url, timeouts).map(SingleNode::track_restarts))
+            .map(|url| SingleNode::new(url, timeouts).map(|n| Arc::new(n.track_restarts(prefix))))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut servers: Vec<&str> = nodes.iter().map(SingleNode::server).collect();
+        // The same spelling twice is refused at once; other spellings of one
+        // server are found by connecting (see `refuse_duplicates`).
+        let mut servers: Vec<&str> = nodes.iter().map(|n| n.server()).collect();
         servers.sort_unstable();
         if servers.windows(2).any(|pair| pair[0] == pair[1]) {
             return Err(LockError::invalid(
@@ -128,9 +171,10 @@ impl Redlock {
             quorum: nodes.len() / 2 + 1,
             nodes,
             node_timeout,
-            response: timeouts.response,
+            timeouts,
             delay_restarted,
             max_lease,
+            marker_key: node_facts::marker_key(prefix),
             server,
         })
     }
@@ -147,11 +191,74 @@ impl Redlock {
     /// or a hundredth of the lease, at least 10 ms and at most the response
     /// timeout.
     fn timeout(&self, expire: Duration) -> Duration {
-        self.node_timeout
-            .unwrap_or_else(|| (expire / 100).max(MIN_NODE_TIMEOUT).min(self.response))
+        self.node_timeout.unwrap_or_else(|| {
+            (expire / 100)
+                .max(MIN_NODE_TIMEOUT)
+                .min(self.timeouts.response)
+        })
     }
 
-    /// Runs `op` on the nodes in `which` at once, each for at most `limit`.
+    /// Makes sure every node in `which` has a connection on this runtime
+    /// (with its facts read), and says which do.
+    ///
+    /// A missing connection is opened by a task of its own, bounded by the
+    /// connect timeout (plus the response timeout, for the facts and the
+    /// script load on it): the task goes on when this future is dropped or
+    /// stops waiting, so a slow link is connected once, not cut off again
+    /// and again. This waits until every such task is done, or, once a
+    /// majority of `which` is ready, for at most `grace` more: a node that
+    /// is down costs little when the others answer.
+    async fn ready(&self, which: &[usize], grace: Duration) -> Vec<Result<(), LockError>> {
+        let mut ready: Vec<Option<Result<(), LockError>>> = which
+            .iter()
+            .map(|&i| self.nodes[i].is_connected().then_some(Ok(())))
+            .collect();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Not reached (lock operations run in a runtime): connect inline.
+            return ready.into_iter().map(|r| r.unwrap_or(Ok(()))).collect();
+        };
+        let mut opening: FuturesUnordered<_> = ready
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_none())
+            .map(|(pos, _)| {
+                let node = self.nodes[which[pos]].clone();
+                let task = runtime.spawn(async move { node.connect().await });
+                async move { (pos, task.await) }
+            })
+            .collect();
+        let give_up = Instant::now() + self.timeouts.connect + self.timeouts.response;
+        let mut until = give_up;
+        let majority = self.quorum.min(which.len());
+        while !opening.is_empty() {
+            if ready.iter().filter(|r| matches!(r, Some(Ok(())))).count() >= majority {
+                until = until.min(Instant::now() + grace);
+            }
+            tokio::select! {
+                Some((pos, joined)) = opening.next() => {
+                    ready[pos] = Some(joined.unwrap_or_else(|e| Err(LockError::Runtime {
+                        reason: format!("the task connecting to a Redlock node failed: {e}"),
+                    })));
+                }
+                () = tokio::time::sleep_until(until.into()) => break,
+            }
+        }
+        which
+            .iter()
+            .zip(ready)
+            .map(|(&i, r)| {
+                r.unwrap_or_else(|| {
+                    Err(LockError::Connection {
+                        server: self.nodes[i].server().to_owned(),
+                        source: "still connecting (it goes on in the background)".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Runs `op` at once on the nodes in `which` that are ready (see
+    /// [`ready`](Self::ready)), each for at most `limit`.
     async fn each<'a, T, F>(
         &'a self,
         which: impl Iterator<Item = usize>,
@@ -161,10 +268,32 @@ impl Redlock {
     where
         F: Future<Output = Result<T, LockError>>,
     {
-        join_all(which.map(|i| {
-            let node = &self.nodes[i];
-            let op = op(node);
+        let which: Vec<usize> = which.collect();
+        let ready = self.ready(&which, limit).await;
+        self.each_ready(which.into_iter().zip(ready), limit, op)
+            .await
+    }
+
+    /// Runs `op` on the nodes that are ready, each for at most `limit`; the
+    /// others fail with their error.
+    async fn each_ready<'a, T, F>(
+        &'a self,
+        which: impl Iterator<Item = (usize, Result<(), LockError>)>,
+        limit: Duration,
+        op: impl Fn(&'a SingleNode) -> F,
+    ) -> Vec<(usize, Result<T, LockError>)>
+    where
+        F: Future<Output = Result<T, LockError>>,
+    {
+        join_all(which.map(|(i, ready)| {
+            let node: &'a SingleNode = &self.nodes[i];
+            let op = ready.map(|()| op(node));
             async move {
+                let op = match op {
+                    Ok(op) => op,
+                    Err(e) => return (i, Err(e)),
+                };
+                // Cut off, the request leaves its connection in place.
                 let result = match tokio::time::timeout(limit, op).await {
                     Ok(result) => result,
                     Err(_) => Err(LockError::Connection {
@@ -178,21 +307,77 @@ impl Redlock {
         .await
     }
 
-    /// Asks every node for the lock once.
-    pub(crate) async fn attempt(&self, keys: &Keys, token: &str, expire: Duration) -> Votes {
+    /// Per node: whether it counts in a majority at all, as far as known
+    /// now: which server it is is known, and no node before it in the list
+    /// is the same server.
+    fn counted(&self) -> Vec<bool> {
+        let ids: Vec<_> = self.nodes.iter().map(|n| facts(n).identity()).collect();
+        (0..ids.len())
+            .map(|i| {
+                ids[i].as_ref().is_some_and(|id| {
+                    !ids[..i]
+                        .iter()
+                        .flatten()
+                        .any(|earlier| earlier.same_server(id))
+                })
+            })
+            .collect()
+    }
+
+    /// `InvalidInput` when two nodes have turned out to be one server.
+    fn refuse_duplicates(&self) -> Result<(), LockError> {
+        let ids: Vec<_> = self.nodes.iter().map(|n| facts(n).identity()).collect();
+        for (j, b) in ids.iter().enumerate() {
+            let Some(b) = b else { continue };
+            if let Some((i, a)) = ids[..j]
+                .iter()
+                .enumerate()
+                .find_map(|(i, a)| a.as_ref().filter(|a| a.same_server(b)).map(|a| (i, a)))
+            {
+                return Err(LockError::invalid(
+                    "Redlock nodes",
+                    format!(
+                        "nodes {} and {} of the list (counting from 1) reach one Redis server \
+                         ({}), which would count twice in every majority; give each node \
+                         once: a Redlock needs independent masters",
+                        i + 1,
+                        j + 1,
+                        a.how_same(b)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks every node for the lock once. Fails only when two nodes are one
+    /// server.
+    pub(crate) async fn attempt(
+        &self,
+        keys: &Keys,
+        token: &str,
+        expire: Duration,
+    ) -> Result<Votes, LockError> {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        let limit = self.timeout(expire);
+        // Connected first: only then is each node's server known.
+        let ready = self.ready(&all, limit).await;
+        self.refuse_duplicates()?;
         let answers = self
-            .each(0..self.nodes.len(), self.timeout(expire), |node| {
+            .each_ready(all.into_iter().zip(ready), limit, |node| {
                 node.try_acquire(keys, token, expire, Duration::ZERO)
             })
             .await;
+        let counted = self.counted();
         let mut votes = Votes::default();
         for (i, answer) in answers {
             match answer {
                 Ok(Attempt::Acquired { fencing_token }) => {
                     votes.answered += 1;
                     votes.granted.push((i, fencing_token));
-                    if self.votes(i, expire) {
-                        votes.voters += 1;
+                    match self.votes(i, &counted) {
+                        Ok(()) => votes.voters += 1,
+                        Err(why) => votes.not_voting.push((i, why)),
                     }
                 }
                 Ok(Attempt::Held { expires_in }) => {
@@ -206,12 +391,33 @@ impl Redlock {
                 }
             }
         }
-        votes
+        Ok(votes)
     }
 
-    /// Whether node `i` counts toward the majority of a lock with this lease.
-    fn votes(&self, i: usize, expire: Duration) -> bool {
-        !self.delay_restarted || self.nodes[i].uptime().is_none_or(|up| up >= expire)
+    /// Whether node `i` counts toward a majority now: it counts at all (see
+    /// [`counted`](Self::counted)), and, unless the delay is off, it has
+    /// kept its data for at least `max_lease`, the longest lease any holder
+    /// of any lock on these nodes may still have.
+    fn votes(&self, i: usize, counted: &[bool]) -> Result<(), NoVote> {
+        let facts = facts(&self.nodes[i]);
+        let age = facts.age();
+        if !counted[i] {
+            return Err(NoVote::Unknown(match (facts.identity(), age) {
+                (Some(_), _) => "another node of the list is the same server".into(),
+                (None, Err(why)) => why,
+                (None, Ok(_)) => "which server it is cannot be told (INFO has no run_id, and the \
+                                  marker cannot be read)"
+                    .into(),
+            }));
+        }
+        if !self.delay_restarted {
+            return Ok(());
+        }
+        match age {
+            Ok(age) if age >= self.max_lease => Ok(()),
+            Ok(_) => Err(NoVote::Young),
+            Err(why) => Err(NoVote::Unknown(why)),
+        }
     }
 
     /// The fencing token of an acquisition that won `votes`: the largest
@@ -236,13 +442,13 @@ impl Redlock {
                 |node| node.raise_fence(keys, token, top),
             )
             .await;
+        let counted = self.counted();
         let confirmed = raised
             .into_iter()
-            .filter(|(i, owned)| matches!(owned, Ok(true)) && self.votes(*i, expire))
+            .filter(|(i, owned)| matches!(owned, Ok(true)) && self.votes(*i, &counted).is_ok())
             .count();
         (confirmed >= self.quorum).then_some(top)
     }
-
     /// Releases on the nodes in `which` (an acquisition that failed) and
     /// waits for their answers.
     pub(crate) async fn give_back(
@@ -294,20 +500,75 @@ impl Redlock {
         self.no_quorum(name, votes.answered, votes.first_error)
     }
 
-    /// The error for an acquisition kept from a majority by nodes too
-    /// recently started to vote.
-    pub(crate) fn too_young(&self, name: &str, expire: Duration, votes: &Votes) -> LockError {
-        let young = votes.granted.len() - votes.voters;
+    /// The error for an acquisition kept from a majority by nodes that
+    /// granted it but do not vote: too recently restarted, or of unknown
+    /// restart time.
+    pub(crate) fn too_young(&self, name: &str, votes: &Votes) -> LockError {
+        let young = votes
+            .not_voting
+            .iter()
+            .filter(|(_, why)| *why == NoVote::Young)
+            .count();
+        let mut parts = Vec::new();
+        if young > 0 {
+            parts.push(format!(
+                "{young} of the nodes that granted the lock have kept their data for less than \
+                 the Locker's max_lease ({:?}) and do not vote yet: a node restarted without \
+                 persistence has forgotten its locks, and a lease of up to max_lease may still \
+                 run on the others (see `LockerBuilder::delay_restarted_nodes` and \
+                 `LockerBuilder::max_lease`)",
+                self.max_lease
+            ));
+        }
+        let unknown: Vec<String> = votes
+            .not_voting
+            .iter()
+            .filter_map(|(i, why)| match why {
+                NoVote::Unknown(why) => Some(format!("node {}: {why}", i + 1)),
+                NoVote::Young => None,
+            })
+            .collect();
+        if !unknown.is_empty() {
+            parts.push(format!(
+                "{} of them cannot tell when they last restarted, or which server they are, \
+                 and do not vote ({}); let the Locker's Redis user run `INFO` (it is in \
+                 @dangerous: add `+info`), or read and write the key `{}` with EVAL",
+                unknown.len(),
+                unknown.join("; "),
+                self.marker_key
+            ));
+        }
         LockError::NoQuorum {
             name: name.to_owned(),
             needed: self.quorum,
             nodes: self.nodes.len(),
-            detail: format!(
-                "{young} of the nodes that granted the lock have been up for less than its \
-                 lease ({expire:?}) and do not vote yet: a node restarted without persistence \
-                 has forgotten its locks (see `LockerBuilder::delay_restarted_nodes`)"
-            ),
+            detail: parts.join("; "),
         }
+    }
+
+    /// `answers` with those of nodes that count in no majority (see
+    /// [`counted`](Self::counted)) turned into errors: one server never
+    /// counts twice, and a node that cannot be identified not at all.
+    fn only_counted<T>(
+        &self,
+        answers: Vec<(usize, Result<T, LockError>)>,
+    ) -> Vec<(usize, Result<T, LockError>)> {
+        let counted = self.counted();
+        answers
+            .into_iter()
+            .map(|(i, answer)| match answer {
+                Ok(_) if !counted[i] => (
+                    i,
+                    Err(LockError::Connection {
+                        server: self.nodes[i].server().to_owned(),
+                        source: "not counted: which server it is is unknown, or another node \
+                                 of the list is the same server"
+                            .into(),
+                    }),
+                ),
+                answer => (i, answer),
+            })
+            .collect()
     }
 
     /// Releases everywhere; done when a majority still held the lock,
@@ -325,6 +586,7 @@ impl Redlock {
                 node.release(keys, token, fencing_token, true)
             })
             .await;
+        let answers = self.only_counted(answers);
         let unsure = answers
             .iter()
             .filter(|(_, answer)| matches!(answer, Ok(Released::Unsure)))
@@ -365,21 +627,37 @@ impl Redlock {
         {
             return Err(e);
         }
-        let (answered, left, first_error) = tally(answers);
+        let (answered, left, first_error) = tally(self.only_counted(answers));
         if answered < self.quorum {
             return Err(self.no_quorum(name, answered, first_error));
         }
-        Ok(self.majority_left(left, expire))
+        Ok(self.extended_left(left))
     }
 
     /// How long a majority keeps holding a lock, given each owning node's
-    /// time left: the `quorum`-th longest, less the drift.
-    fn majority_left(&self, mut left: Vec<Duration>, expire: Duration) -> Option<Duration> {
+    /// time left: the `quorum`-th longest, less the drift of a lease of
+    /// `expire`.
+    fn majority_left(&self, left: Vec<Duration>, expire: Duration) -> Option<Duration> {
+        self.quorum_left(left)
+            .map(|left| left.saturating_sub(drift(expire)))
+    }
+
+    /// [`majority_left`](Self::majority_left) after an extend: each node's
+    /// time left is the new lease, so the drift is that lease's, not the
+    /// original one's (a lock taken for 1 s and extended by an hour drifts
+    /// over an hour).
+    fn extended_left(&self, left: Vec<Duration>) -> Option<Duration> {
+        self.quorum_left(left)
+            .map(|left| left.saturating_sub(drift(left)))
+    }
+
+    /// The `quorum`-th longest time left: how long a majority keeps a lock.
+    fn quorum_left(&self, mut left: Vec<Duration>) -> Option<Duration> {
         if left.len() < self.quorum {
             return None;
         }
         left.sort_unstable_by(|a, b| b.cmp(a));
-        Some(left[self.quorum - 1].saturating_sub(drift(expire)))
+        Some(left[self.quorum - 1])
     }
 
     /// Renews a batch on every node; per lease, the time a majority still
@@ -394,12 +672,13 @@ impl Redlock {
             .iter()
             .map(|l| l.expire)
             .min()
-            .unwrap_or(self.response);
+            .unwrap_or(self.timeouts.response);
         let answers = self
             .each(0..self.nodes.len(), self.timeout(shortest), |node| {
                 node.renew(leases)
             })
             .await;
+        let answers = self.only_counted(answers);
         let mut per_lease: Vec<Vec<Duration>> = vec![Vec::new(); leases.len()];
         let mut answered = 0;
         let mut first_error = None;
@@ -429,9 +708,13 @@ impl Redlock {
     /// A PING to every node; fails when fewer than a majority answer.
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
         let answers = self
-            .each(0..self.nodes.len(), self.response, SingleNode::ping)
+            .each(
+                0..self.nodes.len(),
+                self.timeouts.response,
+                SingleNode::ping,
+            )
             .await;
-        let (answered, _, first_error) = tally(answers);
+        let (answered, _, first_error) = tally(self.only_counted(answers));
         if answered < self.quorum {
             return Err(self.no_quorum("(ping)", answered, first_error));
         }
@@ -459,6 +742,12 @@ fn tally<T: Found>(
         }
     }
     (answered, values, first_error)
+}
+
+/// The facts of a Redlock node (every node tracks them).
+fn facts(node: &SingleNode) -> &node_facts::NodeFacts {
+    node.facts()
+        .expect("Redlock nodes are made with `track_restarts`")
 }
 
 /// A node's answer that says the token still owned the lock there.
@@ -499,12 +788,25 @@ impl Found for () {
 /// doubling with each split in a row, at most 100 ms.
 pub(crate) fn split_pause(splits: u32) -> Duration {
     let ceiling = Duration::from_millis(2u64 << splits.min(6)).min(Duration::from_millis(100));
+    ceiling.mul_f64(random_fraction())
+}
+
+/// When a waiter tries again after failing to reach a majority: 4 ms,
+/// doubling with each failure in a row up to 250 ms, each between half of
+/// that and all of it (so that the waiters of a Locker do not come back
+/// together).
+pub(crate) fn outage_pause(failures: u32) -> Duration {
+    let ceiling = Duration::from_millis(4u64 << failures.min(6)).min(Duration::from_millis(250));
+    ceiling.mul_f64(0.5 + random_fraction() / 2.0)
+}
+
+/// A random fraction in 0..=1; 1 without randomness (pauses are then at
+/// their longest: slower, still correct).
+fn random_fraction() -> f64 {
     let mut bytes = [0_u8; 4];
-    // Without randomness the pause is the ceiling: slower, still correct.
-    let fraction = getrandom::fill(&mut bytes)
+    getrandom::fill(&mut bytes)
         .map(|()| f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX))
-        .unwrap_or(1.0);
-    ceiling.mul_f64(fraction)
+        .unwrap_or(1.0)
 }
 
 /// The moment a waiter of a Redlock may try again: a notice from any node.
@@ -525,20 +827,29 @@ pub(crate) async fn any_notice(waiters: &mut [Waiter]) {
 
 /// The acquisition loop of a Redlock.
 ///
-/// Each attempt asks every node at once (see [`Redlock::attempt`]). With a
-/// majority of voting nodes, and time left on the lease after the drift
-/// allowance, the lock is taken. Otherwise the nodes that granted it are
-/// released, and the loop waits for the first of:
+/// Each attempt asks every node at once (see [`Redlock::attempt`]), under an
+/// owner token of its own: a give-back of an earlier attempt that arrives
+/// late can only free that attempt's acquisition. With a majority of voting
+/// nodes, and time left on the lease after the drift allowance, the lock is
+/// taken. Otherwise the nodes that granted it are released, and the loop
+/// waits for the first of:
 /// - a release notice from any node (waiters do not queue on a Redlock;
 ///   each subscribes to the lock's channel on every node it can reach);
 /// - the end of the holder's lease, as the nodes reported it;
 /// - after a split vote, a random pause that grows with each split in a
 ///   row, so that contenders stop taking a minority each;
-/// - its acquire timeout: then one last attempt.
+/// - when fewer than a majority answered, a pause that grows with each
+///   such attempt in a row (see [`outage_pause`]): a short outage, a
+///   restart, is ridden out within the acquire time;
+/// - its acquire timeout: then one last attempt, whose failure is returned
+///   ([`LockError::NoQuorum`] when too few nodes answered or voted,
+///   [`LockError::Timeout`] when the lock was held).
 ///
-/// It fails at once with [`LockError::NoQuorum`] when fewer than a majority
-/// of the nodes answer. An attempt cut short (this future dropped) gives
-/// back what it had taken, in the background.
+/// A caller that asked for one attempt (`acquire_timeout` zero) gets
+/// [`LockError::NoQuorum`] at once. Two nodes that turn out to be one server
+/// fail the acquisition with [`LockError::InvalidInput`]. An attempt cut
+/// short (this future dropped) gives back what it had taken, in the
+/// background.
 pub(crate) async fn acquire(
     nodes: &Redlock,
     lease: LockRequest<'_>,
@@ -551,8 +862,10 @@ pub(crate) async fn acquire(
         .unwrap_or(now + crate::locker::MAX_EXPIRE);
     let expire = lease.expire;
     let trusted = expire.saturating_sub(drift(expire));
+    let mut token = lease.token;
     let mut waiters: Option<Vec<Waiter>> = None;
     let mut splits = 0;
+    let mut failures = 0;
     loop {
         if let Some(list) = waiters.as_mut() {
             // Notices heard before this attempt are answered by it.
@@ -560,17 +873,17 @@ pub(crate) async fn acquire(
         }
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
-        let votes = nodes.attempt(lease.keys, &lease.token, expire).await;
+        let votes = nodes.attempt(lease.keys, &token, expire).await?;
         let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
         let mut give_back = GiveBackOnDrop {
             locker: lease.locker,
             keys: lease.keys,
-            token: &lease.token,
+            token: &token,
             expire,
             nodes: taken,
         };
         if votes.voters >= nodes.quorum()
-            && let Some(fence) = nodes.fence(lease.keys, &lease.token, expire, &votes).await
+            && let Some(fence) = nodes.fence(lease.keys, &token, expire, &votes).await
             && sent.elapsed() < trusted
         {
             give_back.nodes.clear();
@@ -579,22 +892,36 @@ pub(crate) async fn acquire(
                 fencing_token: fence,
                 sent,
                 handed: false,
-                token: lease.token,
+                token,
             });
         }
         let taken = std::mem::take(&mut give_back.nodes);
         drop(give_back);
         if !taken.is_empty() {
-            nodes
-                .give_back(lease.keys, &lease.token, expire, &taken)
-                .await;
+            nodes.give_back(lease.keys, &token, expire, &taken).await;
         }
+        // The next attempt is another owner: whatever of this one is still
+        // on its way can never be taken for it.
+        token = crate::locker::new_token()?;
+        let mut wake_at = deadline;
         if votes.answered < nodes.quorum() {
-            return Err(nodes.unreachable(lease.name, votes));
+            if left.is_zero() {
+                return Err(nodes.unreachable(lease.name, votes));
+            }
+            failures += 1;
+            wake_at = wake_at.min(Instant::now() + outage_pause(failures));
+            tokio::select! {
+                () = tokio::time::sleep_until(wake_at.into()) => {}
+                () = gone.wait() => return Err(LockError::Runtime {
+                    reason: "the caller stopped waiting".into(),
+                }),
+            }
+            continue;
         }
+        failures = 0;
         if left.is_zero() {
             if votes.granted.len() >= nodes.quorum() && votes.voters < nodes.quorum() {
-                return Err(nodes.too_young(lease.name, expire, &votes));
+                return Err(nodes.too_young(lease.name, &votes));
             }
             return Err(LockError::Timeout {
                 name: lease.name.to_owned(),
@@ -603,14 +930,9 @@ pub(crate) async fn acquire(
         }
         if waiters.is_none() {
             // Subscribed only now: the lock may have been freed before.
-            waiters = Some(
-                nodes
-                    .register(&lease.keys.channel, &lease.token, expire)
-                    .await,
-            );
+            waiters = Some(nodes.register(&lease.keys.channel, &token, expire).await);
             continue;
         }
-        let mut wake_at = deadline;
         if let Some(held) = votes.held_for {
             wake_at = wake_at.min(soon_after(held));
         }
@@ -677,7 +999,15 @@ mod tests {
             connect: Duration::from_secs(1),
             response: Duration::from_secs(1),
         };
-        Redlock::new(&urls, timeouts, None, true, Duration::from_secs(60)).unwrap()
+        Redlock::new(
+            &urls,
+            timeouts,
+            None,
+            true,
+            Duration::from_secs(60),
+            "lockattr:",
+        )
+        .unwrap()
     }
 
     #[test]
@@ -696,6 +1026,40 @@ mod tests {
             Some(ms(700 - 12))
         );
         assert_eq!(r.majority_left(vec![ms(900), ms(800)], expire), None);
+    }
+
+    #[test]
+    fn an_extended_lease_drifts_as_the_new_lease_not_the_original() {
+        let r = five();
+        let s = Duration::from_secs;
+        // A lock taken for 1 s, extended to an hour on four nodes: the
+        // majority's hour drifts by 36 s + 2 ms, not by the 1 s lease's 12 ms.
+        let left = vec![s(3600), s(3599), s(3600), s(3600)];
+        assert_eq!(
+            r.extended_left(left),
+            Some(s(3600) - Duration::from_millis(36_002))
+        );
+        // Shortened to 100 ms: 3 ms of drift, not the original lease's.
+        let ms = Duration::from_millis;
+        assert_eq!(
+            r.extended_left(vec![ms(100), ms(100), ms(100)]),
+            Some(ms(97))
+        );
+        assert_eq!(r.extended_left(vec![ms(100), ms(100)]), None);
+    }
+
+    #[test]
+    fn pauses_after_an_outage_grow_to_a_quarter_second() {
+        for failures in 1..20 {
+            let ceiling =
+                Duration::from_millis(4 << failures.min(6)).min(Duration::from_millis(250));
+            let pause = outage_pause(failures);
+            assert!(
+                pause >= ceiling / 2 && pause <= ceiling,
+                "{failures}: {pause:?}"
+            );
+        }
+        assert!(outage_pause(30) <= Duration::from_millis(250));
     }
 
     #[test]
@@ -736,9 +1100,16 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         for n in [0, 1, 2, 4, 6] {
-            let err = Redlock::new(&urls(n), t, None, true, Duration::from_secs(60))
-                .unwrap_err()
-                .to_string();
+            let err = Redlock::new(
+                &urls(n),
+                t,
+                None,
+                true,
+                Duration::from_secs(60),
+                "lockattr:",
+            )
+            .unwrap_err()
+            .to_string();
             assert!(err.contains(&format!("{n} URLs")), "{err}");
         }
         let twice = vec![
@@ -747,7 +1118,7 @@ mod tests {
             "redis://a/".into(),
         ];
         assert!(
-            Redlock::new(&twice, t, None, true, Duration::from_secs(60))
+            Redlock::new(&twice, t, None, true, Duration::from_secs(60), "lockattr:")
                 .unwrap_err()
                 .to_string()
                 .contains("twice")

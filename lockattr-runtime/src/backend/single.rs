@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
 
+use super::node_facts::NodeFacts;
 use super::{Attempt, Extend, Released, Renewal, Wakeups, extended, left_of, millis, scripts};
 use crate::key::Keys;
 use crate::{LockError, io};
@@ -64,9 +65,11 @@ pub(crate) struct SingleNode {
     slots: Arc<Slots>,
     /// The subscriber side: where waiters hear that they got the lock.
     wakeups: Wakeups,
-    /// When tracked (a Redlock node): when the server last started, as far
-    /// as the latest connection could tell (`None`: not known yet).
-    started: Option<Mutex<Option<Instant>>>,
+    /// When tracked (a Redlock node): since when the server has kept its
+    /// data, and which server it is, read on every new connection.
+    facts: Option<NodeFacts>,
+    /// The database of the URL.
+    db: i64,
 }
 
 impl std::fmt::Debug for SingleNode {
@@ -110,7 +113,8 @@ impl SingleNode {
             )
         })?;
         let info = client.get_connection_info();
-        let server = format!("{}/{}", info.addr(), info.redis_settings().db());
+        let db = info.redis_settings().db();
+        let server = format!("{}/{db}", info.addr());
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.response));
@@ -120,62 +124,34 @@ impl SingleNode {
             config,
             server,
             slots: Arc::default(),
-            started: None,
+            facts: None,
+            db,
         })
     }
 
-    /// Reads the server's uptime each time a connection opens, for
-    /// [`uptime`](Self::uptime).
-    pub(crate) fn track_restarts(mut self) -> SingleNode {
-        self.started = Some(Mutex::new(None));
+    /// Reads the server's restart time and identity each time a connection
+    /// opens (see [`NodeFacts`]), with the marker key of a Locker whose keys
+    /// start with `prefix`.
+    pub(crate) fn track_restarts(mut self, prefix: &str) -> SingleNode {
+        self.facts = Some(NodeFacts::new(prefix, self.db));
         self
     }
 
-    /// How long the server has been up, as of its latest connection: `None`
-    /// when not tracked or not known (no connection yet, or INFO refused).
-    /// A restart breaks every connection, so a restarted server is seen on
-    /// the first request after it.
-    pub(crate) fn uptime(&self) -> Option<Duration> {
-        let started = self.started.as_ref()?;
-        let started = *started.lock().unwrap_or_else(|p| p.into_inner());
-        started.map(|at| at.elapsed())
+    /// What the latest connections told of the server, when tracked.
+    pub(crate) fn facts(&self) -> Option<&NodeFacts> {
+        self.facts.as_ref()
     }
 
-    /// Records the uptime the server reports on a new connection. INFO's
-    /// uptime is a difference of whole seconds, which can be up to a second
-    /// more than the time up; one second less is taken, so a server is
-    /// never thought older than it is.
-    async fn read_uptime(&self, connection: &mut MultiplexedConnection) {
-        let Some(started) = &self.started else {
-            return;
-        };
-        let info: redis::RedisResult<String> = redis::cmd("INFO")
-            .arg("server")
-            .query_async(connection)
-            .await;
-        let uptime = info.ok().and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
-                .and_then(|secs| secs.trim().parse::<u64>().ok())
-        });
-        match uptime {
-            Some(secs) => {
-                // Redis counts whole seconds of its clock since start, so
-                // `secs` may be up to a second more than the time up: one
-                // second less is a safe lower bound.
-                let at = Instant::now()
-                    .checked_sub(Duration::from_secs(secs.saturating_sub(1)))
-                    .unwrap_or_else(Instant::now);
-                let mut started = started.lock().unwrap_or_else(|p| p.into_inner());
-                // Connections of several runtimes: the latest start wins.
-                *started = Some(started.map_or(at, |known| known.max(at)));
-            }
-            None => tracing::warn!(
-                server = %self.server,
-                "cannot read the uptime of a Redlock node (INFO server refused?); \
-                 its restarts cannot be told apart"
-            ),
-        }
+    /// Opens the current runtime's connection if there is none (and reads
+    /// the server's facts on it, when tracked).
+    pub(crate) async fn connect(&self) -> Result<(), LockError> {
+        self.connection().await.map(drop)
+    }
+
+    /// Whether the current runtime has a connection open (as far as known:
+    /// a connection that broke while idle is found out on first use).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.slot().is_ok_and(|slot| slot.cached().is_some())
     }
 
     pub(crate) fn server(&self) -> &str {
@@ -245,7 +221,13 @@ impl SingleNode {
         let generation = slot.attempts.fetch_add(1, Ordering::AcqRel) + 1;
         match result {
             Ok(mut connection) => {
-                self.read_uptime(&mut connection).await;
+                if let Some(facts) = &self.facts
+                    && let Err(e) = facts.observe(&self.server, &mut connection).await
+                {
+                    // Not used: its facts are unknown.
+                    *last_error = Some(e.clone());
+                    return Err(self.error(e));
+                }
                 *last_error = None;
                 *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Current {
                     generation,
@@ -335,19 +317,8 @@ impl SingleNode {
         // after it and gives the lock back; on any other connection it could
         // run first and miss.
         // Sent as EVAL (see `scripts::give_back`).
-        let give_back = |mut connection: MultiplexedConnection| {
-            let release = scripts::give_back(keys, token);
-            let fut = async move {
-                let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
-                drop(released);
-            };
-            // On the connection's own runtime when there is one; when that
-            // runtime is gone, so is the connection, and the lease frees the
-            // lock if the acquisition ran.
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => drop(handle.spawn(fut)),
-                Err(_) => drop(io::spawn(fut)),
-            }
+        let give_back = |connection: MultiplexedConnection| {
+            give_back_in_order(connection, scripts::give_back(keys, token));
         };
         let reply = self
             .send(Request::Script(&invocation), Some(&give_back))
@@ -468,6 +439,34 @@ impl Slot {
         if current.as_ref().is_some_and(|c| c.generation == generation) {
             *current = None;
         }
+    }
+}
+
+/// Sends `request` on `connection`, queued before any request sent on that
+/// connection after this returns: a give-back runs before the caller's next
+/// request to that server. Its answer is awaited (and ignored) by a task,
+/// which keeps the connection open until then.
+///
+/// A multiplexed connection queues a request on its first poll, so the
+/// request's future is polled once here, then handed to the task. When that
+/// first poll cannot queue it (the connection's queue is full), or outside
+/// a runtime, the task sends it, after requests sent meanwhile.
+fn give_back_in_order(mut connection: MultiplexedConnection, request: redis::Cmd) {
+    let mut send = Box::pin(tokio::task::unconstrained(async move {
+        let released: redis::RedisResult<redis::Value> = request.query_async(&mut connection).await;
+        drop(released);
+    }));
+    // On the connection's own runtime when there is one; when that runtime
+    // is gone, so is the connection, and the lease frees the lock if the
+    // acquisition ran.
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let mut cx = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
+            if send.as_mut().poll(&mut cx).is_pending() {
+                drop(handle.spawn(send));
+            }
+        }
+        Err(_) => drop(io::spawn(send)),
     }
 }
 

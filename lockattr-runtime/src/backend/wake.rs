@@ -23,16 +23,41 @@
 //! holder asked for less), so there is no herd, and the queue serves
 //! waiters in the order they came.
 //!
-//! Messages can be lost (pub/sub is fire-and-forget; a subscriber connection
-//! may drop). Nothing depends on them alone: every waiter also wakes when the
-//! holder's lease would end and when its acquire time ends, and then asks
-//! Redis, whose answer is the truth (a waiter that was handed the lock finds
-//! its own token there). When the subscriber connection drops, every waiter
-//! of the Locker is told to ask again at once.
+//! # Registering never blocks a waiter
+//!
+//! [`Wakeups::watch`] enters a waiter under its owner token and returns at
+//! once. The SUBSCRIBE runs in the background on the library's I/O thread,
+//! one task per channel at a time (so eight waiters on one channel send one
+//! SUBSCRIBE, not eight in a row), and each waiter of the channel hears
+//! [`Wake::Subscribed`] when it is confirmed: from then on no notice is
+//! missed, so the waiter asks Redis once more and sleeps. Until then, and
+//! whatever happens to the subscription, the waiter keeps its own timers
+//! (the holder's lease, its once-a-second check, its deadline): a slow or
+//! dead subscriber link never holds a waiter past its acquire time.
+//!
+//! # A dead link is noticed and replaced
+//!
+//! While any channel is subscribed, the subscriber connection is sent a
+//! `PING` every [`PING_EVERY`]; its socket also has TCP keepalive. A
+//! connection that drops, or that does not answer a `PING`, a `SUBSCRIBE`
+//! or an `UNSUBSCRIBE` within the response timeout (a half-open socket, a
+//! proxy or a firewall that silently stopped passing traffic), is closed
+//! once, by generation, whoever noticed first; every waiter of the Locker is
+//! then told to ask Redis ([`Wake::Recheck`]) and registers again on a new
+//! connection. A connection that fails again and again is reopened after a
+//! pause that doubles up to [`MAX_REOPEN_PAUSE`].
+//!
+//! Messages can be lost (pub/sub is fire-and-forget). Nothing depends on
+//! them alone: every waiter also asks Redis at least once a second, when
+//! the holder's lease would end, and when its acquire time ends, and Redis's
+//! answer is the truth (a waiter that was handed the lock finds its own
+//! token there, which the acquire script counts as taken). So a hand-over
+//! whose message never arrives costs about a second, not a lease.
 //!
 //! A channel stays subscribed for [`LINGER`] after its last waiter left, so
 //! a lock that is contended again and again does not pay a SUBSCRIBE each
-//! time.
+//! time. A server that refuses SUBSCRIBE (an ACL) makes its waiters check
+//! the lock often instead ([`Wake::Refused`]).
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -51,13 +76,40 @@ use crate::io;
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(2);
 
+/// How often the subscriber connection is checked with a `PING` while a
+/// channel is subscribed on it.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest pause before opening a subscriber connection again after
+/// failures in a row (connections that could not be opened, or that were
+/// closed for not answering).
+const MAX_REOPEN_PAUSE: Duration = Duration::from_secs(2);
+
+/// TCP keepalive of the subscriber connection: the first probe after this
+/// long without traffic.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+
+/// TCP keepalive of the subscriber connection: the pause between probes.
+#[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+
 /// What a waiter hears.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wake {
     /// A release handed this waiter the lock, with this fencing token.
     Handed { fencing_token: u64 },
-    /// The subscription broke, so a message may have been missed: ask Redis.
+    /// The lock's channel is subscribed: every notice published from now on
+    /// reaches this waiter. One that was published before may have been
+    /// missed: ask Redis once more.
+    Subscribed,
+    /// The subscription broke, so a message may have been missed: ask
+    /// Redis. The waiter is no longer registered: register again to keep
+    /// waiting.
     Recheck,
+    /// Redis refused to subscribe (an ACL, a renamed command): no notice
+    /// will come, so check the lock often. The waiter is no longer
+    /// registered.
+    Refused,
     /// A release handed the lock to another waiter, whose lease is this
     /// long: the time to check for a crashed holder moves to its end.
     Rearm { lease: Duration },
@@ -65,11 +117,17 @@ pub(crate) enum Wake {
 
 /// The wake-ups of one Redis server, for one Locker.
 pub(crate) struct Wakeups {
+    shared: Arc<Shared>,
+}
+
+/// What the Wakeups share with their background tasks (which hold it weakly,
+/// so that dropping the Wakeups stops them and closes the connection).
+struct Shared {
     /// Where to subscribe: the first that answers (several seeds of a
     /// Redis Cluster, where a PUBLISH reaches every node).
     clients: Vec<Client>,
     timeouts: Timeouts,
-    state: Arc<Mutex<State>>,
+    state: Mutex<State>,
     /// Held while opening the subscriber connection.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -87,16 +145,27 @@ struct State {
     /// Generations of subscriber connections opened so far.
     generation: u64,
     channels: HashMap<String, Channel>,
-    /// Dropped with the Wakeups: stops the reader, which closes the connection.
-    _stop: Option<oneshot::Sender<()>>,
+    /// Dropped with the Wakeups, or when the connection is closed: stops
+    /// the reader, which closes the connection.
+    stop: Option<oneshot::Sender<()>>,
+    /// Failures in a row: connections that could not be opened, or were
+    /// closed for not answering. Reset by any answer on a connection.
+    failures: u32,
+    /// No new connection is opened before this.
+    reopen_at: Option<Instant>,
+    /// Numbers the registrations, so that a waiter's Drop removes its own
+    /// entry and no later one under the same token.
+    serial: u64,
 }
 
 #[derive(Default)]
 struct Channel {
     /// The waiting tasks, by owner token.
-    waiters: HashMap<String, mpsc::UnboundedSender<Wake>>,
+    waiters: HashMap<String, Entry>,
     /// The generation of the connection this channel is subscribed on.
     subscribed: Option<u64>,
+    /// A background task is subscribing this channel.
+    subscribing: bool,
     /// Serializes SUBSCRIBE and UNSUBSCRIBE of this channel, so they reach
     /// Redis in the order the registry decided them.
     changing: Arc<tokio::sync::Mutex<()>>,
@@ -106,21 +175,70 @@ struct Channel {
     lingering: bool,
 }
 
+/// One registered waiter.
+struct Entry {
+    wake: mpsc::UnboundedSender<Wake>,
+    /// Told [`Wake::Subscribed`] (or registered on a subscribed channel).
+    armed: bool,
+    serial: u64,
+}
+
+impl Channel {
+    /// Tells every waiter not yet armed that the channel is subscribed.
+    fn arm(&mut self) {
+        for entry in self.waiters.values_mut().filter(|e| !e.armed) {
+            entry.armed = true;
+            let _ = entry.wake.send(Wake::Subscribed);
+        }
+    }
+}
+
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl State {
+    fn current(&self) -> Option<u64> {
+        self.sink.as_ref().map(|(generation, _)| *generation)
+    }
+
+    /// One more failure in a row: the next connection waits a little longer.
+    fn failed(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        self.reopen_at = Some(Instant::now() + reopen_pause(self.failures));
+    }
+
+    /// The connection answered: the next one, if needed, opens at once.
+    fn answered(&mut self) {
+        self.failures = 0;
+        self.reopen_at = None;
+    }
+}
+
+/// The pause before opening a connection after `failures` failures in a
+/// row: none after the first (a dead link is replaced at once), then
+/// 100 ms doubling up to [`MAX_REOPEN_PAUSE`].
+fn reopen_pause(failures: u32) -> Duration {
+    if failures <= 1 {
+        return Duration::ZERO;
+    }
+    let doublings = (failures - 2).min(8);
+    (Duration::from_millis(100) * (1_u32 << doublings)).min(MAX_REOPEN_PAUSE)
+}
+
 /// A task waiting for a lock: registered under its token until dropped.
 pub(crate) struct Waiter {
-    state: Weak<Mutex<State>>,
+    shared: Weak<Shared>,
     channel: String,
     token: String,
+    serial: u64,
     wake: mpsc::UnboundedReceiver<Wake>,
 }
 
 impl Waiter {
-    /// The next wake-up. After [`Wake::Handed`] or [`Wake::Recheck`] the
-    /// waiter is no longer registered: register again to keep waiting.
+    /// The next wake-up. After [`Wake::Handed`], [`Wake::Recheck`] or
+    /// [`Wake::Refused`] the waiter is no longer registered: register again
+    /// to keep waiting.
     pub(crate) async fn wait(&mut self) -> Wake {
         // A dropped sender means the registry let go of this waiter (the
         // subscription broke, or the Locker is going away): ask Redis.
@@ -139,7 +257,8 @@ impl Waiter {
     pub(crate) fn drain(&mut self) -> bool {
         loop {
             match self.wake.try_recv() {
-                Ok(Wake::Recheck) | Err(mpsc::error::TryRecvError::Disconnected) => return false,
+                Ok(Wake::Recheck | Wake::Refused)
+                | Err(mpsc::error::TryRecvError::Disconnected) => return false,
                 Ok(_) => {}
                 Err(mpsc::error::TryRecvError::Empty) => return true,
             }
@@ -149,19 +268,25 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let Some(state) = self.state.upgrade() else {
+        let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let mut guard = lock(&state);
+        let mut guard = lock(&shared.state);
         let Some(channel) = guard.channels.get_mut(&self.channel) else {
             return;
         };
-        channel.waiters.remove(&self.token);
+        if channel
+            .waiters
+            .get(&self.token)
+            .is_some_and(|e| e.serial == self.serial)
+        {
+            channel.waiters.remove(&self.token);
+        }
         if channel.waiters.is_empty() {
             channel.idle_since = Some(Instant::now());
             if !channel.lingering {
                 channel.lingering = true;
-                let (weak, name) = (Arc::downgrade(&state), self.channel.clone());
+                let (weak, name) = (Arc::downgrade(&shared), self.channel.clone());
                 drop(guard);
                 // Fails only when the I/O thread cannot start; then the
                 // channel stays subscribed, which is harmless.
@@ -171,25 +296,55 @@ impl Drop for Waiter {
     }
 }
 
+/// `client` with TCP keepalive and without Nagle's delay on its sockets
+/// (`client` itself when its settings cannot be changed).
+fn with_keepalive(client: Client) -> Client {
+    use redis::io::tcp::socket2::TcpKeepalive;
+    let info = client.get_connection_info().clone();
+    let keepalive = TcpKeepalive::new().with_time(KEEPALIVE_IDLE);
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
+    let keepalive = keepalive.with_interval(KEEPALIVE_INTERVAL);
+    let tcp = info
+        .tcp_settings()
+        .clone()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    Client::open(info.set_tcp_settings(tcp)).unwrap_or(client)
+}
+
 impl Wakeups {
     pub(crate) fn new(clients: Vec<Client>, timeouts: Timeouts) -> Wakeups {
         Wakeups {
-            clients,
-            timeouts,
-            state: Arc::default(),
-            connecting: tokio::sync::Mutex::new(()),
+            shared: Arc::new(Shared {
+                clients: clients.into_iter().map(with_keepalive).collect(),
+                timeouts,
+                state: Mutex::default(),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
         }
     }
 
-    fn waiter(&self, state: &mut State, channel: &str, token: &str) -> Waiter {
+    /// Enters `token` among the waiters of `channel`; `armed`: the channel
+    /// is subscribed on the current connection.
+    fn enter(&self, state: &mut State, channel: &str, token: &str, armed: bool) -> Waiter {
         let (tx, rx) = mpsc::unbounded_channel();
+        state.serial += 1;
+        let serial = state.serial;
         let entry = state.channels.entry(channel.to_owned()).or_default();
-        entry.waiters.insert(token.to_owned(), tx);
+        entry.waiters.insert(
+            token.to_owned(),
+            Entry {
+                wake: tx,
+                armed,
+                serial,
+            },
+        );
         entry.idle_since = None;
         Waiter {
-            state: Arc::downgrade(&self.state),
+            shared: Arc::downgrade(&self.shared),
             channel: channel.to_owned(),
             token: token.to_owned(),
+            serial,
             wake: rx,
         }
     }
@@ -197,88 +352,160 @@ impl Wakeups {
     /// Registers `token` as waiting on `channel`, if the channel is already
     /// subscribed: then the waiter hears every message published from now on.
     pub(crate) fn register_if_subscribed(&self, channel: &str, token: &str) -> Option<Waiter> {
-        let mut state = lock(&self.state);
-        let current = state.sink.as_ref().map(|(generation, _)| *generation)?;
+        let mut state = lock(&self.shared.state);
+        let current = state.current()?;
         let subscribed = state.channels.get(channel)?.subscribed;
-        (subscribed == Some(current)).then(|| self.waiter(&mut state, channel, token))
+        (subscribed == Some(current)).then(|| self.enter(&mut state, channel, token, true))
     }
 
-    /// Registers `token` as waiting on `channel` and makes sure the channel
-    /// is subscribed: the waiter hears every message published after this
-    /// returns.
+    /// Registers `token` as waiting on `channel` and returns at once; the
+    /// channel is subscribed in the background if it is not yet. The waiter
+    /// hears [`Wake::Subscribed`] once every notice published from then on
+    /// reaches it (at once when the channel already is subscribed),
+    /// [`Wake::Recheck`] if the connection breaks first, [`Wake::Refused`]
+    /// if Redis refuses to subscribe. Never blocks on Redis.
+    pub(crate) fn watch(&self, channel: &str, token: &str) -> Waiter {
+        let mut state = lock(&self.shared.state);
+        let current = state.current();
+        let armed = current.is_some()
+            && state
+                .channels
+                .get(channel)
+                .is_some_and(|c| c.subscribed == current);
+        let waiter = self.enter(&mut state, channel, token, armed);
+        let entry = state.channels.get_mut(channel).expect("entered just above");
+        if armed {
+            // Entered after the caller's last look at Redis: it asks once more.
+            if let Some(e) = entry.waiters.get(token) {
+                let _ = e.wake.send(Wake::Subscribed);
+            }
+            return waiter;
+        }
+        if entry.subscribing {
+            return waiter;
+        }
+        entry.subscribing = true;
+        drop(state);
+        let task = subscribe(Arc::downgrade(&self.shared), channel.to_owned());
+        if io::spawn(task).is_err() {
+            // No I/O thread: nothing can be subscribed; the waiter still
+            // asks Redis on its own timers.
+            if let Some(entry) = lock(&self.shared.state).channels.get_mut(channel) {
+                entry.subscribing = false;
+            }
+        }
+        waiter
+    }
+
+    /// Registers `token` as waiting on `channel` and waits until the channel
+    /// is subscribed (at most a connect and a response timeout): the waiter
+    /// hears every message published after this returns. An error when the
+    /// subscription could not be made in that time.
     pub(crate) async fn register(&self, channel: &str, token: &str) -> Result<Waiter, RedisError> {
-        // Registered before subscribing: no message after the subscription
-        // can miss it.
-        let (waiter, changing) = {
-            let mut state = lock(&self.state);
-            let waiter = self.waiter(&mut state, channel, token);
-            let changing = state.channels[channel].changing.clone();
-            (waiter, changing)
+        let mut waiter = self.watch(channel, token);
+        let limit = self.shared.timeouts.connect + self.shared.timeouts.response;
+        let subscribed = async {
+            loop {
+                match waiter.wait().await {
+                    Wake::Subscribed => return true,
+                    Wake::Recheck | Wake::Refused => return false,
+                    // Heard before the confirmation: the caller asks Redis
+                    // after this returns anyway.
+                    Wake::Handed { .. } | Wake::Rearm { .. } => {}
+                }
+            }
         };
-        let _changing = changing.lock().await;
-        let (generation, mut sink) = self.sink().await?;
-        let subscribed = lock(&self.state)
-            .channels
-            .get(channel)
-            .and_then(|c| c.subscribed);
-        if subscribed == Some(generation) {
-            return Ok(waiter);
+        match tokio::time::timeout(limit, subscribed).await {
+            Ok(true) => Ok(waiter),
+            Ok(false) => Err(RedisError::from(std::io::Error::other(
+                "cannot subscribe to release notices",
+            ))),
+            Err(_) => Err(timed_out()),
         }
-        within(self.timeouts.response, sink.subscribe(channel)).await?;
-        let mut state = lock(&self.state);
-        // If the connection broke meanwhile, the reader has told every
-        // waiter to ask Redis; the channel stays unsubscribed.
-        if state.sink.as_ref().map(|(g, _)| *g) == Some(generation)
-            && let Some(entry) = state.channels.get_mut(channel)
-        {
-            entry.subscribed = Some(generation);
-        }
-        Ok(waiter)
     }
+}
 
-    /// The subscriber connection, opened if needed.
-    async fn sink(&self) -> Result<(u64, PubSubSink), RedisError> {
+impl Shared {
+    /// The subscriber connection, opened if needed (after the pause that
+    /// failures in a row call for). Runs on the I/O thread, whose runtime
+    /// never stops: the connection's I/O task runs where it was opened, and
+    /// it serves the waiters of every runtime.
+    async fn connection(self: &Arc<Self>) -> Result<(u64, PubSubSink), RedisError> {
         if let Some(sink) = lock(&self.state).sink.clone() {
             return Ok(sink);
         }
         let _connecting = self.connecting.lock().await;
-        if let Some(sink) = lock(&self.state).sink.clone() {
-            return Ok(sink);
-        }
-        // Opened on the I/O thread, whose runtime never stops: the
-        // connection's I/O task runs where it was opened, and it serves the
-        // waiters of every runtime.
-        let (clients, limit) = (self.clients.clone(), self.timeouts.connect);
-        let connect = async move {
-            let mut last = None;
-            for client in clients {
-                match within(limit, async { client.get_async_pubsub().await }).await {
-                    Ok(pubsub) => return Ok(pubsub),
-                    Err(e) => last = Some(e),
-                }
+        let reopen_at = {
+            let state = lock(&self.state);
+            if let Some(sink) = state.sink.clone() {
+                return Ok(sink);
             }
-            Err(last.unwrap_or_else(|| {
-                RedisError::from(std::io::Error::other("no server to subscribe on"))
-            }))
+            state.reopen_at
         };
-        let (sink, stream) = io::run(async move { Ok(connect.await) })
-            .await
-            .map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))??
-            .split();
+        if let Some(at) = reopen_at {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let mut last = None;
+        for client in &self.clients {
+            match within(self.timeouts.connect, client.get_async_pubsub()).await {
+                Ok(pubsub) => return Ok(self.install(pubsub)),
+                Err(e) => last = Some(e),
+            }
+        }
+        let e = last.unwrap_or_else(|| {
+            RedisError::from(std::io::Error::other("no server to subscribe on"))
+        });
+        tracing::debug!(error = %e, "cannot open the subscriber connection");
+        lock(&self.state).failed();
+        Err(e)
+    }
+
+    /// Makes `pubsub` the subscriber connection, with its reader and its
+    /// health check.
+    fn install(self: &Arc<Self>, pubsub: redis::aio::PubSub) -> (u64, PubSubSink) {
+        let (sink, stream) = pubsub.split();
         let (stop, stopped) = oneshot::channel();
         let generation = {
             let mut state = lock(&self.state);
             state.generation += 1;
             state.sink = Some((state.generation, sink.clone()));
-            state._stop = Some(stop);
+            state.stop = Some(stop);
             state.generation
         };
-        let reader = read(Arc::downgrade(&self.state), generation, stream, stopped);
-        if let Err(e) = io::spawn(reader) {
-            lock(&self.state).sink = None;
-            return Err(RedisError::from(std::io::Error::other(e.to_string())));
+        let weak = Arc::downgrade(self);
+        let started = io::spawn(read(weak.clone(), generation, stream, stopped))
+            .and_then(|()| io::spawn(check_health(weak, generation, sink.clone())));
+        if started.is_err() {
+            self.lost(generation, true);
         }
-        Ok((generation, sink))
+        (generation, sink)
+    }
+
+    /// Subscriber connection `generation` ended, or is closed now because
+    /// it did not answer (`unanswered`): forget it and every subscription on
+    /// it, and tell every waiter to ask Redis. Once per generation: later
+    /// calls for it do nothing.
+    fn lost(&self, generation: u64, unanswered: bool) {
+        let mut state = lock(&self.state);
+        if state.current() != Some(generation) {
+            return;
+        }
+        if unanswered {
+            tracing::debug!(
+                "the subscriber connection stopped answering; replacing it and \
+                 telling its waiters to check their locks"
+            );
+            state.failed();
+        }
+        state.sink = None;
+        // The reader stops and drops its stream, which closes the socket.
+        state.stop = None;
+        for channel in state.channels.values_mut() {
+            channel.subscribed = None;
+            for (_, waiter) in channel.waiters.drain() {
+                let _ = waiter.wake.send(Wake::Recheck);
+            }
+        }
     }
 }
 
@@ -287,18 +514,150 @@ async fn within<T>(
     limit: Duration,
     fut: impl Future<Output = Result<T, RedisError>>,
 ) -> Result<T, RedisError> {
-    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
-        Err(RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "Redis did not answer in time on the subscriber connection",
-        )))
-    })
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| Err(timed_out()))
+}
+
+fn timed_out() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "Redis did not answer in time on the subscriber connection",
+    ))
+}
+
+/// Subscribes channel `name` until every waiter registered on it is armed
+/// (or none is left): on the current connection, or on a new one when it
+/// breaks or does not answer meanwhile. The one task of its channel at a
+/// time (`Channel::subscribing`).
+async fn subscribe(shared: Weak<Shared>, name: String) {
+    let changing = {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let state = lock(&shared.state);
+        let Some(channel) = state.channels.get(&name) else {
+            return;
+        };
+        channel.changing.clone()
+    };
+    let _changing = changing.lock().await;
+    loop {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        {
+            let mut state = lock(&shared.state);
+            let current = state.current();
+            let Some(channel) = state.channels.get_mut(&name) else {
+                return;
+            };
+            if current.is_some() && channel.subscribed == current {
+                channel.arm();
+            }
+            if channel.waiters.values().all(|e| e.armed) {
+                channel.subscribing = false;
+                // Nobody waits and nothing is subscribed or scheduled: an
+                // entry left only by this task.
+                if channel.waiters.is_empty() && channel.subscribed.is_none() && !channel.lingering
+                {
+                    state.channels.remove(&name);
+                }
+                return;
+            }
+        }
+        // On failure, `connection` has counted it; the next try waits.
+        let Ok((generation, mut sink)) = shared.connection().await else {
+            continue;
+        };
+        let answer = within(shared.timeouts.response, sink.subscribe(&name)).await;
+        let mut state = lock(&shared.state);
+        match answer {
+            Ok(()) => {
+                state.answered();
+                if state.current() == Some(generation)
+                    && let Some(channel) = state.channels.get_mut(&name)
+                {
+                    channel.subscribed = Some(generation);
+                    channel.arm();
+                }
+                // Otherwise the connection broke meanwhile: its waiters were
+                // told to ask Redis; those registered since are subscribed
+                // on the next one.
+            }
+            Err(e) if !broken(&e) => {
+                // Redis's own answer: an ACL, a renamed command.
+                tracing::debug!(
+                    error = %e,
+                    "cannot subscribe to release notices; waiters check their lock every {:?}",
+                    super::FALLBACK_PAUSE
+                );
+                if let Some(channel) = state.channels.get_mut(&name) {
+                    channel.waiters.retain(|_, entry| {
+                        if !entry.armed {
+                            let _ = entry.wake.send(Wake::Refused);
+                        }
+                        entry.armed
+                    });
+                }
+            }
+            Err(_) => {
+                drop(state);
+                shared.lost(generation, true);
+            }
+        }
+    }
+}
+
+/// The connection itself failed (dropped, reset, timed out), as opposed to
+/// Redis answering with an error.
+fn broken(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+/// PINGs subscriber connection `generation` every [`PING_EVERY`] while a
+/// channel is subscribed on it, and closes it when a PING is not answered
+/// within the response timeout: a socket that stays open but passes nothing
+/// would otherwise leave every waiter waiting for notices that never come.
+async fn check_health(shared: Weak<Shared>, generation: u64, mut sink: PubSubSink) {
+    loop {
+        tokio::time::sleep(PING_EVERY).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let (limit, in_use) = {
+            let state = lock(&strong.state);
+            if state.current() != Some(generation) {
+                return;
+            }
+            let in_use = state
+                .channels
+                .values()
+                .any(|c| c.subscribed == Some(generation));
+            (strong.timeouts.response, in_use)
+        };
+        drop(strong);
+        if !in_use {
+            continue;
+        }
+        let answer = within(limit, sink.ping::<redis::Value>()).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        match answer {
+            Ok(_) => lock(&strong.state).answered(),
+            Err(_) => {
+                strong.lost(generation, true);
+                return;
+            }
+        }
+    }
 }
 
 /// Routes the messages of subscriber connection `generation` to their
-/// waiters until the connection ends or the Wakeups are dropped.
+/// waiters until the connection ends or is closed.
 async fn read(
-    state: Weak<Mutex<State>>,
+    shared: Weak<Shared>,
     generation: u64,
     mut stream: PubSubStream,
     mut stopped: oneshot::Receiver<()>,
@@ -309,11 +668,11 @@ async fn read(
             message = next => message,
             _ = &mut stopped => return,
         };
-        let Some(state) = state.upgrade() else {
+        let Some(shared) = shared.upgrade() else {
             return;
         };
         let Some(message) = message else {
-            lost(&state, generation);
+            shared.lost(generation, false);
             return;
         };
         let Some(handed) = std::str::from_utf8(message.get_payload_bytes())
@@ -323,18 +682,18 @@ async fn read(
             continue;
         };
         let channel = std::str::from_utf8(message.get_channel_name().as_bytes()).ok();
-        let mut guard = lock(&state);
+        let mut guard = lock(&shared.state);
         let Some(channel) = channel.and_then(|name| guard.channels.get_mut(name)) else {
             continue;
         };
         if let Some(waiter) = channel.waiters.remove(handed.token) {
             // The waiter may have just given up; its exit asks Redis anyway.
-            let _ = waiter.send(Wake::Handed {
+            let _ = waiter.wake.send(Wake::Handed {
                 fencing_token: handed.fencing_token,
             });
         }
         for waiter in channel.waiters.values() {
-            let _ = waiter.send(Wake::Rearm {
+            let _ = waiter.wake.send(Wake::Rearm {
                 lease: handed.lease,
             });
         }
@@ -362,31 +721,15 @@ impl<'a> HandOver<'a> {
     }
 }
 
-/// The subscriber connection ended: forget it and every subscription on it,
-/// and tell every waiter to ask Redis.
-fn lost(state: &Mutex<State>, generation: u64) {
-    let mut state = lock(state);
-    if state.sink.as_ref().map(|(g, _)| *g) != Some(generation) {
-        return;
-    }
-    state.sink = None;
-    for channel in state.channels.values_mut() {
-        channel.subscribed = None;
-        for (_, waiter) in channel.waiters.drain() {
-            let _ = waiter.send(Wake::Recheck);
-        }
-    }
-}
-
 /// Unsubscribes `name` once nobody has waited on it for [`LINGER`].
-async fn unsubscribe_when_idle(state: Weak<Mutex<State>>, name: String) {
+async fn unsubscribe_when_idle(shared: Weak<Shared>, name: String) {
     let mut pause = LINGER;
     let changing = loop {
         tokio::time::sleep(pause).await;
-        let Some(state) = state.upgrade() else {
+        let Some(shared) = shared.upgrade() else {
             return;
         };
-        let mut guard = lock(&state);
+        let mut guard = lock(&shared.state);
         let Some(channel) = guard.channels.get_mut(&name) else {
             return;
         };
@@ -401,11 +744,11 @@ async fn unsubscribe_when_idle(state: Weak<Mutex<State>>, name: String) {
         }
     };
     let _changing = changing.lock().await;
-    let Some(state) = state.upgrade() else {
+    let Some(shared) = shared.upgrade() else {
         return;
     };
     let unsubscribe = {
-        let mut guard = lock(&state);
+        let mut guard = lock(&shared.state);
         let current = guard.sink.clone();
         let Some(channel) = guard.channels.get_mut(&name) else {
             return;
@@ -415,21 +758,51 @@ async fn unsubscribe_when_idle(state: Weak<Mutex<State>>, name: String) {
             return;
         }
         match (channel.subscribed.take(), current) {
-            (Some(generation), Some((current, sink))) if generation == current => Some(sink),
+            (Some(generation), Some((current, sink))) if generation == current => {
+                Some((generation, sink))
+            }
             _ => None,
         }
     };
-    if let Some(mut sink) = unsubscribe {
-        // Best effort: a failure here only leaves a subscription that the
-        // next connection will not have.
-        let _ = tokio::time::timeout(LINGER, sink.unsubscribe(&name)).await;
+    if let Some((generation, mut sink)) = unsubscribe {
+        // A connection that does not answer is replaced; any other failure
+        // only leaves a subscription that the next connection will not have.
+        let answer = within(shared.timeouts.response, sink.unsubscribe(&name)).await;
+        match answer {
+            Ok(()) => lock(&shared.state).answered(),
+            Err(e) if broken(&e) => shared.lost(generation, e.is_timeout()),
+            Err(_) => {}
+        }
     }
-    let mut guard = lock(&state);
-    if guard
-        .channels
-        .get(&name)
-        .is_some_and(|c| c.waiters.is_empty() && c.subscribed.is_none() && !c.lingering)
-    {
+    let mut guard = lock(&shared.state);
+    if guard.channels.get(&name).is_some_and(|c| {
+        c.waiters.is_empty() && c.subscribed.is_none() && !c.lingering && !c.subscribing
+    }) {
         guard.channels.remove(&name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reopening_waits_longer_after_each_failure_in_a_row() {
+        assert_eq!(reopen_pause(0), Duration::ZERO);
+        assert_eq!(reopen_pause(1), Duration::ZERO);
+        assert_eq!(reopen_pause(2), Duration::from_millis(100));
+        assert_eq!(reopen_pause(3), Duration::from_millis(200));
+        assert_eq!(reopen_pause(6), Duration::from_millis(1600));
+        assert_eq!(reopen_pause(7), MAX_REOPEN_PAUSE);
+        assert_eq!(reopen_pause(u32::MAX), MAX_REOPEN_PAUSE);
+    }
+
+    #[test]
+    fn hand_over_notices_parse() {
+        let handed = HandOver::parse("abc:42:1500").unwrap();
+        assert_eq!(handed.token, "abc");
+        assert_eq!(handed.fencing_token, 42);
+        assert_eq!(handed.lease, Duration::from_millis(1500));
+        assert!(HandOver::parse("abc:x:1").is_none());
     }
 }

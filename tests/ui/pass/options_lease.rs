@@ -1,6 +1,7 @@
 //! `renew`, `on_lost` and `reentrant`, in every accepted form, on sync and
-//! async functions, free and as methods, with `guard = g`, `return`, `?`
-//! and an `impl Trait` in the return type.
+//! async functions (`reentrant` on sync ones only as `false`), free and as
+//! methods, with `guard = g`, `return`, `?` and an `impl Trait` in the
+//! return type.
 #![deny(warnings, unused_qualifications, unused_results, clippy::all)]
 
 use std::fmt::Display;
@@ -62,7 +63,7 @@ async fn not_reentrant_async() -> Result<(), LockError> {
 }
 
 #[redis_lock(name = "r", reentrant)]
-fn reentrant_flag() -> Result<(), LockError> {
+async fn reentrant_flag_async() -> Result<(), LockError> {
     Ok(())
 }
 
@@ -178,7 +179,7 @@ fn main() {
     let _ = renew_false;
     let _ = not_reentrant;
     let _ = not_reentrant_async;
-    let _ = reentrant_flag;
+    let _ = reentrant_flag_async;
     let _ = reentrant_true_async;
     let _ = abort_async;
     let _ = error_sync;
