@@ -44,7 +44,8 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     let guard = locker.lock("x").acquire_blocking().unwrap();
     let after = server.command_calls();
     // One EVALSHA from the client; the rest are the script's own calls
-    // (HDEL: leave the queue of waiters, in case this request was in it).
+    // (HDEL: leave the queue of waiters, in case this request was in it;
+    // PEXPIRE: the fencing counter expires after the lease and retention).
     assert_eq!(
         calls_between(&before, &after),
         vec![
@@ -52,6 +53,7 @@ fn acquiring_a_free_lock_is_one_round_trip() {
             ("get".to_owned(), 1),
             ("hdel".to_owned(), 1),
             ("incr".to_owned(), 1),
+            ("pexpire".to_owned(), 1),
             ("set".to_owned(), 1)
         ]
     );

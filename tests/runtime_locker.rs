@@ -262,14 +262,20 @@ fn default_prefix_and_key_layout() {
         .parse()
         .unwrap();
     assert_eq!(fence, guard.fencing_token());
-    // The fencing counter never expires (tokens keep increasing across expiries).
-    assert_eq!(server.pttl("lockattr:{x}:fence"), -1);
+    // The fencing counter expires the fence retention (60 s) after the lease
+    // (10 s); a new one starts from the server's clock, so tokens keep
+    // increasing across its expiry.
+    let ttl = server.pttl("lockattr:{x}:fence");
+    assert!((60_000..=70_000).contains(&ttl), "fence PTTL {ttl}");
     assert_eq!(
         server.keys("*"),
         vec!["lockattr:{x}".to_owned(), "lockattr:{x}:fence".to_owned()]
     );
     guard.release_blocking().unwrap();
     assert_eq!(server.keys("*"), vec!["lockattr:{x}:fence".to_owned()]);
+    // Released: the counter goes within the retention.
+    let ttl = server.pttl("lockattr:{x}:fence");
+    assert!((1..=60_000).contains(&ttl), "fence PTTL {ttl}");
 }
 
 #[tokio::test]

@@ -15,6 +15,10 @@ use crate::duration::DurationArg;
 
 /// The longest lease accepted, as the runtime's `MAX_EXPIRE` (30 days).
 const MAX_EXPIRE_NANOS: u64 = 30 * 24 * 3600 * 1_000_000_000;
+/// The longest acquire time accepted, as the runtime's `MAX_ACQUIRE_TIMEOUT`.
+const MAX_ACQUIRE_TIME_NANOS: u64 = MAX_EXPIRE_NANOS;
+/// A millisecond: Redis keeps leases in whole milliseconds.
+const MILLISECOND_NANOS: u64 = 1_000_000;
 
 /// Everything the expansion needs, checked.
 pub(crate) struct Plan {
@@ -99,7 +103,22 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
                 span,
                 "`expire` is longer than 30 days; is the unit right?",
             ));
+        } else if let Some((nanos, span)) = d.nanos()
+            && nanos < MILLISECOND_NANOS
+        {
+            errors.push(syn::Error::new(
+                span,
+                "`expire` is shorter than a millisecond: Redis keeps leases in whole milliseconds",
+            ));
         }
+    }
+    if let Some((nanos, span)) = options.acquire_time.as_ref().and_then(DurationArg::nanos)
+        && nanos > MAX_ACQUIRE_TIME_NANOS
+    {
+        errors.push(syn::Error::new(
+            span,
+            "`acquire_time` is longer than 30 days; is the unit right?",
+        ));
     }
 
     if let Some((OnLost::Abort, span)) = options.on_lost

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::backend::Extend;
+use crate::backend::{Extend, Released};
 use crate::inner::Inner;
 use crate::key::Keys;
 use crate::lost::LeaseState;
@@ -47,31 +47,71 @@ impl Lease {
         }
     }
 
+    /// Releases the lock. A release whose answer was lost with its
+    /// connection is sent again; when the re-send finds the lock no longer
+    /// this token's (and its fence counter still near this fencing token:
+    /// not started again after Redis lost the lock), the first try may have
+    /// released it, or the lease may have run out first. It counts as
+    /// released when the first try was sent while the lease surely held
+    /// (not lost, before `valid_until`): the work under the lock then
+    /// finished inside its lease, which is what exclusion needs. Otherwise
+    /// it is [`LockError::NotOwned`].
+    /// An addition to the lease, sent now (see [`Extend::Add`]): until when
+    /// the lease surely holds, or now when it is not known to.
+    fn add(&self) -> Extend {
+        Extend::Add {
+            held_until: self.state.check().err().unwrap_or_else(Instant::now),
+        }
+    }
+
     async fn release(&self) -> Result<(), LockError> {
-        if self
+        let in_lease = self.state.check().is_err();
+        match self
             .locker
             .backend
-            .release(&self.keys, &self.token, &self.name, self.expire)
+            .release(
+                &self.keys,
+                (&self.token, self.fencing_token),
+                &self.name,
+                self.expire,
+            )
             .await?
         {
-            Ok(())
-        } else {
-            Err(self.not_owned())
+            Released::Done => Ok(()),
+            Released::Unsure if in_lease => Ok(()),
+            Released::Unsure | Released::NotOwned => Err(self.not_owned()),
         }
     }
 
     pub(crate) async fn extend(&self, by: Duration, how: Extend) -> Result<(), LockError> {
-        if by.is_zero() {
+        // Redis counts whole milliseconds: `by` is rounded down, never up.
+        if by < Duration::from_millis(1) {
             return Err(LockError::invalid(
                 "lease extension",
-                "it must be longer than zero",
+                "it must be at least a millisecond (Redis counts whole milliseconds)",
+            ));
+        }
+        let max_lease = self.locker.max_lease;
+        if by > max_lease {
+            return Err(LockError::invalid(
+                "lease extension",
+                format!(
+                    "{by:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit \
+                     right? For long work, renew a short lease instead"
+                ),
             ));
         }
         let sent = Instant::now();
         match self
             .locker
             .backend
-            .extend(&self.keys, &self.token, by, how, (&self.name, self.expire))
+            .extend(
+                &self.keys,
+                &self.token,
+                by,
+                how,
+                (&self.name, self.expire, max_lease),
+            )
             .await?
         {
             Some(left) => {
@@ -310,6 +350,17 @@ impl LockGuard {
     /// Releases the lock. [`LockError::NotOwned`] when the lease had run out
     /// or another owner holds the lock; that owner's lock is left alone.
     ///
+    /// When the connection drops with the release on its way, the release
+    /// is sent once more on a new connection (running it twice never
+    /// touches another owner's lock). If that second try finds the lock
+    /// gone, the first may have released it: this returns `Ok` when the
+    /// first try was sent while the lease still held (so the work under
+    /// the lock finished inside its lease) and the lock's fencing counter
+    /// shows no sign that Redis lost the lock meanwhile (it would have
+    /// started again from the clock, see
+    /// [`fence_retention`](crate::LockerBuilder::fence_retention)), and
+    /// `NotOwned` otherwise.
+    ///
     /// Safe to cancel: the release goes on in the background.
     ///
     /// ```no_run
@@ -366,6 +417,16 @@ impl LockGuard {
     /// lock ([`LockError::NotOwned`] otherwise: an expired lock is not
     /// revived).
     ///
+    /// `by` counts in whole milliseconds, rounded down, as Redis does: less
+    /// than a millisecond is refused, and so is more than the Locker's
+    /// [`max_lease`](crate::LockerBuilder::max_lease), or an extension that
+    /// would leave more than `max_lease` on the lease
+    /// ([`LockError::InvalidInput`], nothing changed). An extension is
+    /// applied once even when its answer is lost with a dropped
+    /// connection: it is then sent again as "at least the time the lease
+    /// had, plus `by`, less the time since", which a first try that ran
+    /// already satisfies.
+    ///
     /// ```no_run
     /// # use std::time::Duration;
     /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
@@ -375,7 +436,7 @@ impl LockGuard {
     /// ```
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
         let lease = self.lease.clone();
-        io::run_here(async move { lease.extend(by, Extend::Add).await }).await
+        io::run_here(async move { lease.extend(by, lease.add()).await }).await
     }
 
     /// [`extend`](Self::extend) for synchronous code.
@@ -389,7 +450,7 @@ impl LockGuard {
     /// ```
     pub fn extend_blocking(&self, by: Duration) -> Result<(), LockError> {
         let lease = self.lease.clone();
-        io::run_blocking(async move { lease.extend(by, Extend::Add).await })
+        io::run_blocking(async move { lease.extend(by, lease.add()).await })
     }
 
     /// Resets the time the lease has left to the full `expire`, if this guard

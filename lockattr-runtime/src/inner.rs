@@ -15,6 +15,9 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     /// The longest lease a lock may have (`LockerBuilder::max_lease`).
     pub(crate) max_lease: std::time::Duration,
+    /// How long a fencing counter outlives a lease
+    /// (`LockerBuilder::fence_retention`).
+    pub(crate) fence_retention: std::time::Duration,
     /// Renews the leases of guards acquired with `renew`.
     pub(crate) watchdog: Watchdog,
 }

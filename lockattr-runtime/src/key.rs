@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A value that names a lock.
 ///
@@ -117,7 +118,8 @@ pointer_keys! {
     [T: LockKey + ?Sized] Arc<T>;
 }
 
-/// The Redis keys of one lock.
+/// The Redis keys of one lock, and how long its fencing counter outlives
+/// a lease.
 ///
 /// The lock key is `<prefix>{<name>}` and every other key of the lock is
 /// `<prefix>{<name>}:<suffix>`, so that all of them hash to one Redis Cluster
@@ -129,8 +131,11 @@ pointer_keys! {
 pub(crate) struct Keys {
     /// `<prefix>{<escaped name>}`: holds the owner's token while locked.
     pub(crate) lock: String,
-    /// `<prefix>{<escaped name>}:fence`: the lock's fencing counter. It has no
-    /// expiry, so fencing tokens keep increasing across expiries.
+    /// `<prefix>{<escaped name>}:fence`: the lock's fencing counter. It
+    /// expires [`fence_retention`](Self::fence_retention) after the lease it
+    /// was last incremented for (or after the release); a new counter
+    /// starts from the server's clock, so tokens keep increasing across
+    /// its expiry (see `scripts::next_fence_lua`).
     pub(crate) fence: String,
     /// `<prefix>{<escaped name>}:queue`: the tokens of the waiters, oldest
     /// first. Redis deletes it when it is empty.
@@ -141,10 +146,14 @@ pub(crate) struct Keys {
     /// `<prefix>{<escaped name>}:wake`: the pub/sub channel on which a
     /// release names the waiter it handed the lock to.
     pub(crate) channel: String,
+    /// How long the fencing counter stays after a lease ended (the
+    /// Locker's `fence_retention`): every script that writes the counter
+    /// sets its expiry from this.
+    pub(crate) fence_retention: Duration,
 }
 
 impl Keys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Keys {
+    pub(crate) fn new(prefix: &str, name: &str, fence_retention: Duration) -> Keys {
         let mut lock = String::with_capacity(prefix.len() + name.len() + 2);
         lock.push_str(prefix);
         lock.push('{');
@@ -162,6 +171,7 @@ impl Keys {
             waiters: format!("{lock}:waiters"),
             channel: format!("{lock}:wake"),
             lock,
+            fence_retention,
         }
     }
 }
@@ -184,7 +194,7 @@ mod tests {
     #[test]
     fn keys_of_one_lock_share_a_hash_tag() {
         for name in ["order:7", "}", "a}b", "{x}", "\\}", "naïve 名前", "a b\nc"] {
-            let keys = Keys::new("lockattr:", name);
+            let keys = Keys::new("lockattr:", name, Duration::ZERO);
             assert_eq!(hash_tag(&keys.lock), hash_tag(&keys.fence), "{name:?}");
             assert_ne!(hash_tag(&keys.lock), keys.lock, "{name:?} has no hash tag");
         }
@@ -193,7 +203,10 @@ mod tests {
     #[test]
     fn escaping_keeps_names_apart() {
         let names = ["}", "\\x7d", "\\}", "\\\\x7d", "a", "a}", "a\\x7d"];
-        let mut keys: Vec<String> = names.iter().map(|n| Keys::new("p:", n).lock).collect();
+        let mut keys: Vec<String> = names
+            .iter()
+            .map(|n| Keys::new("p:", n, Duration::ZERO).lock)
+            .collect();
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), names.len());
@@ -201,9 +214,12 @@ mod tests {
 
     #[test]
     fn plain_names_are_readable() {
-        assert_eq!(Keys::new("lockattr:", "order:7").lock, "lockattr:{order:7}");
         assert_eq!(
-            Keys::new("lockattr:", "order:7").fence,
+            Keys::new("lockattr:", "order:7", Duration::ZERO).lock,
+            "lockattr:{order:7}"
+        );
+        assert_eq!(
+            Keys::new("lockattr:", "order:7", Duration::ZERO).fence,
             "lockattr:{order:7}:fence"
         );
     }

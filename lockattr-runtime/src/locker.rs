@@ -9,7 +9,7 @@ use crate::backend::{Backend, ClusterNodes, Grant, LockRequest, SingleNode, Time
 use crate::guard::{Lease, LockGuard};
 use crate::inner::Inner;
 use crate::key::Keys;
-use crate::lost::LeaseState;
+use crate::lost::{LeaseState, whole_ms};
 use crate::watchdog::{self, Watchdog};
 use crate::{LockError, io};
 
@@ -29,6 +29,14 @@ pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Default [`max_lease`](LockerBuilder::max_lease) of a Redlock: 60
 /// seconds. Nodes restarted empty take no part in a majority for this long.
 pub const DEFAULT_REDLOCK_MAX_LEASE: Duration = Duration::from_secs(60);
+/// The longest acquire timeout accepted: 30 days (`Duration::MAX` is
+/// accepted too, and waits this long). Longer waits are almost always a
+/// unit mistake.
+pub const MAX_ACQUIRE_TIMEOUT: Duration = MAX_EXPIRE;
+/// The longest connect, response or node timeout accepted: 10 minutes.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default [`fence_retention`](LockerBuilder::fence_retention): 60 seconds.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(60);
 
 /// A handle to a Redis deployment that hands out locks.
 ///
@@ -321,6 +329,7 @@ pub struct LockerBuilder {
     node_timeout: Option<Duration>,
     delay_restarted_nodes: Option<bool>,
     max_lease: Option<Duration>,
+    fence_retention: Duration,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -338,6 +347,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("response_timeout", &self.timeouts.response)
             .field("node_timeout", &self.node_timeout)
             .field("max_lease", &self.max_lease)
+            .field("fence_retention", &self.fence_retention)
             .finish_non_exhaustive()
     }
 }
@@ -354,12 +364,14 @@ impl LockerBuilder {
             node_timeout: None,
             delay_restarted_nodes: None,
             max_lease: None,
+            fence_retention: DEFAULT_FENCE_RETENTION,
         }
     }
 
     /// Redlock only: how long each node may take to answer one request
     /// (default: a hundredth of the lock's lease, at least 10 ms and at most
-    /// the response timeout). A node that is down or frozen costs an
+    /// the response timeout; at most [`MAX_TIMEOUT`]). A node that is down
+    /// or frozen costs an
     /// operation at most this long; its answer is then not counted. Keep it
     /// well below the lease: the time spent waiting comes off the lease's
     /// validity, and above a round trip to the nodes.
@@ -465,6 +477,45 @@ impl LockerBuilder {
         self
     }
 
+    /// How long a lock's fencing counter stays in Redis after the lock's
+    /// lease ended (default [`DEFAULT_FENCE_RETENTION`], 60 s; at most
+    /// [`MAX_EXPIRE`]).
+    ///
+    /// Every lock name has a counter key (`<prefix>{name}:fence`) next to
+    /// its lock key. Each acquisition gives it a time to live of the lease
+    /// plus this retention, and a release shortens it to this retention, so
+    /// nothing of a lock stays in Redis longer than this after its last
+    /// lease ended (a counter incremented for a lease that was later
+    /// extended or renewed may go sooner). Without that, every name ever
+    /// locked kept a key forever: ten million order names were about a
+    /// gigabyte, never evictable under a `volatile-*` policy, and under
+    /// `noeviction` a full Redis refused every acquisition.
+    ///
+    /// The trade-off: a counter that no longer exists starts again from
+    /// the Redis server's clock in microseconds, so fencing tokens keep
+    /// increasing across its expiry as long as the server's clock does not
+    /// step back and a name is taken fewer than a million times a second.
+    /// While the counter exists, tokens do not depend on the clock at all:
+    /// a longer retention protects against a clock step for longer after a
+    /// lock was last used, at the cost of one small key per recently used
+    /// name. Zero lets the counter go with the lease. Keep it above a
+    /// second: a release whose answer is lost with its connection is sent
+    /// again, and that second try counts the lock as released only while
+    /// the counter is still there (see [`LockGuard::release`](crate::LockGuard::release)).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let locker = Locker::builder("redis://127.0.0.1/")
+    ///     .fence_retention(Duration::from_secs(3600))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
     /// The prefix of every Redis key (default `"lockattr:"`). It may not
     /// contain `{` or `}`, which would break the keys' Redis Cluster hash tag.
     ///
@@ -477,7 +528,8 @@ impl LockerBuilder {
         self
     }
 
-    /// How long opening a connection may take, handshake included (default 1 s).
+    /// How long opening a connection may take, handshake included (default
+    /// 1 s, at most [`MAX_TIMEOUT`]).
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -489,8 +541,9 @@ impl LockerBuilder {
         self
     }
 
-    /// How long one answer from Redis may take (default 1 s). A frozen or
-    /// overloaded server turns into [`LockError::Connection`] after this long.
+    /// How long one answer from Redis may take (default 1 s, at most
+    /// [`MAX_TIMEOUT`]). A frozen or overloaded server turns into
+    /// [`LockError::Connection`] after this long.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -522,19 +575,30 @@ impl LockerBuilder {
             ));
         }
         for (what, value) in [
-            ("connect timeout", self.timeouts.connect),
-            ("response timeout", self.timeouts.response),
+            ("connect timeout", Some(self.timeouts.connect)),
+            ("response timeout", Some(self.timeouts.response)),
+            ("node timeout", self.node_timeout),
         ] {
-            if value.is_zero() {
-                return Err(LockError::invalid(what, "it must be longer than zero"));
+            match value {
+                Some(value) if value.is_zero() => {
+                    return Err(LockError::invalid(what, "it must be longer than zero"));
+                }
+                Some(value) if value > MAX_TIMEOUT => {
+                    return Err(LockError::invalid(
+                        what,
+                        format!("{value:?} is longer than {MAX_TIMEOUT:?}; is the unit right?"),
+                    ));
+                }
+                _ => {}
             }
         }
-        if let Some(timeout) = self.node_timeout
-            && timeout.is_zero()
-        {
+        if self.fence_retention > MAX_EXPIRE {
             return Err(LockError::invalid(
-                "node timeout",
-                "it must be longer than zero",
+                "fence retention",
+                format!(
+                    "{:?} is longer than {MAX_EXPIRE:?}; is the unit right?",
+                    self.fence_retention
+                ),
             ));
         }
         let max_lease = self.max_lease.unwrap_or(match self.target {
@@ -570,6 +634,7 @@ impl LockerBuilder {
                 backend,
                 prefix: self.prefix,
                 max_lease,
+                fence_retention: self.fence_retention,
                 watchdog: Watchdog::default(),
             }),
         })
@@ -632,8 +697,9 @@ impl LockBuilder<'_> {
         self
     }
 
-    /// How long to wait while another owner holds the lock (default 10 s).
-    /// Zero makes exactly one attempt.
+    /// How long to wait while another owner holds the lock (default 10 s,
+    /// at most [`MAX_ACQUIRE_TIMEOUT`], 30 days; `Duration::MAX` waits that
+    /// long). Zero makes exactly one attempt.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -679,15 +745,16 @@ impl LockBuilder<'_> {
     ///
     /// Fails with [`LockError::Timeout`] when the lock stayed busy,
     /// [`LockError::Connection`] when Redis could not be reached, and
-    /// [`LockError::InvalidInput`] for an empty name or a zero or too long
-    /// lease. On one server or a Redis Cluster, connection errors are
-    /// retried within the acquire timeout (pauses of a few milliseconds
-    /// growing to a quarter of a second), so a waiter rides out a short Redis
-    /// restart; the last connection error is returned once the acquire
-    /// timeout has passed, and at once with an acquire timeout of zero (one
-    /// attempt). A Redlock fails with [`LockError::NoQuorum`] at once.
-    /// Dropping the future is safe: a lock taken for a caller who stopped
-    /// waiting is released at once.
+    /// [`LockError::InvalidInput`] for an empty name, a lease shorter than a
+    /// millisecond or longer than the Locker's `max_lease`, or an acquire
+    /// timeout longer than [`MAX_ACQUIRE_TIMEOUT`]. On one server or a Redis
+    /// Cluster, connection errors are retried within the acquire timeout
+    /// (pauses of a few milliseconds growing to a quarter of a second), so a
+    /// waiter rides out a short Redis restart; the last connection error is
+    /// returned once the acquire timeout has passed, and at once with an
+    /// acquire timeout of zero (one attempt). A Redlock fails with
+    /// [`LockError::NoQuorum`] at once. Dropping the future is safe: a lock
+    /// taken for a caller who stopped waiting is released at once.
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
@@ -729,10 +796,11 @@ impl LockBuilder<'_> {
                 "it is empty; give every lock a non-empty name",
             ));
         }
-        if self.expire.is_zero() {
+        if self.expire < Duration::from_millis(1) {
             return Err(LockError::invalid(
                 "expire",
-                "a lease of zero would free the lock at once; use at least a millisecond",
+                "a lease shorter than a millisecond would free the lock at once (Redis counts \
+                 whole milliseconds); use at least a millisecond",
             ));
         }
         let max_lease = self.locker.inner.max_lease;
@@ -746,7 +814,20 @@ impl LockBuilder<'_> {
                 ),
             ));
         }
-        let keys = Keys::new(&self.locker.inner.prefix, &self.name);
+        let mut wait = self.acquire_timeout;
+        if wait == Duration::MAX {
+            wait = MAX_ACQUIRE_TIMEOUT;
+        } else if wait > MAX_ACQUIRE_TIMEOUT {
+            return Err(LockError::invalid(
+                "acquire timeout",
+                format!(
+                    "{wait:?} is longer than {MAX_ACQUIRE_TIMEOUT:?}; is the unit right? \
+                     (`Duration::MAX` waits as long as allowed)"
+                ),
+            ));
+        }
+        let inner = &self.locker.inner;
+        let keys = Keys::new(&inner.prefix, &self.name, inner.fence_retention);
         let token = new_token()?;
         let lease = Lease {
             locker: self.locker.inner.clone(),
@@ -759,7 +840,7 @@ impl LockBuilder<'_> {
             state: LeaseState::new(Instant::now(), self.renew),
             watch: std::sync::Mutex::new(None),
         };
-        Ok((lease, self.acquire_timeout))
+        Ok((lease, wait))
     }
 }
 
@@ -804,9 +885,7 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     } = grant;
     lease.fencing_token = fencing_token;
     lease.token = token;
-    let trusted = lease
-        .expire
-        .saturating_sub(lease.locker.backend.drift(lease.expire));
+    let trusted = trusted(lease.expire, lease.locker.backend.drift(lease.expire));
     lease.state = LeaseState::new(sent + trusted, lease.renew);
     let (renew, expire) = (lease.renew, lease.expire);
     let lease = Arc::new(lease);
@@ -825,6 +904,13 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     };
     *lease.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
     LockGuard::new(lease)
+}
+
+/// How long a lease of `expire` is trusted from when its request was sent:
+/// what Redis keeps of it (whole milliseconds, rounded down), less the
+/// drift allowance, rounded down to whole milliseconds.
+fn trusted(expire: Duration, drift: Duration) -> Duration {
+    whole_ms(whole_ms(expire).saturating_sub(drift))
 }
 
 /// 128 random bits from the operating system's CSPRNG, as 32 hex digits.
@@ -853,6 +939,17 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_lease_is_trusted_in_whole_milliseconds() {
+        let us = Duration::from_micros;
+        // Redis keeps 1 ms of a 1.9 ms lease.
+        assert_eq!(trusted(us(1_900), Duration::ZERO), us(1_000));
+        assert_eq!(trusted(us(10_000_999), Duration::ZERO), us(10_000_000));
+        // The drift comes off what Redis keeps; the rest is rounded down.
+        assert_eq!(trusted(us(1_000_900), us(12_300)), us(987_000));
+        assert_eq!(trusted(us(1_000), us(3_000)), Duration::ZERO);
     }
 
     #[test]

@@ -14,6 +14,10 @@
 //!   that means renewals could not reach Redis for a whole lease.
 //!
 //! Lost is sticky: once observed, it stays, even if a late renewal succeeds.
+//!
+//! Redis keeps leases in whole milliseconds (a `PX` of 1.9 ms is 1 ms), so
+//! every time left this trusts is rounded down to whole milliseconds first
+//! ([`whole_ms`]): a guard never counts on the fraction Redis dropped.
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -58,6 +62,11 @@ impl std::fmt::Display for LostReason {
     }
 }
 
+/// `d` rounded down to whole milliseconds: what Redis keeps of a lease.
+pub(crate) fn whole_ms(d: Duration) -> Duration {
+    d - Duration::from_nanos(u64::from(d.subsec_nanos() % 1_000_000))
+}
+
 /// The shared lease state of a guard and everything that watches it.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
@@ -98,10 +107,11 @@ impl LeaseState {
     /// lapsed (once a lease ends, only its owner could write that token
     /// back, and none does), so this holds even if `valid_until` passed
     /// meanwhile; but a loss already observed stays.
+    /// The time left is trusted in whole milliseconds, rounded down.
     pub(crate) fn confirmed(&self, sent: Instant, ttl: Duration) {
         let mut inner = self.lock();
         if inner.lost.is_none() {
-            inner.valid_until = sent + ttl;
+            inner.valid_until = sent + whole_ms(ttl);
         }
     }
 
@@ -182,5 +192,34 @@ impl LeaseState {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_ms_rounds_down() {
+        let us = Duration::from_micros;
+        assert_eq!(whole_ms(us(1_999)), us(1_000));
+        assert_eq!(whole_ms(us(999)), Duration::ZERO);
+        assert_eq!(whole_ms(Duration::from_secs(3)), Duration::from_secs(3));
+        assert_eq!(
+            whole_ms(Duration::new(5, 123_456_789)),
+            Duration::new(5, 123_000_000)
+        );
+        assert_eq!(
+            whole_ms(Duration::MAX),
+            Duration::new(u64::MAX, 999_000_000)
+        );
+    }
+
+    #[test]
+    fn a_confirmed_lease_is_trusted_in_whole_milliseconds() {
+        let sent = Instant::now();
+        let state = LeaseState::new(sent, false);
+        state.confirmed(sent, Duration::from_micros(10_900_700));
+        assert_eq!(state.check(), Err(sent + Duration::from_millis(10_900)));
     }
 }

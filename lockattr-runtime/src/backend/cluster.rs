@@ -184,20 +184,15 @@ impl ClusterNodes {
         Ok(Attempt::from_reply(answer?))
     }
 
-    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool, LockError> {
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &str,
+        fencing_token: u64,
+    ) -> Result<bool, LockError> {
         let mut connection = self.connection().await?;
-        let deleted: i64 = self
-            .invoke(
-                scripts::RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.waiters)
-                    .arg(token)
-                    .arg(&keys.channel),
-                &mut connection,
-            )
-            .await?;
+        let invocation = scripts::release(keys, token, fencing_token, false);
+        let deleted: i64 = self.invoke(&invocation, &mut connection).await?;
         Ok(deleted == 1)
     }
 
@@ -207,19 +202,12 @@ impl ClusterNodes {
         token: &str,
         by: Duration,
         how: Extend,
+        max_lease: Duration,
     ) -> Result<Option<Duration>, LockError> {
         let mut connection = self.connection().await?;
-        let left: i64 = self
-            .invoke(
-                scripts::EXTEND
-                    .key(&keys.lock)
-                    .arg(token)
-                    .arg(millis(by))
-                    .arg(how.mode()),
-                &mut connection,
-            )
-            .await?;
-        Ok(super::left_of(left))
+        let invocation = scripts::extend(keys, token, millis(by), how.mode(), max_lease);
+        let left: i64 = self.invoke(&invocation, &mut connection).await?;
+        super::extended(left, max_lease)
     }
 
     /// Renews a batch: one script call per hash slot, all at once. A slot

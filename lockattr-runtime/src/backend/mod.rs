@@ -96,9 +96,18 @@ pub(crate) struct Renewal<'a> {
 /// How [`Backend::extend`] changes a lease.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Extend {
-    /// Add to the time left.
-    Add,
-    /// Replace the time left.
+    /// Add to the time left. Adding is not safe to repeat, so a request
+    /// whose answer was lost with its connection is sent again as a raise
+    /// to `held_until + by` (counted from when it is sent again): until
+    /// when the guard knew its lease held when it sent the first try (the
+    /// send time when it knew of none). A first try that ran left at least
+    /// that much, so the raise leaves it alone: one of the two applies,
+    /// never both.
+    Add {
+        /// Until when the lease surely held when the first try was sent.
+        held_until: Instant,
+    },
+    /// Replace the time left (safe to repeat).
     Set,
 }
 
@@ -106,10 +115,25 @@ impl Extend {
     /// The mode argument of [`scripts::EXTEND`].
     pub(crate) fn mode(self) -> &'static str {
         match self {
-            Extend::Add => "add",
+            Extend::Add { .. } => "add",
             Extend::Set => "set",
         }
     }
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The token owned the lock; it is deleted or handed over.
+    Done,
+    /// The token did not own the lock: nothing was changed.
+    NotOwned,
+    /// The first try's answer was lost with its connection, and the
+    /// release sent again found the lock not the token's, with its fence
+    /// counter still near the token's fencing token: the first try may
+    /// have released it, or the lease had run out. The guard tells which it
+    /// counts as (see `Lease::release`).
+    Unsure,
 }
 
 /// What a renewal found for one lease.
@@ -151,37 +175,47 @@ impl Backend {
         }
     }
 
-    /// Deletes the lock if `token` owns it, handing it to the oldest waiter;
-    /// false when it did not own it (then `token` leaves the queue). On a
-    /// Redlock: true when a majority still held it.
+    /// Deletes the lock if `token` (granted `fencing_token`; 0 for a
+    /// waiter leaving the queue) owns it, handing it to the oldest waiter;
+    /// [`Released::NotOwned`] when it did not own it (then `token` leaves
+    /// the queue). On a Redlock: done when a majority still held it.
     pub(crate) async fn release(
         &self,
         keys: &Keys,
-        token: &str,
+        (token, fencing_token): (&str, u64),
         name: &str,
         expire: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Released, LockError> {
         match self {
-            Backend::Single(node) => node.release(keys, token, false).await,
-            Backend::Redlock(nodes) => nodes.release(keys, token, name, expire).await,
-            Backend::Cluster(nodes) => nodes.release(keys, token).await,
+            Backend::Single(node) => node.release(keys, token, fencing_token, false).await,
+            Backend::Redlock(nodes) => {
+                nodes
+                    .release(keys, (token, fencing_token), name, expire)
+                    .await
+            }
+            Backend::Cluster(nodes) => Ok(if nodes.release(keys, token, fencing_token).await? {
+                Released::Done
+            } else {
+                Released::NotOwned
+            }),
         }
     }
 
     /// Changes the lease if `token` owns the lock; its new time left, or
-    /// `None` when `token` did not own it.
+    /// `None` when `token` did not own it. [`LockError::InvalidInput`] (and
+    /// no change) when the lease would have more than `max_lease` left.
     pub(crate) async fn extend(
         &self,
         keys: &Keys,
         token: &str,
         by: Duration,
         how: Extend,
-        (name, expire): (&str, Duration),
+        (name, expire, max_lease): (&str, Duration, Duration),
     ) -> Result<Option<Duration>, LockError> {
         match self {
-            Backend::Single(node) => node.extend(keys, token, by, how).await,
+            Backend::Single(node) => node.extend(keys, token, by, how, max_lease).await,
             Backend::Redlock(nodes) => nodes.extend(keys, token, by, how, name, expire).await,
-            Backend::Cluster(nodes) => nodes.extend(keys, token, by, how).await,
+            Backend::Cluster(nodes) => nodes.extend(keys, token, by, how, max_lease).await,
         }
     }
 
@@ -240,6 +274,21 @@ pub(crate) const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
 /// A script's "time left in ms, or -1 when not owned".
 pub(crate) fn left_of(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// [`scripts::EXTEND`]'s answer: the time left, `None` when not owned, or
+/// the refusal of a lease longer than `max_lease`.
+pub(crate) fn extended(reply: i64, max_lease: Duration) -> Result<Option<Duration>, LockError> {
+    if reply == -2 {
+        return Err(LockError::invalid(
+            "lease extension",
+            format!(
+                "the lease would have more than the Locker's max_lease ({max_lease:?}) left; \
+                 extend by less, or raise `LockerBuilder::max_lease`"
+            ),
+        ));
+    }
+    Ok(left_of(reply))
 }
 
 /// Milliseconds for Redis: at least 1 (PX 0 is an error), saturating.

@@ -95,8 +95,8 @@ impl<'a> Queued<'a> {
     /// (handing it to the next waiter), or takes it out of the queue.
     async fn give_back(self, keys: &Keys, token: &str) -> Result<(), LockError> {
         match self {
-            Queued::Single(node) => node.release(keys, token, false).await.map(drop),
-            Queued::Cluster(nodes) => nodes.release(keys, token).await.map(drop),
+            Queued::Single(node) => node.release(keys, token, 0, false).await.map(drop),
+            Queued::Cluster(nodes) => nodes.release(keys, token, 0).await.map(drop),
         }
     }
 
@@ -416,7 +416,7 @@ impl Drop for Owed<'_> {
             let mut retry = Backoff::new(GIVE_BACK_RETRY_MAX);
             for token in tokens {
                 loop {
-                    match locker.backend.release(&keys, &token, "", expire).await {
+                    match locker.backend.release(&keys, (&token, 0), "", expire).await {
                         Ok(_) => break,
                         Err(e) if retryable(&e) && Instant::now() < until => {
                             tokio::time::sleep(retry.next()).await;

@@ -65,8 +65,8 @@ use futures_util::stream::FuturesUnordered;
 use super::node_facts;
 use super::wake::Waiter;
 use super::{
-    Attempt, Backend, Extend, FALLBACK_PAUSE, Grant, LockRequest, Renewal, SingleNode, Timeouts,
-    soon_after,
+    Attempt, Backend, Extend, FALLBACK_PAUSE, Grant, LockRequest, Released, Renewal, SingleNode,
+    Timeouts, soon_after,
 };
 use crate::inner::Inner;
 use crate::key::Keys;
@@ -459,7 +459,7 @@ impl Redlock {
         which: &[usize],
     ) {
         self.each(which.iter().copied(), self.timeout(expire), |node| {
-            node.release(keys, token, false)
+            node.release(keys, token, 0, false)
         })
         .await;
     }
@@ -571,26 +571,35 @@ impl Redlock {
             .collect()
     }
 
-    /// Releases everywhere; true when a majority still held the lock.
+    /// Releases everywhere; done when a majority still held the lock,
+    /// unsure when that majority needs nodes whose re-sent release found
+    /// the lock gone (see [`Released::Unsure`]).
     pub(crate) async fn release(
         &self,
         keys: &Keys,
-        token: &str,
+        (token, fencing_token): (&str, u64),
         name: &str,
         expire: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Released, LockError> {
         let answers = self
             .each(0..self.nodes.len(), self.timeout(expire), |node| {
-                node.release(keys, token, true)
+                node.release(keys, token, fencing_token, true)
             })
             .await;
-        let (answered, owned, first_error) = tally(self.only_counted(answers));
+        let answers = self.only_counted(answers);
+        let unsure = answers
+            .iter()
+            .filter(|(_, answer)| matches!(answer, Ok(Released::Unsure)))
+            .count();
+        let (answered, owned, first_error) = tally(answers);
         if owned.len() >= self.quorum {
-            Ok(true)
+            Ok(Released::Done)
+        } else if owned.len() + unsure >= self.quorum {
+            Ok(Released::Unsure)
         } else if answered < self.quorum {
             Err(self.no_quorum(name, answered, first_error))
         } else {
-            Ok(false)
+            Ok(Released::NotOwned)
         }
     }
 
@@ -605,11 +614,19 @@ impl Redlock {
         name: &str,
         expire: Duration,
     ) -> Result<Option<Duration>, LockError> {
-        let answers = self
+        let mut answers = self
             .each(0..self.nodes.len(), self.timeout(expire), |node| {
-                node.extend(keys, token, by, how)
+                node.extend(keys, token, by, how, self.max_lease)
             })
             .await;
+        // A lease beyond the max lease is the caller's mistake, not an outage.
+        if let Some(i) = answers
+            .iter()
+            .position(|(_, answer)| matches!(answer, Err(LockError::InvalidInput { .. })))
+            && let (_, Err(e)) = answers.swap_remove(i)
+        {
+            return Err(e);
+        }
         let (answered, left, first_error) = tally(self.only_counted(answers));
         if answered < self.quorum {
             return Err(self.no_quorum(name, answered, first_error));
@@ -737,6 +754,13 @@ fn facts(node: &SingleNode) -> &node_facts::NodeFacts {
 trait Found {
     type Value;
     fn value(self) -> Option<Self::Value>;
+}
+
+impl Found for Released {
+    type Value = ();
+    fn value(self) -> Option<()> {
+        (self == Released::Done).then_some(())
+    }
 }
 
 impl Found for bool {

@@ -1,6 +1,17 @@
 //! The Lua scripts, one static [`Script`] each. `Script::invoke_async` sends
 //! EVALSHA and loads the script once on NOSCRIPT (first use, or after a Redis
 //! restart emptied the script cache).
+//!
+//! Every script checks its numeric arguments before it writes anything: a
+//! duration must be a whole number of milliseconds within the bounds below,
+//! or the script answers an error and leaves Redis as it was (Redis does not
+//! roll back the writes of a script that fails halfway). Each number is then
+//! passed on to Redis as the checked Lua number, never as the caller's text.
+//!
+//! Nothing of a lock stays in Redis long after its last lease ended: the
+//! lock key is always written with its lease, the queue keys expire with the
+//! longest wait, and the fencing counter expires `fence_retention` after the
+//! lease of the acquisition that last incremented it (or after the release).
 
 use std::time::Duration;
 
@@ -10,22 +21,84 @@ use redis::{Script, ScriptInvocation};
 use super::millis;
 use crate::key::Keys;
 
+/// The most milliseconds any script accepts as a duration: 30 days,
+/// [`MAX_EXPIRE`](crate::MAX_EXPIRE) (a lease, an extension, a wait, a
+/// retention). Far below where Lua's numbers stop printing as integers.
+macro_rules! max_ms {
+    () => {
+        "2592000000"
+    };
+}
+
+/// How far past a guard's fencing token the counter may be for a re-sent
+/// release that finds the lock gone to count the lock as released by the
+/// first try (see `RELEASE_LUA`): a thousand acquisitions, which take far
+/// longer than the round trip of a re-send, while a counter started again
+/// from the server's clock in microseconds (after Redis lost the lock) is a
+/// thousand past any token handed out a millisecond before.
+macro_rules! recent_fence {
+    () => {
+        "1000"
+    };
+}
+
+/// Lua that sets the local `$name` to the number in `$arg`, or returns an
+/// error (before anything is written) unless it is a whole number of
+/// milliseconds from `$min` to [`max_ms!`]. Refuses text, fractions,
+/// negatives, NaN and infinities.
+macro_rules! ms_arg_lua {
+    ($name:literal, $arg:literal, $min:literal) => {
+        concat!(
+            "local ",
+            $name,
+            " = tonumber(",
+            $arg,
+            ")\nif not ",
+            $name,
+            " or ",
+            $name,
+            " ~= math.floor(",
+            $name,
+            ") or ",
+            $name,
+            " < ",
+            $min,
+            " or ",
+            $name,
+            " > ",
+            max_ms!(),
+            " then\n  return redis.error_reply('ERR lockattr: ",
+            $name,
+            " must be a whole number of milliseconds from ",
+            $min,
+            " to ",
+            max_ms!(),
+            "')\nend\n"
+        )
+    };
+}
+
 /// The next fencing token of a lock, from its counter key.
 ///
-/// A counter that does not exist yet (a new name, or a Redis that restarted
-/// without persistence or evicted the key) starts at the server's time in
-/// microseconds, not at 1: tokens handed out after the data was lost are
-/// then still larger than every token handed out before, as long as the
-/// Redis host's clock does not step back and a name is taken less than a
-/// million times a second. A microsecond count stays below 2^53, so Lua's
-/// doubles hold it exactly.
+/// A counter that does not exist yet (a new name, a counter that expired
+/// after its retention, or a Redis that restarted without persistence or
+/// evicted the key) starts at the server's time in microseconds, not at 1:
+/// tokens handed out after the counter was lost are then still larger than
+/// every token handed out before, as long as the Redis host's clock does
+/// not step back and a name is taken less than a million times a second. A
+/// microsecond count stays below 2^53, so Lua's doubles hold it exactly.
 ///
-/// Lua statements that set the local `fence`, spliced into the scripts
-/// (inline rather than a Lua function, which each call would build anew).
+/// The counter then expires `$ttl` ms from now (the lease it is taken for
+/// plus the retention), so it lasts as long as the lock and a little more,
+/// never forever.
+///
+/// Lua statements that set the local `fence` (declared by the caller),
+/// spliced into the scripts (inline rather than a Lua function, which each
+/// call would build anew).
 macro_rules! next_fence_lua {
-    ($key:literal) => {
+    ($key:literal, $ttl:literal) => {
         concat!(
-            "local fence = redis.call('incr', ",
+            "fence = redis.call('incr', ",
             $key,
             r")
 if fence == 1 then
@@ -35,6 +108,11 @@ if fence == 1 then
             $key,
             r", string.format('%d', fence))
 end
+redis.call('pexpire', ",
+            $key,
+            ", ",
+            $ttl,
+            r")
 "
         )
     };
@@ -43,8 +121,12 @@ end
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
 ///
-/// KEYS: lock, fence, queue, waiters. ARGV: token, lease in ms, how long the
-/// caller will wait in ms (0: it will not, and leaves the queue if it was in it).
+/// KEYS: lock, fence, queue, waiters. ARGV: token, `<lease in ms>:<how
+/// long the fence counter outlives the lease in ms>`, how long the caller
+/// will wait in ms (0: it will not, and leaves the queue if it was in it).
+/// Ten words with EVALSHA, the most Redis reads from a client that has not
+/// authenticated: a missing password is then answered NOAUTH, not a
+/// protocol error (hence the two durations in one argument).
 /// Returns `{1, fencing token}` when the token holds the lock, `{0, pttl of
 /// the holder}` when not.
 ///
@@ -62,31 +144,48 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     // nothing locked. Redis does not roll back a failed script's writes.
     Script::new(concat!(
         r"
+local sep = string.find(ARGV[2], ':', 1, true)
+local lease_arg = sep and string.sub(ARGV[2], 1, sep - 1)
+local retention_arg = sep and string.sub(ARGV[2], sep + 1)
+",
+        ms_arg_lua!("lease", "lease_arg", "1"),
+        ms_arg_lua!("retention", "retention_arg", "0"),
+        ms_arg_lua!("wait", "ARGV[3]", "0"),
+        r"
+local fence
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('get', KEYS[2]) or 0)}
+  redis.call('pexpire', KEYS[1], lease)
+  fence = tonumber(redis.call('get', KEYS[2]))
+  if fence then
+    redis.call('pexpire', KEYS[2], lease + retention)
+  else
+",
+        next_fence_lua!("KEYS[2]", "lease + retention"),
+        r"
+  end
+  return {1, fence}
 end
 if holder == false then
 ",
-        next_fence_lua!("KEYS[2]"),
+        next_fence_lua!("KEYS[2]", "lease + retention"),
         r"
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('set', KEYS[1], ARGV[1], 'PX', lease)
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
   end
   return {1, fence}
 end
-local wait = tonumber(ARGV[3])
 if wait > 0 then
   if redis.call('hexists', KEYS[4], ARGV[1]) == 0 then
     local now = redis.call('time')
     local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + wait
     redis.call('rpush', KEYS[3], ARGV[1])
-    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%s', deadline, ARGV[2]))
-    if redis.call('pttl', KEYS[3]) < wait then
-      redis.call('pexpire', KEYS[3], wait)
-      redis.call('pexpire', KEYS[4], wait)
+    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d', deadline, lease))
+    for i = 3, 4 do
+      if redis.call('pttl', KEYS[i]) < wait then
+        redis.call('pexpire', KEYS[i], wait)
+      end
     end
   end
 elseif redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
@@ -100,18 +199,42 @@ return {0, redis.call('pttl', KEYS[1])}
 /// Releases the lock if the token owns it, handing it straight to the oldest
 /// waiter whose deadline has not passed (with a new fencing token and that
 /// waiter's lease) and publishing `<waiter's token>:<fencing token>:<lease
-/// ms>` on the lock's channel; deletes it when nobody waits. A token that does not own
+/// ms>` on the lock's channel; deletes it when nobody waits, and then lets
+/// the fence counter expire after the retention. A token that does not own
 /// the lock leaves the queue instead (a waiter that gave up).
 ///
-/// KEYS: lock, fence, queue, waiters. ARGV: token, channel, and optionally
-/// `1` to publish `-:0:0` on the channel when the lock is deleted (nobody
-/// queued): the release notice of a Redlock, whose waiters do not queue.
-/// Returns 1 when released, 0 when the token did not own the lock.
+/// KEYS: lock, fence, queue, waiters. ARGV: token, channel, `1` to publish
+/// `-:0:0` on the channel when the lock is deleted (nobody queued; the
+/// release notice of a Redlock, whose waiters do not queue) or `0`, how
+/// long the fence counter outlives a lease in ms, and the fencing token the
+/// token was granted (0: none).
+/// Returns 1 when released, 0 when the token did not own the lock, and 2
+/// when it did not, but the fence counter is at most `recent_fence!()` past
+/// the given fencing token: no more than that many acquisitions since the
+/// token's, and not a counter started again from the clock because Redis
+/// lost the lock (a restart without persistence).
+///
+/// Running it twice is harmless (the second finds the lock no longer the
+/// token's and changes nothing of another owner's), but the second answer
+/// is not 1: see `SingleNode::release` for what a re-sent release means.
 pub(crate) const RELEASE_LUA: &str = concat!(
+    ms_arg_lua!("retention", "ARGV[4]", "0"),
     r"
+local granted = tonumber(ARGV[5])
+if not granted or granted ~= math.floor(granted) or granted < 0 or granted >= 9007199254740992 then
+  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 0 to 2^53 - 1')
+end
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
+  end
+  if granted > 0 then
+    local fence = tonumber(redis.call('get', KEYS[2]))
+    if fence and fence >= granted and fence - granted <= ",
+    recent_fence!(),
+    r" then
+      return 2
+    end
   end
   return 0
 end
@@ -126,18 +249,24 @@ while true do
   if entry then
     redis.call('hdel', KEYS[4], waiter)
     local sep = string.find(entry, ':', 1, true)
-    if sep and tonumber(string.sub(entry, 1, sep - 1)) >= now then
+    local deadline = sep and tonumber(string.sub(entry, 1, sep - 1))
+    local lease = sep and tonumber(string.sub(entry, sep + 1))
+    if deadline and deadline >= now and lease and lease == math.floor(lease)
+        and lease >= 1 and lease <= ",
+    max_ms!(),
+    r" then
+      local fence
 ",
-    next_fence_lua!("KEYS[2]"),
+    next_fence_lua!("KEYS[2]", "lease + retention"),
     r"
-      local lease = string.sub(entry, sep + 1)
       redis.call('set', KEYS[1], waiter, 'PX', lease)
-      redis.call('publish', ARGV[2], string.format('%s:%d:%s', waiter, fence, lease))
+      redis.call('publish', ARGV[2], string.format('%s:%d:%d', waiter, fence, lease))
       return 1
     end
   end
 end
 redis.call('del', KEYS[1])
+redis.call('pexpire', KEYS[2], retention)
 if ARGV[3] == '1' then
   redis.call('publish', ARGV[2], '-:0:0')
 end
@@ -149,28 +278,48 @@ return 1
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
 
 /// Changes the lease of a lock the token owns. Returns the lease's new time
-/// left in ms, or -1 when the token does not own the lock.
+/// left in ms, -1 when the token does not own the lock, or -2 (and changes
+/// nothing) when the lease would have more than the max lease left.
 ///
-/// KEYS: lock key. ARGV: token, ms, mode (`add`: add ms to the time left;
-/// `set`: the lease becomes ms).
+/// KEYS: lock key. ARGV: token, ms, mode, max lease in ms. Modes:
+/// - `set`: the lease becomes ms (safe to repeat);
+/// - `add`: add ms to the time left (not safe to repeat: twice adds twice);
+/// - `raise`: the lease becomes ms if it has less left, and is left alone
+///   otherwise (safe to repeat): how an `add` whose answer was lost is sent
+///   again, with ms the time the lease was known to have then plus the
+///   addition, less the time since, so that the first try or the re-send
+///   applies, never both.
 pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
+        ms_arg_lua!("ms", "ARGV[2]", "1"),
+        ms_arg_lua!("max", "ARGV[4]", "1"),
         r"
+local mode = ARGV[3]
+if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' then
+  return redis.error_reply('ERR lockattr: the mode must be add, set or raise')
+end
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-local ttl = tonumber(ARGV[2])
-if ARGV[3] == 'add' then
+local ttl = ms
+if mode ~= 'set' then
   local left = redis.call('pttl', KEYS[1])
   if left < 0 then
     return -1
   end
-  ttl = ttl + left
+  if mode == 'add' then
+    ttl = ttl + left
+  elseif left >= ttl then
+    return left
+  end
+end
+if ttl > max then
+  return -2
 end
 redis.call('pexpire', KEYS[1], ttl)
 return ttl
 ",
-    )
+    ))
 });
 
 /// Renews many leases in one call (the watchdog's batch).
@@ -179,14 +328,29 @@ return ttl
 /// ms. A lease is raised to that many ms if it has less left; it is never
 /// shortened (an owner may have extended it further), and 0 only reads it.
 /// Returns, per key, the time left in ms, or -1 when the token does not own
-/// the lock: a deleted or taken lock is never brought back.
+/// the lock: a deleted or taken lock is never brought back. Safe to repeat.
 pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
+if #ARGV ~= 2 * #KEYS then
+  return redis.error_reply('ERR lockattr: a token and a lease for each key')
+end
+local lease = {}
+for i = 1, #KEYS do
+  local ms = tonumber(ARGV[2 * i])
+  if not ms or ms ~= math.floor(ms) or ms < 0 or ms > ",
+        max_ms!(),
+        r" then
+    return redis.error_reply('ERR lockattr: each lease must be a whole number of milliseconds from 0 to ",
+        max_ms!(),
+        r"')
+  end
+  lease[i] = ms
+end
 local left = {}
 for i, key in ipairs(KEYS) do
   if redis.call('get', key) == ARGV[2 * i - 1] then
-    local ms = tonumber(ARGV[2 * i])
+    local ms = lease[i]
     local ttl = redis.call('pttl', key)
     if ttl < ms then
       redis.call('pexpire', key, ms)
@@ -199,27 +363,37 @@ for i, key in ipairs(KEYS) do
 end
 return left
 ",
-    )
+    ))
 });
 
 /// Raises a lock's fence counter to a Redlock's fencing token, if the token
-/// still owns the lock there (see `Redlock`'s fencing).
+/// still owns the lock there (see `Redlock`'s fencing); a raised counter
+/// expires the retention after the lock's lease. Safe to repeat.
 ///
-/// KEYS: lock, fence. ARGV: owner token, fencing token.
+/// KEYS: lock, fence. ARGV: owner token, fencing token, how long the fence
+/// counter outlives the lease in ms.
 /// Returns 1 when the owner token owns the lock (the counter is then at
 /// least the fencing token), 0 when not.
 pub(crate) static RAISE_FENCE: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
+        r"
+local token = tonumber(ARGV[2])
+if not token or token ~= math.floor(token) or token < 1 or token >= 9007199254740992 then
+  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 1 to 2^53 - 1')
+end
+",
+        ms_arg_lua!("retention", "ARGV[3]", "0"),
         r"
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if (tonumber(redis.call('get', KEYS[2])) or 0) < tonumber(ARGV[2]) then
-  redis.call('set', KEYS[2], ARGV[2])
+if (tonumber(redis.call('get', KEYS[2])) or 0) < token then
+  local left = math.max(redis.call('pttl', KEYS[1]), 1)
+  redis.call('set', KEYS[2], string.format('%d', token), 'PX', left + retention)
 end
 return 1
 ",
-    )
+    ))
 });
 
 /// An [`ACQUIRE`] call.
@@ -236,8 +410,34 @@ pub(crate) fn acquire(
         .key(&keys.queue)
         .key(&keys.waiters)
         .arg(token)
-        .arg(millis(expire))
-        .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        .arg(format!(
+            "{}:{}",
+            millis(expire),
+            whole_millis(keys.fence_retention)
+        ))
+        .arg(whole_millis(wait));
+    invocation
+}
+
+/// A [`RELEASE`] call for `token`, granted `fencing_token` (0: none);
+/// `notify` publishes a release notice when nobody is queued (Redlock).
+pub(crate) fn release(
+    keys: &Keys,
+    token: &str,
+    fencing_token: u64,
+    notify: bool,
+) -> ScriptInvocation<'static> {
+    let mut invocation = RELEASE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(token)
+        .arg(&keys.channel)
+        .arg(if notify { "1" } else { "0" })
+        .arg(whole_millis(keys.fence_retention))
+        .arg(fencing_token);
     invocation
 }
 
@@ -255,5 +455,450 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
         .arg(&keys.waiters)
         .arg(token)
         .arg(&keys.channel)
+        .arg("0")
+        .arg(whole_millis(keys.fence_retention))
+        .arg(0)
         .to_owned()
+}
+
+/// An [`EXTEND`] call: `ms` in `mode`, refused beyond `max_lease`.
+pub(crate) fn extend(
+    keys: &Keys,
+    token: &str,
+    ms: u64,
+    mode: &str,
+    max_lease: Duration,
+) -> ScriptInvocation<'static> {
+    let mut invocation = EXTEND.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .arg(token)
+        .arg(ms)
+        .arg(mode)
+        .arg(millis(max_lease));
+    invocation
+}
+
+/// A [`RAISE_FENCE`] call.
+pub(crate) fn raise_fence(
+    keys: &Keys,
+    token: &str,
+    fencing_token: u64,
+) -> ScriptInvocation<'static> {
+    let mut invocation = RAISE_FENCE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(fencing_token)
+        .arg(whole_millis(keys.fence_retention));
+    invocation
+}
+
+/// Whole milliseconds, rounded down, saturating (zero stays zero).
+fn whole_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The scripts called directly, with a plain connection to a private
+    //! redis-server (never 6379), the way a caller that bypasses the API,
+    //! or a bug in it, would: a bad argument is an error, and changes
+    //! nothing in Redis.
+
+    use std::collections::BTreeMap;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    use redis::{Connection, Value};
+
+    use super::*;
+
+    /// A redis-server of this test's own, killed when dropped.
+    struct Server {
+        child: Child,
+        port: u16,
+    }
+
+    impl Server {
+        fn start() -> Server {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start `{binary}` (install redis-server): {e}"));
+            let server = Server { child, port };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(mut con) = server.try_connect()
+                    && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                {
+                    return server;
+                }
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        fn try_connect(&self) -> redis::RedisResult<Connection> {
+            redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()
+        }
+
+        fn connect(&self) -> Connection {
+            self.try_connect().expect("connect to the test server")
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Every key: its serialized value, and its time to live (-1: none).
+    fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, i64)> {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+        keys.into_iter()
+            .map(|key| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
+                (key, (dump, ttl))
+            })
+            .collect()
+    }
+
+    /// Asserts that nothing was written between the two snapshots: the
+    /// same keys and values, and no time to live raised, dropped or added
+    /// (they only ran down).
+    fn unchanged(
+        before: &BTreeMap<String, (Vec<u8>, i64)>,
+        after: &BTreeMap<String, (Vec<u8>, i64)>,
+        call: &str,
+    ) {
+        let names = |m: &BTreeMap<String, (Vec<u8>, i64)>| m.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(before), names(after), "{call} changed the keys");
+        for (key, (value, ttl)) in before {
+            let (value_after, ttl_after) = &after[key];
+            assert_eq!(value, value_after, "{call} changed {key}");
+            assert_eq!(
+                *ttl < 0,
+                *ttl_after < 0,
+                "{call} changed the expiry of {key}"
+            );
+            assert!(ttl_after <= ttl, "{call} raised the expiry of {key}");
+        }
+    }
+
+    /// The lock "held" (token `holder`, 3 s left, counter 5 with a time to
+    /// live, one waiter queued), and the free lock "free" with no keys.
+    fn setup(con: &mut Connection) -> (Keys, Keys) {
+        let held = Keys::new("t:", "held", Duration::from_secs(60));
+        let free = Keys::new("t:", "free", Duration::from_secs(60));
+        let _: () = redis::pipe()
+            .cmd("FLUSHALL")
+            .cmd("SET")
+            .arg(&held.lock)
+            .arg("holder")
+            .arg("PX")
+            .arg(3_000)
+            .cmd("SET")
+            .arg(&held.fence)
+            .arg(5)
+            .arg("PX")
+            .arg(60_000)
+            .cmd("RPUSH")
+            .arg(&held.queue)
+            .arg("waiter")
+            .cmd("HSET")
+            .arg(&held.waiters)
+            .arg("waiter")
+            .arg("99999999999999:1000")
+            .cmd("PEXPIRE")
+            .arg(&held.queue)
+            .arg(50_000)
+            .cmd("PEXPIRE")
+            .arg(&held.waiters)
+            .arg(50_000)
+            .query(con)
+            .unwrap();
+        (held, free)
+    }
+
+    /// Calls the script with these keys and arguments; asserts that Redis
+    /// answered an error and that nothing was written.
+    fn refused(con: &mut Connection, script: &Script, keys: &[&str], args: &[&str], call: &str) {
+        let before = snapshot(con);
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let answer: redis::RedisResult<Value> = invocation.invoke(con);
+        let after = snapshot(con);
+        assert!(answer.is_err(), "{call} was accepted: {answer:?}");
+        unchanged(&before, &after, call);
+    }
+
+    /// Numbers that are not a whole count of milliseconds within bounds.
+    const NOT_MS: &[&str] = &[
+        "abc",
+        "",
+        "-1",
+        "1.5",
+        "1e17",
+        "100000000000000000",
+        "2592000001",
+        "nan",
+        "inf",
+        "-inf",
+    ];
+
+    #[test]
+    fn max_ms_is_the_longest_duration_the_api_accepts() {
+        let max: u128 = max_ms!().parse().unwrap();
+        assert_eq!(max, crate::MAX_EXPIRE.as_millis());
+        assert_eq!(max, crate::MAX_ACQUIRE_TIMEOUT.as_millis());
+    }
+
+    #[test]
+    fn acquire_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, free) = setup(&mut con);
+        for keys in [&held, &free] {
+            let k = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
+            for bad in NOT_MS.iter().chain(&["0"]) {
+                let call = format!("ACQUIRE {} lease {bad:?}", keys.lock);
+                let lease = format!("{bad}:60000");
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
+            }
+            for bad in NOT_MS {
+                let call = format!("ACQUIRE {} wait {bad:?}", keys.lock);
+                refused(
+                    &mut con,
+                    &ACQUIRE,
+                    &k,
+                    &["newcomer", "1000:60000", bad],
+                    &call,
+                );
+                let call = format!("ACQUIRE {} retention {bad:?}", keys.lock);
+                let lease = format!("1000:{bad}");
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
+            }
+            for lease in ["1000", "", ":", "1000:", ":60000", "1000:60000:1"] {
+                let call = format!("ACQUIRE {} lease and retention {lease:?}", keys.lock);
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", lease, "5000"], &call);
+            }
+            let call = format!("ACQUIRE {} without a wait", keys.lock);
+            refused(&mut con, &ACQUIRE, &k, &["newcomer", "1000:60000"], &call);
+        }
+    }
+
+    #[test]
+    fn release_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let k = [held.lock.as_str(), &held.fence, &held.queue, &held.waiters];
+        for token in ["holder", "waiter"] {
+            for bad in NOT_MS {
+                let call = format!("RELEASE by {token} retention {bad:?}");
+                let args = [token, &held.channel, "0", bad, "5"];
+                refused(&mut con, &RELEASE, &k, &args, &call);
+            }
+            for bad in ["abc", "", "-1", "1.5", "1e30", "9007199254740992", "nan"] {
+                let call = format!("RELEASE by {token} granted {bad:?}");
+                let args = [token, &held.channel, "0", "1000", bad];
+                refused(&mut con, &RELEASE, &k, &args, &call);
+            }
+        }
+        let args = ["holder", &held.channel, "0", "1000"];
+        refused(
+            &mut con,
+            &RELEASE,
+            &k,
+            &args,
+            "RELEASE without a fencing token",
+        );
+    }
+
+    /// A release by a token that no longer owns the lock says whether the
+    /// counter is still near the token's fencing token (the lock was
+    /// released, or handed over, since), or not (started again from the
+    /// clock after Redis lost the lock, or many acquisitions since).
+    #[test]
+    fn a_release_that_finds_the_lock_gone_tells_a_recent_counter() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let answer = |con: &mut Connection, granted: u64| -> i64 {
+            release(&held, "gone", granted, false).invoke(con).unwrap()
+        };
+        // The counter is 5.
+        assert_eq!(answer(&mut con, 5), 2);
+        assert_eq!(answer(&mut con, 4), 2, "one acquisition since");
+        assert_eq!(answer(&mut con, 6), 0, "a counter below the token");
+        assert_eq!(answer(&mut con, 0), 0, "no fencing token given");
+        let _: () = redis::cmd("SET")
+            .arg(&held.fence)
+            .arg(1_005)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(answer(&mut con, 5), 2, "a thousand acquisitions since");
+        let _: () = redis::cmd("SET")
+            .arg(&held.fence)
+            .arg(1_006)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(answer(&mut con, 5), 0, "more than a thousand since");
+        let _: () = redis::cmd("DEL").arg(&held.fence).query(&mut con).unwrap();
+        assert_eq!(answer(&mut con, 5), 0, "the counter is gone");
+        assert_eq!(
+            redis::cmd("GET")
+                .arg(&held.lock)
+                .query::<String>(&mut con)
+                .unwrap(),
+            "holder",
+            "the owner's lock is left alone"
+        );
+    }
+
+    #[test]
+    fn extend_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let k = [held.lock.as_str()];
+        for mode in ["add", "set", "raise"] {
+            for bad in NOT_MS.iter().chain(&["0"]) {
+                let call = format!("EXTEND {mode} by {bad:?}");
+                refused(
+                    &mut con,
+                    &EXTEND,
+                    &k,
+                    &["holder", bad, mode, "60000"],
+                    &call,
+                );
+                let call = format!("EXTEND {mode} with max {bad:?}");
+                refused(&mut con, &EXTEND, &k, &["holder", "1000", mode, bad], &call);
+            }
+        }
+        for mode in ["", "ADD", "replace"] {
+            let call = format!("EXTEND in mode {mode:?}");
+            refused(
+                &mut con,
+                &EXTEND,
+                &k,
+                &["holder", "1000", mode, "60000"],
+                &call,
+            );
+        }
+    }
+
+    #[test]
+    fn renew_checks_every_lease_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let other = Keys::new("t:", "other", Duration::ZERO);
+        let _: () = redis::cmd("SET")
+            .arg(&other.lock)
+            .arg("other")
+            .arg("PX")
+            .arg(3_000)
+            .query(&mut con)
+            .unwrap();
+        let k = [held.lock.as_str(), &other.lock];
+        for bad in NOT_MS {
+            // The first lease alone would be renewed: it must not be.
+            let call = format!("RENEW with a second lease of {bad:?}");
+            refused(
+                &mut con,
+                &RENEW,
+                &k,
+                &["holder", "20000", "other", bad],
+                &call,
+            );
+        }
+        refused(
+            &mut con,
+            &RENEW,
+            &k,
+            &["holder", "20000", "other"],
+            "RENEW short of a lease",
+        );
+    }
+
+    #[test]
+    fn raise_fence_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let k = [held.lock.as_str(), &held.fence];
+        for bad in [
+            "abc",
+            "",
+            "0",
+            "-3",
+            "1.5",
+            "1e30",
+            "9007199254740992",
+            "nan",
+            "inf",
+        ] {
+            let call = format!("RAISE_FENCE to {bad:?}");
+            refused(&mut con, &RAISE_FENCE, &k, &["holder", bad, "60000"], &call);
+        }
+        for bad in NOT_MS {
+            let call = format!("RAISE_FENCE with retention {bad:?}");
+            refused(&mut con, &RAISE_FENCE, &k, &["holder", "100", bad], &call);
+        }
+    }
+
+    /// A queue entry that is not `<deadline>:<lease>` (written by an older
+    /// version, or by hand) is skipped: the lock goes to the next valid
+    /// waiter, or is deleted, and never stays without a time to live.
+    #[test]
+    fn release_skips_a_malformed_queue_entry() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let _: () = redis::pipe()
+            .cmd("DEL")
+            .arg(&held.queue)
+            .arg(&held.waiters)
+            .cmd("RPUSH")
+            .arg(&held.queue)
+            .arg("bad")
+            .arg("good")
+            .cmd("HSET")
+            .arg(&held.waiters)
+            .arg("bad")
+            .arg("99999999999999:1e17")
+            .cmd("HSET")
+            .arg(&held.waiters)
+            .arg("good")
+            .arg("99999999999999:4000")
+            .query(&mut con)
+            .unwrap();
+        let released: i64 = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
+        assert_eq!(released, 1);
+        let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
+        assert_eq!(owner, "good");
+        let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
+        assert!((1..=4_000).contains(&ttl), "lock PTTL {ttl}");
+        let fence_ttl: i64 = redis::cmd("PTTL").arg(&held.fence).query(&mut con).unwrap();
+        assert!((1..=64_000).contains(&fence_ttl), "fence PTTL {fence_ttl}");
+    }
 }

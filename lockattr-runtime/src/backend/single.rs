@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
 
 use super::node_facts::NodeFacts;
-use super::{Attempt, Extend, Renewal, Wakeups, left_of, millis, scripts};
+use super::{Attempt, Extend, Released, Renewal, Wakeups, extended, left_of, millis, scripts};
 use crate::key::Keys;
 use crate::{LockError, io};
 
@@ -243,9 +243,9 @@ impl SingleNode {
         }
     }
 
-    /// Sends a request. A connection that broke while idle (Redis
-    /// restarted) fails on first use; then the request is sent once more on
-    /// a new one. Every request here is safe to repeat.
+    /// Sends a request that is safe to repeat. A connection that broke
+    /// while idle (Redis restarted) fails on first use; then the request is
+    /// sent once more on a new one.
     ///
     /// When a request goes unanswered (its answer timed out, or the caller
     /// dropped this future while it was on its way), `unanswered` gets the
@@ -255,8 +255,25 @@ impl SingleNode {
         request: Request<'_>,
         unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
     ) -> Result<T, LockError> {
+        let (value, _) = self.send_then(request, None, unanswered).await?;
+        Ok(value)
+    }
+
+    /// [`send`](Self::send), and whether the answer is the re-send's. A
+    /// dropped connection does not say whether the request ran: a request
+    /// that is not safe to repeat as it is gives `again`, which makes the
+    /// one to send instead (when it is needed, so it may count the time
+    /// since the first try).
+    async fn send_then<T: FromRedisValue>(
+        &self,
+        first: Request<'_>,
+        again: Option<&(dyn Fn() -> ScriptInvocation<'static> + Sync)>,
+        unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
+    ) -> Result<(T, bool), LockError> {
+        let mut instead: Option<ScriptInvocation<'static>> = None;
         let mut retried = false;
         loop {
+            let request = instead.as_ref().map_or(first, Request::Script);
             let (slot, generation, mut connection) = self.connection().await?;
             let pending = Unanswered {
                 connection: unanswered.map(|_| connection.clone()),
@@ -265,7 +282,7 @@ impl SingleNode {
             let e = match request.send(&mut connection).await {
                 Ok(value) => {
                     pending.disarm();
-                    return Ok(value);
+                    return Ok((value, retried));
                 }
                 Err(e) => e,
             };
@@ -282,6 +299,7 @@ impl SingleNode {
                 return Err(self.error(e));
             }
             retried = true;
+            instead = again.map(|make| make());
         }
     }
 
@@ -310,28 +328,31 @@ impl SingleNode {
 
     /// See [`super::Backend::release`]; `notify` publishes a release
     /// notice when nobody is queued (Redlock).
+    ///
+    /// A release is sent again after a dropped connection (a second run
+    /// changes nothing of another owner's), but a re-send that finds the
+    /// lock not owned cannot tell whether the first try released it or the
+    /// lease had run out. When the lock's counter is still near
+    /// `fencing_token` (see [`scripts::RELEASE_LUA`]), that is
+    /// [`Released::Unsure`]; a counter that is gone or far beyond (Redis
+    /// lost the lock: the connection broke with a restart) is
+    /// [`Released::NotOwned`].
     pub(crate) async fn release(
         &self,
         keys: &Keys,
         token: &str,
+        fencing_token: u64,
         notify: bool,
-    ) -> Result<bool, LockError> {
-        let deleted: i64 = self
-            .send(
-                Request::Script(
-                    scripts::RELEASE
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .key(&keys.queue)
-                        .key(&keys.waiters)
-                        .arg(token)
-                        .arg(&keys.channel)
-                        .arg(if notify { "1" } else { "0" }),
-                ),
-                None,
-            )
+    ) -> Result<Released, LockError> {
+        let invocation = scripts::release(keys, token, fencing_token, notify);
+        let (deleted, resent): (i64, bool) = self
+            .send_then(Request::Script(&invocation), None, None)
             .await?;
-        Ok(deleted == 1)
+        Ok(match (deleted, resent) {
+            (1, _) => Released::Done,
+            (2, true) => Released::Unsure,
+            _ => Released::NotOwned,
+        })
     }
 
     /// Raises the lock's fence counter to `fencing_token` if `token` owns
@@ -342,41 +363,37 @@ impl SingleNode {
         token: &str,
         fencing_token: u64,
     ) -> Result<bool, LockError> {
-        let owned: i64 = self
-            .send(
-                Request::Script(
-                    scripts::RAISE_FENCE
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .arg(token)
-                        .arg(fencing_token),
-                ),
-                None,
-            )
-            .await?;
+        let invocation = scripts::raise_fence(keys, token, fencing_token);
+        let owned: i64 = self.send(Request::Script(&invocation), None).await?;
         Ok(owned == 1)
     }
 
+    /// See [`super::Backend::extend`]. An addition whose answer was lost
+    /// with its connection is sent again as a raise (see [`Extend::Add`]).
     pub(crate) async fn extend(
         &self,
         keys: &Keys,
         token: &str,
         by: Duration,
         how: Extend,
+        max_lease: Duration,
     ) -> Result<Option<Duration>, LockError> {
-        let left: i64 = self
-            .send(
-                Request::Script(
-                    scripts::EXTEND
-                        .key(&keys.lock)
-                        .arg(token)
-                        .arg(millis(by))
-                        .arg(how.mode()),
-                ),
-                None,
-            )
-            .await?;
-        Ok(left_of(left))
+        let first = scripts::extend(keys, token, millis(by), how.mode(), max_lease);
+        let raise = |held_until: Instant| {
+            move || {
+                let target = (held_until + by).saturating_duration_since(Instant::now());
+                scripts::extend(keys, token, millis(target), "raise", max_lease)
+            }
+        };
+        let again = match how {
+            Extend::Add { held_until } => Some(raise(held_until)),
+            Extend::Set => None,
+        };
+        let again = again
+            .as_ref()
+            .map(|make| make as &(dyn Fn() -> ScriptInvocation<'static> + Sync));
+        let (left, _): (i64, bool) = self.send_then(Request::Script(&first), again, None).await?;
+        extended(left, max_lease)
     }
 
     pub(crate) async fn renew(

@@ -1,0 +1,208 @@
+//! Nothing of a lock stays in Redis long after its last lease ended: the
+//! fencing counter expires `fence_retention` after it (the lock key and the
+//! queue keys already expired with the lease and the wait). Fencing tokens
+//! still increase across the counter's expiry, and under a `volatile-*`
+//! eviction policy a full Redis evicts old counters instead of refusing
+//! new locks.
+mod support;
+
+use std::time::Duration;
+
+use lockattr::Locker;
+use support::{RedisServer, eventually, lock_key};
+
+const RETENTION: Duration = Duration::from_millis(300);
+
+fn locker(server: &RedisServer, retention: Duration) -> Locker {
+    Locker::builder(server.url())
+        .fence_retention(retention)
+        .build()
+        .unwrap()
+}
+
+/// Asserts that every key under the default prefix has a time to live of
+/// at most `most` ms; how many there are.
+fn assert_all_expire_within(server: &RedisServer, most: i64) -> usize {
+    let mut con = server.client();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("lockattr:*")
+        .query(&mut con)
+        .unwrap();
+    let mut pipe = redis::pipe();
+    for key in &keys {
+        pipe.cmd("PTTL").arg(key);
+    }
+    let ttls: Vec<i64> = pipe.query(&mut con).unwrap();
+    for (key, ttl) in keys.iter().zip(ttls) {
+        // -2: expired since KEYS listed it; 0: about to.
+        assert!(
+            ttl == -2 || (0..=most).contains(&ttl),
+            "{key} has PTTL {ttl} ms (at most {most} expected)"
+        );
+    }
+    keys.len()
+}
+
+/// 2,000 names: half released, half left to run out (a crashed holder),
+/// and a few handed over from a holder to a waiter. A moment after the
+/// last lease plus the retention, Redis holds no key of any of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
+    let server = RedisServer::start();
+    let locker = locker(&server, RETENTION);
+    let lease = Duration::from_millis(500);
+    let mut abandoned = Vec::new();
+    for n in 0..2_000 {
+        let guard = locker
+            .lock(format!("order:{n}"))
+            .expire(lease)
+            .acquire()
+            .await
+            .unwrap();
+        if n % 2 == 0 {
+            guard.release().await.unwrap();
+        } else {
+            abandoned.push(guard);
+        }
+    }
+    // Hand-overs: a waiter queued behind a holder gets the lock from its
+    // release (the counter is incremented there, with the waiter's lease).
+    for n in 0..10 {
+        let name = format!("handed:{n}");
+        let holder = locker.lock(&name).expire(lease).acquire().await.unwrap();
+        let waiter = {
+            let locker = locker.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                locker
+                    .lock(name)
+                    .expire(lease)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .acquire()
+                    .await
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .exists(&format!("lockattr:{{{name}}}:queue")))
+            .is_some()
+        );
+        holder.release().await.unwrap();
+        waiter.await.unwrap().unwrap().release().await.unwrap();
+    }
+    let most = i64::try_from((lease + RETENTION).as_millis()).unwrap();
+    assert_all_expire_within(&server, most);
+    assert!(
+        eventually(Duration::from_secs(20), || server
+            .keys("lockattr:*")
+            .is_empty())
+        .is_some(),
+        "keys left: {:?}",
+        server
+            .keys("lockattr:*")
+            .into_iter()
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    // The abandoned guards' releases find nothing to release, and write
+    // nothing back.
+    for guard in abandoned.drain(..100) {
+        assert!(guard.release().await.unwrap_err().is_not_owned());
+    }
+    assert!(server.keys("lockattr:*").is_empty());
+}
+
+/// With the default retention, a released lock leaves only its counter,
+/// expiring within a minute.
+#[tokio::test]
+async fn by_default_a_counter_goes_within_a_minute_of_the_release() {
+    let server = RedisServer::start();
+    let locker = Locker::new(&server.url()).unwrap();
+    let guard = locker
+        .lock("job")
+        .expire(Duration::from_secs(3600))
+        .acquire()
+        .await
+        .unwrap();
+    let ttl = server.pttl("lockattr:{job}:fence");
+    assert!((3_600_000..=3_660_000).contains(&ttl), "held: PTTL {ttl}");
+    guard.release().await.unwrap();
+    assert_eq!(server.keys("lockattr:*"), vec!["lockattr:{job}:fence"]);
+    let ttl = server.pttl("lockattr:{job}:fence");
+    assert!((1..=60_000).contains(&ttl), "released: PTTL {ttl}");
+}
+
+/// A counter that expired starts again from the server's clock, so the
+/// next token is still larger than every one before.
+#[tokio::test]
+async fn tokens_keep_increasing_across_the_counters_expiry() {
+    let server = RedisServer::start();
+    let locker = locker(&server, Duration::from_millis(50));
+    let mut last = 0;
+    for round in 0..5 {
+        // A few acquisitions while the counter lives...
+        for _ in 0..3 {
+            let guard = locker.lock("t").acquire().await.unwrap();
+            assert!(guard.fencing_token() > last, "round {round}");
+            last = guard.fencing_token();
+            guard.release().await.unwrap();
+        }
+        // ...then the counter expires.
+        assert!(
+            eventually(Duration::from_secs(10), || !server
+                .exists("lockattr:{t}:fence"))
+            .is_some(),
+            "the counter did not expire"
+        );
+    }
+    let guard = locker.lock("t").acquire().await.unwrap();
+    assert!(guard.fencing_token() > last);
+    guard.release().await.unwrap();
+}
+
+/// Under `maxmemory-policy volatile-lru`, a Redis full of counters of
+/// locks no longer in use evicts them (they have a time to live) instead
+/// of refusing the next acquisition with OOM.
+#[tokio::test]
+async fn old_counters_are_evicted_under_volatile_lru() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
+    let locker = locker(&server, Duration::from_secs(3600));
+    for n in 0..5_000 {
+        locker
+            .lock(format!("order:{n}"))
+            .expire(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let counters = assert_all_expire_within(&server, 3_600_000);
+    assert_eq!(counters, 5_000);
+    let mut con = server.client();
+    let info: String = redis::cmd("INFO").arg("memory").query(&mut con).unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    // Below what the counters use: nothing more fits unless some go.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used - 200_000)
+        .query(&mut con)
+        .unwrap();
+    let guard = locker
+        .lock("new-order")
+        .acquire()
+        .await
+        .expect("a full Redis evicts old counters and takes the lock");
+    assert!(server.exists(&lock_key("new-order")));
+    guard.release().await.unwrap();
+    assert!(
+        server.keys("lockattr:*").len() < counters,
+        "no counter was evicted"
+    );
+}
