@@ -799,8 +799,11 @@ impl LockBuilder<'_> {
         if self.expire < Duration::from_millis(1) {
             return Err(LockError::invalid(
                 "expire",
-                "a lease shorter than a millisecond would free the lock at once (Redis counts \
-                 whole milliseconds); use at least a millisecond",
+                format!(
+                    "a lease of {:?} (zero whole milliseconds, as Redis counts them) would free \
+                     the lock at once; use at least a millisecond",
+                    self.expire
+                ),
             ));
         }
         let max_lease = self.locker.inner.max_lease;
