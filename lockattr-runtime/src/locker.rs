@@ -482,11 +482,12 @@ impl LockerBuilder {
     /// [`MAX_EXPIRE`]).
     ///
     /// Every lock name has a counter key (`<prefix>{name}:fence`) next to
-    /// its lock key. Each acquisition gives it a time to live of the lease
-    /// plus this retention, and a release shortens it to this retention, so
-    /// nothing of a lock stays in Redis longer than this after its last
-    /// lease ended (a counter incremented for a lease that was later
-    /// extended or renewed may go sooner). Without that, every name ever
+    /// its lock key. A new counter gets a time to live of its lease plus
+    /// this retention, a release shortens it to this retention, and an
+    /// acquisition leaves it as it is (no extra command), so nothing of a
+    /// lock stays in Redis longer than this after its last lease ended (a
+    /// counter may go sooner, even while a lock renewed or extended far past
+    /// its first lease is held; the next token then comes from the clock). Without that, every name ever
     /// locked kept a key forever: ten million order names were about a
     /// gigabyte, never evictable under a `volatile-*` policy, and under
     /// `noeviction` a full Redis refused every acquisition.

@@ -88,9 +88,14 @@ macro_rules! ms_arg_lua {
 /// not step back and a name is taken less than a million times a second. A
 /// microsecond count stays below 2^53, so Lua's doubles hold it exactly.
 ///
-/// The counter then expires `$ttl` ms from now (the lease it is taken for
-/// plus the retention), so it lasts as long as the lock and a little more,
-/// never forever.
+/// A counter made here expires `$ttl` ms from now (the lease it is taken
+/// for plus the retention); an existing one keeps its time to live (INCR
+/// does not change it), which a release that deletes the lock sets to the
+/// retention. So a counter never lives longer than the retention after the
+/// last lease of its lock ended, and an acquisition costs no extra command.
+/// A counter may expire while a lock renewed or extended far past its first
+/// lease is still held: the next token then starts from the clock, which
+/// keeps it larger.
 ///
 /// Lua statements that set the local `fence` (declared by the caller),
 /// spliced into the scripts (inline rather than a Lua function, which each
@@ -106,13 +111,10 @@ if fence == 1 then
   fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
   redis.call('set', ",
             $key,
-            r", string.format('%d', fence))
-end
-redis.call('pexpire', ",
-            $key,
-            ", ",
+            r", string.format('%d', fence), 'PX', ",
             $ttl,
             r")
+end
 "
         )
     };
