@@ -295,3 +295,70 @@ pub(crate) fn extended(reply: i64, max_lease: Duration) -> Result<Option<Duratio
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
+
+/// The first pause before trying again after a connection error.
+pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(5);
+
+/// The longest pause between tries of a waiter while Redis (or a Redlock
+/// majority) cannot be reached.
+pub(crate) const RETRY_MAX: Duration = Duration::from_millis(250);
+
+/// Pauses between tries after connection errors: from [`RETRY_FIRST`],
+/// doubling up to a ceiling, each pause drawn between half and all of its
+/// step, so that the waiters of many processes do not come back together.
+pub(crate) struct Backoff {
+    step: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(max: Duration) -> Backoff {
+        Backoff {
+            step: RETRY_FIRST,
+            max,
+        }
+    }
+
+    /// Back to the first step (after a success).
+    pub(crate) fn reset(&mut self) {
+        self.step = RETRY_FIRST;
+    }
+
+    /// The next pause.
+    pub(crate) fn next(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (self.step * 2).min(self.max);
+        step / 2 + (step / 2).mul_f64(random_fraction())
+    }
+}
+
+/// A random fraction in 0..=1; 1 without randomness (pauses are then at
+/// their longest: slower, still correct).
+pub(crate) fn random_fraction() -> f64 {
+    let mut bytes = [0_u8; 4];
+    getrandom::fill(&mut bytes)
+        .map(|()| f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX))
+        .unwrap_or(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_double_up_to_the_ceiling_with_jitter() {
+        let mut backoff = Backoff::new(RETRY_MAX);
+        let mut steps = Vec::new();
+        for _ in 0..10 {
+            let step = backoff.step;
+            let pause = backoff.next();
+            assert!(pause >= step / 2 && pause <= step, "{pause:?} for {step:?}");
+            steps.push(step);
+        }
+        assert_eq!(steps[0], RETRY_FIRST);
+        assert_eq!(steps[1], RETRY_FIRST * 2);
+        assert_eq!(*steps.last().unwrap(), RETRY_MAX);
+        backoff.reset();
+        assert_eq!(backoff.step, RETRY_FIRST);
+    }
+}

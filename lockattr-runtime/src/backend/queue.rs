@@ -19,7 +19,7 @@
 //! Within its acquire time a waiter rides out a Redis restart, a dropped
 //! connection or a server that answers too late: it tries again after a
 //! pause that starts at a few milliseconds and doubles up to
-//! [`RETRY_MAX`] (jittered, so that the waiters of many processes do not
+//! [`RETRY_MAX`](super::RETRY_MAX) (jittered, so that the waiters of many processes do not
 //! come back in step), until its deadline; at the deadline it returns the
 //! last connection error. A caller with an acquire time of zero asked for
 //! one attempt and gets the error at once.
@@ -36,8 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Attempt, ClusterNodes, FALLBACK_PAUSE, Grant, LockRequest, SingleNode, Wake, Wakeups,
-    soon_after,
+    Attempt, Backoff, ClusterNodes, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, SingleNode,
+    Wake, Wakeups, soon_after,
 };
 use crate::inner::Inner;
 use crate::key::Keys;
@@ -46,12 +46,6 @@ use crate::{LockError, io};
 /// How often a waiter asks Redis whatever it hears: a hand-over whose
 /// message never arrived is noticed this long after it at most.
 const RECHECK: Duration = Duration::from_secs(1);
-
-/// The first pause before trying again after a connection error.
-const RETRY_FIRST: Duration = Duration::from_millis(5);
-
-/// The longest pause between tries of a waiter while Redis cannot be reached.
-const RETRY_MAX: Duration = Duration::from_millis(250);
 
 /// The longest pause between tries of a give-back in the background.
 const GIVE_BACK_RETRY_MAX: Duration = Duration::from_secs(1);
@@ -321,37 +315,7 @@ fn may_have_run(e: &LockError) -> bool {
         .is_some_and(redis::RedisError::is_connection_refusal)
 }
 
-/// Pauses between tries: from [`RETRY_FIRST`], doubling up to a ceiling,
-/// each pause drawn between half and all of its step.
-struct Backoff {
-    step: Duration,
-    max: Duration,
-}
-
 impl Backoff {
-    fn new(max: Duration) -> Backoff {
-        Backoff {
-            step: RETRY_FIRST,
-            max,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.step = RETRY_FIRST;
-    }
-
-    /// The next pause.
-    fn next(&mut self) -> Duration {
-        let step = self.step;
-        self.step = (self.step * 2).min(self.max);
-        let mut bytes = [0_u8; 4];
-        // Without randomness the pause is the step: still correct.
-        let fraction = getrandom::fill(&mut bytes)
-            .map(|()| f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX))
-            .unwrap_or(1.0);
-        step / 2 + (step / 2).mul_f64(fraction)
-    }
-
     /// After `error`: sleeps the next pause, cut at `deadline`; `error`
     /// itself once the deadline has passed (or the caller is gone).
     async fn pause(
@@ -438,23 +402,6 @@ impl Drop for Owed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pauses_double_up_to_the_ceiling_with_jitter() {
-        let mut backoff = Backoff::new(RETRY_MAX);
-        let mut steps = Vec::new();
-        for _ in 0..10 {
-            let step = backoff.step;
-            let pause = backoff.next();
-            assert!(pause >= step / 2 && pause <= step, "{pause:?} for {step:?}");
-            steps.push(step);
-        }
-        assert_eq!(steps[0], RETRY_FIRST);
-        assert_eq!(steps[1], RETRY_FIRST * 2);
-        assert_eq!(*steps.last().unwrap(), RETRY_MAX);
-        backoff.reset();
-        assert_eq!(backoff.step, RETRY_FIRST);
-    }
 
     #[test]
     fn what_is_retried() {

@@ -65,8 +65,8 @@ use futures_util::stream::FuturesUnordered;
 use super::node_facts;
 use super::wake::Waiter;
 use super::{
-    Attempt, Backend, Extend, FALLBACK_PAUSE, Grant, LockRequest, Released, Renewal, SingleNode,
-    Timeouts, soon_after,
+    Attempt, Backend, Backoff, Extend, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Released,
+    Renewal, SingleNode, Timeouts, random_fraction, soon_after,
 };
 use crate::inner::Inner;
 use crate::key::Keys;
@@ -791,24 +791,6 @@ pub(crate) fn split_pause(splits: u32) -> Duration {
     ceiling.mul_f64(random_fraction())
 }
 
-/// When a waiter tries again after failing to reach a majority: 4 ms,
-/// doubling with each failure in a row up to 250 ms, each between half of
-/// that and all of it (so that the waiters of a Locker do not come back
-/// together).
-pub(crate) fn outage_pause(failures: u32) -> Duration {
-    let ceiling = Duration::from_millis(4u64 << failures.min(6)).min(Duration::from_millis(250));
-    ceiling.mul_f64(0.5 + random_fraction() / 2.0)
-}
-
-/// A random fraction in 0..=1; 1 without randomness (pauses are then at
-/// their longest: slower, still correct).
-fn random_fraction() -> f64 {
-    let mut bytes = [0_u8; 4];
-    getrandom::fill(&mut bytes)
-        .map(|()| f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX))
-        .unwrap_or(1.0)
-}
-
 /// The moment a waiter of a Redlock may try again: a notice from any node.
 pub(crate) async fn any_notice(waiters: &mut [Waiter]) {
     if waiters.is_empty() {
@@ -839,7 +821,7 @@ pub(crate) async fn any_notice(waiters: &mut [Waiter]) {
 /// - after a split vote, a random pause that grows with each split in a
 ///   row, so that contenders stop taking a minority each;
 /// - when fewer than a majority answered, a pause that grows with each
-///   such attempt in a row (see [`outage_pause`]): a short outage, a
+///   such attempt in a row (see [`Backoff`]): a short outage, a
 ///   restart, is ridden out within the acquire time;
 /// - its acquire timeout: then one last attempt, whose failure is returned
 ///   ([`LockError::NoQuorum`] when too few nodes answered or voted,
@@ -865,7 +847,7 @@ pub(crate) async fn acquire(
     let mut token = lease.token;
     let mut waiters: Option<Vec<Waiter>> = None;
     let mut splits = 0;
-    let mut failures = 0;
+    let mut outage = Backoff::new(RETRY_MAX);
     loop {
         if let Some(list) = waiters.as_mut() {
             // Notices heard before this attempt are answered by it.
@@ -908,8 +890,7 @@ pub(crate) async fn acquire(
             if left.is_zero() {
                 return Err(nodes.unreachable(lease.name, votes));
             }
-            failures += 1;
-            wake_at = wake_at.min(Instant::now() + outage_pause(failures));
+            wake_at = wake_at.min(Instant::now() + outage.next());
             tokio::select! {
                 () = tokio::time::sleep_until(wake_at.into()) => {}
                 () = gone.wait() => return Err(LockError::Runtime {
@@ -918,7 +899,7 @@ pub(crate) async fn acquire(
             }
             continue;
         }
-        failures = 0;
+        outage.reset();
         if left.is_zero() {
             if votes.granted.len() >= nodes.quorum() && votes.voters < nodes.quorum() {
                 return Err(nodes.too_young(lease.name, &votes));
@@ -1046,20 +1027,6 @@ mod tests {
             Some(ms(97))
         );
         assert_eq!(r.extended_left(vec![ms(100), ms(100)]), None);
-    }
-
-    #[test]
-    fn pauses_after_an_outage_grow_to_a_quarter_second() {
-        for failures in 1..20 {
-            let ceiling =
-                Duration::from_millis(4 << failures.min(6)).min(Duration::from_millis(250));
-            let pause = outage_pause(failures);
-            assert!(
-                pause >= ceiling / 2 && pause <= ceiling,
-                "{failures}: {pause:?}"
-            );
-        }
-        assert!(outage_pause(30) <= Duration::from_millis(250));
     }
 
     #[test]
