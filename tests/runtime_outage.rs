@@ -145,14 +145,7 @@ fn killed_server_gives_connection_errors_then_restart_works_blocking() {
 async fn restart_while_idle_the_first_call_succeeds() {
     let mut server = RedisServer::start();
     let locker = Locker::new(&server.url()).unwrap();
-    locker
-        .lock("idle")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    support::warm_up(&locker, "idle").await;
     // The Locker's connection breaks while nobody uses it.
     server.restart();
     let guard = locker
@@ -458,14 +451,7 @@ fn failed_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
 async fn failed_async_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
     let server = RedisServer::start();
     let locker = quick_locker(&server);
-    locker
-        .lock("warm")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    support::warm_up(&locker, "warm").await;
     server.freeze();
     let err = locker
         .lock("phantom")
@@ -741,14 +727,7 @@ async fn waiter_whose_acquire_time_ends_while_redis_is_down_gets_a_connection_er
 async fn waiter_gets_a_lock_of_its_own_after_a_frozen_server_thaws() {
     let server = RedisServer::start();
     let locker = quick_locker(&server);
-    locker
-        .lock("thaw")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    support::warm_up(&locker, "thaw").await;
     server.freeze();
     let waiter = tokio::spawn({
         let locker = locker.clone();
@@ -801,14 +780,7 @@ async fn late_answer_of_an_abandoned_attempt_never_frees_the_retry_lock() {
         .build()
         .unwrap();
     // Connection open, scripts loaded.
-    locker
-        .lock("warm")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    support::warm_up(&locker, "warm").await;
     proxy.set_delay(Duration::from_secs(2));
     let waiter = tokio::spawn({
         let locker = locker.clone();

@@ -468,3 +468,10 @@ pub async fn contend(
         );
     }
 }
+
+/// Takes and releases the lock `name`: the Locker's connection is then
+/// open and its scripts loaded, so what a test measures next is not that.
+pub async fn warm_up(locker: &lockattr::Locker, name: &str) {
+    let guard = locker.lock(name).acquire().await.expect("warm-up acquire");
+    guard.release().await.expect("warm-up release");
+}
