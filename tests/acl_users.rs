@@ -1,0 +1,217 @@
+//! Redis ACL users: a Locker that logs in as `user:password` in its URL,
+//! and one whose user may run only the commands the library needs (the
+//! rule set the README gives), on keys and channels under its prefix. Every
+//! operation works: acquire, hand-over to a waiter of another Locker
+//! through pub/sub, renewal, extend, release; and on a Redlock, where the
+//! user may not run `INFO`, restarted nodes still stay out of a majority.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker};
+use support::RedisServer;
+
+/// The README's rule set for a Locker with the default prefix (the
+/// `+@all -@dangerous` part aside: this user may run nothing else).
+const RULES: &[&str] = &[
+    "on",
+    "resetkeys",
+    "~lockattr:*",
+    "resetchannels",
+    "&lockattr:*",
+    "-@all",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+ping",
+    "+select",
+    "+subscribe",
+    "+unsubscribe",
+    "+get",
+    "+set",
+    "+del",
+    "+incr",
+    "+pexpire",
+    "+pttl",
+    "+time",
+    "+rpush",
+    "+lpop",
+    "+lrem",
+    "+hset",
+    "+hget",
+    "+hdel",
+    "+hexists",
+    "+publish",
+];
+
+/// Creates `user` with `password` and the README's rules on `server`.
+fn restricted_user(server: &RedisServer, user: &str, password: &str) {
+    let mut command = redis::cmd("ACL");
+    command.arg("SETUSER").arg(user).arg(format!(">{password}"));
+    for rule in RULES {
+        command.arg(*rule);
+    }
+    let _: () = command.query(&mut server.client()).expect("ACL SETUSER");
+}
+
+fn user_url(server: &RedisServer, user: &str, password: &str) -> String {
+    format!("redis://{user}:{password}@127.0.0.1:{}/", server.port)
+}
+
+/// Commands the user was refused (ACL log), for messages.
+fn refused(server: &RedisServer) -> String {
+    let log: redis::Value = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.client())
+        .expect("ACL LOG");
+    format!("{log:?}")
+}
+
+/// Everything a Locker does, through `url` (and a second Locker on the
+/// same server for the hand-over): acquire, a waiter handed the lock on
+/// release, renewal past the lease, extend, release.
+async fn every_operation(server: &RedisServer, url: &str) {
+    let locker = Locker::new(url).unwrap();
+    let other = Locker::new(url).unwrap();
+    locker.ping().await.unwrap();
+
+    let guard = locker
+        .lock("acl:order")
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("acquire: {e}; refused: {}", refused(server)));
+    let waiter = tokio::spawn(async move {
+        let start = Instant::now();
+        let guard = other
+            .lock("acl:order")
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (guard, start.elapsed())
+    });
+    // Past the lease: renewal keeps it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !guard.is_lost(),
+        "renewal failed; refused: {}",
+        refused(server)
+    );
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (handed, waited) = waiter.await.unwrap();
+    let handed = handed.unwrap_or_else(|e| panic!("waiter: {e}; refused: {}", refused(server)));
+    // Handed over at the release, not at the 20 s deadline or a lease end.
+    assert!(
+        released_at.elapsed() < Duration::from_secs(2),
+        "the waiter returned {:?} after the release (waited {waited:?})",
+        released_at.elapsed()
+    );
+    assert!(handed.fencing_token() > 0);
+    handed.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_and_password_in_the_url_log_in() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("app")
+        .arg("on")
+        .arg(">s3cret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .query(&mut server.client())
+        .unwrap();
+    every_operation(&server, &user_url(&server, "app", "s3cret")).await;
+
+    // A wrong password: Redis refused (`LockError::Redis`, not
+    // `Connection`), and the error does not show it.
+    let wrong = Locker::new(&user_url(&server, "app", "wrong-pw")).unwrap();
+    let err = wrong
+        .lock("acl:x")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    assert!(err.to_string().to_lowercase().contains("auth"), "{err}");
+    assert!(!format!("{err} {err:?}").contains("wrong-pw"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_with_only_the_readme_rules_can_do_everything() {
+    let server = RedisServer::start();
+    restricted_user(&server, "locker", "pw");
+    every_operation(&server, &user_url(&server, "locker", "pw")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_rules_keep_the_user_to_its_prefix() {
+    let server = RedisServer::start();
+    restricted_user(&server, "locker", "pw");
+    // Another prefix is outside `~lockattr:*`: refused, never a wrong lock.
+    let outside = Locker::builder(user_url(&server, "locker", "pw"))
+        .prefix("other:")
+        .build()
+        .unwrap();
+    let err = outside
+        .lock("x")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().to_lowercase().contains("permission")
+            || err.to_string().to_lowercase().contains("noperm"),
+        "{err}"
+    );
+    assert!(server.keys("other:*").is_empty());
+}
+
+/// A Redlock whose user has the README's rules (no `INFO`): the marker key
+/// tells when each node last lost its data, so nodes restarted empty do
+/// not vote before `max_lease`, and the lock works on the nodes that have
+/// been up long enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_user_without_info_still_locks_and_keeps_restarted_nodes_out() {
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for node in &nodes {
+        restricted_user(node, "locker", "pw");
+    }
+    let urls: Vec<String> = nodes.iter().map(|n| user_url(n, "locker", "pw")).collect();
+    let max_lease = Duration::from_secs(2);
+    let locker = Locker::redlock_builder(&urls)
+        .max_lease(max_lease)
+        .build()
+        .unwrap();
+    // The first Locker to meet the nodes writes their markers; they vote
+    // once the markers are `max_lease` old.
+    let _ = locker.ping().await;
+    let guard = locker
+        .lock("acl:redlock")
+        .expire(Duration::from_secs(1))
+        .acquire_timeout(Duration::from_secs(6))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e}; refused: {}", refused(&nodes[0])));
+    guard.release().await.unwrap();
+
+    // Two of three restarted empty (their ACL users with them: set again).
+    for node in &mut nodes[..2] {
+        node.restart();
+        restricted_user(node, "locker", "pw");
+    }
+    let err = locker
+        .lock("acl:redlock")
+        .expire(Duration::from_secs(1))
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_no_quorum(), "restarted nodes voted at once: {err:?}");
+}
