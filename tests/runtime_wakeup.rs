@@ -1202,6 +1202,21 @@ fn channel_subscribers(server: &RedisServer, name: &str) -> usize {
     counts.first().map_or(0, |(_, n)| *n)
 }
 
+/// Releases `holder` and waits (at most 25 s) for `waiter`: its outcome,
+/// and how long after the release it returned.
+async fn release_and_wait(
+    holder: LockGuard,
+    waiter: tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)>,
+) -> (Result<LockGuard, LockError>, Duration) {
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter hangs")
+        .unwrap();
+    (outcome, returned_at.duration_since(released_at))
+}
+
 /// A holder on `server` directly, and a waiter whose Locker reaches
 /// `server` through a proxy (both its command and its subscriber
 /// connection), waiting on `name` and subscribed to its channel.
@@ -1246,14 +1261,8 @@ async fn handed_over_waiter_learns_it_over_a_silent_subscriber_link() {
     let (proxy, holder, waiter) = waiter_behind_a_proxy(&server, "silent").await;
     proxy.stall_matching(b"SUBSCRIBE");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let released_at = Instant::now();
-    holder.release().await.unwrap();
-    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
-        .await
-        .expect("the waiter hangs")
-        .unwrap();
+    let (outcome, late) = release_and_wait(holder, waiter).await;
     let guard = outcome.unwrap();
-    let late = returned_at.duration_since(released_at);
     assert!(
         late < Duration::from_millis(2_500),
         "the waiter got the lock {late:?} after the release handed it over"
@@ -1334,15 +1343,9 @@ async fn silent_subscriber_connection_is_replaced() {
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = script_runs(&server);
-    let released_at = Instant::now();
-    holder.release().await.unwrap();
-    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
-        .await
-        .expect("the waiter hangs")
-        .unwrap();
+    let (outcome, late) = release_and_wait(holder, waiter).await;
     let runs = script_runs(&server) - before;
     let guard = outcome.unwrap();
-    let late = returned_at.duration_since(released_at);
     assert!(
         late < Duration::from_secs(1),
         "handed over {late:?} after the release"
@@ -1387,14 +1390,8 @@ async fn waiter_that_may_not_subscribe_still_gets_the_lock_soon() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!waiter.is_finished(), "the waiter got a held lock");
     assert_eq!(channel_subscribers(&server, "acl"), 0);
-    let released_at = Instant::now();
-    holder.release().await.unwrap();
-    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
-        .await
-        .expect("the waiter hangs")
-        .unwrap();
+    let (outcome, late) = release_and_wait(holder, waiter).await;
     let guard = outcome.unwrap();
-    let late = returned_at.duration_since(released_at);
     assert!(
         late < Duration::from_secs(1),
         "got the lock {late:?} after the release"
