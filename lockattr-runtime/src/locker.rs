@@ -418,7 +418,7 @@ impl LockerBuilder {
     /// the marker with the locks. The later of the two counts: INFO sees a
     /// restart from an old snapshot that kept the marker, the marker sees a
     /// restart when INFO is refused. The marker has no TTL (no `volatile-*`
-    /// policy evicts it) and holds about 35 bytes; on a database other than
+    /// policy evicts it) and holds about 50 bytes; on a database other than
     /// 0 the same key is also kept in database 0 (it tells one server's
     /// databases apart from other servers). The Locker's Redis user needs
     /// `INFO` (in `@dangerous`: `+@all -@dangerous` refuses it; add `+info`)

@@ -14,7 +14,7 @@
 //!   random id, and that nobody deletes. A restart without persistence, a
 //!   `FLUSHALL` or a `FLUSHDB` removes it with the locks, so its age (by the
 //!   server's clock) says how long the node has kept its data. It has no
-//!   TTL (nothing evicts it under `volatile-*` policies) and holds about 35
+//!   TTL (nothing evicts it under `volatile-*` policies) and holds about 50
 //!   bytes. When the Locker's database is not 0, the id is read from (or
 //!   written to) the same key in database 0 as well, so two URLs that differ
 //!   only in their database still name one server.
@@ -169,7 +169,10 @@ impl NodeFacts {
         server: &str,
         connection: &mut MultiplexedConnection,
     ) -> Result<(), RedisError> {
-        let id = random_id();
+        // The owner-token generator's 128 random bits. Without randomness
+        // the marker is written without an id: this node then has no marker
+        // identity (never a false duplicate of another node).
+        let id = crate::locker::new_token().unwrap_or_default();
         let (mut c1, mut c2) = (connection.clone(), connection.clone());
         let info = async move {
             redis::cmd("INFO")
@@ -283,14 +286,4 @@ fn transport(e: &RedisError) -> bool {
 /// A server's refusal, without anything that could hold a secret.
 fn short(e: &RedisError) -> String {
     e.code().unwrap_or("error").to_owned()
-}
-
-/// 64 random bits as 16 hex digits (a fixed pattern if the OS has no
-/// randomness: ids then only tell servers apart by their run id).
-fn random_id() -> String {
-    let mut bytes = [0_u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        bytes = *b"lockattr";
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
