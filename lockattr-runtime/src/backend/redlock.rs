@@ -763,13 +763,6 @@ impl Found for Released {
     }
 }
 
-impl Found for bool {
-    type Value = ();
-    fn value(self) -> Option<()> {
-        self.then_some(())
-    }
-}
-
 impl Found for Option<Duration> {
     type Value = Duration;
     fn value(self) -> Option<Duration> {
