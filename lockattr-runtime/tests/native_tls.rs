@@ -86,7 +86,7 @@ fn assert_connection_error(err: &LockError, elapsed: Duration, what: &str) {
         "{what}: refused after {elapsed:?} (connect timeout {CONNECT:?})"
     );
     for text in [err.to_string(), format!("{err:?}")] {
-        if let Some(found) = pki().key_material_in(&text) {
+        if let Some(found) = pki().pem_in(&text) {
             panic!("{what}: the error shows {found}: {text}");
         }
     }

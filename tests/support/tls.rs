@@ -213,35 +213,35 @@ impl Pki {
         ]
     }
 
-    /// What of a private key `text` shows, if anything: a PEM marker
-    /// (`BEGIN`, `PRIVATE KEY`) or 16 characters of a key's base64 body.
+    /// What of a private key `text` shows, if anything: `PRIVATE KEY`, or
+    /// 16 characters in a row of a key's base64 body.
     pub fn key_material_in(&self, text: &str) -> Option<String> {
-        pem_in(text, &self.keys())
+        pem_in(text, &["PRIVATE KEY"], &self.keys())
     }
 
-    /// What of any PEM, key or certificate, `text` shows, if anything.
+    /// What of any PEM, key or certificate, `text` shows, if anything: a
+    /// PEM marker (`BEGIN`, `-----END`, `PRIVATE KEY`), or 16 characters in a
+    /// row of a base64 body.
     pub fn pem_in(&self, text: &str) -> Option<String> {
         let mut all = self.keys().to_vec();
         all.extend(self.certs());
-        pem_in(text, &all)
+        pem_in(text, &["BEGIN", "-----END", "PRIVATE KEY"], &all)
     }
 }
 
-fn pem_in(text: &str, pems: &[&[u8]]) -> Option<String> {
-    for marker in ["BEGIN", "PRIVATE KEY", "END CERTIFICATE"] {
-        if text.contains(marker) {
-            return Some(format!("`{marker}`"));
-        }
+fn pem_in(text: &str, markers: &[&str], pems: &[&[u8]]) -> Option<String> {
+    if let Some(marker) = markers.iter().find(|m| text.contains(*m)) {
+        return Some(format!("`{marker}`"));
     }
     for pem in pems {
-        let body: String = String::from_utf8_lossy(pem)
+        let body: Vec<char> = String::from_utf8_lossy(pem)
             .lines()
             .filter(|line| !line.starts_with("-----"))
+            .flat_map(str::chars)
             .collect();
-        let chars: Vec<char> = body.chars().collect();
         // Every 16-character window of the body: any run of 16 or more
         // characters of it shown anywhere is found.
-        for window in chars.windows(16) {
+        for window in body.windows(16) {
             let piece: String = window.iter().collect();
             if text.contains(&piece) {
                 return Some(format!("base64 `{piece}` of a PEM body"));
