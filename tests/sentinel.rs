@@ -91,6 +91,32 @@ async fn acquire_through_switch(
     }
 }
 
+/// `holder` takes `name`, a task waits for it through `waiter` (20 s of
+/// acquire time), `holder` releases: returns how long after the release
+/// the waiter got the lock.
+async fn hand_over(holder: &Locker, waiter: &Locker, name: &str) -> Duration {
+    let guard = holder.lock(name).acquire().await.unwrap();
+    let (waiter, owned) = (waiter.clone(), name.to_owned());
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock(owned)
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    // Let it start waiting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (got, at) = no_hang("the waiter", waiting).await.unwrap();
+    got.unwrap_or_else(|e| panic!("the waiter for {name}: {e:?}"))
+        .release()
+        .await
+        .unwrap();
+    at.saturating_duration_since(released_at)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_the_master_the_sentinels_name() {
     let set = SentinelSet::start("lockattr-basic");
@@ -159,6 +185,9 @@ async fn the_same_locker_follows_the_master_after_a_failover() {
     let mut set = SentinelSet::start("lockattr-failover");
     let old = set.master_port();
     let locker = quick_locker(&set);
+    // A second Locker that has waited once: it listens on the old master.
+    let peer = quick_locker(&set);
+    hand_over(&locker, &peer, "handover").await;
     let before = locker.lock("fenced").acquire().await.unwrap();
     let token_before = before.fencing_token();
     before.release().await.unwrap();
@@ -210,6 +239,14 @@ async fn the_same_locker_follows_the_master_after_a_failover() {
             .unwrap();
         guard.release().await.unwrap();
     }
+
+    // Waiters hear releases on the new master: handed the lock at the
+    // release, not at the end of their acquire time (20 s).
+    let after = hand_over(&locker, &peer, "handover").await;
+    assert!(
+        after < BOUND,
+        "the waiter got the lock {after:?} after the release"
+    );
 
     // The old master back, as a replica of the new one: locks still go to
     // the new master.
@@ -436,7 +473,8 @@ async fn master_auth_for_a_master_with_a_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_master_name_is_a_clear_error() {
     let set = SentinelSet::start("lockattr-known");
-    let locker = Locker::sentinel_builder("no-such-master", set.sentinel_urls())
+    let urls = set.sentinel_urls();
+    let locker = Locker::sentinel_builder("no-such-master", urls.iter().map(String::as_str))
         .connect_timeout(QUICK)
         .response_timeout(QUICK)
         .build()
@@ -478,6 +516,10 @@ async fn an_unknown_master_name_is_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_all_down_give_connection_errors() {
+    // No sentinel at all: refused when the Locker is made.
+    let err = Locker::sentinel("lockattr-none", Vec::<String>::new()).unwrap_err();
+    assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
+
     // Nobody listens at these ports.
     let nobody: Vec<String> = (0..3)
         .map(|_| format!("redis://127.0.0.1:{}/", free_port()))
