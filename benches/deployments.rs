@@ -192,8 +192,8 @@ fn main() -> Res<()> {
         let shapes: Vec<(&str, Locker, Locker)> = vec![
             (
                 "one server",
-                Locker::new(&single.url())?,
-                Locker::new(&single.url())?,
+                Locker::new(single.url())?,
+                Locker::new(single.url())?,
             ),
             ("Redlock, 5 servers", redlock()?, redlock()?),
             (

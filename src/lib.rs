@@ -253,8 +253,13 @@ pub use lockattr_runtime::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
     DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_RESPONSE_TIMEOUT, LockBuilder, LockError,
     LockGuard, LockKey, Locker, LockerBuilder, LostReason, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE,
-    MAX_TIMEOUT, default_locker, init, set_default,
+    MAX_TIMEOUT, RedisAddr, default_locker, init, set_default,
 };
+
+/// The redis crate (redis-rs 1.x) lockattr is built on: name
+/// `lockattr::redis::ConnectionInfo` to hand a Locker an address your
+/// configuration already holds (see [`RedisAddr`]).
+pub use lockattr_runtime::redis;
 
 #[doc(hidden)]
 pub use lockattr_runtime::__private;

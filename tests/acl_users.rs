@@ -131,7 +131,7 @@ async fn a_user_and_password_in_the_url_log_in() {
 
     // A wrong password: Redis refused (`LockError::Redis`, not
     // `Connection`), and the error does not show it.
-    let wrong = Locker::new(&user_url(&server, "app", "wrong-pw")).unwrap();
+    let wrong = Locker::new(user_url(&server, "app", "wrong-pw")).unwrap();
     let err = wrong
         .lock("acl:x")
         .acquire_timeout(Duration::ZERO)

@@ -79,9 +79,9 @@ fn assert_timeout(e: &LockError, name: &str, waited: Duration) {
 #[test]
 fn sync_call_times_out_after_acquire_time_without_running() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     // Another Locker (another process, in effect) holds the lock.
-    let holder = hold(&Locker::new(&server.url()).unwrap(), "busy:1");
+    let holder = hold(&Locker::new(server.url()).unwrap(), "busy:1");
     let runs = AtomicU32::new(0);
 
     let start = Instant::now();
@@ -112,8 +112,8 @@ fn sync_call_times_out_after_acquire_time_without_running() {
 #[tokio::test]
 async fn async_call_times_out_into_the_app_error() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
-    let holder = hold(&Locker::new(&server.url()).unwrap(), "busy:1");
+    let locker = Locker::new(server.url()).unwrap();
+    let holder = hold(&Locker::new(server.url()).unwrap(), "busy:1");
     let runs = AtomicU32::new(0);
 
     let start = Instant::now();
@@ -145,7 +145,7 @@ async fn async_call_times_out_into_the_app_error() {
 #[test]
 fn acquire_time_zero_tries_once_sync() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = hold(&locker, "busy:7");
     let runs = AtomicU32::new(0);
     let start = Instant::now();
@@ -168,7 +168,7 @@ fn acquire_time_zero_tries_once_sync() {
 #[tokio::test]
 async fn acquire_time_zero_tries_once_async() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = hold(&locker, "busy:7");
     let runs = AtomicU32::new(0);
     let start = Instant::now();
@@ -189,7 +189,7 @@ async fn acquire_time_zero_tries_once_async() {
 #[tokio::test]
 async fn a_lock_freed_during_the_wait_is_taken() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = hold(&locker, "busy:9");
     let runs = AtomicU32::new(0);
     let release_at = Instant::now() + Duration::from_millis(300);
@@ -217,7 +217,7 @@ async fn a_lock_freed_during_the_wait_is_taken() {
 #[test]
 fn an_expired_lease_lets_the_waiting_call_in() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     // An owner that vanished: its lock is just a key with a 500 ms TTL.
     let _: () = redis::cmd("SET")
         .arg(support::lock_key("busy:11"))

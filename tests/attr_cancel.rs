@@ -46,14 +46,14 @@ async fn cancel_mid_body(server: &RedisServer, locker: &Locker) {
 #[tokio::test]
 async fn future_dropped_mid_body_frees_the_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     cancel_mid_body(&server, &locker).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn future_dropped_mid_body_frees_the_lock_multi_thread() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     cancel_mid_body(&server, &locker).await;
 }
 
@@ -62,7 +62,7 @@ async fn future_dropped_mid_body_frees_the_lock_multi_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborted_task_frees_the_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let entered = Arc::new(AtomicU32::new(0));
     let task = {
         let (locker, entered) = (locker.clone(), entered.clone());
@@ -89,7 +89,7 @@ async fn aborted_task_frees_the_lock() {
 #[tokio::test]
 async fn future_dropped_while_waiting_never_runs_and_never_keeps_the_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = locker
         .lock("cancel:3")
         .expire(Duration::from_secs(30))
@@ -108,7 +108,7 @@ async fn future_dropped_while_waiting_never_runs_and_never_keeps_the_lock() {
     // Someone else gets the lock within 2 s (the abandoned acquisition,
     // acquire_time 10 s, may grab it for a moment, but must give it back).
     let start = Instant::now();
-    let other = Locker::new(&server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
     let guard = other
         .lock("cancel:3")
         .acquire_timeout(Duration::from_secs(2))

@@ -92,7 +92,7 @@ fn default_locker_through_the_attribute() {
     // 2. init: the annotated functions lock on that server.
     let server = RedisServer::start();
     DEFAULT_URL.set(server.url()).unwrap();
-    lockattr::init(&server.url()).unwrap();
+    lockattr::init(server.url()).unwrap();
     assert!(
         sync_default(1, Some(&server)).unwrap(),
         "not held on the default server"
@@ -118,12 +118,12 @@ fn default_locker_through_the_attribute() {
 
     // 3. The default is set once.
     assert!(matches!(
-        lockattr::init(&server.url()),
+        lockattr::init(server.url()),
         Err(LockError::AlreadyConfigured)
     ));
     let elsewhere = RedisServer::start();
     assert!(matches!(
-        lockattr::set_default(Locker::new(&elsewhere.url()).unwrap()),
+        lockattr::set_default(Locker::new(elsewhere.url()).unwrap()),
         Err(LockError::AlreadyConfigured)
     ));
     assert!(
@@ -132,7 +132,7 @@ fn default_locker_through_the_attribute() {
     );
 
     // 4. An explicit `locker = ...` is used instead of the default.
-    let own = Locker::new(&elsewhere.url()).unwrap();
+    let own = Locker::new(elsewhere.url()).unwrap();
     assert_eq!(
         explicit(&own, 5, [&server, &elsewhere]).unwrap(),
         [false, true]

@@ -73,7 +73,7 @@ fn assert_lease(pttl: i64, expire_ms: i64, what: &str) {
 #[tokio::test]
 async fn expire_forms_set_the_lease() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     assert_lease(expire_1500ms(&locker, &server).unwrap(), 1500, "\"1500ms\"");
     assert_lease(expire_2(&locker, &server).unwrap(), 2000, "2");
     assert_lease(expire_1_25(&locker, &server).await.unwrap(), 1250, "1.25");
@@ -146,8 +146,8 @@ fn assert_waited(result: Result<(), LockError>, took: Duration, expected: Durati
 #[tokio::test]
 async fn acquire_time_forms_set_the_wait() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
-    let _held = Locker::new(&server.url())
+    let locker = Locker::new(server.url()).unwrap();
+    let _held = Locker::new(server.url())
         .unwrap()
         .lock("w")
         .expire(Duration::from_secs(30))
@@ -191,8 +191,8 @@ fn outlives_its_lease(locker: &Locker, other: &Locker) -> Result<bool, LockError
 #[test]
 fn a_short_lease_expires_on_its_own() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
-    let other = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
     assert!(
         outlives_its_lease(&locker, &other).unwrap(),
         "the 300 ms lease did not expire"

@@ -43,8 +43,8 @@ impl Doc {
 #[tokio::test]
 async fn guard_names_the_lock_and_fencing_tokens_increase() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
-    let other = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
     let mut last = 0;
     for round in 0..3 {
         let (name, expire, token) = sync_fenced(&locker, 1).unwrap();
@@ -114,7 +114,7 @@ async fn extends_its_lease_async(
 #[tokio::test]
 async fn the_guard_can_extend_the_lease_from_the_body() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (before, after) = extends_its_lease(&locker, &server).unwrap();
     assert!(
         before > 0 && before <= 2_000,

@@ -33,7 +33,7 @@ impl Service {
 async fn locker_from_a_field_of_self() {
     let server = RedisServer::start();
     let mut service = Service {
-        locks: Locker::new(&server.url()).unwrap(),
+        locks: Locker::new(server.url()).unwrap(),
         name: "billing",
     };
     assert_eq!(service.run(1, &server).unwrap(), (true, "billing"));
@@ -103,8 +103,8 @@ async fn routed_async(
 async fn locker_expression_is_evaluated_per_call() {
     let servers = [RedisServer::start(), RedisServer::start()];
     let lockers = [
-        Locker::new(&servers[0].url()).unwrap(),
-        Locker::new(&servers[1].url()).unwrap(),
+        Locker::new(servers[0].url()).unwrap(),
+        Locker::new(servers[1].url()).unwrap(),
     ];
     let evaluations = AtomicUsize::new(0);
     assert_eq!(

@@ -40,7 +40,7 @@ async fn many_captures(
 #[test]
 fn format_string_captures_arguments() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     assert_eq!(order(&locker, &server, 7).unwrap(), [lock_key("order:7")]);
     assert_eq!(order(&locker, &server, 8).unwrap(), [lock_key("order:8")]);
     assert!(held(&server).is_empty());
@@ -49,7 +49,7 @@ fn format_string_captures_arguments() {
 #[tokio::test]
 async fn format_string_with_several_captures_and_specs() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let keys = many_captures(&locker, &server, "acme", "ann".into(), 42)
         .await
         .unwrap();
@@ -101,7 +101,7 @@ fn by_const(locker: &Locker, server: &RedisServer) -> Result<Vec<String>, LockEr
 #[tokio::test]
 async fn expression_names() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let user = User {
         email: "Ann@Example.com".into(),
     };
@@ -175,7 +175,7 @@ async fn derive_lock_key_names_the_lock_from_self() {
     let mut account = Account {
         id: 42,
         balance: 100,
-        locker: Locker::new(&server.url()).unwrap(),
+        locker: Locker::new(server.url()).unwrap(),
     };
     let expected = [lock_key("account:42")];
     assert_eq!(account.balance(&server).unwrap(), (100, expected.to_vec()));
@@ -235,7 +235,7 @@ fn pay_invoice(
 #[tokio::test]
 async fn derive_lock_key_on_the_first_argument() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let seat = Seat {
         row: 5,
         number: 12,
@@ -278,7 +278,7 @@ async fn by_str(
 #[tokio::test]
 async fn integer_and_string_first_arguments() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     assert_eq!(by_integer(42, &locker, &server).unwrap(), [lock_key("42")]);
     assert_eq!(
         by_str("job:cleanup", &locker, &server).await.unwrap(),
@@ -327,7 +327,7 @@ async fn no_arguments_lock_the_function_path() {
     let server = RedisServer::start();
     NO_ARGS_SERVER.set(server.url()).unwrap();
     NO_ARGS_LOCKER
-        .set(Locker::new(&server.url()).unwrap())
+        .set(Locker::new(server.url()).unwrap())
         .unwrap();
 
     let keys = jobs::nightly_cleanup().unwrap();
@@ -367,7 +367,7 @@ async fn in_slot(
 #[tokio::test]
 async fn different_argument_values_are_different_locks_held_together() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let barrier = tokio::sync::Barrier::new(2);
     let both = tokio::time::timeout(Duration::from_secs(10), async {
         tokio::join!(in_slot(&locker, 1, &barrier), in_slot(&locker, 2, &barrier))
@@ -394,7 +394,7 @@ fn sync_in_row(
 #[test]
 fn different_argument_values_are_different_locks_sync_threads() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let barrier = Barrier::new(3);
     std::thread::scope(|s| {
         let a = s.spawn(|| sync_in_row(&locker, 1, &barrier, &server));
@@ -419,7 +419,7 @@ fn nested(locker: &Locker, id: u32, depth: u32) -> Result<Option<LockError>, Loc
 #[test]
 fn the_same_value_is_the_same_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     match nested(&locker, 1, 1).unwrap() {
         Some(LockError::Timeout { name, .. }) => assert_eq!(name, "nest:1"),
         other => panic!("a nested call on the same lock gave {other:?}"),

@@ -34,7 +34,7 @@ fn message(payload: &(dyn std::any::Any + Send)) -> String {
 #[test]
 fn sync_panic_reaches_the_caller_and_frees_the_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     for _ in 0..2 {
         let payload = catch_unwind(AssertUnwindSafe(|| sync_panics(&locker, &server)))
             .expect_err("the panic must reach the caller");
@@ -56,7 +56,7 @@ fn sync_panic_reaches_the_caller_and_frees_the_lock() {
 #[tokio::test]
 async fn async_panic_reaches_the_caller_and_frees_the_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     for _ in 0..2 {
         let (tx, rx) = std::sync::mpsc::channel();
         let join = tokio::spawn(async_panics(locker.clone(), tx)).await;
@@ -77,7 +77,7 @@ async fn async_panic_reaches_the_caller_and_frees_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_panic_on_multi_thread_runtime_frees_the_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (tx, _rx) = std::sync::mpsc::channel();
     let err = tokio::spawn(async_panics(locker.clone(), tx))
         .await

@@ -53,7 +53,7 @@ fn transfer(
 #[test]
 fn sync_calls_do_not_reenter() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (inner, held) = transfer(&locker, &server, 1).unwrap();
     assert!(matches!(inner, Err(LockError::Timeout { .. })), "{inner:?}");
     assert!(held, "the nested call released the outer lock");
@@ -98,7 +98,7 @@ async fn audit_async(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_calls_reenter() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (outer, inner, held) = transfer_async(&locker, &server, 1).await.unwrap();
     assert_eq!(outer, inner, "the nested call took a lock of its own");
     assert!(held, "the nested call released the outer lock");
@@ -129,7 +129,7 @@ async fn hold_until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_task_waits() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let notify = || Arc::new(Notify::new());
     let (a_in, a_go, b_in, b_go) = (notify(), notify(), notify(), notify());
     let a = tokio::spawn(hold_until(locker.clone(), 2, a_in.clone(), a_go.clone()));
@@ -177,7 +177,7 @@ async fn spawns_from_body(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_spawned_from_the_body_does_not_reenter() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (outer, nested, spawned) = spawns_from_body(locker, 3).await.unwrap();
     assert_eq!(outer, nested);
     assert!(
@@ -207,7 +207,7 @@ async fn calls_sync(locker: &Locker, id: u32) -> Result<(u64, Result<u64, LockEr
 #[tokio::test]
 async fn join_branches_reenter_and_sync_calls_do_not() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let [outer, a, b] = joined(&locker, 4).await.unwrap();
     assert_eq!((outer, outer), (a, b));
     let (_, inner) = calls_sync(&locker, 4).await.unwrap();
@@ -250,7 +250,7 @@ async fn calls_stranger_async(
 #[tokio::test]
 async fn reentrant_false_times_out_inside() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let ran = AtomicU32::new(0);
     let e = calls_stranger(&locker, 5, &ran).unwrap();
     assert!(matches!(e, LockError::Timeout { .. }), "{e:?}");
@@ -293,7 +293,7 @@ async fn outer_lock<T>(
 async fn only_the_same_lock_is_reentered() {
     let server = RedisServer::start();
     let elsewhere = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let keys = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
 
     let (_, (held, _)) = outer_lock(&locker, inner_lock(&locker, "other", &server))
@@ -301,7 +301,7 @@ async fn only_the_same_lock_is_reentered() {
         .unwrap();
     assert_eq!(held, keys(&["lockattr:{other}", "lockattr:{outer}"]));
 
-    let remote = Locker::new(&elsewhere.url()).unwrap();
+    let remote = Locker::new(elsewhere.url()).unwrap();
     let (_, (held, _)) = outer_lock(&locker, async {
         let inner = inner_lock(&remote, "outer", &elsewhere).await?;
         assert!(server.exists(&lock_key("outer")), "outer lock let go");
@@ -321,7 +321,7 @@ async fn only_the_same_lock_is_reentered() {
         .unwrap();
     assert_eq!(held, keys(&["app:{outer}", "lockattr:{outer}"]));
 
-    let twin = Locker::new(&server.url()).unwrap();
+    let twin = Locker::new(server.url()).unwrap();
     let (outer, (held, inner)) = outer_lock(&locker, inner_lock(&twin, "outer", &server))
         .await
         .unwrap();
@@ -357,7 +357,7 @@ async fn counted_async(locker: &Locker, id: u32, ran: &AtomicU32) -> Result<u64,
 #[tokio::test]
 async fn a_lost_lock_is_not_reentered() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let ran = AtomicU32::new(0);
     let expired = |inner: &Result<u64, LockError>| {
         matches!(
@@ -402,7 +402,7 @@ async fn counts_async(locker: &Locker, server: &RedisServer, id: u32) -> Result<
 #[tokio::test]
 async fn reentry_makes_no_round_trip() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     assert!(
         counts_async(&locker, &server, 8).await.unwrap(),
         "async nested call reached Redis"
@@ -491,7 +491,7 @@ fn bump_around(
 #[test]
 fn sync_calls_from_a_thread_pool_do_not_enter() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(3)
         .build()
@@ -598,7 +598,7 @@ async fn short_lease_calls_default(
 #[tokio::test]
 async fn a_nested_expire_longer_than_what_is_left_raises_the_lease() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (before, inside, lost) = short_lease_calls_long(&locker, &server, 10).await.unwrap();
     assert!((0..=1000).contains(&before), "PTTL {before} before");
     assert!(
@@ -670,7 +670,7 @@ async fn unrenewed_outside(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nested_renew_keeps_the_lease_alive_while_it_runs() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (inside, ran_out) = unrenewed_outside(&locker, &server, 12, false)
         .await
         .unwrap();

@@ -62,7 +62,7 @@ fn assert_held_throughout(seen: &[Seen]) {
 
 #[redis_lock(name = "renew:async", expire = "300ms", renew, acquire_time = 0, locker = locker)]
 async fn renewed_async(locker: &Locker, server: &RedisServer) -> Result<Vec<Seen>, LockError> {
-    let stranger = Locker::new(&server.url())?;
+    let stranger = Locker::new(server.url())?;
     let mut seen = Vec::new();
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -77,7 +77,7 @@ async fn renewed_async(locker: &Locker, server: &RedisServer) -> Result<Vec<Seen
 
 #[redis_lock(name = "renew:sync", expire = "300ms", renew, acquire_time = 0, locker = locker)]
 fn renewed_sync(locker: &Locker, server: &RedisServer) -> Result<Vec<Seen>, LockError> {
-    let stranger = Locker::new(&server.url())?;
+    let stranger = Locker::new(server.url())?;
     let mut seen = Vec::new();
     for _ in 0..4 {
         std::thread::sleep(Duration::from_millis(500));
@@ -95,7 +95,7 @@ fn renewed_sync(locker: &Locker, server: &RedisServer) -> Result<Vec<Seen>, Lock
 #[tokio::test]
 async fn renewed_async_body_outlives_its_lease() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let seen = renewed_async(&locker, &server).await.unwrap();
     assert_held_throughout(&seen);
     assert!(!server.exists(&lock_key("renew:async")));
@@ -106,7 +106,7 @@ async fn renewed_async_body_outlives_its_lease() {
 #[test]
 fn renewed_sync_body_outlives_its_lease() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let seen = renewed_sync(&locker, &server).unwrap();
     assert_held_throughout(&seen);
     assert!(!server.exists(&lock_key("renew:sync")));
@@ -185,7 +185,7 @@ fn assert_freed(server: &RedisServer, id: &str) {
 #[test]
 fn renewal_stops_on_every_way_out() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let runtime = support::multi_thread();
     let (server, locker, runtime) = (&server, &locker, &runtime);
     std::thread::scope(|s| {
@@ -257,7 +257,7 @@ async fn abortable_renewed(
 #[tokio::test]
 async fn abort_on_a_deleted_renewed_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (entered, after) = (AtomicBool::new(false), AtomicBool::new(false));
     let deleter = async {
         while !entered.load(Ordering::SeqCst) {
@@ -298,7 +298,7 @@ async fn abortable_expiring(
 #[tokio::test]
 async fn abort_when_the_lease_runs_out() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let (entered, after) = (AtomicBool::new(false), AtomicBool::new(false));
     let start = Instant::now();
     let err = abortable_expiring(&locker, &entered, &after)
@@ -407,7 +407,7 @@ fn error_mode_cases(mut call: impl FnMut(Duration, Plan, &AtomicBool) -> Result<
 #[test]
 fn error_mode_sync_reports_the_loss_after_the_body() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     error_mode_cases(|lease, plan, finished| {
         error_mode_sync(&locker, &server, lease, plan, finished)
     });
@@ -418,7 +418,7 @@ fn error_mode_sync_reports_the_loss_after_the_body() {
 #[test]
 fn error_mode_async_reports_the_loss_after_the_body() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let runtime = support::current_thread();
     error_mode_cases(|lease, plan, finished| {
         runtime.block_on(error_mode_async(&locker, &server, lease, plan, finished))
@@ -447,7 +447,7 @@ async fn outlives_async(locker: &Locker) -> Result<(bool, bool), LockError> {
 #[tokio::test]
 async fn by_default_the_body_result_stands() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     assert_eq!(outlives_sync(&locker).unwrap(), (false, true));
     assert_eq!(outlives_async(&locker).await.unwrap(), (false, true));
 }
@@ -490,7 +490,7 @@ fn delete_when_entered(server: &RedisServer, key: &str, entered: &AtomicBool) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn body_selects_on_lost() {
     let server = Arc::new(RedisServer::start());
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let entered = Arc::new(AtomicBool::new(false));
     let quick = watches_async(&locker, Duration::from_millis(700), &entered).await;
     assert_eq!(quick.unwrap(), None, "renewed past its 300 ms lease");
@@ -510,7 +510,7 @@ async fn body_selects_on_lost() {
 #[test]
 fn sync_body_waits_on_lost_blocking() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let entered = AtomicBool::new(false);
     let quick = watches_sync(&locker, Duration::from_millis(700), &entered);
     assert_eq!(quick.unwrap(), None, "renewed past its 300 ms lease");

@@ -38,7 +38,7 @@ const PROMPT: Duration = Duration::from_secs(3);
 #[tokio::test]
 async fn calls_during_an_outage_fail_after_their_acquire_time_and_work_again() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let runs = AtomicU32::new(0);
     assert_eq!(sync_call(&locker, 1, &runs).unwrap(), 1);
     assert_eq!(async_call(&locker, 2, &runs).await.unwrap(), 2);
@@ -95,7 +95,7 @@ async fn calls_during_an_outage_fail_after_their_acquire_time_and_work_again() {
 #[tokio::test]
 async fn a_restart_between_calls_goes_unnoticed() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let runs = AtomicU32::new(0);
     assert_eq!(sync_call(&locker, 1, &runs).unwrap(), 1);
     server.restart();
@@ -136,7 +136,7 @@ fn record(start: Instant, result: Result<u32, LockError>) -> Outcome {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_calls_survives_a_restart() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let runs = Arc::new(AtomicU32::new(0));
 

@@ -45,7 +45,7 @@ fn threads_with_their_own_lockers_lose_no_update() {
             .map(|_| {
                 let (server, inside, max_inside) = (&server, &inside, &max_inside);
                 s.spawn(move || {
-                    let locker = Locker::new(&server.url()).unwrap();
+                    let locker = Locker::new(server.url()).unwrap();
                     let mut counter = server.client();
                     for _ in 0..ITERATIONS {
                         bump(&locker, &mut counter, inside, max_inside).unwrap();

@@ -117,7 +117,7 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
 #[tokio::test]
 async fn by_default_a_counter_goes_within_a_minute_of_the_release() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let guard = locker
         .lock("job")
         .expire(Duration::from_secs(3600))

@@ -25,8 +25,8 @@ const PAUSE: Duration = Duration::from_millis(500);
 async fn a_paused_holders_write_is_refused() {
     let server = RedisServer::start();
     let mut store = FencedStore::open(&server.url()).await.unwrap();
-    let first = Locker::new(&server.url()).unwrap();
-    let second = Locker::new(&server.url()).unwrap();
+    let first = Locker::new(server.url()).unwrap();
+    let second = Locker::new(server.url()).unwrap();
 
     let paused = first.lock("fenced").expire(SHORT).acquire().await.unwrap();
     tokio::time::sleep(PAUSE).await;
@@ -85,8 +85,8 @@ async fn job(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_annotated_call_cannot_overwrite_a_later_one() {
     let server = RedisServer::start();
-    let locker_a = Locker::new(&server.url()).unwrap();
-    let locker_b = Locker::new(&server.url()).unwrap();
+    let locker_a = Locker::new(server.url()).unwrap();
+    let locker_b = Locker::new(server.url()).unwrap();
     let mut store_a = FencedStore::open(&server.url()).await.unwrap();
     let mut store_b = FencedStore::open(&server.url()).await.unwrap();
 
@@ -117,7 +117,7 @@ async fn report(locker: &Locker, pause: Duration) -> Result<(), LockError> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_body_that_outlived_its_lease_reports_it() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     report(&locker, Duration::ZERO).await.unwrap();
     match report(&locker, PAUSE).await {
         Err(LockError::Lost { name, reason }) => {

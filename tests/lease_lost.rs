@@ -23,7 +23,7 @@ const NOTICE: Duration = Duration::from_secs(2);
 
 fn setup() -> (RedisServer, Locker) {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     (server, locker)
 }
 

@@ -29,7 +29,7 @@ const CHILD_URL: &str = "LOCKATTR_LEASE_CHILD_URL";
 const TOKEN: &str = "LOCKATTR_CHILD_FENCING_TOKEN";
 
 fn locker(server: &RedisServer) -> Locker {
-    Locker::new(&server.url()).unwrap()
+    Locker::new(server.url()).unwrap()
 }
 
 fn renewed_blocking(locker: &Locker, name: &str) -> LockGuard {
@@ -425,7 +425,7 @@ async fn frozen_redis_makes_a_renewed_guard_lost_unrenewed() {
     server.thaw();
     assert!(guard.is_lost());
     assert!(eventually(Duration::from_secs(1), || server.exists(&key)).is_none());
-    let other = Locker::new(&server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
     let taken = other
         .lock("frozen")
         .acquire_timeout(Duration::ZERO)

@@ -30,7 +30,7 @@ fn calls_between(
 #[test]
 fn acquiring_a_free_lock_is_one_round_trip() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     // Warm up: connection handshake, script cache, and the name's fencing
     // counter (its very first token is seeded from the server's clock).
     locker
@@ -63,7 +63,7 @@ fn acquiring_a_free_lock_is_one_round_trip() {
 #[test]
 fn zero_acquire_timeout_makes_exactly_one_attempt() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = locker
         .lock("x")
         .expire(Duration::from_secs(30))
@@ -112,7 +112,7 @@ fn zero_acquire_timeout_makes_exactly_one_attempt() {
 #[tokio::test]
 async fn zero_acquire_timeout_async() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = locker.lock("x").acquire().await.unwrap();
     let start = Instant::now();
     let err = locker
@@ -129,8 +129,8 @@ async fn zero_acquire_timeout_async() {
 #[tokio::test]
 async fn fencing_tokens_strictly_increase_per_name_across_lockers() {
     let server = RedisServer::start();
-    let a = Locker::new(&server.url()).unwrap();
-    let b = Locker::new(&server.url()).unwrap();
+    let a = Locker::new(server.url()).unwrap();
+    let b = Locker::new(server.url()).unwrap();
     let mut last = 0;
     for i in 0..10 {
         let locker = if i % 2 == 0 { &a } else { &b };
@@ -165,7 +165,7 @@ async fn fencing_tokens_strictly_increase_per_name_across_lockers() {
 #[tokio::test]
 async fn fencing_tokens_increase_after_redis_lost_the_counter() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let first = locker.lock("fenced").acquire().await.unwrap();
     let before = first.fencing_token();
     first.release().await.unwrap();
@@ -194,7 +194,7 @@ async fn fencing_tokens_increase_after_redis_lost_the_counter() {
 #[tokio::test]
 async fn fencing_token_increases_after_the_key_expired() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let first = locker
         .lock("lapse")
         .expire(Duration::from_millis(100))
@@ -232,7 +232,7 @@ async fn fencing_token_increases_after_the_key_expired() {
 #[test]
 fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
     let server = RedisServer::start();
-    let a = Locker::new(&server.url()).unwrap();
+    let a = Locker::new(server.url()).unwrap();
     let b = a.clone();
     let mut seen = HashSet::new();
     for i in 0..20 {
@@ -256,8 +256,8 @@ fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
 #[tokio::test]
 async fn a_held_lock_is_exclusive() {
     let server = RedisServer::start();
-    let a = Locker::new(&server.url()).unwrap();
-    let b = Locker::new(&server.url()).unwrap();
+    let a = Locker::new(server.url()).unwrap();
+    let b = Locker::new(server.url()).unwrap();
     let guard = a.lock("mine").acquire().await.unwrap();
     for locker in [&a, &b] {
         let err = locker
@@ -290,7 +290,7 @@ fn an_acquisition_failing_with_a_redis_error_leaves_no_lock() {
         .arg("not a number")
         .query(&mut server.client())
         .unwrap();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let err = locker
         .lock("x")
         .expire(Duration::from_secs(30))

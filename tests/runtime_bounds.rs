@@ -22,7 +22,7 @@ fn assert_invalid(err: &LockError, what: &str) {
 #[tokio::test]
 async fn an_absurd_acquire_timeout_is_refused_and_queues_nothing() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = locker
         .lock("q")
         .expire(Duration::from_secs(30))
@@ -65,7 +65,7 @@ async fn an_absurd_acquire_timeout_is_refused_and_queues_nothing() {
 #[tokio::test]
 async fn the_longest_acquire_timeouts_are_accepted() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     for (name, wait) in [("w1", MAX_ACQUIRE_TIMEOUT), ("w2", Duration::MAX)] {
         let holder = locker
             .lock(name)
@@ -93,7 +93,7 @@ async fn the_longest_acquire_timeouts_are_accepted() {
 #[tokio::test]
 async fn an_extension_beyond_the_max_lease_is_refused() {
     let server = RedisServer::start();
-    let default = Locker::new(&server.url()).unwrap();
+    let default = Locker::new(server.url()).unwrap();
     let guard = default
         .lock("x")
         .expire(Duration::from_secs(10))
@@ -147,7 +147,7 @@ async fn an_extension_beyond_the_max_lease_is_refused() {
 #[tokio::test]
 async fn leases_and_extensions_under_a_millisecond_are_refused() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let err = locker
         .lock("tiny")
         .expire(Duration::from_micros(999))

@@ -19,7 +19,7 @@ const MAX_CLIENTS: usize = 5;
 #[test]
 fn a_thousand_operations_share_a_handful_of_connections() {
     let server = Arc::new(RedisServer::start());
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let acquisitions = Arc::new(AtomicUsize::new(0));
 
     let connections_before = server.total_connections_received();
@@ -138,7 +138,7 @@ fn a_thousand_operations_share_a_handful_of_connections() {
 fn clones_share_one_connection_and_lockers_have_their_own() {
     let server = RedisServer::start();
     let base = server.client_count();
-    let a = Locker::new(&server.url()).unwrap();
+    let a = Locker::new(server.url()).unwrap();
     let a2 = a.clone();
     a.ping_blocking().unwrap();
     a2.ping_blocking().unwrap();
@@ -148,7 +148,7 @@ fn clones_share_one_connection_and_lockers_have_their_own() {
         .release_blocking()
         .unwrap();
     assert_eq!(server.client_count(), base + 1);
-    let b = Locker::new(&server.url()).unwrap();
+    let b = Locker::new(server.url()).unwrap();
     b.ping_blocking().unwrap();
     assert_eq!(server.client_count(), base + 2);
 }

@@ -31,7 +31,7 @@ fn default_locker_lifecycle() {
     ));
 
     let server = RedisServer::start();
-    init(&server.url()).unwrap();
+    init(server.url()).unwrap();
     let locker = default_locker().unwrap();
     assert_eq!(locker.prefix(), "lockattr:");
     let guard = locker
@@ -43,7 +43,7 @@ fn default_locker_lifecycle() {
     guard.release_blocking().unwrap();
 
     // Second configuration attempts fail and change nothing.
-    let err = init(&server.url()).unwrap_err();
+    let err = init(server.url()).unwrap_err();
     assert!(matches!(err, LockError::AlreadyConfigured), "{err:?}");
     assert!(err.to_string().contains("already"), "{err}");
     let other = Locker::builder(server.url())

@@ -13,7 +13,7 @@ const LONG: Duration = Duration::from_secs(30);
 
 fn setup() -> (RedisServer, Locker) {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     (server, locker)
 }
 

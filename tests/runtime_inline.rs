@@ -65,7 +65,7 @@ fn aborted_task_with_an_attempt_in_flight_gives_the_lock_back() {
 #[test]
 fn aborted_waiting_task_leaves_the_queue() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let rt = multi_thread();
     rt.block_on(async {
         let holder = locker
@@ -142,7 +142,7 @@ fn aborted_release_in_a_task_still_releases() {
 #[test]
 fn guard_held_when_its_runtime_shuts_down_is_released() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let rt = multi_thread();
     rt.block_on(async {
         let (taken, wait) = tokio::sync::oneshot::channel();
@@ -177,7 +177,7 @@ fn guard_held_when_its_runtime_shuts_down_is_released() {
 #[test]
 fn runtime_after_runtime_in_tasks_keeps_no_dead_connections() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let base = server.client_count();
     for round in 0..5 {
         let rt = if round % 2 == 0 {

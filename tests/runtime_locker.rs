@@ -24,7 +24,7 @@ const PASSWORD: &str = "hunter2";
 fn new_does_not_connect_until_first_use() {
     let server = RedisServer::start();
     let before = server.client_count();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let clone = locker.clone();
     // Creating and cloning opened nothing.
     assert_eq!(server.client_count(), before);
@@ -37,7 +37,7 @@ fn new_does_not_connect_until_first_use() {
 #[test]
 fn unreachable_server_fails_with_connection_error_promptly_blocking() {
     // Nobody listens on this port: creating the Locker still works (it is lazy).
-    let locker = Locker::new(&format!("redis://127.0.0.1:{}/", free_port())).unwrap();
+    let locker = Locker::new(format!("redis://127.0.0.1:{}/", free_port())).unwrap();
     // A caller that may wait keeps trying until its acquire time (1 s)
     // ends, then gets the last connection error.
     let start = Instant::now();
@@ -61,7 +61,7 @@ fn unreachable_server_fails_with_connection_error_promptly_blocking() {
 
 #[tokio::test]
 async fn unreachable_server_fails_with_connection_error_promptly_async() {
-    let locker = Locker::new(&format!("redis://127.0.0.1:{}/", free_port())).unwrap();
+    let locker = Locker::new(format!("redis://127.0.0.1:{}/", free_port())).unwrap();
     let start = Instant::now();
     let err = locker
         .lock("x")
@@ -137,7 +137,7 @@ async fn password_works_and_is_never_shown() {
     }
 
     // Connection errors, with the password in the URL.
-    let locker = Locker::new(&server.url_with_password(PASSWORD)).unwrap();
+    let locker = Locker::new(server.url_with_password(PASSWORD)).unwrap();
     locker.ping().await.unwrap();
     server.kill();
     // One attempt each: a caller that may wait would retry until its
@@ -164,7 +164,7 @@ async fn password_works_and_is_never_shown() {
 fn wrong_password_is_a_clear_error_without_the_password() {
     let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
     let wrong = "hunter2-but-wrong";
-    let locker = Locker::new(&server.url_with_password(wrong)).unwrap();
+    let locker = Locker::new(server.url_with_password(wrong)).unwrap();
     let err = locker.lock("x").acquire_blocking().unwrap_err();
     let msg = err.to_string();
     let debug = format!("{err:?}");
@@ -183,7 +183,7 @@ fn wrong_password_is_a_clear_error_without_the_password() {
     );
 
     // No password at all: also a Redis error, not a connection problem.
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let err = locker.lock("x").acquire_blocking().unwrap_err();
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
     assert!(err.to_string().contains("NOAUTH"), "{err}");
@@ -193,7 +193,7 @@ fn wrong_password_is_a_clear_error_without_the_password() {
 fn default_expire_is_ten_seconds() {
     assert_eq!(DEFAULT_EXPIRE, Duration::from_secs(10));
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let guard = locker.lock("x").acquire_blocking().unwrap();
     assert_eq!(guard.expire(), Duration::from_secs(10));
     let pttl = server.pttl("lockattr:{x}");
@@ -204,7 +204,7 @@ fn default_expire_is_ten_seconds() {
 #[test]
 fn expire_sets_the_lease() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let guard = locker
         .lock("x")
         .expire(Duration::from_secs(90))
@@ -220,7 +220,7 @@ fn expire_sets_the_lease() {
 fn default_acquire_timeout_is_ten_seconds() {
     assert_eq!(DEFAULT_ACQUIRE_TIMEOUT, Duration::from_secs(10));
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let holder = locker
         .lock("busy")
         .expire(Duration::from_secs(60))
@@ -245,7 +245,7 @@ fn default_acquire_timeout_is_ten_seconds() {
 fn default_prefix_and_key_layout() {
     assert_eq!(DEFAULT_PREFIX, "lockattr:");
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     assert_eq!(locker.prefix(), "lockattr:");
     let guard = locker.lock("x").acquire_blocking().unwrap();
     let token = server
@@ -300,7 +300,7 @@ async fn custom_prefix_is_used_for_every_key() {
         ]
     );
     // Another prefix is another lock namespace: the same name is free there.
-    let other = Locker::new(&server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
     let free = other
         .lock("order:7")
         .acquire_timeout(Duration::ZERO)
@@ -362,7 +362,7 @@ fn database_number_and_unix_socket_urls_are_honoured() {
     ]);
 
     // `/3` selects database 3: the keys are there, not in database 0.
-    let locker = Locker::new(&format!("redis://127.0.0.1:{}/3", server.port)).unwrap();
+    let locker = Locker::new(format!("redis://127.0.0.1:{}/3", server.port)).unwrap();
     assert!(format!("{locker:?}").contains("/3"), "{locker:?}");
     let guard = locker.lock("db").acquire_blocking().unwrap();
     assert!(!server.exists("lockattr:{db}"));
@@ -378,7 +378,7 @@ fn database_number_and_unix_socket_urls_are_honoured() {
     guard.release_blocking().unwrap();
 
     // A Unix socket reaches the same server.
-    let unix = Locker::new(&format!("unix://{}", socket.display())).unwrap();
+    let unix = Locker::new(format!("unix://{}", socket.display())).unwrap();
     let guard = unix.lock("sock").acquire_blocking().unwrap();
     assert!(server.exists("lockattr:{sock}"));
     guard.release_blocking().unwrap();

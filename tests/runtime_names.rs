@@ -53,7 +53,7 @@ fn names() -> Vec<String> {
 #[tokio::test]
 async fn every_name_is_its_own_lock() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let names = names();
     assert_eq!(
         names.iter().collect::<HashSet<_>>().len(),
@@ -120,7 +120,7 @@ async fn every_name_is_its_own_lock() {
 #[test]
 fn braces_in_names_stay_inside_the_hash_tag() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     for name in ["a}b", "}x", "{", "}"] {
         let guard = locker.lock(name).acquire_blocking().unwrap();
         let keys = server.keys("*");
@@ -162,7 +162,7 @@ fn assert_invalid(err: &LockError, what_contains: &str, reason_contains: &str) {
 #[tokio::test]
 async fn empty_name_is_refused() {
     // Refused before any connection: works against no server at all.
-    let locker = Locker::new(&format!("redis://127.0.0.1:{}/", support::free_port())).unwrap();
+    let locker = Locker::new(format!("redis://127.0.0.1:{}/", support::free_port())).unwrap();
     let err = locker.lock("").acquire().await.unwrap_err();
     assert_invalid(&err, "name", "empty");
     assert!(err.to_string().contains("empty"), "{err}");
@@ -173,7 +173,7 @@ async fn empty_name_is_refused() {
 #[tokio::test]
 async fn zero_or_too_long_expire_is_refused() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let err = locker
         .lock("x")
         .expire(Duration::ZERO)
@@ -228,7 +228,7 @@ fn errors_are_boxable_and_describe_themselves() {
     let err = LockError::NotOwned { name: "n".into() };
     assert!(err.to_string().contains("`n`"), "{err}");
     // Connection errors keep their cause as `source()`.
-    let locker = Locker::new(&format!("redis://127.0.0.1:{}/", support::free_port())).unwrap();
+    let locker = Locker::new(format!("redis://127.0.0.1:{}/", support::free_port())).unwrap();
     let err = locker
         .lock("x")
         .acquire_timeout(Duration::ZERO)

@@ -55,7 +55,7 @@ fn assert_connection(err: &LockError, elapsed: Duration, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_server_gives_connection_errors_then_restart_works_async() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let held = locker.lock("held").acquire().await.unwrap();
     server.kill();
 
@@ -97,7 +97,7 @@ async fn killed_server_gives_connection_errors_then_restart_works_async() {
 #[test]
 fn killed_server_gives_connection_errors_then_restart_works_blocking() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let held = locker.lock("held").acquire_blocking().unwrap();
     server.kill();
 
@@ -144,7 +144,7 @@ fn killed_server_gives_connection_errors_then_restart_works_blocking() {
 #[tokio::test]
 async fn restart_while_idle_the_first_call_succeeds() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     support::warm_up(&locker, "idle").await;
     // The Locker's connection breaks while nobody uses it.
     server.restart();
@@ -170,7 +170,7 @@ async fn restart_while_idle_the_first_call_succeeds() {
 #[tokio::test]
 async fn restart_while_idle_the_first_ping_succeeds() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     locker.ping().await.unwrap();
     server.restart();
     locker.ping().await.expect("first ping after a restart");
@@ -184,7 +184,7 @@ async fn restart_while_idle_the_first_ping_succeeds() {
 #[tokio::test]
 async fn restart_in_the_middle_of_a_hold() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let a = locker
         .lock("m")
         .expire(Duration::from_secs(30))
@@ -544,8 +544,8 @@ fn bounce(server: &mut RedisServer, down: Duration) -> Instant {
 async fn waiter_rides_out_a_redis_restart() {
     let mut server = RedisServer::start();
     let (holders, waiters) = (
-        Locker::new(&server.url()).unwrap(),
-        Locker::new(&server.url()).unwrap(),
+        Locker::new(server.url()).unwrap(),
+        Locker::new(server.url()).unwrap(),
     );
     let holder = holders.lock("bounce").expire(LONG).acquire().await.unwrap();
     let waiter = tokio::spawn(async move {
@@ -577,7 +577,7 @@ async fn waiter_rides_out_a_redis_restart() {
 #[test]
 fn blocking_caller_waits_for_redis_to_come_back() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     locker.ping_blocking().unwrap();
     server.kill();
     let caller = {
@@ -613,7 +613,7 @@ fn blocking_caller_waits_for_redis_to_come_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_acquire_timeout_fails_at_once_while_redis_is_down() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     locker.ping().await.unwrap();
     server.kill();
     for round in 0..3 {
@@ -655,8 +655,8 @@ async fn zero_acquire_timeout_fails_at_once_while_redis_is_down() {
 async fn waiter_whose_acquire_time_ends_while_redis_is_down_gets_a_connection_error() {
     let mut server = RedisServer::start();
     let (holders, waiters) = (
-        Locker::new(&server.url()).unwrap(),
-        Locker::new(&server.url()).unwrap(),
+        Locker::new(server.url()).unwrap(),
+        Locker::new(server.url()).unwrap(),
     );
     let wait = Duration::from_secs(2);
     // Down before the first attempt: a plain acquisition.
@@ -811,7 +811,7 @@ async fn late_answer_of_an_abandoned_attempt_never_frees_the_retry_lock() {
         .parse()
         .unwrap();
     assert_eq!(guard.fencing_token(), fence);
-    let other = Locker::new(&server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
     let refused = other
         .lock("late")
         .acquire_timeout(Duration::ZERO)

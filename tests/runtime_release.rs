@@ -12,7 +12,7 @@ const KEY: &str = "lockattr:{r}";
 
 fn setup() -> (RedisServer, Locker) {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     (server, locker)
 }
 
@@ -103,7 +103,7 @@ fn release_blocking_after_expiry_is_not_owned() {
 #[tokio::test]
 async fn release_never_deletes_another_owners_lock() {
     let (server, locker) = setup();
-    let other_locker = Locker::new(&server.url()).unwrap();
+    let other_locker = Locker::new(server.url()).unwrap();
     let stale = locker
         .lock("r")
         .expire(Duration::from_millis(100))

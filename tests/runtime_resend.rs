@@ -16,7 +16,7 @@ use support::{RedisServer, lock_key};
 fn setup() -> (RedisServer, Proxy, Locker) {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    let locker = Locker::new(&proxy.url()).unwrap();
+    let locker = Locker::new(proxy.url()).unwrap();
     (server, proxy, locker)
 }
 
@@ -190,7 +190,7 @@ fn the_sync_attribute_keeps_the_bodys_ok_when_the_releases_answer_is_lost() {
 #[tokio::test]
 async fn a_release_after_redis_lost_the_lock_is_not_owned() {
     let mut server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     let alone = locker
         .lock("alone")
         .expire(Duration::from_secs(30))
@@ -205,7 +205,7 @@ async fn a_release_after_redis_lost_the_lock_is_not_owned() {
         .unwrap();
     server.restart();
     // A newcomer, on a Locker of its own, takes "taken" on the empty server.
-    let newcomer = Locker::new(&server.url()).unwrap();
+    let newcomer = Locker::new(server.url()).unwrap();
     let second = newcomer
         .lock("taken")
         .acquire_timeout(Duration::ZERO)

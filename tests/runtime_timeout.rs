@@ -15,7 +15,7 @@ const SLACK: Duration = Duration::from_secs(3);
 
 fn setup() -> (RedisServer, Locker) {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     (server, locker)
 }
 

@@ -35,7 +35,7 @@ const CHILD_EXPIRE_MS: &str = "LOCKATTR_WAKEUP_CHILD_EXPIRE_MS";
 const ACQUIRED: &str = "LOCKATTR_CHILD_ACQUIRED";
 
 fn locker(server: &RedisServer) -> Locker {
-    Locker::new(&server.url()).unwrap()
+    Locker::new(server.url()).unwrap()
 }
 
 fn queue_key(name: &str) -> String {
@@ -1235,7 +1235,7 @@ async fn waiter_behind_a_proxy(
         .acquire()
         .await
         .unwrap();
-    let waiters = Locker::new(&proxy.url()).unwrap();
+    let waiters = Locker::new(proxy.url()).unwrap();
     let waiter = spawn_waiter(&waiters, name, LONG, PATIENT);
     assert!(
         until(Duration::from_secs(5), || queued(server, name).len() == 1
@@ -1287,7 +1287,7 @@ async fn waiters_on_a_silent_subscriber_link_return_within_their_acquire_time() 
         .acquire()
         .await
         .unwrap();
-    let waiters = Locker::new(&proxy.url()).unwrap();
+    let waiters = Locker::new(proxy.url()).unwrap();
     waiters.ping().await.unwrap();
     let wait = Duration::from_secs(2);
     let start = Instant::now();
@@ -1381,7 +1381,7 @@ async fn waiter_that_may_not_subscribe_still_gets_the_lock_soon() {
         .acquire()
         .await
         .unwrap();
-    let waiters = Locker::new(&format!("redis://nosub:secret@127.0.0.1:{}/", server.port)).unwrap();
+    let waiters = Locker::new(format!("redis://nosub:secret@127.0.0.1:{}/", server.port)).unwrap();
     let waiter = spawn_waiter(&waiters, "acl", LONG, PATIENT);
     assert!(
         until(Duration::from_secs(5), || queued(&server, "acl").len() == 1).await,

@@ -16,7 +16,7 @@ fn sync_pay(locker: &Locker, id: u64) -> Result<u64, LockError> {
 #[tokio::test]
 async fn smoke() {
     let server = RedisServer::start();
-    let locker = Locker::new(&server.url()).unwrap();
+    let locker = Locker::new(server.url()).unwrap();
     assert_eq!(pay(&locker, 4).await.unwrap(), 8);
     let g = locker.lock("x").acquire().await.unwrap();
     assert!(

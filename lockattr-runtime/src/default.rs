@@ -2,11 +2,12 @@
 
 use once_cell::sync::OnceCell;
 
-use crate::{LockError, Locker};
+use crate::{LockError, Locker, RedisAddr};
 
 static DEFAULT: OnceCell<Locker> = OnceCell::new();
 
-/// Sets the process-wide default Locker to one for the Redis server at `url`.
+/// Sets the process-wide default Locker to one for the Redis server at `url`
+/// (a URL or a `redis::ConnectionInfo`: see [`RedisAddr`]).
 ///
 /// Call it once at start-up, before the first call of a function annotated
 /// with `#[redis_lock]` that has no `locker = ...`. A second call (or a call
@@ -17,7 +18,7 @@ static DEFAULT: OnceCell<Locker> = OnceCell::new();
 /// lockattr_runtime::init("redis://127.0.0.1:6379/")?;
 /// # Ok::<(), lockattr_runtime::LockError>(())
 /// ```
-pub fn init(url: &str) -> Result<(), LockError> {
+pub fn init(url: impl RedisAddr) -> Result<(), LockError> {
     set_default(Locker::new(url)?)
 }
 

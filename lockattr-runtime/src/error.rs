@@ -201,6 +201,17 @@ impl LockError {
     }
 
     /// Classifies an error of the redis crate.
+    /// From a failure to open a connection; `tls`: to a TLS address.
+    pub(crate) fn from_connect(server: &str, err: redis::RedisError, tls: bool) -> Self {
+        if tls && handshake_failed(&err) {
+            return LockError::Connection {
+                server: server.to_owned(),
+                source: Box::new(TlsRefused(err)),
+            };
+        }
+        LockError::from_redis(server, err)
+    }
+
     pub(crate) fn from_redis(server: &str, err: redis::RedisError) -> Self {
         let server = server.to_owned();
         // Only failures to talk to the server; an answer such as a wrong
@@ -209,6 +220,7 @@ impl LockError {
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
+            || switching_master(&err)
         {
             LockError::Connection {
                 server,
@@ -221,6 +233,57 @@ impl LockError {
             }
         }
     }
+}
+
+/// A TLS handshake that failed on a certificate (the server's, untrusted
+/// or for another name; or ours, refused): trying again does not help.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the TLS handshake failed: {0}. Check the CA (`tls_root_ca`), that the host name in the URL \
+     is one the server's certificate names, and the client certificate (`tls_client_auth`)"
+)]
+pub(crate) struct TlsRefused(redis::RedisError);
+
+/// Whether a failure to open a TLS connection is the TLS handshake's (a
+/// certificate refused by either side), not the network's: an error of the
+/// TLS library (rustls, native-tls), or one it reported through an I/O
+/// error (rustls as `InvalidData`, OpenSSL as `Other`, both carrying their
+/// own error; a network fault is the system's error, carrying none).
+fn handshake_failed(err: &redis::RedisError) -> bool {
+    use std::error::Error;
+    use std::sync::Arc;
+    let Some(inner) = err
+        .source()
+        .and_then(|s| s.downcast_ref::<Arc<dyn Error + Send + Sync>>())
+    else {
+        return false;
+    };
+    let inner: &(dyn Error + Send + Sync + 'static) = &**inner;
+    #[cfg(feature = "tls-rustls")]
+    if inner.is::<rustls::Error>() {
+        return true;
+    }
+    #[cfg(feature = "tls-native-tls")]
+    if inner.is::<native_tls::Error>() {
+        return true;
+    }
+    inner.downcast_ref::<std::io::Error>().is_some_and(|io| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other
+        ) && io.get_ref().is_some()
+    })
+}
+
+/// A Sentinel group between masters: the old one answers as a replica, or
+/// no sentinel names a healthy master yet. Passes when the failover ends.
+fn switching_master(err: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        err.kind(),
+        ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+            | ErrorKind::MasterNameNotFoundBySentinel
+    ) || err.code() == Some("READONLY")
 }
 
 fn timeout_message(name: &str, waited: &Duration) -> String {

@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+mod address;
 mod backend;
 mod default;
 mod error;
@@ -30,6 +31,12 @@ mod watchdog;
 #[doc(hidden)]
 pub mod __private;
 
+/// The redis crate (redis-rs 1.x) this crate is built on, for
+/// [`redis::ConnectionInfo`] and [`redis::IntoConnectionInfo`] of the same
+/// version as the one [`RedisAddr`] takes.
+pub use redis;
+
+pub use address::RedisAddr;
 pub use default::{default_locker, init, set_default};
 pub use error::LockError;
 pub use guard::LockGuard;

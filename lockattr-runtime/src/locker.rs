@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::address::{Address, RedisAddr, TlsFiles};
 use crate::backend::queue::{self, Queued};
 use crate::backend::redlock::{self, Redlock};
+use crate::backend::source::{MasterSettings, Sentinels};
 use crate::backend::{Backend, ClusterNodes, Grant, LockRequest, SingleNode, Timeouts};
 use crate::guard::{Lease, LockGuard};
 use crate::inner::Inner;
@@ -84,9 +86,11 @@ impl std::fmt::Debug for Locker {
 impl Locker {
     /// A Locker for the Redis server at `url`, with default settings.
     ///
-    /// Accepts `redis://[[user]:password@]host[:port][/db]` and
-    /// `unix:///path/to/redis.sock`. Does not connect: an unreachable server
-    /// shows up as [`LockError::Connection`] on first use.
+    /// Accepts `redis://[[user]:password@]host[:port][/db]`,
+    /// `rediss://...` (TLS: see [`LockerBuilder::tls_root_ca`]) and
+    /// `unix:///path/to/redis.sock`, or a [`redis::ConnectionInfo`] (see
+    /// [`RedisAddr`]). Does not connect: an unreachable server shows up as
+    /// [`LockError::Connection`] on first use.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -94,7 +98,7 @@ impl Locker {
     /// assert!(!format!("{locker:?}").contains("secret"));
     /// assert!(Locker::new("http://example.com").is_err());
     /// ```
-    pub fn new(url: &str) -> Result<Locker, LockError> {
+    pub fn new(url: impl RedisAddr) -> Result<Locker, LockError> {
         Locker::builder(url).build()
     }
 
@@ -111,8 +115,8 @@ impl Locker {
     ///     .unwrap();
     /// assert_eq!(locker.prefix(), "myapp:lock:");
     /// ```
-    pub fn builder(url: impl Into<String>) -> LockerBuilder {
-        LockerBuilder::new(Target::Single(url.into()))
+    pub fn builder(url: impl RedisAddr) -> LockerBuilder {
+        LockerBuilder::new(Target::Single(Address::of(url)))
     }
 
     /// A Locker over independent Redis masters (Redlock), with default
@@ -157,7 +161,7 @@ impl Locker {
     pub fn redlock<I>(urls: I) -> Result<Locker, LockError>
     where
         I: IntoIterator,
-        I::Item: AsRef<str>,
+        I::Item: RedisAddr,
     {
         Locker::redlock_builder(urls).build()
     }
@@ -179,9 +183,9 @@ impl Locker {
     pub fn redlock_builder<I>(urls: I) -> LockerBuilder
     where
         I: IntoIterator,
-        I::Item: AsRef<str>,
+        I::Item: RedisAddr,
     {
-        LockerBuilder::new(Target::Redlock(strings(urls)))
+        LockerBuilder::new(Target::Redlock(addresses(urls)))
     }
 
     /// A Locker over a Redis Cluster, with default settings, given the URLs
@@ -200,7 +204,7 @@ impl Locker {
     pub fn cluster<I>(seeds: I) -> Result<Locker, LockError>
     where
         I: IntoIterator,
-        I::Item: AsRef<str>,
+        I::Item: RedisAddr,
     {
         Locker::cluster_builder(seeds).build()
     }
@@ -219,9 +223,80 @@ impl Locker {
     pub fn cluster_builder<I>(seeds: I) -> LockerBuilder
     where
         I: IntoIterator,
-        I::Item: AsRef<str>,
+        I::Item: RedisAddr,
     {
-        LockerBuilder::new(Target::Cluster(strings(seeds)))
+        LockerBuilder::new(Target::Cluster(addresses(seeds)))
+    }
+
+    /// A Locker for the master of a Redis Sentinel group, with default
+    /// settings: `master_name` is the name the sentinels monitor
+    /// (`sentinel monitor <name> ...`), `sentinels` the URLs of one or more
+    /// sentinels (`redis://host:26379/`; `rediss://` for TLS; a password in
+    /// a URL is the sentinel's own).
+    ///
+    /// Every new connection asks the sentinels (all at once; the first
+    /// master that confirms its role wins) where the master is. After a
+    /// failover, operations fail with [`LockError::Connection`] while the
+    /// old master is gone (or answers as a replica), then reach the new
+    /// master: the same Locker goes on working. The master is reached with
+    /// TLS when the sentinels are, with the same
+    /// [certificates](LockerBuilder::tls_root_ca); its credentials and
+    /// database are [`master_auth`](LockerBuilder::master_auth) and
+    /// [`master_db`](LockerBuilder::master_db).
+    ///
+    /// A failover can lose a lock: Redis replicates asynchronously, so a
+    /// lock taken just before the master failed may be missing on the
+    /// replica promoted in its place, and a second owner can then take it
+    /// while the first still works. It is the same with any replicated
+    /// Redis; make the protected writes conditional on the
+    /// [fencing token](crate::LockGuard::fencing_token), which keeps
+    /// increasing across a failover (a counter that was lost starts again
+    /// from the new master's clock).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// let locker = Locker::sentinel(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
+    /// )
+    /// .unwrap();
+    /// assert!(Locker::sentinel("mymaster", Vec::<String>::new()).is_err());
+    /// ```
+    pub fn sentinel<I>(master_name: &str, sentinels: I) -> Result<Locker, LockError>
+    where
+        I: IntoIterator,
+        I::Item: RedisAddr,
+    {
+        Locker::sentinel_builder(master_name, sentinels).build()
+    }
+
+    /// A builder for a Sentinel [`Locker`] with non-default settings: those
+    /// of [`Locker::builder`], plus [`master_auth`](LockerBuilder::master_auth)
+    /// and [`master_db`](LockerBuilder::master_db).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// let locker = Locker::sentinel_builder(
+    ///     "mymaster",
+    ///     ["redis://:sentinel-secret@10.0.0.1:26379/", "redis://:sentinel-secret@10.0.0.2:26379/"],
+    /// )
+    /// .master_auth("locks", "master-secret")
+    /// .master_db(2)
+    /// .connect_timeout(Duration::from_millis(500))
+    /// .build()
+    /// .unwrap();
+    /// assert!(!format!("{locker:?}").contains("secret"));
+    /// ```
+    pub fn sentinel_builder<I>(master_name: impl Into<String>, sentinels: I) -> LockerBuilder
+    where
+        I: IntoIterator,
+        I::Item: RedisAddr,
+    {
+        LockerBuilder::new(Target::Sentinel {
+            master_name: master_name.into(),
+            sentinels: addresses(sentinels),
+        })
     }
 
     /// Starts a lock request for `name`; finish it with
@@ -303,20 +378,24 @@ impl Locker {
     }
 }
 
-fn strings<I>(urls: I) -> Vec<String>
+fn addresses<I>(urls: I) -> Vec<Address>
 where
     I: IntoIterator,
-    I::Item: AsRef<str>,
+    I::Item: RedisAddr,
 {
-    urls.into_iter().map(|u| u.as_ref().to_owned()).collect()
+    urls.into_iter().map(Address::of).collect()
 }
 
 /// What a [`LockerBuilder`] builds a Locker for.
 #[derive(Clone)]
 enum Target {
-    Single(String),
-    Redlock(Vec<String>),
-    Cluster(Vec<String>),
+    Single(Address),
+    Redlock(Vec<Address>),
+    Cluster(Vec<Address>),
+    Sentinel {
+        master_name: String,
+        sentinels: Vec<Address>,
+    },
 }
 
 /// Settings of a [`Locker`]; see [`Locker::builder`],
@@ -330,6 +409,8 @@ pub struct LockerBuilder {
     delay_restarted_nodes: Option<bool>,
     max_lease: Option<Duration>,
     fence_retention: Duration,
+    tls: TlsFiles,
+    master: Option<MasterSettings>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -339,6 +420,7 @@ impl std::fmt::Debug for LockerBuilder {
             Target::Single(_) => "single",
             Target::Redlock(_) => "redlock",
             Target::Cluster(_) => "cluster",
+            Target::Sentinel { .. } => "sentinel",
         };
         f.debug_struct("LockerBuilder")
             .field("kind", &kind)
@@ -348,6 +430,8 @@ impl std::fmt::Debug for LockerBuilder {
             .field("node_timeout", &self.node_timeout)
             .field("max_lease", &self.max_lease)
             .field("fence_retention", &self.fence_retention)
+            .field("tls", &self.tls)
+            .field("master", &self.master)
             .finish_non_exhaustive()
     }
 }
@@ -365,6 +449,8 @@ impl LockerBuilder {
             delay_restarted_nodes: None,
             max_lease: None,
             fence_retention: DEFAULT_FENCE_RETENTION,
+            tls: TlsFiles::default(),
+            master: None,
         }
     }
 
@@ -517,6 +603,100 @@ impl LockerBuilder {
         self
     }
 
+    /// Trusts the certificate authority `pem` (one or more PEM
+    /// certificates) for the servers' certificates, instead of the platform's
+    /// (or, with `tls-rustls-webpki-roots`, Mozilla's) roots. For every
+    /// server of the Locker: the one server, each Redlock node, the Cluster
+    /// nodes, the sentinels and their master. The URLs must be `rediss://`
+    /// (a plain URL with TLS settings is refused); host names are still
+    /// checked against the certificates.
+    ///
+    /// Needs a TLS feature of lockattr: `tls-rustls` (any Locker) or
+    /// `tls-native-tls` (one server and Redlock; a Cluster or Sentinel takes
+    /// certificates only with rustls). An untrusted certificate or a wrong
+    /// host name is a [`LockError::Connection`] on first use, within the
+    /// connect timeout; a PEM without a certificate is refused by
+    /// [`build`](Self::build). The certificates never appear in errors or
+    /// `Debug` output.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let locker = Locker::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// Presents the client certificate `cert_pem` (its chain, PEM) with its
+    /// private key `key_pem` (PEM: PKCS#8, PKCS#1 or SEC1) to every server,
+    /// for servers that require it (mutual TLS, `tls-auth-clients yes`).
+    /// Same rules as [`tls_root_ca`](Self::tls_root_ca); the key is never
+    /// shown in errors or `Debug` output. A certificate the server refuses
+    /// is a [`LockError::Connection`] on first use.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let locker = Locker::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .tls_client_auth(
+    ///         std::fs::read("/etc/myapp/tls/client.crt")?,
+    ///         std::fs::read("/etc/myapp/tls/client.key")?,
+    ///     )
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_client_auth(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Sentinel only: the user and password the master (and, after a
+    /// failover, the replica promoted in its place) is reached with; for a
+    /// server with only `requirepass`, the user is `"default"`. The
+    /// sentinels' own password goes in their URLs. Never shown in errors
+    /// or `Debug` output.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// let locker = Locker::sentinel_builder("mymaster", ["redis://10.0.0.1:26379/"])
+    ///     .master_auth("default", "secret")
+    ///     .build()
+    ///     .unwrap();
+    /// let single = Locker::builder("redis://10.0.0.1/").master_auth("default", "secret").build();
+    /// assert!(single.unwrap_err().to_string().contains("Sentinel"));
+    /// ```
+    pub fn master_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        let master = self.master.get_or_insert_with(MasterSettings::default);
+        master.user = Some(user.into());
+        master.password = Some(password.into());
+        self
+    }
+
+    /// Sentinel only: the database of the master the locks live in
+    /// (default 0).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// let locker = Locker::sentinel_builder("mymaster", ["redis://10.0.0.1:26379/"])
+    ///     .master_db(3)
+    ///     .build();
+    /// assert!(locker.is_ok());
+    /// ```
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master.get_or_insert_with(MasterSettings::default).db = Some(db);
+        self
+    }
+
     /// The prefix of every Redis key (default `"lockattr:"`). It may not
     /// contain `{` or `}`, which would break the keys' Redis Cluster hash tag.
     ///
@@ -604,8 +784,16 @@ impl LockerBuilder {
         }
         let max_lease = self.max_lease.unwrap_or(match self.target {
             Target::Redlock(_) => DEFAULT_REDLOCK_MAX_LEASE,
-            Target::Single(_) | Target::Cluster(_) => MAX_EXPIRE,
+            Target::Single(_) | Target::Cluster(_) | Target::Sentinel { .. } => MAX_EXPIRE,
         });
+        self.tls.check()?;
+        if self.master.is_some() && !matches!(self.target, Target::Sentinel { .. }) {
+            return Err(LockError::invalid(
+                "Locker setting",
+                "`master_auth` and `master_db` apply to a Sentinel Locker \
+                 (`Locker::sentinel_builder`) only; put the credentials in the URL",
+            ));
+        }
         if max_lease.is_zero() || max_lease > MAX_EXPIRE {
             return Err(LockError::invalid(
                 "max lease",
@@ -615,6 +803,7 @@ impl LockerBuilder {
         let backend = match &self.target {
             Target::Redlock(urls) => Backend::Redlock(Redlock::new(
                 urls,
+                &self.tls,
                 self.timeouts,
                 self.node_timeout,
                 self.delay_restarted_nodes.unwrap_or(true),
@@ -623,11 +812,24 @@ impl LockerBuilder {
             )?),
             Target::Single(url) => {
                 self.no_redlock_settings()?;
-                Backend::Single(SingleNode::new(url, self.timeouts)?)
+                Backend::Single(SingleNode::new(url, &self.tls, self.timeouts)?)
             }
             Target::Cluster(seeds) => {
                 self.no_redlock_settings()?;
-                Backend::Cluster(ClusterNodes::new(seeds, self.timeouts)?)
+                Backend::Cluster(ClusterNodes::new(seeds, &self.tls, self.timeouts)?)
+            }
+            Target::Sentinel {
+                master_name,
+                sentinels,
+            } => {
+                self.no_redlock_settings()?;
+                let sentinels = sentinels
+                    .iter()
+                    .map(|s| s.info("redis://[[user]:password@]host[:port] or rediss://..."))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let master = self.master.clone().unwrap_or_default();
+                let sentinels = Sentinels::new(master_name, sentinels, &master, &self.tls)?;
+                Backend::Single(SingleNode::sentinel(sentinels, self.timeouts))
             }
         };
         Ok(Locker {

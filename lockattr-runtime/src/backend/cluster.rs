@@ -18,9 +18,11 @@ use futures_util::future::join_all;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Client, FromRedisValue, RedisError, ScriptInvocation};
+use redis::{FromRedisValue, RedisError, ScriptInvocation};
 
+use super::source::Source;
 use super::{Attempt, Extend, Renewal, Renewed, Timeouts, Wakeups, millis, scripts};
+use crate::address::{self, Address, TlsFiles};
 use crate::key::Keys;
 use crate::{LockError, io};
 
@@ -34,6 +36,8 @@ pub(crate) struct ClusterNodes {
     timeouts: Timeouts,
     wakeups: Wakeups,
     server: String,
+    /// Whether the nodes are reached through TLS.
+    tls: bool,
 }
 
 impl std::fmt::Debug for ClusterNodes {
@@ -45,50 +49,59 @@ impl std::fmt::Debug for ClusterNodes {
 }
 
 impl ClusterNodes {
-    /// Parses the seed URLs; does not connect.
-    pub(crate) fn new(seeds: &[String], timeouts: Timeouts) -> Result<ClusterNodes, LockError> {
+    /// Parses the seed addresses; does not connect.
+    pub(crate) fn new(
+        seeds: &[Address],
+        tls: &TlsFiles,
+        timeouts: Timeouts,
+    ) -> Result<ClusterNodes, LockError> {
         if seeds.is_empty() {
             return Err(LockError::invalid(
                 "Redis Cluster seeds",
                 "none given; pass the URL of at least one node of the cluster",
             ));
         }
-        // The redis crate's parse errors may quote the URL, password included.
-        let clients = seeds
+        tls.need_rustls("Redis Cluster")?;
+        let infos = seeds
             .iter()
-            .map(|url| {
-                Client::open(url.as_str()).map_err(|e| {
-                    LockError::invalid(
-                        "Redis URL",
-                        format!(
-                            "{} (expected redis://[:password@]host[:port] for each cluster node)",
-                            e.category()
-                        ),
-                    )
-                })
+            .map(|seed| {
+                seed.info("redis://[:password@]host[:port] or rediss://... for each cluster node")
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let names: Vec<String> = clients
+        let clients = infos
             .iter()
-            .map(|c| c.get_connection_info().addr().to_string())
-            .collect();
-        let client = ClusterClient::builder(seeds.iter().map(String::as_str))
+            .map(|info| address::client(info.clone(), tls))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = infos.iter().map(|c| c.addr().to_string()).collect();
+        let uses_tls = infos.iter().any(address::is_tls);
+        let builder = ClusterClient::builder(infos)
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response)
-            .retries(2)
-            .build()
-            .map_err(|e| {
-                LockError::invalid(
-                    "Redis Cluster seeds",
-                    format!("{} (check the URLs)", e.category()),
-                )
-            })?;
+            .retries(2);
+        #[cfg(feature = "tls-rustls")]
+        let builder = match tls.redis_certificates() {
+            Some(certificates) => builder.certs(certificates),
+            None => builder,
+        };
+        let client = builder.build().map_err(|e| {
+            LockError::invalid(
+                "Redis Cluster seeds",
+                format!("{} (check the URLs)", e.category()),
+            )
+        })?;
         Ok(ClusterNodes {
             client,
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
-            wakeups: Wakeups::new(clients, timeouts),
+            wakeups: Wakeups::new(
+                clients
+                    .into_iter()
+                    .map(|c| Source::Fixed(Box::new(c)))
+                    .collect(),
+                timeouts,
+            ),
             server: format!("cluster[{}]", names.join(",")),
+            tls: uses_tls,
             timeouts,
         })
     }
@@ -130,10 +143,11 @@ impl ClusterNodes {
         let client = self.client.clone();
         let limit = self.timeouts.connect + self.timeouts.response;
         let server = self.server.clone();
+        let tls = self.tls;
         let connection = io::run(async move {
             match tokio::time::timeout(limit, client.get_async_connection()).await {
                 Ok(Ok(connection)) => Ok(connection),
-                Ok(Err(e)) => Err(LockError::from_redis(&server, e)),
+                Ok(Err(e)) => Err(LockError::from_connect(&server, e, tls)),
                 Err(_) => Err(timed_out(&server, limit)),
             }
         })

@@ -12,6 +12,7 @@ pub(crate) mod queue;
 pub(crate) mod redlock;
 pub(crate) mod scripts;
 mod single;
+pub(crate) mod source;
 mod wake;
 
 use std::sync::Arc;
@@ -156,6 +157,10 @@ impl Renewed {
 
 /// One way of reaching Redis.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per Locker, inside its Arc: the size costs nothing"
+)]
 pub(crate) enum Backend {
     /// A single Redis server.
     Single(SingleNode),

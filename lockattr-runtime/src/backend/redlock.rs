@@ -68,6 +68,7 @@ use super::{
     Attempt, Backend, Backoff, Extend, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Released,
     Renewal, SingleNode, Timeouts, random_fraction, soon_after,
 };
+use crate::address::{Address, TlsFiles};
 use crate::inner::Inner;
 use crate::key::Keys;
 use crate::{LockError, io};
@@ -133,7 +134,8 @@ impl Redlock {
     /// Parses the URLs; does not connect. `prefix` is the Locker's key
     /// prefix (the restart marker is `<prefix>node` on each node).
     pub(crate) fn new(
-        urls: &[String],
+        urls: &[Address],
+        tls: &TlsFiles,
         timeouts: Timeouts,
         node_timeout: Option<Duration>,
         delay_restarted: bool,
@@ -154,7 +156,9 @@ impl Redlock {
         }
         let nodes = urls
             .iter()
-            .map(|url| SingleNode::new(url, timeouts).map(|n| Arc::new(n.track_restarts(prefix))))
+            .map(|url| {
+                SingleNode::new(url, tls, timeouts).map(|n| Arc::new(n.track_restarts(prefix)))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         // The same spelling twice is refused at once; other spellings of one
         // server are found by connecting (see `refuse_duplicates`).
@@ -968,13 +972,16 @@ mod tests {
     use super::*;
 
     fn five() -> Redlock {
-        let urls: Vec<String> = (1..=5).map(|i| format!("redis://10.0.0.{i}/")).collect();
+        let urls: Vec<Address> = (1..=5)
+            .map(|i| Address::of(format!("redis://10.0.0.{i}/")))
+            .collect();
         let timeouts = Timeouts {
             connect: Duration::from_secs(1),
             response: Duration::from_secs(1),
         };
         Redlock::new(
             &urls,
+            &TlsFiles::default(),
             timeouts,
             None,
             true,
@@ -1056,12 +1063,13 @@ mod tests {
         };
         let urls = |n: usize| {
             (0..n)
-                .map(|i| format!("redis://10.0.0.{i}/"))
+                .map(|i| Address::of(format!("redis://10.0.0.{i}/")))
                 .collect::<Vec<_>>()
         };
         for n in [0, 1, 2, 4, 6] {
             let err = Redlock::new(
                 &urls(n),
+                &TlsFiles::default(),
                 t,
                 None,
                 true,
@@ -1072,16 +1080,20 @@ mod tests {
             .to_string();
             assert!(err.contains(&format!("{n} URLs")), "{err}");
         }
-        let twice = vec![
-            "redis://a/".to_string(),
-            "redis://b/".into(),
-            "redis://a/".into(),
-        ];
+        let twice = ["redis://a/", "redis://b/", "redis://a/"].map(Address::of);
         assert!(
-            Redlock::new(&twice, t, None, true, Duration::from_secs(60), "lockattr:")
-                .unwrap_err()
-                .to_string()
-                .contains("twice")
+            Redlock::new(
+                &twice,
+                &TlsFiles::default(),
+                t,
+                None,
+                true,
+                Duration::from_secs(60),
+                "lockattr:"
+            )
+            .unwrap_err()
+            .to_string()
+            .contains("twice")
         );
     }
 }

@@ -7,10 +7,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInvocation};
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, ScriptInvocation};
 
 use super::node_facts::NodeFacts;
+use super::source::{Sentinels, Source};
 use super::{Attempt, Extend, Released, Renewal, Wakeups, extended, left_of, millis, scripts};
+use crate::address::{self, Address, TlsFiles};
 use crate::key::Keys;
 use crate::{LockError, io};
 
@@ -21,6 +23,14 @@ pub(crate) struct Timeouts {
     pub(crate) connect: Duration,
     /// One command's answer.
     pub(crate) response: Duration,
+}
+
+impl Timeouts {
+    /// How long finding a Sentinel group's master may take: asking a
+    /// sentinel, then checking the master's role on a connection to it.
+    pub(crate) fn locate(&self) -> Duration {
+        (self.connect + self.response) * 2
+    }
 }
 
 /// A connection and its generation, so that a failure on an old connection
@@ -59,7 +69,8 @@ type Slots = Mutex<HashMap<tokio::runtime::Id, Arc<Slot>>>;
 /// answer that timed out); a runtime's connection is forgotten when the
 /// runtime shuts down.
 pub(crate) struct SingleNode {
-    client: Client,
+    source: Source,
+    timeouts: Timeouts,
     config: AsyncConnectionConfig,
     server: String,
     slots: Arc<Slots>,
@@ -99,34 +110,47 @@ impl Drop for Forget {
 }
 
 impl SingleNode {
-    /// Parses `url`; does not connect.
-    pub(crate) fn new(url: &str, timeouts: Timeouts) -> Result<SingleNode, LockError> {
-        // The redis crate's parse errors may quote the URL, password included:
-        // report our own message instead.
-        let client = Client::open(url).map_err(|e| {
-            LockError::invalid(
-                "Redis URL",
-                format!(
-                    "{} (expected redis://[:password@]host[:port][/db] or unix:///path/to/redis.sock)",
-                    e.category()
-                ),
-            )
-        })?;
-        let info = client.get_connection_info();
+    /// The server at `address`; does not connect.
+    pub(crate) fn new(
+        address: &Address,
+        tls: &TlsFiles,
+        timeouts: Timeouts,
+    ) -> Result<SingleNode, LockError> {
+        let info = address.info(
+            "redis://[[user]:password@]host[:port][/db], rediss://... or unix:///path/to/redis.sock",
+        )?;
         let db = info.redis_settings().db();
         let server = format!("{}/{db}", info.addr());
+        let client = address::client(info, tls)?;
+        Ok(SingleNode::with_source(
+            Source::Fixed(Box::new(client)),
+            server,
+            db,
+            timeouts,
+        ))
+    }
+
+    /// The master of a Sentinel group, asked of the sentinels for every new
+    /// connection; does not connect.
+    pub(crate) fn sentinel(sentinels: Sentinels, timeouts: Timeouts) -> SingleNode {
+        let server = sentinels.name().to_owned();
+        SingleNode::with_source(Source::Sentinel(Arc::new(sentinels)), server, 0, timeouts)
+    }
+
+    fn with_source(source: Source, server: String, db: i64, timeouts: Timeouts) -> SingleNode {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.response));
-        Ok(SingleNode {
-            wakeups: Wakeups::new(vec![client.clone()], timeouts),
-            client,
+        SingleNode {
+            wakeups: Wakeups::new(vec![source.clone()], timeouts),
+            source,
+            timeouts,
             config,
             server,
             slots: Arc::default(),
             facts: None,
             db,
-        })
+        }
     }
 
     /// Reads the server's restart time and identity each time a connection
@@ -212,12 +236,16 @@ impl SingleNode {
             && let Some(e) = last_error.as_ref()
         {
             // Someone tried while we waited, and failed: share that outcome.
-            return Err(self.error(e.clone()));
+            return Err(self.connect_error(e.clone()));
         }
-        let result = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await;
+        let result = match self.source.client(self.timeouts.locate()).await {
+            Ok(client) => {
+                client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         let generation = slot.attempts.fetch_add(1, Ordering::AcqRel) + 1;
         match result {
             Ok(mut connection) => {
@@ -226,7 +254,7 @@ impl SingleNode {
                 {
                     // Not used: its facts are unknown.
                     *last_error = Some(e.clone());
-                    return Err(self.error(e));
+                    return Err(self.connect_error(e));
                 }
                 *last_error = None;
                 *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Current {
@@ -238,9 +266,13 @@ impl SingleNode {
             }
             Err(e) => {
                 *last_error = Some(e.clone());
-                Err(self.error(e))
+                Err(self.connect_error(e))
             }
         }
+    }
+
+    fn connect_error(&self, e: RedisError) -> LockError {
+        LockError::from_connect(&self.server, e, self.source.is_tls())
     }
 
     /// Sends a request that is safe to repeat. A connection that broke
@@ -515,5 +547,17 @@ impl Request<'_> {
 /// The connection is unusable (dropped, reset, or an answer timed out on a
 /// connection that may be half-open): open a new one next time.
 fn broken(e: &RedisError) -> bool {
-    e.is_connection_dropped() || e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error()
+    e.is_connection_dropped()
+        || e.is_io_error()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || read_only(e)
+}
+
+/// The server is a replica now (a master demoted by a failover): find the
+/// master again.
+pub(crate) fn read_only(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || e.code() == Some("READONLY")
+        || e.detail().is_some_and(|d| d.contains("READONLY"))
 }

@@ -70,6 +70,8 @@ use redis::aio::{PubSubSink, PubSubStream};
 use redis::{Client, RedisError};
 use tokio::sync::{mpsc, oneshot};
 
+use super::source::Source;
+
 use super::Timeouts;
 use crate::io;
 
@@ -125,7 +127,7 @@ pub(crate) struct Wakeups {
 struct Shared {
     /// Where to subscribe: the first that answers (several seeds of a
     /// Redis Cluster, where a PUBLISH reaches every node).
-    clients: Vec<Client>,
+    sources: Vec<Source>,
     timeouts: Timeouts,
     state: Mutex<State>,
     /// Held while opening the subscriber connection.
@@ -313,10 +315,16 @@ fn with_keepalive(client: Client) -> Client {
 }
 
 impl Wakeups {
-    pub(crate) fn new(clients: Vec<Client>, timeouts: Timeouts) -> Wakeups {
+    pub(crate) fn new(sources: Vec<Source>, timeouts: Timeouts) -> Wakeups {
         Wakeups {
             shared: Arc::new(Shared {
-                clients: clients.into_iter().map(with_keepalive).collect(),
+                sources: sources
+                    .into_iter()
+                    .map(|source| match source {
+                        Source::Fixed(client) => Source::Fixed(Box::new(with_keepalive(*client))),
+                        sentinel @ Source::Sentinel(_) => sentinel,
+                    })
+                    .collect(),
                 timeouts,
                 state: Mutex::default(),
                 connecting: tokio::sync::Mutex::new(()),
@@ -446,7 +454,17 @@ impl Shared {
             tokio::time::sleep_until(at.into()).await;
         }
         let mut last = None;
-        for client in &self.clients {
+        for source in &self.sources {
+            let client = match source {
+                Source::Fixed(client) => (**client).clone(),
+                Source::Sentinel(_) => match source.client(self.timeouts.locate()).await {
+                    Ok(client) => with_keepalive(client),
+                    Err(e) => {
+                        last = Some(e);
+                        continue;
+                    }
+                },
+            };
             match within(self.timeouts.connect, client.get_async_pubsub()).await {
                 Ok(pubsub) => return Ok(self.install(pubsub)),
                 Err(e) => last = Some(e),
