@@ -162,12 +162,18 @@
 //! its `acquire_time` ends, as with a non-reentrant lock. Guards taken with
 //! [`Locker::lock`] are not seen by annotated functions.
 //!
-//! # Redlock and Redis Cluster
+//! # Redlock, Redis Cluster, Sentinel, TLS
 //!
 //! `locker = ...` takes any [`Locker`]: one server ([`Locker::new`]),
-//! independent masters locked by majority ([`Locker::redlock`]) or a
-//! Redis Cluster ([`Locker::cluster`]). The attribute and the guard do not
-//! change.
+//! independent masters locked by majority ([`Locker::redlock`]), a
+//! Redis Cluster ([`Locker::cluster`]) or the master of a Sentinel group
+//! ([`Locker::sentinel`], which follows failovers). The attribute and the
+//! guard do not change. Servers are URLs or `redis::ConnectionInfo`s
+//! ([`RedisAddr`]); `rediss://` URLs need the `tls-rustls` or
+//! `tls-native-tls` feature, and
+//! [`tls_root_ca`](LockerBuilder::tls_root_ca) /
+//! [`tls_client_auth`](LockerBuilder::tls_client_auth) set a private CA and
+//! a client certificate.
 //!
 //! ```no_run
 //! use lockattr::{redis_lock, LockError, Locker};

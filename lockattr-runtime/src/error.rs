@@ -193,6 +193,11 @@ impl LockError {
         matches!(self, LockError::NoQuorum { .. })
     }
 
+    /// A TLS handshake refused on a certificate (see [`TlsRefused`]).
+    pub(crate) fn is_tls_refusal(&self) -> bool {
+        matches!(self, LockError::Connection { source, .. } if source.is::<TlsRefused>())
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         LockError::InvalidInput {
             what,

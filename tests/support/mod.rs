@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses a part of this module
 
 pub mod proxy;
+pub mod sentinel;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

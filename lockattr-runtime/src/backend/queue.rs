@@ -286,7 +286,7 @@ fn stopped_waiting() -> LockError {
 fn retryable(e: &LockError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match e {
-        LockError::Connection { source, .. } => !source.is::<crate::error::TlsRefused>(),
+        LockError::Connection { .. } => !e.is_tls_refusal(),
         LockError::Redis { source, .. } => {
             source.downcast_ref::<redis::RedisError>().is_some_and(|e| {
                 matches!(

@@ -121,6 +121,9 @@ pub(crate) struct Votes {
     pub(crate) held_for: Option<Duration>,
     /// The first failure, for messages.
     pub(crate) first_error: Option<LockError>,
+    /// Nodes whose TLS handshake failed on a certificate: they will not
+    /// answer by waiting.
+    pub(crate) refused: usize,
 }
 
 /// The clock drift allowance of a lease: 1% of it plus 2 ms. A lease is
@@ -391,7 +394,13 @@ impl Redlock {
                     }
                 }
                 Err(e) => {
-                    votes.first_error.get_or_insert(e);
+                    if e.is_tls_refusal() {
+                        votes.refused += 1;
+                        // The most useful failure to show.
+                        votes.first_error = Some(e);
+                    } else {
+                        votes.first_error.get_or_insert(e);
+                    }
                 }
             }
         }
@@ -884,7 +893,9 @@ pub(crate) async fn acquire(
         token = crate::locker::new_token()?;
         let mut wake_at = deadline;
         if votes.answered < nodes.quorum() {
-            if left.is_zero() {
+            // Certificates refused on too many nodes for a majority: waiting
+            // cannot help.
+            if left.is_zero() || nodes.nodes.len() - votes.refused < nodes.quorum() {
                 return Err(nodes.unreachable(lease.name, votes));
             }
             wake_at = wake_at.min(Instant::now() + outage.next());
