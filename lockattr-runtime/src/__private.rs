@@ -229,7 +229,7 @@ fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) ->
             reason: LostReason::Taken,
         })),
         Err(e) => {
-            tracing::warn!(error = %e, "#[redis_lock] could not release its lock");
+            tracing::warn!(target: "lockattr", error = %e, "#[redis_lock] could not release its lock");
             lost
         }
     }
@@ -297,7 +297,7 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
 pub fn lock_failed<R: LockResult>(error: LockError, body: Option<R>) -> R {
     match body {
         Some(output) if output.is_err() => {
-            tracing::warn!(error = %error, "#[redis_lock] lost its lock while the body ran; the body's error is returned");
+            tracing::warn!(target: "lockattr", error = %error, "#[redis_lock] lost its lock while the body ran; the body's error is returned");
             output
         }
         _ => R::lock_failed(error),

@@ -391,9 +391,9 @@ impl LockGuard {
             && let Err(e) = release_here(lease.clone()).await
         {
             if lost {
-                tracing::debug!(lock = %lease.name, error = %e, "#[redis_lock] released a lock it had lost");
+                tracing::debug!(target: "lockattr", lock = %lease.name, error = %e, "#[redis_lock] released a lock it had lost");
             } else {
-                tracing::warn!(lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
+                tracing::warn!(target: "lockattr", lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
             }
         }
     }
@@ -510,11 +510,11 @@ impl Drop for ReleaseOnDrop {
 fn release_in_background(lease: Arc<Lease>) {
     let outcome = io::spawn(async move {
         if let Err(e) = lease.release().await {
-            tracing::warn!(lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
+            tracing::warn!(target: "lockattr", lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
         }
     });
     if let Err(e) = outcome {
-        tracing::warn!(error = %e, "dropped lock guard could not release its lock; it frees itself at expiry");
+        tracing::warn!(target: "lockattr", error = %e, "dropped lock guard could not release its lock; it frees itself at expiry");
     }
 }
 
@@ -531,7 +531,7 @@ impl Drop for LockGuard {
             async move { lease.release().await }
         });
         if let Err(e) = outcome {
-            tracing::warn!(lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
+            tracing::warn!(target: "lockattr", lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
         }
     }
 }

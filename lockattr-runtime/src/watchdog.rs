@@ -117,7 +117,7 @@ impl Watchdog {
             let locker = Arc::downgrade(locker);
             if let Err(e) = io::spawn(run(shared, locker)) {
                 self.state().running = false;
-                tracing::warn!(error = %e, "cannot start the lock renewal task; leases will not be renewed");
+                tracing::warn!(target: "lockattr", error = %e, "cannot start the lock renewal task; leases will not be renewed");
             }
         } else if wake {
             self.shared.added.notify_one();
@@ -193,14 +193,16 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
             match renew(&shared, &locker, batch).await {
                 Ok(()) if failing => {
                     failing = false;
-                    tracing::info!("lock renewals reach Redis again");
+                    tracing::info!(target: "lockattr", "lock renewals reach Redis again");
                 }
                 Ok(()) => {}
                 Err(e) if !failing => {
                     failing = true;
-                    tracing::warn!(error = %e, leases = batch.len(), "could not renew locks; retrying");
+                    tracing::warn!(target: "lockattr", error = %e, leases = batch.len(), "could not renew locks; retrying");
                 }
-                Err(e) => tracing::debug!(error = %e, "could not renew locks; retrying"),
+                Err(e) => {
+                    tracing::debug!(target: "lockattr", error = %e, "could not renew locks; retrying")
+                }
             }
         }
     }
@@ -244,7 +246,7 @@ async fn renew(
                         state.entries.remove(id);
                     }
                     (Renewed::NotOwned, _) => {
-                        tracing::warn!(lock = %lease.name, "lock lost: a renewal found it deleted or taken by another owner");
+                        tracing::warn!(target: "lockattr", lock = %lease.name, "lock lost: a renewal found it deleted or taken by another owner");
                         lease.state.taken();
                         state.entries.remove(id);
                     }

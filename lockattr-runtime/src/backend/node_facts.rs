@@ -255,7 +255,7 @@ impl NodeFacts {
         seen.started = starts.into_iter().max();
         if seen.started.is_none() {
             let why = reasons.join("; ");
-            tracing::warn!(
+            tracing::warn!(target: "lockattr",
                 server,
                 reason = %why,
                 "cannot tell when a Redlock node last restarted: it does not vote"

@@ -328,7 +328,7 @@ impl Backoff {
         if now >= deadline {
             return Err(error);
         }
-        tracing::debug!(error = %error, "a waiter cannot reach Redis; trying again");
+        tracing::debug!(target: "lockattr", error = %error, "a waiter cannot reach Redis; trying again");
         let until = deadline.min(now + self.next());
         tokio::select! {
             () = tokio::time::sleep_until(until.into()) => Ok(()),
@@ -359,7 +359,9 @@ impl Owed<'_> {
                 Ok(()) => {}
                 Err(e) if retryable(&e) => return Err(e),
                 // Nothing to gain from trying again: the lease frees it.
-                Err(e) => tracing::debug!(error = %e, "cannot give back an abandoned attempt"),
+                Err(e) => {
+                    tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned attempt")
+                }
             }
             self.stale.pop();
         }
@@ -386,7 +388,7 @@ impl Drop for Owed<'_> {
                             tokio::time::sleep(retry.next()).await;
                         }
                         Err(e) => {
-                            tracing::debug!(error = %e, "cannot give back a lock's queue entry; it expires with its lease or wait");
+                            tracing::debug!(target: "lockattr", error = %e, "cannot give back a lock's queue entry; it expires with its lease or wait");
                             break;
                         }
                     }
@@ -394,7 +396,7 @@ impl Drop for Owed<'_> {
             }
         });
         if let Err(e) = giving {
-            tracing::debug!(error = %e, "cannot leave a lock's queue; the entry expires with the wait");
+            tracing::debug!(target: "lockattr", error = %e, "cannot leave a lock's queue; the entry expires with the wait");
         }
     }
 }

@@ -973,7 +973,7 @@ impl Drop for GiveBackOnDrop<'_> {
             }
         });
         if let Err(e) = giving {
-            tracing::debug!(error = %e, "cannot give back a partial Redlock acquisition; its leases free it");
+            tracing::debug!(target: "lockattr", error = %e, "cannot give back a partial Redlock acquisition; its leases free it");
         }
     }
 }

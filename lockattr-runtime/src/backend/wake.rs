@@ -473,7 +473,7 @@ impl Shared {
         let e = last.unwrap_or_else(|| {
             RedisError::from(std::io::Error::other("no server to subscribe on"))
         });
-        tracing::debug!(error = %e, "cannot open the subscriber connection");
+        tracing::debug!(target: "lockattr", error = %e, "cannot open the subscriber connection");
         lock(&self.state).failed();
         Err(e)
     }
@@ -509,7 +509,7 @@ impl Shared {
             return;
         }
         if unanswered {
-            tracing::debug!(
+            tracing::debug!(target: "lockattr",
                 "the subscriber connection stopped answering; replacing it and \
                  telling its waiters to check their locks"
             );
@@ -605,7 +605,7 @@ async fn subscribe(shared: Weak<Shared>, name: String) {
             }
             Err(e) if !broken(&e) => {
                 // Redis's own answer: an ACL, a renamed command.
-                tracing::debug!(
+                tracing::debug!(target: "lockattr",
                     error = %e,
                     "cannot subscribe to release notices; waiters check their lock every {:?}",
                     super::FALLBACK_PAUSE
