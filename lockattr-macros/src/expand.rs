@@ -11,7 +11,7 @@
 //!     let __lockattr_acquired = match default_locker() {   // or `let __lockattr_locker: &Locker = <locker>;`
 //!         Ok(__lockattr_locker) => {
 //!             let __lockattr_name = ::std::format!("order:{id}");
-//!             acquire_blocking(__lockattr_locker, &__lockattr_name, Options { expire, wait, renew, reentrant })
+//!             acquire_blocking(__lockattr_locker, &__lockattr_name, Options { expire, wait, renew, reentrant, kind: "order:{id}" })
 //!         }
 //!         Err(e) => Err(e),
 //!     };
@@ -19,13 +19,16 @@
 //!         Ok(g) => g,
 //!         Err(e) => return lock_failed(e, None),   // R: LockResult is required here, and only here
 //!     };
+//!     let __lockattr_hold = enter_hold(&__lockattr_guard);   // the `hold` span, left before the release
 //!     { body }   // Held's Drop releases on every way out: value, return, ?, panic
 //! }
 //! ```
 //! With `on_lost = "error"`, the sync body runs as a closure, so its
 //! `return`s come back for the check:
 //! ```text
+//!     let __lockattr_hold = enter_hold(&__lockattr_guard);
 //!     let __lockattr_result = call::<R, _>(move || { body });
+//!     drop(__lockattr_hold);
 //!     match release_checked_blocking(__lockattr_guard) {
 //!         None => __lockattr_result,
 //!         Some(e) => return lock_failed(e, Some(__lockattr_result)),   // a body's own Err is kept
@@ -37,8 +40,9 @@
 //!     release(__lockattr_guard).await;   // before the function returns
 //!     __lockattr_result
 //! ```
-//! `body` runs the future in a task-local scope that records the lock for
-//! reentrant nested calls. There `acquire` returns a `Held` too: for a
+//! `body` runs the future in the lock's `hold` span (instrumented, so it is
+//! entered at each poll only) and in a task-local scope that records the
+//! lock for reentrant nested calls. There `acquire` returns a `Held` too: for a
 //! nested call, a guard that shares the outer lease (raised to the nested
 //! call's `expire` if less was left) and, with `renew` on a lease the outer
 //! call does not renew, that renewal, which stops when the `Held` is
@@ -72,6 +76,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let guard_var = quote_spanned!(at=> __lockattr_guard);
     let result_var = quote_spanned!(at=> __lockattr_result);
     let error_var = quote_spanned!(at=> __lockattr_error);
+    let hold_var = quote_spanned!(at=> __lockattr_hold);
 
     let name = &plan.name;
     let expire = match &plan.expire {
@@ -79,13 +84,14 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let acquire_time = &plan.acquire_time;
-    let (renew, reentrant) = (plan.renew, plan.reentrant);
+    let (renew, reentrant, kind) = (plan.renew, plan.reentrant, &plan.kind);
     let options = quote! {
         ::lockattr::__private::Options {
             expire: #expire,
             wait: #acquire_time,
             renew: #renew,
             reentrant: #reentrant,
+            kind: #kind,
         }
     };
     let acquire = if is_async {
@@ -195,15 +201,19 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
                 }
             }
         }
-        // The guard's Drop releases on every way out: value, return, ?, panic.
+        // The guard's Drop releases on every way out: value, return, ?, panic;
+        // the `hold` span is left first (declared later, dropped earlier).
         (false, None) => quote! {
             #prelude
+            let #hold_var = ::lockattr::__private::enter_hold(&#guard_var);
             #block
         },
         // The body in a closure, so its `return`s come back for the check.
         (false, Some(_)) => quote! {
             #prelude
+            let #hold_var = ::lockattr::__private::enter_hold(&#guard_var);
             let #result_var = ::lockattr::__private::call::<#output, _>(move || #block);
+            ::core::mem::drop(#hold_var);
             match ::lockattr::__private::release_checked_blocking(#guard_var) {
                 ::core::option::Option::None => #result_var,
                 ::core::option::Option::Some(#error_var) => #fail_lost,

@@ -24,6 +24,8 @@ const MILLISECOND_NANOS: u64 = 1_000_000;
 pub(crate) struct Plan {
     /// An expression evaluating to the lock's name (`&str` or `String`).
     pub(crate) name: TokenStream,
+    /// A `&'static str` expression: the name's template, for metrics.
+    pub(crate) kind: TokenStream,
     /// The lease, when the attribute sets one.
     pub(crate) expire: Option<TokenStream>,
     pub(crate) acquire_time: TokenStream,
@@ -144,6 +146,19 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
     }
 
     let bindings = argument_bindings(item);
+    // Input: `name = "order:{order_id}"`. Output: `"order:{order_id}"`; the
+    // function's path when the name comes from a value.
+    let kind = match &options.name {
+        Some(NameArg::Format(lit)) => quote!(#lit),
+        Some(NameArg::Expr(_)) | None => {
+            let ident = &sig.ident;
+            quote!(::core::concat!(
+                ::core::module_path!(),
+                "::",
+                ::core::stringify!(#ident)
+            ))
+        }
+    };
     let name = match options.name {
         Some(NameArg::Format(lit)) => match format_name(&lit, &bindings, &sig.ident) {
             Ok(tokens) => tokens,
@@ -191,6 +206,7 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         Some(e) => Err(e),
         None => Ok(Plan {
             name,
+            kind,
             expire: expire.map(|d| DurationArg::to_tokens_or(Some(d), 10)),
             acquire_time: DurationArg::to_tokens_or(options.acquire_time.as_ref(), 10),
             locker: options.locker,

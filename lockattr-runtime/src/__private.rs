@@ -4,11 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 pub use crate::{LockError, LockGuard, LockKey, Locker};
 
 use crate::backend::Extend;
 use crate::guard::Lease;
-use crate::{DEFAULT_EXPIRE, LostReason, io, reentry, watchdog};
+use crate::{DEFAULT_EXPIRE, LostReason, io, observe, reentry, watchdog};
 
 /// The default Locker for an attribute without `locker = ...`.
 pub fn default_locker() -> Result<&'static Locker, LockError> {
@@ -33,6 +35,10 @@ pub struct Options {
     /// Re-enter a lock the call chain already holds (async functions only:
     /// [`acquire_blocking`] never re-enters).
     pub reentrant: bool,
+    /// The lock's name template, the `lock` label of its metrics: the
+    /// `name = "..."` string as written, or the function's path when the
+    /// name is an expression or the first argument's `LockKey`.
+    pub kind: &'static str,
 }
 
 /// The lock of an annotated function's call: its guard and, for a nested
@@ -49,6 +55,10 @@ impl Held {
     /// The guard (for `guard = g`).
     pub fn guard(&self) -> &LockGuard {
         &self.guard
+    }
+
+    fn hold_span(&self) -> tracing::Span {
+        observe::hold_span(self.guard.name(), self.guard.fencing_token())
     }
 
     fn new(guard: LockGuard) -> Held {
@@ -178,18 +188,29 @@ pub async fn acquire(locker: &Locker, name: &str, options: Options) -> Result<He
         .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)
         .renew(options.renew)
+        .kind(options.kind)
         .acquire()
         .await?;
     Ok(Held::new(guard))
 }
 
-/// Runs an async body: the lock joins its call chain's held locks.
+/// Runs an async body in the lock's `hold` span: the lock joins its call
+/// chain's held locks.
 pub async fn body<F: Future>(held: &Held, body: F) -> F::Output {
+    let span = held.hold_span();
     if held.guard.is_outermost() {
-        reentry::scope(held.guard.lease().clone(), body).await
+        reentry::scope(held.guard.lease().clone(), body)
+            .instrument(span)
+            .await
     } else {
-        body.await
+        body.instrument(span).await
     }
+}
+
+/// Enters the lock's `hold` span around a sync body; it is left when the
+/// returned value is dropped.
+pub fn enter_hold(held: &Held) -> tracing::span::EnteredSpan {
+    held.hold_span().entered()
 }
 
 /// Runs an async body until it finishes or the lock is lost
@@ -248,6 +269,7 @@ pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result
         .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)
         .renew(options.renew)
+        .kind(options.kind)
         .acquire_blocking()?;
     Ok(Held::new(guard))
 }

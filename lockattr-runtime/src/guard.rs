@@ -79,7 +79,10 @@ impl Lease {
         {
             Released::Done => Ok(()),
             Released::Unsure if in_lease => Ok(()),
-            Released::Unsure | Released::NotOwned => Err(self.not_owned()),
+            Released::Unsure | Released::NotOwned => {
+                self.state.taken();
+                Err(self.not_owned())
+            }
         }
     }
 
@@ -207,6 +210,7 @@ impl LockGuard {
     fn take(&mut self) -> Option<Arc<Lease>> {
         let lease = std::mem::take(&mut self.held).then(|| self.lease.clone())?;
         lease.unwatch();
+        lease.state.report().released();
         Some(lease)
     }
 

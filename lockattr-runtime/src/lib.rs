@@ -25,6 +25,7 @@ mod io;
 mod key;
 mod locker;
 mod lost;
+mod observe;
 mod reentry;
 mod watchdog;
 

@@ -1,7 +1,10 @@
 //! [`Locker`], its configuration, and the `lock(name)` builder.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 use crate::address::{Address, RedisAddr, TlsFiles};
 use crate::backend::queue::{self, Queued};
@@ -12,6 +15,7 @@ use crate::guard::{Lease, LockGuard};
 use crate::inner::Inner;
 use crate::key::Keys;
 use crate::lost::{LeaseState, whole_ms};
+use crate::observe::{Acquiring, Kind, Report};
 use crate::watchdog::{self, Watchdog};
 use crate::{LockError, io};
 
@@ -321,6 +325,7 @@ impl Locker {
             expire: DEFAULT_EXPIRE,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             renew: false,
+            kind: None,
         }
     }
 
@@ -883,6 +888,7 @@ pub struct LockBuilder<'a> {
     expire: Duration,
     acquire_timeout: Duration,
     renew: bool,
+    kind: Option<Cow<'static, str>>,
 }
 
 impl LockBuilder<'_> {
@@ -944,6 +950,33 @@ impl LockBuilder<'_> {
         self
     }
 
+    /// What kind of lock this is, for metrics (the `metrics` feature): the
+    /// value of the `lock` label of every metric about this acquisition and
+    /// its guard, in place of the full name, which would make one series
+    /// per lock. Without the feature it is not used.
+    ///
+    /// By default the kind is the part of the name before its first `:`
+    /// (`"order"` for `"order:7"`), or the whole name when it has none.
+    /// Set it when names have no `:` and are many (`"7"`, `"8"`, ...), or
+    /// when their first part is not a kind. `#[redis_lock]` sets it to the
+    /// lock's name template (`"order:{order_id}"`). Keep the number of kinds
+    /// small and fixed: each is a series of every metric.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # async fn run(locker: &Locker, user_id: u64) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker
+    ///     .lock(user_id.to_string()) // "7": no kind before a `:`
+    ///     .kind("user")
+    ///     .acquire()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kind(mut self, kind: impl Into<Cow<'static, str>>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
     /// Takes the lock, waiting up to the acquire timeout while it is held.
     ///
     /// Fails with [`LockError::Timeout`] when the lock stayed busy,
@@ -965,13 +998,21 @@ impl LockBuilder<'_> {
     /// let guard = locker.lock("x").acquire().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let request = self.checked()?;
-        if io::can_run_here() {
-            acquire(request, io::CallerGone::never()).await
-        } else {
-            io::run_watched(|gone| acquire(request, gone)).await
-        }
+    pub async fn acquire(mut self) -> Result<LockGuard, LockError> {
+        let acquiring = Acquiring::start(&self.name, Kind::of(self.kind.take(), &self.name));
+        let outcome = async {
+            let request = self.checked(acquiring.kind().clone())?;
+            let span = acquiring.span().clone();
+            if io::can_run_here() {
+                acquire(request, io::CallerGone::never())
+                    .instrument(span)
+                    .await
+            } else {
+                io::run_watched(|gone| acquire(request, gone).instrument(span)).await
+            }
+        };
+        let outcome = outcome.await;
+        acquiring.finish(outcome)
     }
 
     /// [`acquire`](Self::acquire) for synchronous code: blocks the calling
@@ -984,15 +1025,19 @@ impl LockBuilder<'_> {
     /// let guard = locker.lock("x").acquire_blocking()?;
     /// # Ok(()) }
     /// ```
-    pub fn acquire_blocking(self) -> Result<LockGuard, LockError> {
-        let request = self.checked()?;
-        let mut guard = io::run_blocking(acquire(request, io::CallerGone::never()))?;
+    pub fn acquire_blocking(mut self) -> Result<LockGuard, LockError> {
+        let acquiring = Acquiring::start(&self.name, Kind::of(self.kind.take(), &self.name));
+        let outcome = self.checked(acquiring.kind().clone()).and_then(|request| {
+            let span = acquiring.span().clone();
+            io::run_blocking(acquire(request, io::CallerGone::never()).instrument(span))
+        });
+        let mut guard = acquiring.finish(outcome)?;
         guard.set_blocking();
         Ok(guard)
     }
 
     /// Checks the request; the lease to try for and how long to wait.
-    fn checked(self) -> Result<(Lease, Duration), LockError> {
+    fn checked(self, kind: Kind) -> Result<(Lease, Duration), LockError> {
         if self.name.is_empty() {
             return Err(LockError::invalid(
                 "lock name",
@@ -1035,6 +1080,7 @@ impl LockBuilder<'_> {
         let inner = &self.locker.inner;
         let keys = Keys::new(&inner.prefix, &self.name, inner.fence_retention);
         let token = new_token()?;
+        let report = Report::new(self.name.clone(), kind);
         let lease = Lease {
             locker: self.locker.inner.clone(),
             name: self.name,
@@ -1043,7 +1089,7 @@ impl LockBuilder<'_> {
             expire: self.expire,
             fencing_token: 0,
             renew: self.renew,
-            state: LeaseState::new(Instant::now(), self.renew),
+            state: LeaseState::new(Instant::now(), self.renew, report),
             watch: std::sync::Mutex::new(None),
         };
         Ok((lease, wait))
@@ -1052,11 +1098,11 @@ impl LockBuilder<'_> {
 
 /// Takes the lock for `lease`, waiting up to `wait`, with the acquisition
 /// loop of the Locker's deployment: on the caller's runtime, or on the I/O
-/// thread.
+/// thread. True with the guard when a release handed the lock over.
 async fn acquire(
     (lease, wait): (Lease, Duration),
     gone: io::CallerGone,
-) -> Result<LockGuard, LockError> {
+) -> Result<(LockGuard, bool), LockError> {
     let request = LockRequest {
         locker: &lease.locker,
         name: &lease.name,
@@ -1070,7 +1116,8 @@ async fn acquire(
         Backend::Cluster(nodes) => queue::acquire(Queued::Cluster(nodes), request, gone).await,
         Backend::Redlock(nodes) => redlock::acquire(nodes, request, gone).await,
     }?;
-    Ok(granted(lease, grant))
+    let handed = grant.handed;
+    Ok((granted(lease, grant), handed))
 }
 
 /// The guard of a lease just taken by a request sent at `sent` (or handed
@@ -1092,7 +1139,7 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     lease.fencing_token = fencing_token;
     lease.token = token;
     let trusted = trusted(lease.expire, lease.locker.backend.drift(lease.expire));
-    lease.state = LeaseState::new(sent + trusted, lease.renew);
+    lease.state.granted(sent + trusted);
     let (renew, expire) = (lease.renew, lease.expire);
     let lease = Arc::new(lease);
     let locker = lease.locker.clone();

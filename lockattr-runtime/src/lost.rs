@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::observe::Report;
+
 /// Why a guard lost its lock; carried by [`LockError::Lost`](crate::LockError::Lost).
 ///
 /// ```
@@ -62,6 +64,17 @@ impl std::fmt::Display for LostReason {
     }
 }
 
+impl LostReason {
+    /// A short name, for the `reason` of the loss event and metric.
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::Unrenewed => "unrenewed",
+            LostReason::Taken => "taken",
+        }
+    }
+}
+
 /// `d` rounded down to whole milliseconds: what Redis keeps of a lease.
 pub(crate) fn whole_ms(d: Duration) -> Duration {
     d - Duration::from_nanos(u64::from(d.subsec_nanos() % 1_000_000))
@@ -77,6 +90,8 @@ pub(crate) struct LeaseState {
     notify: Notify,
     /// The lease is renewed by the watchdog (what a timeout means).
     renewed: bool,
+    /// Who holds it: the loss is reported there, once.
+    report: Report,
 }
 
 #[derive(Debug)]
@@ -86,7 +101,7 @@ struct Inner {
 }
 
 impl LeaseState {
-    pub(crate) fn new(valid_until: Instant, renewed: bool) -> LeaseState {
+    pub(crate) fn new(valid_until: Instant, renewed: bool, report: Report) -> LeaseState {
         LeaseState {
             inner: Mutex::new(Inner {
                 valid_until,
@@ -95,7 +110,21 @@ impl LeaseState {
             blocked: Condvar::new(),
             notify: Notify::new(),
             renewed,
+            report,
         }
+    }
+
+    /// The lease was granted: held until at least `valid_until`.
+    pub(crate) fn granted(&mut self, valid_until: Instant) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        inner.valid_until = valid_until;
+        inner.lost = None;
+        self.report.granted();
+    }
+
+    /// Who holds the lease, for what is reported about it.
+    pub(crate) fn report(&self) -> &Report {
+        &self.report
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -121,6 +150,7 @@ impl LeaseState {
         if inner.lost.is_none() {
             inner.lost = Some(LostReason::Taken);
             drop(inner);
+            self.report.lost(LostReason::Taken);
             self.wake();
         }
     }
@@ -128,11 +158,13 @@ impl LeaseState {
     /// Marks the lease lost if its time has passed; true when lost.
     fn expired(&self, inner: &mut Inner) -> bool {
         if inner.lost.is_none() && Instant::now() >= inner.valid_until {
-            inner.lost = Some(if self.renewed {
+            let reason = if self.renewed {
                 LostReason::Unrenewed
             } else {
                 LostReason::Expired
-            });
+            };
+            inner.lost = Some(reason);
+            self.report.lost(reason);
             self.wake();
         }
         inner.lost.is_some()
@@ -199,6 +231,10 @@ impl LeaseState {
 mod tests {
     use super::*;
 
+    fn report() -> Report {
+        Report::new("x".into(), crate::observe::Kind::of(None, "x"))
+    }
+
     #[test]
     fn whole_ms_rounds_down() {
         let us = Duration::from_micros;
@@ -218,7 +254,7 @@ mod tests {
     #[test]
     fn a_confirmed_lease_is_trusted_in_whole_milliseconds() {
         let sent = Instant::now();
-        let state = LeaseState::new(sent, false);
+        let state = LeaseState::new(sent, false, report());
         state.confirmed(sent, Duration::from_micros(10_900_700));
         assert_eq!(state.check(), Err(sent + Duration::from_millis(10_900)));
     }

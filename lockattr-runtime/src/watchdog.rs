@@ -245,14 +245,17 @@ async fn renew(
                         lease.state.confirmed(sent, left);
                         state.entries.remove(id);
                     }
+                    // Reported as lost by the lease state.
                     (Renewed::NotOwned, _) => {
-                        tracing::warn!(target: "lockattr", lock = %lease.name, "lock lost: a renewal found it deleted or taken by another owner");
                         lease.state.taken();
                         state.entries.remove(id);
                     }
                     // Its node did not answer (a cluster master down).
                     (Renewed::Unknown, period) => {
                         unknown += 1;
+                        lease.state.report().renewal_failed(&LockError::Runtime {
+                            reason: "the node that holds it did not answer".into(),
+                        });
                         retry_soon(entry, *period);
                     }
                 }
@@ -264,8 +267,9 @@ async fn renew(
             }
         }
         Err(e) => {
-            for (id, _, period) in batch {
+            for (id, lease, period) in batch {
                 if let Some(entry) = state.entries.get_mut(id) {
+                    lease.state.report().renewal_failed(&e);
                     retry_soon(entry, *period);
                 }
             }
