@@ -1,0 +1,548 @@
+//! Tracing: every acquisition is an `acquire` span that names its lock and,
+//! when it ends, says how long it waited and how it ended (`acquired`,
+//! `handed_over`, `timeout`, `error`); the body of an annotated function
+//! runs in a `hold` span with its lock and fencing token (async and sync);
+//! a hand-over and a loss are events. Everything the library emits is under
+//! the target `lockattr`, and no field or message carries an owner token or
+//! a password.
+//!
+//! One subscriber for the whole test binary records every span (when it
+//! closes) and every event; each test picks out its own by lock name.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker, redis_lock};
+use support::{RedisServer, eventually, lock_key};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// A closed span or an event, as the subscriber saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    /// `"span"` or `"event"`.
+    what: &'static str,
+    /// A span's name, an event's message.
+    name: String,
+    target: String,
+    module: String,
+    level: tracing::Level,
+    /// Every field (an event's message included, as `message`).
+    fields: BTreeMap<String, String>,
+    /// For an event, the spans it happened in, innermost first.
+    scope: Vec<(String, BTreeMap<String, String>)>,
+}
+
+impl Seen {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.fields.get(name).map(String::as_str)
+    }
+}
+
+/// The fields of a span, kept in its extensions while it is open.
+struct Fields(BTreeMap<String, String>);
+
+struct Collect<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Collect<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+/// Records into [`seen`].
+struct Capture;
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Collect(&mut fields));
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(Fields(fields));
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(fields) = span.extensions_mut().get_mut::<Fields>()
+        {
+            values.record(&mut Collect(&mut fields.0));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Collect(&mut fields));
+        let scope = ctx
+            .event_scope(event)
+            .map(|scope| {
+                scope
+                    .map(|span| {
+                        let fields = span
+                            .extensions()
+                            .get::<Fields>()
+                            .map(|f| f.0.clone())
+                            .unwrap_or_default();
+                        (span.name().to_owned(), fields)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let meta = event.metadata();
+        seen().lock().unwrap().push(Seen {
+            what: "event",
+            name: fields.get("message").cloned().unwrap_or_default(),
+            target: meta.target().to_owned(),
+            module: meta.module_path().unwrap_or_default().to_owned(),
+            level: *meta.level(),
+            fields,
+            scope,
+        });
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(&id) else { return };
+        let fields = span
+            .extensions()
+            .get::<Fields>()
+            .map(|f| f.0.clone())
+            .unwrap_or_default();
+        let meta = span.metadata();
+        seen().lock().unwrap().push(Seen {
+            what: "span",
+            name: meta.name().to_owned(),
+            target: meta.target().to_owned(),
+            module: meta.module_path().unwrap_or_default().to_owned(),
+            level: *meta.level(),
+            fields,
+            scope: Vec::new(),
+        });
+    }
+}
+
+/// Everything recorded so far, by every test of this binary; the first
+/// call installs the subscriber.
+fn seen() -> &'static Mutex<Vec<Seen>> {
+    static SEEN: OnceLock<Mutex<Vec<Seen>>> = OnceLock::new();
+    SEEN.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn capture() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let subscriber = tracing_subscriber::registry().with(Capture);
+        tracing::subscriber::set_global_default(subscriber).expect("no other subscriber");
+    });
+}
+
+/// The closed spans named `name` of lock `lock`.
+fn spans(name: &str, lock: &str) -> Vec<Seen> {
+    seen()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.what == "span" && s.name == name && s.field("lock") == Some(lock))
+        .cloned()
+        .collect()
+}
+
+/// Waits (at most 5 s: a span closes when its last clone is dropped, which
+/// may be on another thread a moment after the call returned) until `count`
+/// spans named `name` of lock `lock` have closed; returns them.
+fn closed(name: &str, lock: &str, count: usize) -> Vec<Seen> {
+    eventually(Duration::from_secs(5), || spans(name, lock).len() >= count);
+    let found = spans(name, lock);
+    assert_eq!(found.len(), count, "`{name}` spans of {lock}: {found:#?}");
+    found
+}
+
+/// The events whose field `lock` is `lock`.
+fn events(lock: &str) -> Vec<Seen> {
+    seen()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.what == "event" && s.field("lock") == Some(lock))
+        .cloned()
+        .collect()
+}
+
+/// The `waited_ms` of an `acquire` span.
+fn waited_ms(span: &Seen) -> u64 {
+    span.field("waited_ms")
+        .unwrap_or_else(|| panic!("no waited_ms in {span:#?}"))
+        .parse()
+        .expect("waited_ms is a number")
+}
+
+fn locker(server: &RedisServer) -> Locker {
+    Locker::new(server.url()).unwrap()
+}
+
+// ---- The acquire span ------------------------------------------------------
+
+/// An acquisition that gets a free lock: `outcome = "acquired"`, with how
+/// long it waited; async and blocking alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_is_a_span_with_its_lock_outcome_and_wait() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let guard = locker.lock("traced:free").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    let blocking = locker.clone();
+    tokio::task::spawn_blocking(move || {
+        let guard = blocking.lock("traced:free").acquire_blocking().unwrap();
+        guard.release_blocking().unwrap();
+    })
+    .await
+    .unwrap();
+
+    for span in closed("acquire", "traced:free", 2) {
+        assert_eq!(span.target, "lockattr");
+        assert_eq!(span.field("outcome"), Some("acquired"), "{span:#?}");
+        waited_ms(&span);
+    }
+}
+
+/// An acquisition of a lock that stays held: `outcome = "timeout"`, after
+/// waiting its whole acquire timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_is_the_outcome_of_a_wait_that_gave_up() {
+    capture();
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    let holder = holders.lock("traced:busy").acquire().await.unwrap();
+    let wait = Duration::from_millis(300);
+    let err = waiters
+        .lock("traced:busy")
+        .acquire_timeout(wait)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    holder.release().await.unwrap();
+
+    let spans = closed("acquire", "traced:busy", 2);
+    let timeout = spans
+        .iter()
+        .find(|s| s.field("outcome") == Some("timeout"))
+        .unwrap_or_else(|| panic!("no timeout among {spans:#?}"));
+    assert!(waited_ms(timeout) >= 300, "{timeout:#?}");
+}
+
+/// An acquisition that fails (a wrong password): `outcome = "error"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_is_the_outcome_of_a_failed_acquisition() {
+    capture();
+    let server = RedisServer::start_with(&["--requirepass", "right-horse-battery"]);
+    let locker = Locker::new(server.url_with_password("wrong-staple")).unwrap();
+    let err = locker
+        .lock("traced:refused")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(!matches!(err, LockError::Timeout { .. }), "{err:?}");
+    let span = &closed("acquire", "traced:refused", 1)[0];
+    assert_eq!(span.field("outcome"), Some("error"), "{span:#?}");
+}
+
+/// A waiter handed the lock by the holder's release: its span's outcome is
+/// `handed_over`, and a hand-over event inside it names the lock and the
+/// waiter's fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_handed_the_lock_shows_handed_over() {
+    capture();
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    let holder = holders.lock("traced:relay").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        waiters
+            .lock("traced:relay")
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    // Queued and subscribed to release notices, then a moment more: the
+    // waiter has asked once more since it subscribed, and sleeps.
+    let queue = format!("{}:queue", lock_key("traced:relay"));
+    let ready = eventually(Duration::from_secs(5), || {
+        server.exists(&queue) && pubsub_clients(&server) == 1
+    });
+    assert!(ready.is_some(), "the waiter never queued and subscribed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+
+    let spans = closed("acquire", "traced:relay", 2);
+    let handed = spans
+        .iter()
+        .find(|s| s.field("outcome") == Some("handed_over"))
+        .unwrap_or_else(|| panic!("no hand-over among {spans:#?}"));
+    waited_ms(handed);
+    let token = guard.fencing_token().to_string();
+    let event = events("traced:relay")
+        .into_iter()
+        .find(|e| e.name.contains("handed over"))
+        .expect("a hand-over event");
+    assert_eq!(event.target, "lockattr");
+    assert_eq!(event.field("fencing_token"), Some(token.as_str()));
+    assert_eq!(
+        event.scope.first().map(|(name, _)| name.as_str()),
+        Some("acquire")
+    );
+    guard.release().await.unwrap();
+}
+
+/// The pub/sub connections open now.
+fn pubsub_clients(server: &RedisServer) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut server.client())
+        .expect("CLIENT LIST TYPE pubsub");
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+// ---- The hold span ---------------------------------------------------------
+
+#[redis_lock(name = "traced:{id}", locker = locker, guard = g)]
+async fn async_traced(locker: &Locker, id: u32) -> Result<u64, LockError> {
+    tokio::task::yield_now().await;
+    tracing::info!(target: "observe_tracing", id, "in the async body");
+    tokio::task::yield_now().await;
+    Ok(g.fencing_token())
+}
+
+#[redis_lock(name = "traced:{id}", locker = locker, guard = g)]
+fn sync_traced(locker: &Locker, id: u32) -> Result<u64, LockError> {
+    tracing::info!(target: "observe_tracing", id, "in the sync body");
+    Ok(g.fencing_token())
+}
+
+#[redis_lock(name = "traced:{id}", locker = locker, guard = g, on_lost = "error")]
+fn sync_traced_checked(locker: &Locker, id: u32) -> Result<u64, LockError> {
+    tracing::info!(target: "observe_tracing", id, "in the checked sync body");
+    Ok(g.fencing_token())
+}
+
+/// The body of an annotated function runs in a `hold` span that names the
+/// lock and carries the call's fencing token: events of the body happen in
+/// it, async (across `.await`s) and sync, with and without `on_lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_runs_in_a_hold_span_with_the_fencing_token() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let first = async_traced(&locker, 1).await.unwrap();
+    let (second, third) = tokio::task::spawn_blocking({
+        let locker = locker.clone();
+        move || {
+            (
+                sync_traced(&locker, 1).unwrap(),
+                sync_traced_checked(&locker, 1).unwrap(),
+            )
+        }
+    })
+    .await
+    .unwrap();
+
+    let holds = closed("hold", "traced:1", 3);
+    let mut tokens: Vec<String> = holds
+        .iter()
+        .map(|h| h.field("fencing_token").expect("fencing_token").to_owned())
+        .collect();
+    tokens.sort();
+    let mut expected = vec![first.to_string(), second.to_string(), third.to_string()];
+    expected.sort();
+    assert_eq!(tokens, expected);
+    assert!(holds.iter().all(|h| h.target == "lockattr"));
+
+    for (message, token) in [
+        ("in the async body", first),
+        ("in the sync body", second),
+        ("in the checked sync body", third),
+    ] {
+        let event = seen()
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.what == "event" && s.name == message)
+            .cloned()
+            .unwrap_or_else(|| panic!("no event {message:?}"));
+        let (name, fields) = event.scope.first().expect("the event is in a span");
+        assert_eq!(name, "hold", "{event:#?}");
+        assert_eq!(fields.get("lock").map(String::as_str), Some("traced:1"));
+        assert_eq!(fields.get("fencing_token"), Some(&token.to_string()));
+    }
+    // The acquisitions themselves are not inside the hold span.
+    assert_eq!(closed("acquire", "traced:1", 3).len(), 3);
+}
+
+// ---- Events: loss ----------------------------------------------------------
+
+/// A renewal that finds the lock deleted: a warning under `lockattr` that
+/// names the lock and says why (`reason = "taken"`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_is_a_warning_event() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let guard = locker
+        .lock("traced:lost")
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key("traced:lost"))
+        .query(&mut server.client())
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the renewal sees the loss");
+    assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
+    let losses: Vec<Seen> = events("traced:lost")
+        .into_iter()
+        .filter(|e| e.name.starts_with("lock lost"))
+        .collect();
+    assert_eq!(losses.len(), 1, "{losses:#?}");
+    assert_eq!(losses[0].level, tracing::Level::WARN);
+    assert_eq!(losses[0].target, "lockattr");
+    assert_eq!(losses[0].field("reason"), Some("taken"));
+    drop(guard);
+}
+
+// ---- What is never recorded ------------------------------------------------
+
+#[redis_lock(name = "secret:{id}", locker = locker, guard = g)]
+async fn held_secretly(
+    locker: &Locker,
+    id: u32,
+    server: &RedisServer,
+) -> Result<String, LockError> {
+    let token = redis_value(server, &lock_key(g.name()));
+    tracing::info!(target: "observe_tracing", "in the secret body");
+    Ok(token)
+}
+
+const PASSWORD: &str = "s3cret-for-tracing";
+
+/// The lock key's value (the owner token), read with the password.
+fn redis_value(server: &RedisServer, key: &str) -> String {
+    let mut con = redis::Client::open(server.url_with_password(PASSWORD))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("GET").arg(key).query(&mut con).unwrap()
+}
+
+/// Owner tokens and the password of the Locker's URL appear in no field and
+/// no message, of spans or events, across acquisitions, a hand-over, a
+/// timeout, an annotated function and a loss; and everything the library
+/// emits has the target `lockattr`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_owner_token_or_password_is_ever_recorded() {
+    capture();
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    let url = server.url_with_password(PASSWORD);
+    let (holders, waiters) = (Locker::new(&url).unwrap(), Locker::new(&url).unwrap());
+    let mut tokens = Vec::new();
+
+    // Held, then handed over to a waiter, which then times out another.
+    let holder = holders.lock("secret:relay").acquire().await.unwrap();
+    tokens.push(redis_value(&server, &lock_key("secret:relay")));
+    let waiter = tokio::spawn({
+        let waiters = waiters.clone();
+        async move {
+            waiters
+                .lock("secret:relay")
+                .acquire_timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    holder.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    tokens.push(redis_value(&server, &lock_key("secret:relay")));
+    let err = holders
+        .lock("secret:relay")
+        .acquire_timeout(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }));
+    guard.release().await.unwrap();
+
+    // An annotated function.
+    tokens.push(held_secretly(&holders, 1, &server).await.unwrap());
+
+    // A loss.
+    let lost = holders
+        .lock("secret:lost")
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokens.push(redis_value(&server, &lock_key("secret:lost")));
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key("secret:lost"))
+        .query(&mut con)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), lost.lost())
+        .await
+        .expect("the loss is seen");
+    drop(lost);
+    closed("acquire", "secret:relay", 3);
+    closed("hold", "secret:1", 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while events("secret:lost").is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    assert_eq!(tokens.len(), 4);
+    for token in &tokens {
+        assert_eq!(token.len(), 32, "an owner token: {token}");
+    }
+    let seen = seen().lock().unwrap().clone();
+    for record in &seen {
+        let texts = record
+            .fields
+            .iter()
+            .chain(record.scope.iter().flat_map(|(_, fields)| fields.iter()))
+            .flat_map(|(key, value)| [key, value])
+            .chain([&record.name]);
+        for text in texts {
+            assert!(!text.contains(PASSWORD), "the password in {record:#?}");
+            for token in &tokens {
+                assert!(
+                    !text.contains(token.as_str()),
+                    "an owner token in {record:#?}"
+                );
+            }
+        }
+        if record.module.starts_with("lockattr") {
+            assert_eq!(record.target, "lockattr", "{record:#?}");
+        }
+    }
+}
