@@ -1,0 +1,389 @@
+//! Metrics (the `metrics` feature): acquisitions, timeouts, hand-overs,
+//! losses and renewal failures are counted, waits and holds measured in
+//! seconds, held locks and waiting callers gauged, every one labelled
+//! `lock` by the lock's name template: the attribute's `name = "..."` as
+//! written, or the function's path for a name taken from a value; for the
+//! builder, `.kind(..)`, or the name's part before its first `:`. Never the
+//! full name.
+//!
+//! Run with `cargo test --features metrics --test observe_metrics`. One
+//! recorder serves the whole test binary; each test reads its own labels.
+
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use lockattr::{LockError, LockKey, Locker, redis_lock};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::{RedisServer, eventually, lock_key};
+
+/// A metric's name and its labels, sorted.
+type Series = (String, Vec<(String, String)>);
+
+/// What was recorded since the recorder was installed. A snapshot of the
+/// debugging recorder takes the values it returns (counters and gauges
+/// start again from zero, histograms are emptied), so every snapshot is
+/// added up here, by every test.
+#[derive(Default, Clone, Debug)]
+struct Totals {
+    counters: HashMap<Series, u64>,
+    gauges: HashMap<Series, f64>,
+    histograms: HashMap<Series, Vec<f64>>,
+}
+
+impl Totals {
+    /// The series of `name` whose labels include all of `labels`.
+    fn matching<'a, T>(
+        map: &'a HashMap<Series, T>,
+        name: &'a str,
+        labels: &'a [(&str, &str)],
+    ) -> impl Iterator<Item = &'a T> + 'a {
+        map.iter()
+            .filter(move |((n, have), _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| have.iter().any(|(hk, hv)| hk == k && hv == v))
+            })
+            .map(|(_, value)| value)
+    }
+
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        Totals::matching(&self.counters, name, labels).sum()
+    }
+
+    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        Totals::matching(&self.gauges, name, labels).sum()
+    }
+
+    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        Totals::matching(&self.histograms, name, labels)
+            .flatten()
+            .copied()
+            .collect()
+    }
+
+    /// Every value of a `lock` label of lockattr's metrics.
+    fn lock_labels(&self) -> Vec<String> {
+        let series = self
+            .counters
+            .keys()
+            .chain(self.gauges.keys())
+            .chain(self.histograms.keys());
+        series
+            .filter(|(name, _)| name.starts_with("lockattr_"))
+            .flat_map(|(_, labels)| labels.iter())
+            .filter(|(key, _)| key == "lock")
+            .map(|(_, value)| value.clone())
+            .collect()
+    }
+}
+
+/// Everything recorded so far; the first call installs the recorder.
+fn recorded() -> Totals {
+    static STATE: OnceLock<(Snapshotter, Mutex<Totals>)> = OnceLock::new();
+    let (snapshotter, totals) = STATE.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("no other recorder");
+        (snapshotter, Mutex::new(Totals::default()))
+    });
+    let mut totals = totals.lock().unwrap();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let (_, key) = key.into_parts();
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        let series = (key.name().to_owned(), labels);
+        match value {
+            DebugValue::Counter(n) => *totals.counters.entry(series).or_default() += n,
+            DebugValue::Gauge(v) => *totals.gauges.entry(series).or_default() += v.into_inner(),
+            DebugValue::Histogram(vs) => totals
+                .histograms
+                .entry(series)
+                .or_default()
+                .extend(vs.into_iter().map(|v| v.into_inner())),
+        }
+    }
+    totals.clone()
+}
+
+/// Asserts that none of `names` is a `lock` label.
+fn no_full_names(names: &[&str]) {
+    let labels = recorded().lock_labels();
+    for name in names {
+        assert!(
+            !labels.iter().any(|l| l == name),
+            "the full name {name:?} is a label: {labels:?}"
+        );
+    }
+}
+
+fn locker(server: &RedisServer) -> Locker {
+    Locker::new(server.url()).unwrap()
+}
+
+const ACQUISITIONS: &str = "lockattr_acquisitions_total";
+const TIMEOUTS: &str = "lockattr_acquire_timeouts_total";
+const HANDOVERS: &str = "lockattr_handovers_total";
+const LOSSES: &str = "lockattr_losses_total";
+const RENEWAL_FAILURES: &str = "lockattr_renewal_failures_total";
+const WAIT: &str = "lockattr_wait_seconds";
+const HOLD: &str = "lockattr_hold_seconds";
+const HELD: &str = "lockattr_held_locks";
+const WAITING: &str = "lockattr_waiting_tasks";
+
+// ---- The attribute: the name template --------------------------------------
+
+const ORDER: &[(&str, &str)] = &[("lock", "order:{order_id}")];
+
+/// Returns the held-locks gauge of its template, read inside the body.
+#[redis_lock(name = "order:{order_id}", locker = locker)]
+async fn pay(locker: &Locker, order_id: u64) -> Result<f64, LockError> {
+    tokio::task::yield_now().await;
+    Ok(recorded().gauge(HELD, ORDER))
+}
+
+#[redis_lock(name = "order:{order_id}", locker = locker)]
+fn pay_blocking(locker: &Locker, order_id: u64) -> Result<f64, LockError> {
+    Ok(recorded().gauge(HELD, ORDER))
+}
+
+#[redis_lock(name = "order:{order_id}", locker = locker, acquire_time = "200ms")]
+async fn pay_now(locker: &Locker, order_id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// Acquisitions, waits, holds, the held gauge and a timeout of annotated
+/// functions are labelled `lock = "order:{order_id}"`, the template, and
+/// never `order:7`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_labels_by_its_name_template() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+
+    assert_eq!(pay(&locker, 7).await.unwrap(), 1.0, "held inside the body");
+    let blocking = locker.clone();
+    let held = tokio::task::spawn_blocking(move || pay_blocking(&blocking, 8).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(held, 1.0, "held inside the sync body");
+    let totals = recorded();
+    assert_eq!(totals.counter(ACQUISITIONS, ORDER), 2);
+    assert_eq!(totals.gauge(HELD, ORDER), 0.0, "released");
+    assert_eq!(totals.gauge(WAITING, ORDER), 0.0, "nobody waits");
+    assert_eq!(totals.samples(HOLD, ORDER).len(), 2);
+    let waits = totals.samples(
+        WAIT,
+        &[("lock", "order:{order_id}"), ("outcome", "acquired")],
+    );
+    assert_eq!(waits.len(), 2);
+    assert!(waits.iter().all(|w| *w >= 0.0));
+
+    // Held by someone else: the annotated call times out.
+    let holder = locker.lock("order:9").acquire().await.unwrap();
+    let err = pay_now(&locker, 9).await.unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    holder.release().await.unwrap();
+    let totals = recorded();
+    assert_eq!(totals.counter(TIMEOUTS, ORDER), 1);
+    let waited = totals.samples(
+        WAIT,
+        &[("lock", "order:{order_id}"), ("outcome", "timeout")],
+    );
+    assert_eq!(waited.len(), 1);
+    assert!(waited[0] >= 0.2, "waited its acquire time: {waited:?}");
+    assert_eq!(totals.counter(ACQUISITIONS, ORDER), 2);
+    // The builder's guard on "order:9" counts under its own kind, "order".
+    assert_eq!(totals.counter(ACQUISITIONS, &[("lock", "order")]), 1);
+    no_full_names(&["order:7", "order:8", "order:9"]);
+}
+
+#[derive(LockKey)]
+#[lock_key(prefix = "invoice")]
+struct Invoice {
+    #[lock_key]
+    id: u64,
+}
+
+#[redis_lock(locker = locker)]
+async fn settle(invoice: &Invoice, locker: &Locker) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[redis_lock(name = format!("refund-{}", id), locker = locker)]
+fn refund(locker: &Locker, id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// A name taken from a value (the first argument's `LockKey`, or `name =
+/// <expression>`) is labelled with the function's path: the value could
+/// name any number of locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_from_a_value_is_labelled_with_the_function_path() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+    settle(&Invoice { id: 3 }, &locker).await.unwrap();
+    let blocking = locker.clone();
+    tokio::task::spawn_blocking(move || refund(&blocking, 4).unwrap())
+        .await
+        .unwrap();
+    let totals = recorded();
+    let settle = concat!(module_path!(), "::settle");
+    let refund = concat!(module_path!(), "::refund");
+    assert_eq!(settle, "observe_metrics::settle");
+    assert_eq!(totals.counter(ACQUISITIONS, &[("lock", settle)]), 1);
+    assert_eq!(totals.counter(ACQUISITIONS, &[("lock", refund)]), 1);
+    assert_eq!(totals.samples(HOLD, &[("lock", refund)]).len(), 1);
+    no_full_names(&["invoice:3", "refund-4"]);
+}
+
+// ---- The builder: `kind`, or the name before its first `:` ------------------
+
+/// `.kind("nightly")` labels `nightly`; by default a name is labelled by
+/// its part before the first `:` (`cart` for `cart:42:items`), or whole
+/// when it has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builder_labels_by_kind_or_the_name_before_its_first_colon() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+    let kinded = locker
+        .lock("nightly-2024-06-01")
+        .kind("nightly")
+        .acquire()
+        .await
+        .unwrap();
+    let owned_kind = String::from("user");
+    let user = locker.lock("7").kind(owned_kind).acquire().await.unwrap();
+    let cart = locker.lock("cart:42:items").acquire().await.unwrap();
+    let single = locker.lock("singleton").acquire().await.unwrap();
+    let totals = recorded();
+    for kind in ["nightly", "user", "cart", "singleton"] {
+        assert_eq!(totals.counter(ACQUISITIONS, &[("lock", kind)]), 1, "{kind}");
+        assert_eq!(totals.gauge(HELD, &[("lock", kind)]), 1.0, "{kind}");
+    }
+    kinded.release().await.unwrap();
+    user.release().await.unwrap();
+    drop(cart); // a dropped guard counts as released too
+    tokio::task::spawn_blocking(move || single.release_blocking().unwrap())
+        .await
+        .unwrap();
+    let totals = recorded();
+    for kind in ["nightly", "user", "cart", "singleton"] {
+        assert_eq!(totals.gauge(HELD, &[("lock", kind)]), 0.0, "{kind}");
+        assert_eq!(totals.samples(HOLD, &[("lock", kind)]).len(), 1, "{kind}");
+    }
+    no_full_names(&["nightly-2024-06-01", "7", "cart:42:items", "cart:42"]);
+}
+
+// ---- Hand-over, waiting ----------------------------------------------------
+
+/// A waiter counts as waiting while it waits; handed the lock by the
+/// holder's release, it counts a hand-over and an acquisition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_is_counted_and_a_waiter_gauged() {
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    recorded();
+    let relay = &[("lock", "relay")];
+    let holder = holders.lock("relay:1").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        waiters
+            .lock("relay:1")
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let queue = format!("{}:queue", lock_key("relay:1"));
+    let ready = eventually(Duration::from_secs(5), || {
+        server.exists(&queue) && pubsub_clients(&server) == 1
+    });
+    assert!(ready.is_some(), "the waiter never queued and subscribed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(recorded().gauge(WAITING, relay), 1.0, "one caller waits");
+    holder.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    let totals = recorded();
+    assert_eq!(totals.counter(HANDOVERS, relay), 1);
+    assert_eq!(totals.counter(ACQUISITIONS, relay), 2);
+    assert_eq!(totals.gauge(WAITING, relay), 0.0);
+    let handed = totals.samples(WAIT, &[("lock", "relay"), ("outcome", "handed_over")]);
+    assert_eq!(handed.len(), 1);
+    assert!(handed[0] >= 0.3, "waited for the release: {handed:?}");
+    guard.release().await.unwrap();
+    no_full_names(&["relay:1"]);
+}
+
+/// The pub/sub connections open now.
+fn pubsub_clients(server: &RedisServer) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut server.client())
+        .expect("CLIENT LIST TYPE pubsub");
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+// ---- Losses and renewal failures -------------------------------------------
+
+/// A renewed lock deleted from outside is a loss `reason = "taken"`; one
+/// whose renewals fail for a whole lease (Redis gone) counts its failed
+/// renewals and a loss `reason = "unrenewed"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losses_and_renewal_failures_are_counted() {
+    let mut server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+    let lease = &[("lock", "lease")];
+
+    let taken = locker
+        .lock("lease:taken")
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key("lease:taken"))
+        .query(&mut server.client())
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), taken.lost())
+        .await
+        .expect("the renewal sees the loss");
+    drop(taken);
+    assert_eq!(
+        recorded().counter(LOSSES, &[("lock", "lease"), ("reason", "taken")]),
+        1
+    );
+
+    let unrenewed = locker
+        .lock("lease:unrenewed")
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    server.kill();
+    tokio::time::timeout(Duration::from_secs(5), unrenewed.lost())
+        .await
+        .expect("renewals fail for a whole lease");
+    let totals = recorded();
+    assert_eq!(
+        totals.counter(LOSSES, &[("lock", "lease"), ("reason", "unrenewed")]),
+        1
+    );
+    assert!(totals.counter(RENEWAL_FAILURES, lease) >= 1);
+    assert_eq!(totals.counter(LOSSES, lease), 2);
+    drop(unrenewed);
+    no_full_names(&["lease:taken", "lease:unrenewed"]);
+}
