@@ -2,7 +2,7 @@
 //! when it ends, says how long it waited and how it ended (`acquired`,
 //! `handed_over`, `timeout`, `error`); the body of an annotated function
 //! runs in a `hold` span with its lock and fencing token (async and sync);
-//! a hand-over and a loss are events. Everything the library emits is under
+//! a hand-over, a loss and a forced unlock are events. Everything the library emits is under
 //! the target `lockattr`, and no field or message carries an owner token or
 //! a password.
 //!
@@ -427,6 +427,40 @@ async fn a_lost_lock_is_a_warning_event() {
     drop(guard);
 }
 
+// ---- Events: forced unlock -------------------------------------------------
+
+/// An operator's `force_unlock` is a warning under `lockattr` that names
+/// the lock and the Locker that forced it, never the holder's owner token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_is_a_warning_event() {
+    capture();
+    let server = RedisServer::start();
+    let holder = locker(&server)
+        .lock("traced:forced")
+        .acquire()
+        .await
+        .unwrap();
+    let token = server.owner(&lock_key("traced:forced")).expect("held");
+    let operator = Locker::builder(server.url())
+        .label("ops-console")
+        .build()
+        .unwrap();
+    assert!(operator.force_unlock("traced:forced").await.unwrap());
+    let forced: Vec<Seen> = events("traced:forced")
+        .into_iter()
+        .filter(|e| e.name == "lock force-unlocked")
+        .collect();
+    assert_eq!(forced.len(), 1, "{forced:#?}");
+    assert_eq!(forced[0].level, tracing::Level::WARN);
+    assert_eq!(forced[0].target, "lockattr");
+    assert_eq!(forced[0].field("forced_by"), Some("ops-console"));
+    assert!(
+        forced[0].fields.values().all(|v| !v.contains(&token)),
+        "{forced:#?}"
+    );
+    drop(holder);
+}
+
 // ---- What is never recorded ------------------------------------------------
 
 #[redis_lock(name = "secret:{id}", locker = locker, guard = g)]
@@ -442,13 +476,15 @@ async fn held_secretly(
 
 const PASSWORD: &str = "s3cret-for-tracing";
 
-/// The lock key's value (the owner token), read with the password.
+/// The owner token of the lock at `key` (the first line of its value),
+/// read with the password.
 fn redis_value(server: &RedisServer, key: &str) -> String {
     let mut con = redis::Client::open(server.url_with_password(PASSWORD))
         .unwrap()
         .get_connection()
         .unwrap();
-    redis::cmd("GET").arg(key).query(&mut con).unwrap()
+    let value: String = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+    value.split('\n').next().unwrap_or_default().to_owned()
 }
 
 /// Owner tokens and the password of the Locker's URL appear in no field and
