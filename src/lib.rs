@@ -200,6 +200,22 @@
 //! increasing from one owner to the next; the README's section on Redlock
 //! says why a single node's counter would not, and what the tokens assume.
 //!
+//! # Tracing and metrics
+//!
+//! Every acquisition is an `acquire` span (DEBUG, target `lockattr`) with
+//! the lock's name and, when it ends, `waited_ms` and `outcome`
+//! (`acquired`, `handed_over`, `timeout`, `error`, `cancelled`); the body
+//! of an annotated function runs in a `hold` span with `lock` and
+//! `fencing_token`; a loss, a forced unlock and failing renewals are WARN
+//! events. With the `metrics` feature, counters, histograms and gauges
+//! (`lockattr_acquisitions_total`, `lockattr_wait_seconds`,
+//! `lockattr_held_locks`, ...) go to the `metrics` facade, labelled `lock`
+//! by the name template (`"order:{order_id}"`), never by the full name;
+//! [`LockBuilder::kind`] sets that label for locks taken with
+//! [`Locker::lock`]. The
+//! [runtime crate's documentation](https://docs.rs/lockattr-runtime/latest/lockattr_runtime/#tracing-and-metrics)
+//! and the README list every span, event, field and metric.
+//!
 //! # The code the attribute stands for
 //!
 //! ```no_run

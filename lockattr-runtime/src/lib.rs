@@ -14,6 +14,78 @@
 //! guard.release_blocking()?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Tracing and metrics
+//!
+//! The library reports through [`tracing`](https://docs.rs/tracing), every
+//! span and event under the target `lockattr`: `RUST_LOG=info,lockattr=debug`
+//! (with tracing-subscriber's `EnvFilter`) shows them all. They are built by
+//! tracing's macros, so with no subscriber, or one that filters them out, no
+//! field is formatted. Fields carry lock names, fencing tokens, durations
+//! and errors; never an owner token (it can delete the lock) nor a password.
+//!
+//! | span | level | fields | covers |
+//! |---|---|---|---|
+//! | `acquire` | DEBUG | `lock` (the name); when it ends, `waited_ms` and `outcome` | one acquisition: [`LockBuilder::acquire`], [`acquire_blocking`](LockBuilder::acquire_blocking), or an annotated function's, from the call to its result |
+//! | `hold` | DEBUG | `lock`, `fencing_token` | the body of a `#[redis_lock]` function: an async body is instrumented (the span is entered at each poll), a sync one runs inside it |
+//!
+//! `outcome` is `acquired`, `handed_over` (a release handed the lock to this
+//! waiter and told it so), `timeout`, `error`, or `cancelled` (the caller
+//! dropped the future). A hand-over whose notice was lost on the way is found
+//! by the waiter's next check and counts as `acquired`. A nested call that
+//! re-enters a lock its caller holds acquires nothing: it has a `hold` span,
+//! no `acquire` span.
+//!
+//! The spans are DEBUG because there is one per lock taken and one per
+//! locked call: the detail of a request's trace, not news. A service that
+//! logs at INFO sees none of them, and pays nothing for them. What needs
+//! attention is a WARN event:
+//!
+//! | event message | level | fields | when |
+//! |---|---|---|---|
+//! | `lock handed over by its releasing holder` | DEBUG | `lock`, `fencing_token`, `waited_ms` | a waiter was handed the lock (inside its `acquire` span) |
+//! | `lock lost: <why>` | WARN | `lock`, `reason` (`expired`, `unrenewed`, `taken`) | a guard first sees its lock lost: a renewal or an extension finds it gone or taken, its lease runs out, or its release finds it no longer its own; once per guard |
+//! | `could not renew the lock; retrying` | DEBUG | `lock`, `error` | a renewal of the lock failed; it is retried while the lease lasts |
+//! | `could not renew locks; retrying` | WARN | `error`, `leases` | the first failed renewal round of an outage (`lock renewals reach Redis again` at INFO when it ends) |
+//! | `lock force-unlocked` | WARN | `lock`, `holder`, `forced_by` (the forcing Locker's [label](LockerBuilder::label)), `host`, `pid` | [`Locker::force_unlock`] freed a held lock |
+//!
+//! Events of other failures (a release that could not be sent, a waiter
+//! that cannot reach Redis) carry `error`, and `lock` where there is one.
+//!
+//! ## Metrics (the `metrics` feature)
+//!
+//! With the `metrics` feature the library records through the
+//! [`metrics`](https://docs.rs/metrics) facade (0.24): install a recorder
+//! (a Prometheus exporter, for one) and these appear. Without the feature
+//! the `metrics` crate is not a dependency and nothing is recorded.
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `lockattr_acquisitions_total` | counter | `lock` | locks acquired (hand-overs included) |
+//! | `lockattr_acquire_timeouts_total` | counter | `lock` | acquisitions that gave up: the lock stayed held for the whole acquire timeout |
+//! | `lockattr_losses_total` | counter | `lock`, `reason` | guards that found their lock lost (`expired`, `unrenewed`, `taken`, as the event) |
+//! | `lockattr_handovers_total` | counter | `lock` | locks handed by a release to a waiting caller |
+//! | `lockattr_renewal_failures_total` | counter | `lock` | renewals of a lease that failed (every retry counts) |
+//! | `lockattr_wait_seconds` | histogram | `lock`, `outcome` | time spent in an acquisition, by its outcome (as the `acquire` span's) |
+//! | `lockattr_hold_seconds` | histogram | `lock` | time from acquiring a lock to releasing it or dropping its guard |
+//! | `lockattr_held_locks` | gauge | `lock` | locks this process holds now |
+//! | `lockattr_waiting_tasks` | gauge | `lock` | callers in an acquisition now (waiting for a busy lock, or on their first try) |
+//!
+//! The `lock` label is the lock's kind, never its full name: one series per
+//! order id would swamp any metrics store.
+//! - `#[redis_lock(name = "order:{order_id}")]`: the name template as
+//!   written, `order:{order_id}`.
+//! - `#[redis_lock]` naming the lock from a value (`name = <expression>`,
+//!   or the first argument's `LockKey`): the function's path, as
+//!   `module_path!()` and the function's name (`my_app::billing::settle`),
+//!   since the value can name any number of locks.
+//! - [`Locker::lock`]: what [`LockBuilder::kind`] says, or else the name's
+//!   part before its first `:` (`order` for `order:7`), or the whole name
+//!   when it has none. Callers whose names have no `:` and are many
+//!   (`lock(user_id.to_string())`) must set `kind`.
+//!
+//! A nested call that re-enters its caller's lock records nothing: it
+//! acquires nothing and releases nothing.
 
 mod address;
 mod backend;
