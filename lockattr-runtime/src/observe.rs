@@ -29,15 +29,17 @@ pub(crate) struct Kind {
 
 impl Kind {
     /// The kind given, or the part of `name` before its first `:` (the
-    /// whole name when it has none).
+    /// whole name when it has none). A kind made at run time is shared, so
+    /// every metric call clones a pointer, not the text.
     #[cfg(feature = "metrics")]
     pub(crate) fn of(given: Option<Cow<'static, str>>, name: &str) -> Kind {
+        use std::sync::Arc;
         let label = match given {
             Some(Cow::Borrowed(kind)) => metrics::SharedString::const_str(kind),
-            Some(Cow::Owned(kind)) => metrics::SharedString::from(kind),
+            Some(Cow::Owned(kind)) => metrics::SharedString::from(Arc::<str>::from(kind)),
             None => {
                 let before = name.split_once(':').map_or(name, |(kind, _)| kind);
-                metrics::SharedString::from(std::sync::Arc::<str>::from(before))
+                metrics::SharedString::from(Arc::<str>::from(before))
             }
         };
         Kind { label }
@@ -318,4 +320,22 @@ mod metered {
     pub(super) fn waiting(_kind: &Kind, _by: f64) {}
     pub(super) fn waited(_kind: &Kind, _outcome: &'static str, _waited: Duration) {}
     pub(super) fn lost(_kind: &Kind, _reason: LostReason) {}
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+
+    fn label(given: Option<Cow<'static, str>>, name: &str) -> String {
+        (*Kind::of(given, name).label).to_owned()
+    }
+
+    #[test]
+    fn a_kind_is_given_or_the_name_before_its_first_colon() {
+        assert_eq!(label(None, "order:7"), "order");
+        assert_eq!(label(None, "cart:42:items"), "cart");
+        assert_eq!(label(None, "singleton"), "singleton");
+        assert_eq!(label(Some("user".into()), "7"), "user");
+        assert_eq!(label(Some(String::from("user").into()), "7"), "user");
+    }
 }
