@@ -20,6 +20,7 @@ mod backend;
 mod default;
 mod error;
 mod guard;
+mod hold;
 mod inner;
 mod io;
 mod key;
