@@ -22,6 +22,7 @@ mod error;
 mod guard;
 mod hold;
 mod inner;
+mod inspect;
 mod io;
 mod key;
 mod locker;
@@ -41,6 +42,7 @@ pub use address::RedisAddr;
 pub use default::{default_locker, init, set_default};
 pub use error::LockError;
 pub use guard::LockGuard;
+pub use inspect::{Holder, LockInfo};
 pub use key::LockKey;
 pub use locker::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
