@@ -398,8 +398,7 @@ local value = redis.call('get', KEYS[1])
 if not value then
   return 0
 end
-local sep = string.find(value, '
-', 1, true)
+local sep = string.find(value, '\n', 1, true)
 local token = sep and string.sub(value, 1, sep - 1) or value
 local who = sep and string.sub(value, sep + 1) or ''
 local fence = tonumber(redis.call('get', KEYS[2])) or -1
