@@ -284,7 +284,7 @@ fn async_body_longer_than_the_hold_releases_as_usual() {
 
 #[test]
 fn sync_body_longer_than_the_hold_releases_as_usual() {
-    assert_released_as_usual(|locker, name, entered| long_job_sync(locker, name, entered));
+    assert_released_as_usual(long_job_sync);
 }
 
 /// Renewed every second back to 3 s; the hold is 2 s.
@@ -449,19 +449,20 @@ async fn report_without_hold(
     Ok(())
 }
 
+/// A job of the replica tests, called with the replica's Locker, the
+/// period and the runs per period.
+type Job = for<'a> fn(
+    &'a Locker,
+    usize,
+    &'a [AtomicU32],
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), LockError>> + 'a>,
+>;
+
 /// Three replicas, each on a thread of its own with its own runtime and
 /// Locker, run `job` at the start of every period by their own clock
 /// (`SKEW` apart); the runs per period.
-fn replicas(
-    url: String,
-    job: for<'a> fn(
-        &'a Locker,
-        usize,
-        &'a [AtomicU32],
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<(), LockError>> + 'a>,
-    >,
-) -> Vec<u32> {
+fn replicas(url: String, job: Job) -> Vec<u32> {
     let runs: Arc<Vec<AtomicU32>> = Arc::new((0..PERIODS).map(|_| AtomicU32::new(0)).collect());
     let first = Instant::now() + Duration::from_millis(300);
     let threads: Vec<_> = SKEW
