@@ -148,7 +148,9 @@ impl Lease {
 ///   executor thread (the lock is free a round trip later).
 ///
 /// Drop never panics; if Redis is unreachable, the lease's expiry frees the
-/// lock. A guard only ever deletes or extends the lock while its own random
+/// lock. With [`hold_at_least`](crate::LockBuilder::hold_at_least), a
+/// release or a drop before the hold has passed keeps the lock for the rest
+/// of the hold, then lets it expire. A guard only ever deletes or extends the lock while its own random
 /// token is stored there: never another owner's.
 ///
 /// ```no_run
@@ -370,6 +372,10 @@ impl LockGuard {
     /// started again from the clock, see
     /// [`fence_retention`](crate::LockerBuilder::fence_retention)), and
     /// `NotOwned` otherwise.
+    ///
+    /// Within [`hold_at_least`](crate::LockBuilder::hold_at_least) of the
+    /// acquisition, the lock is not deleted: its time left becomes what
+    /// remains of the hold, and this returns `Ok` once that is set.
     ///
     /// Safe to cancel: the release goes on in the background.
     ///
