@@ -215,3 +215,35 @@ async fn a_redlock_user_without_info_still_locks_and_keeps_restarted_nodes_out()
         .unwrap_err();
     assert!(err.is_no_quorum(), "restarted nodes voted at once: {err:?}");
 }
+
+/// An operator's user: the README's rules plus `+hlen +scan` run
+/// `inspect`, `locks` and `force_unlock`; without them, a clear refusal.
+#[tokio::test]
+async fn the_operator_calls_with_the_readmes_additions() {
+    let server = RedisServer::start();
+    restricted_user(&server, "app", "app-pw");
+    restricted_user(&server, "ops", "ops-pw");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("ops")
+        .arg("+hlen")
+        .arg("+scan")
+        .query(&mut server.client())
+        .unwrap();
+    let app = Locker::new(user_url(&server, "app", "app-pw")).unwrap();
+    let ops = Locker::new(user_url(&server, "ops", "ops-pw")).unwrap();
+    let guard = app.lock("acl:job").acquire().await.unwrap();
+    let info = ops
+        .inspect("acl:job")
+        .await
+        .unwrap_or_else(|e| panic!("inspect: {e}; refused: {}", refused(&server)))
+        .expect("held");
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    let listed = ops.locks("acl:*", 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(ops.force_unlock("acl:job").await.unwrap());
+    assert!(guard.release().await.is_err(), "it was forced");
+    // The application's user alone may not scan.
+    let err = app.locks("acl:*", 10).await.unwrap_err();
+    assert!(matches!(err, LockError::Redis { .. }), "{err}");
+}

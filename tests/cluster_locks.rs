@@ -150,6 +150,54 @@ async fn locks_on_every_master_exclude_and_release() {
     }
 }
 
+/// `inspect` finds each lock on its master, `locks` scans every master, and
+/// `force_unlock` frees a lock on its master and hands it to a waiter.
+#[tokio::test]
+async fn inspect_locks_and_force_unlock_on_every_master() {
+    let cluster = Cluster::start();
+    let names = cluster.name_per_master("ops");
+    let holder = cluster.locker();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(holder.lock(name).acquire().await.unwrap());
+    }
+    let ops = cluster.locker();
+    for (name, guard) in names.iter().zip(&guards) {
+        let info = ops.inspect(name).await.unwrap().expect("held");
+        assert_eq!(info.fencing_token, guard.fencing_token());
+        assert_eq!(info.holder.unwrap().pid, std::process::id());
+    }
+    let listed = ops.locks("ops-*", 100).await.unwrap();
+    let mut listed: Vec<String> = listed.into_iter().map(|i| i.name).collect();
+    listed.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(listed, expected, "one lock per master, all found");
+
+    let waiter = cluster.locker();
+    let name = names[2].clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock(&name)
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let start = Instant::now();
+    while ops.inspect(&names[2]).await.unwrap().unwrap().waiters != 1 {
+        assert!(start.elapsed() < Duration::from_secs(5), "never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(ops.force_unlock(&names[2]).await.unwrap());
+    let handed = waiting.await.unwrap().unwrap();
+    assert!(handed.fencing_token() > guards[2].fencing_token());
+    handed.release().await.unwrap();
+    assert_eq!(ops.inspect(&names[2]).await.unwrap(), None);
+    for guard in guards.drain(..2) {
+        guard.release().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn contention_loses_no_update_on_any_master() {
     let cluster = Cluster::start();

@@ -84,7 +84,7 @@ fn careful(urls: Vec<String>, max_lease: Duration) -> Locker {
 
 /// The owner token stored for `name` on each node.
 fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
-    nodes.iter().map(|n| n.get(&lock_key(name))).collect()
+    nodes.iter().map(|n| n.owner(&lock_key(name))).collect()
 }
 
 /// The drift allowance of a Redlock lease: 1% plus 2 ms.
@@ -128,7 +128,7 @@ async fn restarted_nodes_stay_out_for_max_lease_not_for_the_newcomers_lease() {
         .acquire()
         .await
         .unwrap();
-    let token = nodes[0].get(&lock_key("long")).expect("held on node 0");
+    let token = nodes[0].owner(&lock_key("long")).expect("held on node 0");
     nodes[1].restart();
     nodes[2].restart();
     let newcomer = careful(urls(&nodes), max_lease);
@@ -145,7 +145,7 @@ async fn restarted_nodes_stay_out_for_max_lease_not_for_the_newcomers_lease() {
     );
     assert_kept_out(result, "newcomer with a 500 ms lease", &nodes, "long");
     assert!(!guard.is_lost());
-    assert_eq!(nodes[0].get(&lock_key("long")), Some(token));
+    assert_eq!(nodes[0].owner(&lock_key("long")), Some(token));
 }
 
 /// Restarted nodes that refuse INFO: a Locker must not take them for old.
@@ -443,7 +443,7 @@ async fn restarted_nodes_do_not_vote_early_when_info_rounds_their_uptime_up() {
         .acquire()
         .await
         .unwrap();
-    let holder_token = nodes[0].get(&lock_key("rounded")).unwrap();
+    let holder_token = nodes[0].owner(&lock_key("rounded")).unwrap();
     let restarted = Instant::now();
     std::thread::scope(|s| {
         for node in &mut nodes[1..] {
@@ -486,7 +486,7 @@ async fn restarted_nodes_do_not_vote_early_when_info_rounds_their_uptime_up() {
     );
     assert_kept_out(result, "contender", &nodes, "rounded");
     assert_eq!(
-        nodes[0].get(&lock_key("rounded")),
+        nodes[0].owner(&lock_key("rounded")),
         Some(holder_token),
         "the holder still holds node 0"
     );
@@ -527,7 +527,7 @@ async fn a_new_locker_takes_the_lock_on_its_first_call_over_slow_links() {
         .acquire()
         .await
         .expect("the first call on a new Locker over 50 ms round trips");
-    let token = nodes[0].get(&lock_key("far"));
+    let token = nodes[0].owner(&lock_key("far"));
     assert!(token.is_some());
     assert!(
         owners(&nodes, "far")

@@ -18,6 +18,11 @@ pub(crate) struct Inner {
     /// How long a fencing counter outlives a lease
     /// (`LockerBuilder::fence_retention`).
     pub(crate) fence_retention: std::time::Duration,
+    /// Who this Locker's acquisitions are recorded as holding a lock:
+    /// `<host>\n<pid>\n<label>`.
+    pub(crate) holder: std::sync::Arc<str>,
+    /// The label in `holder`.
+    pub(crate) label: String,
     /// Renews the leases of guards acquired with `renew`.
     pub(crate) watchdog: Watchdog,
 }

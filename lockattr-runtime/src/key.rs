@@ -150,6 +150,8 @@ pub(crate) struct Keys {
     /// Locker's `fence_retention`): every script that writes the counter
     /// sets its expiry from this.
     pub(crate) fence_retention: Duration,
+    /// Who takes the lock (`<host>\n<pid>\n<label>`), recorded with it.
+    pub(crate) holder: Arc<str>,
 }
 
 impl Keys {
@@ -172,6 +174,7 @@ impl Keys {
             channel: format!("{lock}:wake"),
             lock,
             fence_retention,
+            holder: Arc::from(""),
         }
     }
 }

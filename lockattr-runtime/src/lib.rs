@@ -21,6 +21,7 @@ mod default;
 mod error;
 mod guard;
 mod inner;
+mod inspect;
 mod io;
 mod key;
 mod locker;
@@ -40,6 +41,7 @@ pub use address::RedisAddr;
 pub use default::{default_locker, init, set_default};
 pub use error::LockError;
 pub use guard::LockGuard;
+pub use inspect::{Holder, LockInfo};
 pub use key::LockKey;
 pub use locker::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,

@@ -239,6 +239,13 @@ impl RedisServer {
             .expect("GET")
     }
 
+    /// The owner token of the lock at `key`: the first line of its value
+    /// (the rest records the holder and when it took the lock).
+    pub fn owner(&self, key: &str) -> Option<String> {
+        self.get(key)
+            .map(|value| value.split('\n').next().unwrap_or_default().to_owned())
+    }
+
     /// The lock keys of the default prefix (`lockattr:{...}`), fence counters left out.
     pub fn held_locks(&self) -> Vec<String> {
         self.keys("lockattr:*")

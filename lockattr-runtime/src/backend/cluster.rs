@@ -20,6 +20,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisError, ScriptInvocation};
 
+use super::SingleNode;
 use super::source::Source;
 use super::{Attempt, Extend, Renewal, Renewed, Timeouts, Wakeups, millis, scripts};
 use crate::address::{self, Address, TlsFiles};
@@ -38,6 +39,8 @@ pub(crate) struct ClusterNodes {
     server: String,
     /// Whether the nodes are reached through TLS.
     tls: bool,
+    /// The first seed's address (credentials and TLS settings included).
+    seed: redis::ConnectionInfo,
 }
 
 impl std::fmt::Debug for ClusterNodes {
@@ -74,6 +77,7 @@ impl ClusterNodes {
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = infos.iter().map(|c| c.addr().to_string()).collect();
         let uses_tls = infos.iter().any(address::is_tls);
+        let seed = clients[0].get_connection_info().clone();
         let builder = ClusterClient::builder(infos)
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response)
@@ -102,6 +106,7 @@ impl ClusterNodes {
             ),
             server: format!("cluster[{}]", names.join(",")),
             tls: uses_tls,
+            seed,
             timeouts,
         })
     }
@@ -176,6 +181,49 @@ impl ClusterNodes {
             Ok(result) => result.map_err(|e| self.error(e)),
             Err(_) => Err(timed_out(&self.server, limit)),
         }
+    }
+
+    /// Runs a script on the master of its keys' slot.
+    pub(crate) async fn run_script<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        let mut connection = self.connection().await?;
+        self.invoke(invocation, &mut connection).await
+    }
+
+    /// Runs a command without keys on any node.
+    pub(crate) async fn run_command<T: FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+    ) -> Result<T, LockError> {
+        let mut connection = self.connection().await?;
+        self.within(self.limit(), command.query_async(&mut connection))
+            .await
+    }
+
+    /// The node at `host:port` as a server of its own, reached as the
+    /// first seed is (credentials, TLS).
+    pub(crate) fn node_at(&self, host: &str, port: u16) -> Result<SingleNode, LockError> {
+        let mut info = self.seed.clone();
+        let addr = match info.addr() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        info = info.set_addr(addr);
+        Ok(SingleNode::from_client(
+            redis::Client::open(info).map_err(|e| self.error(e))?,
+            self.timeouts,
+        ))
     }
 
     pub(crate) async fn try_acquire(

@@ -7,6 +7,7 @@
 //! counts a majority of votes (`redlock`).
 
 mod cluster;
+pub(crate) mod inspect;
 mod node_facts;
 pub(crate) mod queue;
 pub(crate) mod redlock;

@@ -190,6 +190,37 @@ impl Redlock {
         &self.server
     }
 
+    /// The nodes, in the order given.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &SingleNode> {
+        self.nodes.iter().map(|node| &**node)
+    }
+
+    /// Runs `op` on every node at once (each for at most the response
+    /// timeout); the answers in node order.
+    pub(crate) async fn on_every_node<'a, T, F>(
+        &'a self,
+        op: impl Fn(&'a SingleNode) -> F,
+    ) -> Vec<Result<T, LockError>>
+    where
+        F: Future<Output = Result<T, LockError>>,
+    {
+        self.each(0..self.nodes.len(), self.timeouts.response, op)
+            .await
+            .into_iter()
+            .map(|(_, answer)| answer)
+            .collect()
+    }
+
+    /// The error for an operation that fewer than a majority answered.
+    pub(crate) fn no_majority(
+        &self,
+        what: &str,
+        answered: usize,
+        first_error: Option<LockError>,
+    ) -> LockError {
+        self.no_quorum(what, answered, first_error)
+    }
+
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
     }

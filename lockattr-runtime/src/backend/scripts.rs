@@ -120,15 +120,52 @@ end
     };
 }
 
+/// A Lua expression: whether the lock value `$value` (a local: the lock key's
+/// value, `false` when there is none) belongs to the owner token `$token`.
+/// A lock's value is `<token>\n<holder>\n<since>` (see [`ACQUIRE`]).
+macro_rules! owns_lua {
+    ($value:literal, $token:literal) => {
+        concat!(
+            "(",
+            $value,
+            " == ",
+            $token,
+            " or (",
+            $value,
+            " and string.sub(",
+            $value,
+            ", 1, #",
+            $token,
+            " + 1) == ",
+            $token,
+            " .. '\\n'))"
+        )
+    };
+}
+
+/// Lua statements that set the local `now_ms` (declared here) to the
+/// server's time in milliseconds.
+macro_rules! now_ms_lua {
+    () => {
+        "local now_ms = redis.call('time')\nnow_ms = now_ms[1] * 1000 + math.floor(now_ms[2] / 1000)\n"
+    };
+}
+
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: token, `<lease in ms>:<how
-/// long the fence counter outlives the lease in ms>`, how long the caller
-/// will wait in ms (0: it will not, and leaves the queue if it was in it).
-/// Ten words with EVALSHA, the most Redis reads from a client that has not
-/// authenticated: a missing password is then answered NOAUTH, not a
-/// protocol error (hence the two durations in one argument).
+/// long the fence counter outlives the lease in ms>:<holder>`, how long the
+/// caller will wait in ms (0: it will not, and leaves the queue if it was in
+/// it). Ten words with EVALSHA, the most Redis reads from a client that has
+/// not authenticated: a missing password is then answered NOAUTH, not a
+/// protocol error (hence the two durations and the holder in one argument).
+///
+/// The lock's value is `<token>\n<holder>\n<since>`: the owner token, who
+/// holds it (`<host>\n<pid>\n<label>`, as the Locker describes itself) and
+/// when it was taken, in ms by the server's clock. [`INSPECT`] shows all but
+/// the token. A queued waiter's entry carries its holder too, for a
+/// hand-over.
 /// Returns `{1, fencing token}` when the token holds the lock, `{0, pttl of
 /// the holder}` when not.
 ///
@@ -147,8 +184,10 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         r"
 local sep = string.find(ARGV[2], ':', 1, true)
+local sep2 = sep and string.find(ARGV[2], ':', sep + 1, true)
 local lease_arg = sep and string.sub(ARGV[2], 1, sep - 1)
-local retention_arg = sep and string.sub(ARGV[2], sep + 1)
+local retention_arg = sep and string.sub(ARGV[2], sep + 1, (sep2 or 0) - 1)
+local who = sep2 and string.sub(ARGV[2], sep2 + 1) or ''
 ",
         ms_arg_lua!("lease", "lease_arg", "1"),
         ms_arg_lua!("retention", "retention_arg", "0"),
@@ -156,7 +195,9 @@ local retention_arg = sep and string.sub(ARGV[2], sep + 1)
         r"
 local fence
 local holder = redis.call('get', KEYS[1])
-if holder == ARGV[1] then
+if ",
+        owns_lua!("holder", "ARGV[1]"),
+        r" then
   redis.call('pexpire', KEYS[1], lease)
   fence = tonumber(redis.call('get', KEYS[2]))
   if fence then
@@ -172,7 +213,10 @@ if holder == false then
 ",
         next_fence_lua!("KEYS[2]", "lease + retention"),
         r"
-  redis.call('set', KEYS[1], ARGV[1], 'PX', lease)
+  ",
+        now_ms_lua!(),
+        r"
+  redis.call('set', KEYS[1], ARGV[1] .. '\n' .. who .. '\n' .. now_ms, 'PX', lease)
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
   end
@@ -183,7 +227,7 @@ if wait > 0 then
     local now = redis.call('time')
     local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + wait
     redis.call('rpush', KEYS[3], ARGV[1])
-    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d', deadline, lease))
+    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d:', deadline, lease) .. who)
     for i = 3, 4 do
       if redis.call('pttl', KEYS[i]) < wait then
         redis.call('pexpire', KEYS[i], wait)
@@ -197,6 +241,70 @@ return {0, redis.call('pttl', KEYS[1])}
 ",
     ))
 });
+
+/// Lua that ends a release: hands the lock to the oldest waiter whose
+/// deadline has not passed, or deletes it (see [`RELEASE_LUA`]), with the
+/// channel in `ARGV[2]` and the notify flag in `ARGV[3]`; returns 1.
+macro_rules! hand_over_lua {
+    () => {
+        concat!(
+            "local channel, notify = ARGV[2], ARGV[3]\n",
+            hand_over_body_lua!("channel", "notify"),
+        )
+    };
+}
+
+/// The statements of [`hand_over_lua!`], with the channel and the notify
+/// flag in the Lua locals named `$channel` and `$notify`; `retention` is a
+/// checked local. Ends by returning from the enclosing function.
+macro_rules! hand_over_body_lua {
+    ($channel:literal, $notify:literal) => {
+        concat!(
+            now_ms_lua!(),
+            r"
+while true do
+  local waiter = redis.call('lpop', KEYS[3])
+  if not waiter then
+    break
+  end
+  local entry = redis.call('hget', KEYS[4], waiter)
+  if entry then
+    redis.call('hdel', KEYS[4], waiter)
+    local sep = string.find(entry, ':', 1, true)
+    local sep2 = sep and string.find(entry, ':', sep + 1, true)
+    local deadline = sep and tonumber(string.sub(entry, 1, sep - 1))
+    local lease = sep and tonumber(string.sub(entry, sep + 1, (sep2 or 0) - 1))
+    local who = sep2 and string.sub(entry, sep2 + 1) or ''
+    if deadline and deadline >= now_ms and lease and lease == math.floor(lease)
+        and lease >= 1 and lease <= ",
+            max_ms!(),
+            r" then
+      local fence
+",
+            next_fence_lua!("KEYS[2]", "lease + retention"),
+            r"
+      redis.call('set', KEYS[1], waiter .. '\n' .. who .. '\n' .. now_ms, 'PX', lease)
+      redis.call('publish', ",
+            $channel,
+            r", string.format('%s:%d:%d', waiter, fence, lease))
+      return 1
+    end
+  end
+end
+redis.call('del', KEYS[1])
+redis.call('pexpire', KEYS[2], retention)
+if ",
+            $notify,
+            r" == '1' then
+  redis.call('publish', ",
+            $channel,
+            r", '-:0:0')
+end
+return 1
+"
+        )
+    };
+}
 
 /// Releases the lock if the token owns it, handing it straight to the oldest
 /// waiter whose deadline has not passed (with a new fencing token and that
@@ -226,7 +334,10 @@ local granted = tonumber(ARGV[5])
 if not granted or granted ~= math.floor(granted) or granted < 0 or granted >= 9007199254740992 then
   return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 0 to 2^53 - 1')
 end
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
+local value = redis.call('get', KEYS[1])
+if not ",
+    owns_lua!("value", "ARGV[1]"),
+    r" then
   if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
   end
@@ -240,41 +351,61 @@ if redis.call('get', KEYS[1]) ~= ARGV[1] then
   end
   return 0
 end
-local now = redis.call('time')
-now = now[1] * 1000 + math.floor(now[2] / 1000)
-while true do
-  local waiter = redis.call('lpop', KEYS[3])
-  if not waiter then
-    break
-  end
-  local entry = redis.call('hget', KEYS[4], waiter)
-  if entry then
-    redis.call('hdel', KEYS[4], waiter)
-    local sep = string.find(entry, ':', 1, true)
-    local deadline = sep and tonumber(string.sub(entry, 1, sep - 1))
-    local lease = sep and tonumber(string.sub(entry, sep + 1))
-    if deadline and deadline >= now and lease and lease == math.floor(lease)
-        and lease >= 1 and lease <= ",
-    max_ms!(),
-    r" then
-      local fence
 ",
-    next_fence_lua!("KEYS[2]", "lease + retention"),
-    r"
-      redis.call('set', KEYS[1], waiter, 'PX', lease)
-      redis.call('publish', ARGV[2], string.format('%s:%d:%d', waiter, fence, lease))
-      return 1
-    end
-  end
-end
-redis.call('del', KEYS[1])
-redis.call('pexpire', KEYS[2], retention)
-if ARGV[3] == '1' then
-  redis.call('publish', ARGV[2], '-:0:0')
-end
-return 1
-"
+    hand_over_lua!(),
 );
+
+/// Frees a lock whoever holds it (an operator's forced unlock), exactly as
+/// its owner's release would: handed to the oldest waiter, or deleted.
+///
+/// KEYS: lock, fence, queue, waiters. ARGV: the lock's channel, `1` to
+/// publish a release notice when nobody is queued (Redlock) or `0`, how
+/// long the fence counter outlives a lease in ms.
+/// Returns 0 when the lock was free, or `{1, <holder>\n<since>}` of the
+/// owner it took the lock from (never the owner token).
+pub(crate) static FORCE_UNLOCK: Lazy<Script> = Lazy::new(|| {
+    Script::new(concat!(
+        ms_arg_lua!("retention", "ARGV[3]", "0"),
+        r"
+local value = redis.call('get', KEYS[1])
+if not value then
+  return 0
+end
+local sep = string.find(value, '\n', 1, true)
+local forced = sep and string.sub(value, sep + 1) or ''
+local function release()
+  local channel, notify = ARGV[1], ARGV[2]
+",
+        hand_over_body_lua!("channel", "notify"),
+        r"
+end
+release()
+return {1, forced}
+",
+    ))
+});
+
+/// What [`INSPECT`] tells of one lock on one server.
+///
+/// KEYS: lock, fence, waiters. Returns `{<holder>\n<since> or '', pttl,
+/// fence counter or -1, waiters queued, sha1 of the owner token}`, or 0
+/// when the lock is free. The owner token itself never leaves Redis: its
+/// hash only tells owners apart (a Redlock's majority view).
+pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+local value = redis.call('get', KEYS[1])
+if not value then
+  return 0
+end
+local sep = string.find(value, '\n', 1, true)
+local token = sep and string.sub(value, 1, sep - 1) or value
+local who = sep and string.sub(value, sep + 1) or ''
+local fence = tonumber(redis.call('get', KEYS[2])) or -1
+return {who, redis.call('pttl', KEYS[1]), string.format('%d', fence), redis.call('hlen', KEYS[3]), redis.sha1hex(token)}
+",
+    )
+});
 
 /// [`RELEASE_LUA`] as a script.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
@@ -300,7 +431,10 @@ local mode = ARGV[3]
 if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' then
   return redis.error_reply('ERR lockattr: the mode must be add, set or raise')
 end
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
+local value = redis.call('get', KEYS[1])
+if not ",
+        owns_lua!("value", "ARGV[1]"),
+        r" then
   return -1
 end
 local ttl = ms
@@ -351,7 +485,10 @@ for i = 1, #KEYS do
 end
 local left = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('get', key) == ARGV[2 * i - 1] then
+  local value, token = redis.call('get', key), ARGV[2 * i - 1]
+  if ",
+        owns_lua!("value", "token"),
+        r" then
     local ms = lease[i]
     local ttl = redis.call('pttl', key)
     if ttl < ms then
@@ -386,7 +523,10 @@ end
 ",
         ms_arg_lua!("retention", "ARGV[3]", "0"),
         r"
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
+local value = redis.call('get', KEYS[1])
+if not ",
+        owns_lua!("value", "ARGV[1]"),
+        r" then
   return 0
 end
 if (tonumber(redis.call('get', KEYS[2])) or 0) < token then
@@ -413,9 +553,10 @@ pub(crate) fn acquire(
         .key(&keys.waiters)
         .arg(token)
         .arg(format!(
-            "{}:{}",
+            "{}:{}:{}",
             millis(expire),
-            whole_millis(keys.fence_retention)
+            whole_millis(keys.fence_retention),
+            keys.holder
         ))
         .arg(whole_millis(wait));
     invocation
@@ -697,8 +838,19 @@ mod tests {
                 let call = format!("ACQUIRE {} retention {bad:?}", keys.lock);
                 let lease = format!("1000:{bad}");
                 refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
+                let lease = format!("1000:{bad}:host\n1\nlabel");
+                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
             }
-            for lease in ["1000", "", ":", "1000:", ":60000", "1000:60000:1"] {
+            for lease in [
+                "1000",
+                "",
+                ":",
+                "1000:",
+                ":60000",
+                "1000::h",
+                "1000:6x:h",
+                ":60000:h",
+            ] {
                 let call = format!("ACQUIRE {} lease and retention {lease:?}", keys.lock);
                 refused(&mut con, &ACQUIRE, &k, &["newcomer", lease, "5000"], &call);
             }
@@ -897,7 +1049,8 @@ mod tests {
         let released: i64 = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
         assert_eq!(released, 1);
         let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
-        assert_eq!(owner, "good");
+        // The owner token, then the holder (none recorded) and the time.
+        assert!(owner.starts_with("good\n\n"), "{owner:?}");
         let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
         assert!((1..=4_000).contains(&ttl), "lock PTTL {ttl}");
         let fence_ttl: i64 = redis::cmd("PTTL").arg(&held.fence).query(&mut con).unwrap();

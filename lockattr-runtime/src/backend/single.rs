@@ -130,6 +130,14 @@ impl SingleNode {
         ))
     }
 
+    /// The server `client` reaches (a node of a cluster found by asking it).
+    pub(crate) fn from_client(client: redis::Client, timeouts: Timeouts) -> SingleNode {
+        let info = client.get_connection_info();
+        let db = info.redis_settings().db();
+        let server = format!("{}/{db}", info.addr());
+        SingleNode::with_source(Source::Fixed(Box::new(client)), server, db, timeouts)
+    }
+
     /// The master of a Sentinel group, asked of the sentinels for every new
     /// connection; does not connect.
     pub(crate) fn sentinel(sentinels: Sentinels, timeouts: Timeouts) -> SingleNode {
@@ -451,6 +459,41 @@ impl SingleNode {
             });
         }
         Ok(left.into_iter().map(left_of).collect())
+    }
+
+    /// Runs a script that is safe to repeat (sent again after a dropped
+    /// connection).
+    pub(crate) async fn run_script<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        self.send(Request::Script(invocation), None).await
+    }
+
+    /// Runs a command that is safe to repeat.
+    pub(crate) async fn run_command<T: FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+    ) -> Result<T, LockError> {
+        self.send(Request::Command(command), None).await
+    }
+
+    /// Runs a script that must not run twice: never sent again, whatever
+    /// happened to the connection.
+    pub(crate) async fn run_once<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        let (slot, generation, mut connection) = self.connection().await?;
+        match Request::Script(invocation).send(&mut connection).await {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                if broken(&e) {
+                    slot.discard(generation);
+                }
+                Err(self.error(e))
+            }
+        }
     }
 
     pub(crate) async fn ping(&self) -> Result<(), LockError> {

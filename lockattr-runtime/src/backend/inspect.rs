@@ -1,0 +1,284 @@
+//! What an operator asks of Redis: who holds a lock ([`scripts::INSPECT`]),
+//! which locks are held (`SCAN`, never `KEYS`), and a forced unlock
+//! ([`scripts::FORCE_UNLOCK`]), on every kind of backend.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use redis::{FromRedisValue, Value};
+
+use super::{Backend, ClusterNodes, Redlock, SingleNode, scripts};
+use crate::LockError;
+use crate::key::Keys;
+
+/// One server's view of one held lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    /// `<host>\n<pid>\n<label>\n<since ms>` (empty: not recorded).
+    pub(crate) who: String,
+    /// Time left of the lease.
+    pub(crate) ttl: Duration,
+    /// The lock's fence counter (the holder's fencing token), if any.
+    pub(crate) fence: Option<u64>,
+    /// Callers queued for it.
+    pub(crate) waiters: usize,
+    /// A hash of the owner token: tells owners apart, reveals nothing.
+    pub(crate) owner: String,
+}
+
+impl FromRedisValue for Seen {
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        let (who, ttl, fence, waiters, owner): (String, i64, String, i64, String) =
+            FromRedisValue::from_redis_value(v)?;
+        Ok(Seen {
+            who,
+            ttl: Duration::from_millis(u64::try_from(ttl).unwrap_or(0)),
+            fence: fence.parse::<u64>().ok(),
+            waiters: usize::try_from(waiters).unwrap_or(0),
+            owner,
+        })
+    }
+}
+
+/// [`scripts::INSPECT`]'s answer: 0 when the lock is free.
+struct Answer(Option<Seen>);
+
+impl FromRedisValue for Answer {
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            Value::Int(0) => Ok(Answer(None)),
+            v => Seen::from_redis_value(v).map(|seen| Answer(Some(seen))),
+        }
+    }
+}
+
+/// [`scripts::FORCE_UNLOCK`]'s answer: the holder it was taken from.
+struct Forced(Option<String>);
+
+impl FromRedisValue for Forced {
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            Value::Int(0) => Ok(Forced(None)),
+            v => {
+                let (_, who): (i64, String) = FromRedisValue::from_redis_value(v)?;
+                Ok(Forced(Some(who)))
+            }
+        }
+    }
+}
+
+fn inspect_call(keys: &Keys) -> redis::ScriptInvocation<'static> {
+    let mut invocation = scripts::INSPECT.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.waiters);
+    invocation
+}
+
+fn force_call(keys: &Keys, notify: bool) -> redis::ScriptInvocation<'static> {
+    let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(&keys.channel)
+        .arg(if notify { "1" } else { "0" })
+        .arg(u64::try_from(keys.fence_retention.as_millis()).unwrap_or(u64::MAX));
+    invocation
+}
+
+/// `SCAN` with `MATCH pattern` until done or `limit` keys, on one server;
+/// the keys that are lock keys (not the fence, queue... of a lock).
+async fn scan_one(
+    node: &SingleNode,
+    pattern: &str,
+    limit: usize,
+    out: &mut BTreeSet<String>,
+) -> Result<(), LockError> {
+    let mut cursor: u64 = 0;
+    loop {
+        let mut command = redis::cmd("SCAN");
+        command
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let (next, keys): (u64, Vec<String>) = node.run_command(&command).await?;
+        for key in keys {
+            if out.len() >= limit {
+                return Ok(());
+            }
+            out.insert(key);
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+impl Backend {
+    /// The lock's holder as the backend sees it; `None` when it is free.
+    pub(crate) async fn inspect(&self, keys: &Keys) -> Result<Option<Seen>, LockError> {
+        let call = inspect_call(keys);
+        match self {
+            Backend::Single(node) => Ok(node.run_script::<Answer>(&call).await?.0),
+            Backend::Cluster(nodes) => Ok(nodes.run_script::<Answer>(&call).await?.0),
+            Backend::Redlock(nodes) => nodes.inspect(&call).await,
+        }
+    }
+
+    /// Frees the lock whoever holds it; the holder it was taken from
+    /// (`<host>\n<pid>\n<label>\n<since>`), `None` when it was free. Not
+    /// sent twice: a second run would free the next holder's lock.
+    pub(crate) async fn force_unlock(&self, keys: &Keys) -> Result<Option<String>, LockError> {
+        match self {
+            Backend::Single(node) => Ok(node.run_once::<Forced>(&force_call(keys, false)).await?.0),
+            Backend::Cluster(nodes) => Ok(nodes
+                .run_script::<Forced>(&force_call(keys, false))
+                .await?
+                .0),
+            Backend::Redlock(nodes) => nodes.force_unlock(&force_call(keys, true)).await,
+        }
+    }
+
+    /// The lock keys matching `pattern` (a `SCAN MATCH` glob over keys), at
+    /// most `limit`, from every master.
+    pub(crate) async fn lock_keys(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<BTreeSet<String>, LockError> {
+        let mut out = BTreeSet::new();
+        match self {
+            Backend::Single(node) => scan_one(node, pattern, limit, &mut out).await?,
+            Backend::Cluster(nodes) => {
+                for node in nodes.masters().await? {
+                    scan_one(&node, pattern, limit, &mut out).await?;
+                }
+            }
+            Backend::Redlock(nodes) => {
+                // A lock held by a majority is on every majority: the keys
+                // of any majority of nodes name every held lock.
+                let mut reached = 0;
+                let mut first_error = None;
+                for node in nodes.nodes() {
+                    match scan_one(node, pattern, limit, &mut out).await {
+                        Ok(()) => reached += 1,
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                if reached < nodes.quorum()
+                    && let Some(e) = first_error
+                {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Redlock {
+    /// The majority's view: the owner that a majority of nodes name, with
+    /// the time a majority still holds it and the largest counter among
+    /// them.
+    async fn inspect(&self, call: &redis::ScriptInvocation<'_>) -> Result<Option<Seen>, LockError> {
+        let answers = self
+            .on_every_node(|node| node.run_script::<Answer>(call))
+            .await;
+        let mut answered = 0;
+        let mut first_error = None;
+        let mut by_owner: HashMap<String, Vec<Seen>> = HashMap::new();
+        for answer in answers {
+            match answer {
+                Ok(Answer(Some(seen))) => {
+                    answered += 1;
+                    by_owner.entry(seen.owner.clone()).or_default().push(seen);
+                }
+                Ok(Answer(None)) => answered += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if answered < self.quorum() {
+            return Err(self.no_majority("(inspect)", answered, first_error));
+        }
+        let Some(mut views) = by_owner
+            .into_values()
+            .find(|views| views.len() >= self.quorum())
+        else {
+            return Ok(None);
+        };
+        views.sort_by_key(|seen| std::cmp::Reverse(seen.ttl));
+        let ttl = views[self.quorum() - 1].ttl;
+        let fence = views.iter().filter_map(|seen| seen.fence).max();
+        let mut seen = views.swap_remove(0);
+        seen.ttl = ttl;
+        seen.fence = fence;
+        Ok(Some(seen))
+    }
+
+    /// Frees the lock on every node that answers.
+    async fn force_unlock(
+        &self,
+        call: &redis::ScriptInvocation<'_>,
+    ) -> Result<Option<String>, LockError> {
+        let answers = self
+            .on_every_node(|node| node.run_once::<Forced>(call))
+            .await;
+        let mut answered = 0;
+        let mut first_error = None;
+        let mut forced = None;
+        for answer in answers {
+            match answer {
+                Ok(Forced(who)) => {
+                    answered += 1;
+                    forced = forced.or(who);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if answered == 0
+            && let Some(e) = first_error
+        {
+            return Err(e);
+        }
+        Ok(forced)
+    }
+}
+
+impl ClusterNodes {
+    /// The masters, each as a server of its own (for `SCAN`).
+    async fn masters(&self) -> Result<Vec<SingleNode>, LockError> {
+        let nodes: String = self.run_command(redis::cmd("CLUSTER").arg("NODES")).await?;
+        let mut masters = Vec::new();
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let (Some(address), Some(flags)) = (fields.get(1), fields.get(2)) else {
+                continue;
+            };
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                continue;
+            }
+            // `ip:port@cport[,hostname]`
+            let address = address.split(['@', ',']).next().unwrap_or_default();
+            let Some((host, port)) = address.rsplit_once(':') else {
+                continue;
+            };
+            let Ok(port) = port.parse::<u16>() else {
+                continue;
+            };
+            masters.push(self.node_at(host, port)?);
+        }
+        Ok(masters)
+    }
+}

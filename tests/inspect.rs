@@ -1,0 +1,260 @@
+//! For operators: who holds a lock (`Locker::inspect`), which locks are held
+//! (`Locker::locks`, by SCAN, bounded), and a forced unlock
+//! (`Locker::force_unlock`), on one server and on a Redlock. The owner
+//! token never shows in what they return.
+
+mod support;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use lockattr::{LockError, Locker};
+use support::{RedisServer, lock_key};
+
+fn labelled(server: &RedisServer, label: &str) -> Locker {
+    Locker::builder(server.url()).label(label).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_free_lock_has_no_info() {
+    let server = RedisServer::start();
+    let locker = labelled(&server, "ops");
+    assert_eq!(locker.inspect("free").await.unwrap(), None);
+    assert_eq!(locker.inspect_blocking("free").unwrap(), None);
+    assert!(matches!(
+        locker.inspect("").await,
+        Err(LockError::InvalidInput { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_held_lock_names_its_holder_and_never_its_token() {
+    let server = RedisServer::start();
+    let holder = labelled(&server, "billing-worker");
+    let ops = labelled(&server, "ops");
+    let before = SystemTime::now() - Duration::from_secs(2);
+    let guard = holder
+        .lock("order:7")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let info = ops.inspect("order:7").await.unwrap().expect("held");
+    assert_eq!(info.name, "order:7");
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    assert!(
+        info.ttl > Duration::from_secs(25) && info.ttl <= Duration::from_secs(30),
+        "{info:?}"
+    );
+    assert_eq!(info.waiters, 0);
+    let who = info.holder.clone().expect("holder recorded");
+    assert_eq!(who.label, "billing-worker");
+    assert_eq!(who.pid, std::process::id());
+    assert!(!who.host.is_empty());
+    assert!(
+        who.since >= before && who.since <= SystemTime::now() + Duration::from_secs(2),
+        "{who:?}"
+    );
+    // The owner token is the first line of the lock's value: it appears
+    // nowhere in what inspect returns.
+    let value = server.get(&lock_key("order:7")).unwrap();
+    let token = value.lines().next().unwrap();
+    assert_eq!(token.len(), 32, "{value:?}");
+    assert!(!format!("{info:?}").contains(token));
+    let again = ops.inspect_blocking("order:7").unwrap().unwrap();
+    assert_eq!(
+        (again.holder, again.fencing_token),
+        (info.holder, info.fencing_token)
+    );
+    guard.release().await.unwrap();
+    assert_eq!(ops.inspect("order:7").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn waiters_are_counted_and_the_new_holder_shows_after_a_hand_over() {
+    let server = RedisServer::start();
+    let first = labelled(&server, "first");
+    let second = labelled(&server, "second");
+    let guard = first.lock("job").acquire().await.unwrap();
+    let token = guard.fencing_token();
+    let waiter = tokio::spawn(async move {
+        second
+            .lock("job")
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let ops = labelled(&server, "ops");
+    let start = Instant::now();
+    loop {
+        let info = ops.inspect("job").await.unwrap().unwrap();
+        if info.waiters == 1 {
+            assert_eq!(info.holder.unwrap().label, "first");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{info:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    guard.release().await.unwrap();
+    let handed = waiter.await.unwrap().unwrap();
+    let info = ops.inspect("job").await.unwrap().unwrap();
+    assert_eq!(info.holder.unwrap().label, "second");
+    assert_eq!(info.waiters, 0);
+    assert_eq!(info.fencing_token, handed.fencing_token());
+    assert!(handed.fencing_token() > token);
+    handed.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn locks_scans_without_keys_and_stays_within_its_limit() {
+    let server = RedisServer::start();
+    let locker = labelled(&server, "bulk");
+    // Ten thousand held locks, written as acquisitions write them, and a
+    // few real ones.
+    let mut con = server.client();
+    let mut pipe = lockattr::redis::pipe();
+    for i in 0..10_000 {
+        pipe.cmd("SET")
+            .arg(lock_key(&format!("job:{i}")))
+            .arg(format!("{:032x}\nhost-a\n7\nbulk\n1700000000000", i + 1))
+            .arg("PX")
+            .arg(120_000)
+            .ignore();
+    }
+    let () = pipe.query(&mut con).unwrap();
+    let a = locker.lock("report:a").acquire().await.unwrap();
+    let b = locker.lock("report:b}x").acquire().await.unwrap();
+    let reports = locker.locks("report:*", 100).await.unwrap();
+    let names: Vec<&str> = reports.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["report:a", "report:b}x"]);
+    assert_eq!(reports[0].fencing_token, a.fencing_token());
+    assert_eq!(reports[0].holder.as_ref().unwrap().label, "bulk");
+
+    let some = locker.locks("job:*", 50).await.unwrap();
+    assert_eq!(some.len(), 50);
+    assert!(some.iter().all(|i| i.name.starts_with("job:")));
+    let one = locker.locks_blocking("job:4242", 10).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].holder.as_ref().unwrap().host, "host-a");
+    let all = locker.locks("*", 20_000).await.unwrap();
+    assert_eq!(all.len(), 10_002);
+    assert!(
+        !server.command_calls().contains_key("keys"),
+        "KEYS was called: {:?}",
+        server.command_calls()
+    );
+    assert!(server.command_calls()["scan"] > 0);
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_forced_unlock_hands_the_lock_on_and_the_renewing_holder_turns_lost() {
+    let server = RedisServer::start();
+    let holder = labelled(&server, "stuck-job");
+    let guard = holder
+        .lock("nightly")
+        .expire(Duration::from_millis(900))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let stuck_token = guard.fencing_token();
+    let other = labelled(&server, "next");
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("nightly")
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let ops = labelled(&server, "ops");
+    let start = Instant::now();
+    while ops.inspect("nightly").await.unwrap().unwrap().waiters != 1 {
+        assert!(start.elapsed() < Duration::from_secs(5), "never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let start = Instant::now();
+    assert!(ops.force_unlock("nightly").await.unwrap());
+    let next = waiter.await.unwrap().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "handed on at once"
+    );
+    assert!(next.fencing_token() > stuck_token);
+    assert_eq!(
+        ops.inspect("nightly")
+            .await
+            .unwrap()
+            .unwrap()
+            .holder
+            .unwrap()
+            .label,
+        "next"
+    );
+    // The stuck holder's renewal finds the lock taken: it turns lost, and
+    // its release changes nothing of the new holder's.
+    let start = Instant::now();
+    while !guard.is_lost() {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the holder did not notice"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(guard.release().await.is_err());
+    assert!(ops.inspect("nightly").await.unwrap().is_some());
+    next.release().await.unwrap();
+    assert!(!ops.force_unlock("nightly").await.unwrap(), "already free");
+    assert!(!ops.force_unlock_blocking("nightly").unwrap());
+}
+
+#[tokio::test]
+async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
+    let nodes = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let redlock = |label: &str| {
+        Locker::redlock_builder(&urls)
+            .delay_restarted_nodes(false)
+            .label(label)
+            .build()
+            .unwrap()
+    };
+    let holder = redlock("majority");
+    let ops = redlock("ops");
+    let guard = holder
+        .lock("r")
+        .expire(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    support::warm_up(&ops, "warm").await;
+    // One node loses the lock: a majority still holds it.
+    let () = lockattr::redis::cmd("DEL")
+        .arg(lock_key("r"))
+        .query(&mut nodes[0].client())
+        .unwrap();
+    let info = ops
+        .inspect("r")
+        .await
+        .unwrap()
+        .expect("a majority holds it");
+    assert_eq!(info.holder.unwrap().label, "majority");
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    assert!(info.ttl <= Duration::from_secs(20) && info.ttl > Duration::from_secs(15));
+    let held = ops.locks("*", 10).await.unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].name, "r");
+    // A second node gone: no majority holds it.
+    let () = lockattr::redis::cmd("DEL")
+        .arg(lock_key("r"))
+        .query(&mut nodes[1].client())
+        .unwrap();
+    assert_eq!(ops.inspect("r").await.unwrap(), None);
+    assert!(ops.force_unlock("r").await.unwrap(), "node 2 still held it");
+    assert!(nodes.iter().all(|n| !n.exists(&lock_key("r"))));
+    assert!(guard.release().await.is_err());
+}
