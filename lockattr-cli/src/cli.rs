@@ -36,8 +36,10 @@ pub struct Cli {
 /// The options naming the Redis deployment and the Locker's key prefix.
 #[derive(Debug, Args)]
 pub struct Connection {
-    /// Redis URL: redis://[[user]:password@]host[:port][/db], rediss://..., unix:///path.
-    /// [default: $REDIS_URL, then redis://127.0.0.1:6379/]
+    /// Redis URL [default: $REDIS_URL, then redis://127.0.0.1:6379/]
+    ///
+    /// redis://[[user]:password@]host[:port][/db], rediss://... (TLS), unix:///path.
+    /// The password is never printed.
     #[arg(long = "url", value_name = "URL", global = true)]
     pub urls: Vec<String>,
 

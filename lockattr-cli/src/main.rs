@@ -37,6 +37,7 @@
 //! sees what the library's own clients write.
 
 mod cli;
+mod commands;
 mod exit;
 mod format;
 mod view;
@@ -56,11 +57,8 @@ async fn main() -> ExitCode {
     let env_url = std::env::var(URL_ENV).ok();
     let urls = cli.conn.urls(env_url.clone());
     let secrets = exit::secrets(urls.iter().map(String::as_str));
-    let result: Result<exit::Exit, exit::Failure> = match cli.conn.target(env_url) {
-        Ok(target) => {
-            let _ = (cli, target);
-            Err(exit::Failure::new("the commands are not implemented yet"))
-        }
+    let result = match cli.conn.target(env_url) {
+        Ok(target) => commands::run(cli, target, &secrets).await,
         Err(failure) => Err(failure),
     };
     match result {
