@@ -52,13 +52,13 @@ fn limit(limit: u64) -> usize {
 
 async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
     let limit = limit(args.limit);
-    let mut locks: Vec<LockView> = locker
+    // In name order, as the runtime returns them.
+    let locks: Vec<LockView> = locker
         .locks(&args.pattern, limit)
         .await?
         .iter()
         .map(view)
         .collect();
-    locks.sort_by(|a, b| a.name.cmp(&b.name));
     if args.json {
         let items: Vec<LockJson> = locks.iter().map(LockJson::held).collect();
         print(&(to_json(&items) + "\n"))?;
@@ -170,11 +170,7 @@ async fn watch(locker: &Locker, args: WatchArgs, secrets: &[String]) -> Result<E
         };
         let now = SystemTime::now();
         let (locks, failure) = match result {
-            Ok(infos) => {
-                let mut locks: Vec<LockView> = infos.iter().map(view).collect();
-                locks.sort_by(|a, b| a.name.cmp(&b.name));
-                (locks, None)
-            }
+            Ok(infos) => (infos.iter().map(view).collect(), None),
             Err(err) => (Vec::new(), Some(redact(&err.to_string(), secrets))),
         };
         let rates;
