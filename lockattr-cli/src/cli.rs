@@ -38,7 +38,7 @@ pub struct Cli {
 pub struct Connection {
     /// Redis URL [default: $REDIS_URL, then redis://127.0.0.1:6379/]
     ///
-    /// redis://[[user]:password@]host[:port][/db], rediss://... (TLS), unix:///path.
+    /// `redis://[[user]:password@]host[:port][/db]`, `rediss://...` (TLS), `unix:///path`.
     /// The password is never printed.
     #[arg(long = "url", value_name = "URL", global = true)]
     pub urls: Vec<String>,
