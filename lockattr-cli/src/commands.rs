@@ -112,7 +112,16 @@ async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
             return Ok(Exit::Ok);
         }
     }
-    if locker.force_unlock(&args.name).await? {
+    // Only the holder shown (and confirmed): a lock that changed hands
+    // meanwhile is left to its new holder.
+    let freed = if lock.fencing_token > 0 {
+        locker
+            .force_unlock_if(&args.name, lock.fencing_token)
+            .await?
+    } else {
+        locker.force_unlock(&args.name).await?
+    };
+    if freed {
         print(&format!(
             "Force-unlocked `{name}` (fencing token {} was held).\n",
             lock.fencing_token
@@ -120,7 +129,7 @@ async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
         Ok(Exit::Ok)
     } else {
         print(&format!(
-            "Lock `{name}` was freed in the meantime: nothing to unlock.\n"
+            "Lock `{name}` was freed or changed hands in the meantime: nothing unlocked; look again.\n"
         ))?;
         Ok(Exit::NotFound)
     }

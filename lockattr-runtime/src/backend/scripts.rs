@@ -360,15 +360,23 @@ end
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: the lock's channel, `1` to
 /// publish a release notice when nobody is queued (Redlock) or `0`, how
-/// long the fence counter outlives a lease in ms.
-/// Returns 0 when the lock was free, or `{1, <holder>\n<since>}` of the
+/// long the fence counter outlives a lease in ms, and the fencing token the
+/// holder must have (0: any holder).
+/// Returns 0 when the lock was free (or held under another token), or `{1, <holder>\n<since>}` of the
 /// owner it took the lock from (never the owner token).
 pub(crate) static FORCE_UNLOCK: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         ms_arg_lua!("retention", "ARGV[3]", "0"),
         r"
+local expected = tonumber(ARGV[4] or '0')
+if not expected or expected < 0 then
+  return redis.error_reply('ERR lockattr: the expected fencing token must be a whole number')
+end
 local value = redis.call('get', KEYS[1])
 if not value then
+  return 0
+end
+if expected > 0 and tonumber(redis.call('get', KEYS[2])) ~= expected then
   return 0
 end
 local sep = string.find(value, '\n', 1, true)
