@@ -33,6 +33,7 @@
 //! | `renew` | renew the lease while the body runs (`renew`, `renew = true`); see [Long work](#long-work-renewal-and-the-lost-signal) | off |
 //! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
 //! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger. Async functions only: sync ones never re-enter, and `reentrant = true` on one is a compile error; see [Reentrancy](#reentrancy) | `true` for an `async fn` |
+//! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner; same forms as `expire`, not zero, no longer than the lease; see [Scheduled jobs](#scheduled-jobs) | none |
 //!
 //! Literal durations and format strings are checked at compile time.
 //!
@@ -97,6 +98,45 @@
 //!     // May take an hour; stopped at the next .await if the lock goes.
 //!     Ok(())
 //! }
+//! ```
+//!
+//! # Scheduled jobs
+//!
+//! A job every replica runs on a timer should run once per period. Name
+//! the lock after the period and make one attempt (`acquire_time = 0`):
+//! the first replica runs the job, the others skip it. A quick job would
+//! release the lock before a replica whose timer fires a little late asks
+//! for it, and that replica would run it again; `hold_at_least`
+//! (ShedLock's `lockAtLeastFor`) keeps the lock until at least that long
+//! after the request that took it was sent:
+//!
+//! ```no_run
+//! use lockattr::{redis_lock, LockError};
+//!
+//! #[redis_lock(name = "report:{minute}", expire = 60, hold_at_least = 30, acquire_time = 0)]
+//! async fn build_report(minute: u64) -> Result<(), LockError> {
+//!     // once per minute across the replicas, however fast it is
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Every way out of the body still releases the lock, as an expiry at
+//! that moment: a release before the hold has passed sets the lock's time
+//! left to what remains of the hold, by Redis's clock, and the lock then
+//! expires (waiters are told when, and take it then); a release after that
+//! is the usual one. With `renew`, renewal runs while the body does and
+//! stops at the release. The hold must fit in the lease (`expire`, 10 s by
+//! default), so a replica that crashes holding the lock keeps it that long
+//! too; a longer literal hold is a compile error, and a longer `Duration`
+//! expression is refused with [`LockError::InvalidInput`] when the function
+//! is called. A reentrant nested call with a hold of its own keeps the
+//! lock that long after it entered, and never shortens the outer call's
+//! hold. The builder's [`LockBuilder::hold_at_least`] does the same by
+//! hand; `examples/scheduled.rs` runs three replicas with skewed clocks.
+//!
+//! ```compile_fail
+//! #[lockattr::redis_lock(name = "report", expire = 30, hold_at_least = 45)] // longer than the lease
+//! fn report() -> Result<(), lockattr::LockError> { Ok(()) }
 //! ```
 //!
 //! # Reentrancy

@@ -70,7 +70,8 @@ fn refused(server: &RedisServer) -> String {
 
 /// Everything a Locker does, through `url` (and a second Locker on the
 /// same server for the hand-over): acquire, a waiter handed the lock on
-/// release, renewal past the lease, extend, release.
+/// release, renewal past the lease, extend, release, and a release within
+/// `hold_at_least` (which publishes when the lock now ends).
 async fn every_operation(server: &RedisServer, url: &str) {
     let locker = Locker::new(url).unwrap();
     let other = Locker::new(url).unwrap();
@@ -112,6 +113,21 @@ async fn every_operation(server: &RedisServer, url: &str) {
     );
     assert!(handed.fencing_token() > 0);
     handed.release().await.unwrap();
+
+    let held = locker
+        .lock("acl:report")
+        .hold_at_least(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    held.release()
+        .await
+        .unwrap_or_else(|e| panic!("release within the hold: {e}; refused: {}", refused(server)));
+    let left = server.pttl("lockattr:{acl:report}");
+    assert!(
+        left > 0 && left <= 2_000,
+        "PTTL {left} ms after a release within the hold"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

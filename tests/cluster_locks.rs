@@ -240,6 +240,57 @@ async fn a_release_wakes_a_waiter_on_another_locker() {
     }
 }
 
+/// `hold_at_least` on every master: a release within the hold leaves the
+/// lock for what remains of it, and a waiter on another Locker, queued
+/// behind the 30 s lease, takes it when the hold ends.
+#[tokio::test]
+async fn a_release_within_the_hold_keeps_the_lock_until_it_ends() {
+    let cluster = Cluster::start();
+    let (a, b) = (cluster.locker(), cluster.locker());
+    let hold = Duration::from_secs(1);
+    for (m, name) in cluster.name_per_master("hold").into_iter().enumerate() {
+        let start = Instant::now();
+        let guard = a
+            .lock(&name)
+            .expire(Duration::from_secs(30))
+            .hold_at_least(hold)
+            .acquire()
+            .await
+            .unwrap();
+        let waiter = {
+            let (b, name) = (b.clone(), name.clone());
+            tokio::spawn(async move {
+                let g = b
+                    .lock(&name)
+                    .acquire_timeout(Duration::from_secs(20))
+                    .acquire()
+                    .await;
+                (start.elapsed(), g)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        guard.release().await.unwrap();
+        let left = cluster.nodes[m].pttl(&lock_key(&name));
+        assert!(
+            left > 0 && left <= 1_000,
+            "master {m}: PTTL {left} ms after a release within the 1 s hold"
+        );
+        let (after, got) = waiter.await.unwrap();
+        got.expect("the waiter got the lock")
+            .release()
+            .await
+            .unwrap();
+        assert!(
+            after >= hold,
+            "master {m}: taken {after:?} after, within the hold"
+        );
+        assert!(
+            after < Duration::from_secs(6),
+            "master {m}: taken {after:?} after: the waiter waited for the lease"
+        );
+    }
+}
+
 #[tokio::test]
 async fn renewals_across_masters_keep_every_lock() {
     let cluster = Cluster::start();

@@ -258,3 +258,33 @@ async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
     assert!(nodes.iter().all(|n| !n.exists(&lock_key("r"))));
     assert!(guard.release().await.is_err());
 }
+
+#[tokio::test]
+async fn a_conditional_forced_unlock_frees_only_the_holder_it_names() {
+    let server = RedisServer::start();
+    let locker = labelled(&server, "job");
+    let ops = labelled(&server, "ops");
+    let first = locker.lock("c").acquire().await.unwrap();
+    let seen = ops.inspect("c").await.unwrap().unwrap();
+    // The lock changes hands before the operator confirms.
+    first.release().await.unwrap();
+    let second = locker.lock("c").acquire().await.unwrap();
+    assert!(
+        !ops.force_unlock_if("c", seen.fencing_token).await.unwrap(),
+        "the new holder's lock was freed"
+    );
+    assert_eq!(
+        ops.inspect("c").await.unwrap().unwrap().fencing_token,
+        second.fencing_token()
+    );
+    assert!(
+        ops.force_unlock_if("c", second.fencing_token())
+            .await
+            .unwrap()
+    );
+    assert_eq!(ops.inspect("c").await.unwrap(), None);
+    assert!(matches!(
+        ops.force_unlock_if("c", 0).await,
+        Err(LockError::InvalidInput { .. })
+    ));
+}

@@ -248,8 +248,9 @@ fn default_prefix_and_key_layout() {
     let locker = Locker::new(server.url()).unwrap();
     assert_eq!(locker.prefix(), "lockattr:");
     let guard = locker.lock("x").acquire_blocking().unwrap();
+    // The value: the owner token, then the holder record.
     let token = server
-        .get("lockattr:{x}")
+        .owner("lockattr:{x}")
         .expect("the lock key holds the token");
     assert_eq!(token.len(), 32, "{token}");
     assert!(
@@ -374,7 +375,11 @@ fn database_number_and_unix_socket_urls_are_honoured() {
         .arg("lockattr:{db}")
         .query(&mut db3)
         .unwrap();
-    assert_eq!(token.map(|t| t.len()), Some(32));
+    // The owner token is the value's first line (the holder record follows).
+    assert_eq!(
+        token.map(|t| t.split('\n').next().unwrap_or_default().len()),
+        Some(32)
+    );
     guard.release_blocking().unwrap();
 
     // A Unix socket reaches the same server.

@@ -1,7 +1,7 @@
 //! Parsing the options of `#[redis_lock(...)]`.
 //!
 //! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g,
-//! renew, on_lost = "abort", reentrant = false`.
+//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s"`.
 //! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
 //! and all mistakes found in one pass, each at its own token.
 
@@ -15,7 +15,7 @@ use crate::duration::DurationArg;
 
 /// The options this attribute knows, for messages.
 pub(crate) const VALID: &str =
-    "name, expire, acquire_time, locker, guard, renew, on_lost, reentrant";
+    "name, expire, acquire_time, locker, guard, renew, on_lost, reentrant, hold_at_least";
 
 /// The options that stand alone as `true` (`renew` means `renew = true`).
 const FLAGS: [&str; 2] = ["renew", "reentrant"];
@@ -41,6 +41,7 @@ pub(crate) struct Options {
     /// for errors about where it cannot go.
     pub(crate) reentrant: Option<(bool, TokenStream)>,
     pub(crate) on_lost: Option<(OnLost, Span)>,
+    pub(crate) hold_at_least: Option<DurationArg>,
 }
 
 /// What an annotated function does when its lock is lost mid-body.
@@ -120,20 +121,22 @@ impl Parse for Parsed {
             };
             let duplicate = match name.as_str() {
                 "name" => options.name.replace(name_arg(value)).is_some(),
-                "expire" | "acquire_time" => match DurationArg::parse(&name, value) {
-                    Ok(d) => {
-                        let slot = if name == "expire" {
-                            &mut options.expire
-                        } else {
-                            &mut options.acquire_time
-                        };
-                        slot.replace(d).is_some()
+                "expire" | "acquire_time" | "hold_at_least" => {
+                    match DurationArg::parse(&name, value) {
+                        Ok(d) => {
+                            let slot = match name.as_str() {
+                                "expire" => &mut options.expire,
+                                "acquire_time" => &mut options.acquire_time,
+                                _ => &mut options.hold_at_least,
+                            };
+                            slot.replace(d).is_some()
+                        }
+                        Err(e) => {
+                            push(e);
+                            false
+                        }
                     }
-                    Err(e) => {
-                        push(e);
-                        false
-                    }
-                },
+                }
                 "locker" => options.locker.replace(value).is_some(),
                 "guard" => match guard_ident(value) {
                     Ok(ident) => options.guard.replace(ident).is_some(),

@@ -11,7 +11,7 @@
 //!     let __lockattr_acquired = match default_locker() {   // or `let __lockattr_locker: &Locker = <locker>;`
 //!         Ok(__lockattr_locker) => {
 //!             let __lockattr_name = ::std::format!("order:{id}");
-//!             acquire_blocking(__lockattr_locker, &__lockattr_name, Options { expire, wait, renew, reentrant, kind: "order:{id}" })
+//!             acquire_blocking(__lockattr_locker, &__lockattr_name, Options { expire, wait, renew, reentrant, hold_at_least, kind: "order:{id}" })
 //!         }
 //!         Err(e) => Err(e),
 //!     };
@@ -84,6 +84,10 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let acquire_time = &plan.acquire_time;
+    let hold_at_least = match &plan.hold_at_least {
+        Some(hold) => quote!(::core::option::Option::Some(#hold)),
+        None => quote!(::core::option::Option::None),
+    };
     let (renew, reentrant, kind) = (plan.renew, plan.reentrant, &plan.kind);
     let options = quote! {
         ::lockattr::__private::Options {
@@ -91,6 +95,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
             wait: #acquire_time,
             renew: #renew,
             reentrant: #reentrant,
+            hold_at_least: #hold_at_least,
             kind: #kind,
         }
     };

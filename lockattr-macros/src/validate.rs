@@ -19,6 +19,8 @@ const MAX_EXPIRE_NANOS: u64 = 30 * 24 * 3600 * 1_000_000_000;
 const MAX_ACQUIRE_TIME_NANOS: u64 = MAX_EXPIRE_NANOS;
 /// A millisecond: Redis keeps leases in whole milliseconds.
 const MILLISECOND_NANOS: u64 = 1_000_000;
+/// The lease when `expire` is not given, as the runtime's `DEFAULT_EXPIRE`.
+const DEFAULT_EXPIRE_NANOS: u64 = 10 * 1_000_000_000;
 
 /// Everything the expansion needs, checked.
 pub(crate) struct Plan {
@@ -29,6 +31,8 @@ pub(crate) struct Plan {
     /// The lease, when the attribute sets one.
     pub(crate) expire: Option<TokenStream>,
     pub(crate) acquire_time: TokenStream,
+    /// The minimum hold, when the attribute sets one.
+    pub(crate) hold_at_least: Option<TokenStream>,
     pub(crate) locker: Option<syn::Expr>,
     pub(crate) guard: Option<Ident>,
     pub(crate) renew: bool,
@@ -123,6 +127,10 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         ));
     }
 
+    if let Some(hold) = &options.hold_at_least {
+        check_hold(hold, expire, &mut errors);
+    }
+
     if let Some((OnLost::Abort, span)) = options.on_lost
         && sig.asyncness.is_none()
     {
@@ -209,6 +217,10 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             kind,
             expire: expire.map(|d| DurationArg::to_tokens_or(Some(d), 10)),
             acquire_time: DurationArg::to_tokens_or(options.acquire_time.as_ref(), 10),
+            hold_at_least: options
+                .hold_at_least
+                .as_ref()
+                .map(|d| DurationArg::to_tokens_or(Some(d), 0)),
             locker: options.locker,
             guard: options.guard,
             renew: options.renew.unwrap_or(false),
@@ -219,6 +231,37 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             nameable_return,
         }),
     }
+}
+
+/// `hold_at_least`: not zero, and no longer than the lease when both are
+/// literals (`expire`, or the default lease when it is not given): the lock
+/// must be kept that long even when its owner stops without releasing it,
+/// and only the lease does that.
+fn check_hold(hold: &DurationArg, expire: Option<&DurationArg>, errors: &mut Errors) {
+    let Some((nanos, span)) = hold.nanos() else {
+        return;
+    };
+    let message = if nanos == 0 {
+        "`hold_at_least` cannot be zero; leave it out to release at once"
+    } else if nanos < MILLISECOND_NANOS {
+        "`hold_at_least` is shorter than a millisecond: Redis keeps leases in whole milliseconds"
+    } else if nanos > MAX_EXPIRE_NANOS {
+        "`hold_at_least` is longer than 30 days; is the unit right?"
+    } else {
+        match expire.map(DurationArg::nanos) {
+            None if nanos > DEFAULT_EXPIRE_NANOS => {
+                "`hold_at_least` is longer than the lease (10 s when `expire` is not given): the \
+                 lock would not be kept that long if its owner stopped without releasing it; \
+                 set `expire` to at least the hold"
+            }
+            Some(Some((expire, _))) if expire != 0 && nanos > expire => {
+                "`hold_at_least` is longer than `expire`: the lock would not be kept that long \
+                 if its owner stopped without releasing it; raise `expire` to at least the hold"
+            }
+            _ => return,
+        }
+    };
+    errors.push(syn::Error::new(span, message));
 }
 
 /// Where a return type that cannot carry a `LockError` is reported: at `E`

@@ -35,6 +35,9 @@ pub struct Options {
     /// Re-enter a lock the call chain already holds (async functions only:
     /// [`acquire_blocking`] never re-enters).
     pub reentrant: bool,
+    /// Keep the lock at least this long after it was taken
+    /// ([`LockBuilder::hold_at_least`](crate::LockBuilder::hold_at_least)).
+    pub hold_at_least: Option<Duration>,
     /// The lock's name template, the `lock` label of its metrics: the
     /// `name = "..."` string as written, or the function's path when the
     /// name is an expression or the first argument's `LockKey`.
@@ -112,19 +115,29 @@ impl std::fmt::Debug for Renewing {
 }
 
 /// A reentry: the call chain holds `lease`, unless it was lost meanwhile.
-/// The nested call's own `expire` and `renew` still count, as they would
-/// for a lock of its own:
+/// The nested call's own `expire`, `renew` and `hold_at_least` still count,
+/// as they would for a lock of its own:
 /// - an `expire` written on the nested call, longer than the lease has
 ///   left, raises the lease to `expire`, in one round trip (none when
 ///   enough is left, or when the nested call sets no `expire`);
 /// - `renew` on a lease that is not renewed keeps it renewed while the
-///   nested call's [`Held`] lives, that is while its body runs.
+///   nested call's [`Held`] lives, that is while its body runs;
+/// - `hold_at_least` keeps the lock that long after the nested call
+///   entered, when the outermost call releases it; the hold already there
+///   is never shortened. It must fit in the nested call's `expire` (10 s
+///   if not given), as for a lock of its own, and the lease is raised to it
+///   when it has less left, so the hold lasts even if the process stops.
 async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError> {
+    let entered = Instant::now();
     let mut valid_until = match lease.state.check() {
         Ok(reason) => return Err(lease.lost_error(reason)),
         Err(until) => until,
     };
-    if let Some(expire) = options.expire
+    let hold = options.hold_at_least.filter(|hold| !hold.is_zero());
+    if let Some(hold) = hold {
+        crate::hold::check(hold, options.expire.unwrap_or(DEFAULT_EXPIRE))?;
+    }
+    if let Some(expire) = options.expire.max(hold)
         && valid_until.saturating_duration_since(Instant::now()) < expire
     {
         check_expire(&lease, expire)?;
@@ -133,6 +146,9 @@ async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError>
             Ok(reason) => return Err(lease.lost_error(reason)),
             Err(until) => until,
         };
+    }
+    if let Some(hold) = hold {
+        lease.hold.at_least_until(entered, hold);
     }
     let renewing = (options.renew && !lease.renew).then(|| Renewing::start(&lease, valid_until));
     Ok(Held {
@@ -188,6 +204,7 @@ pub async fn acquire(locker: &Locker, name: &str, options: Options) -> Result<He
         .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)
         .renew(options.renew)
+        .hold_at_least(options.hold_at_least.unwrap_or_default())
         .kind(options.kind)
         .acquire()
         .await?;
@@ -269,6 +286,7 @@ pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result
         .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)
         .renew(options.renew)
+        .hold_at_least(options.hold_at_least.unwrap_or_default())
         .kind(options.kind)
         .acquire_blocking()?;
     Ok(Held::new(guard))

@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Extend, Released};
+use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::key::Keys;
 use crate::lost::LeaseState;
@@ -23,6 +24,8 @@ pub(crate) struct Lease {
     pub(crate) state: LeaseState,
     /// Its entry in the Locker's watchdog, while watched.
     pub(crate) watch: Mutex<Option<u64>>,
+    /// How long a release keeps the lock after it was taken.
+    pub(crate) hold: Hold,
 }
 
 impl Lease {
@@ -47,6 +50,14 @@ impl Lease {
         }
     }
 
+    /// An addition to the lease, sent now (see [`Extend::Add`]): until when
+    /// the lease surely holds, or now when it is not known to.
+    fn add(&self) -> Extend {
+        Extend::Add {
+            held_until: self.state.check().err().unwrap_or_else(Instant::now),
+        }
+    }
+
     /// Releases the lock. A release whose answer was lost with its
     /// connection is sent again; when the re-send finds the lock no longer
     /// this token's (and its fence counter still near this fencing token:
@@ -56,15 +67,14 @@ impl Lease {
     /// (not lost, before `valid_until`): the work under the lock then
     /// finished inside its lease, which is what exclusion needs. Otherwise
     /// it is [`LockError::NotOwned`].
-    /// An addition to the lease, sent now (see [`Extend::Add`]): until when
-    /// the lease surely holds, or now when it is not known to.
-    fn add(&self) -> Extend {
-        Extend::Add {
-            held_until: self.state.check().err().unwrap_or_else(Instant::now),
-        }
-    }
-
+    ///
+    /// Within its `hold_at_least`, a release keeps the lock instead: its
+    /// time left becomes what remains of the hold (see [`crate::hold`]).
     async fn release(&self) -> Result<(), LockError> {
+        if let Some(left) = self.hold.left() {
+            let left = left.min(self.locker.max_lease);
+            return self.extend(left, Extend::Hold).await;
+        }
         let in_lease = self.state.check().is_err();
         match self
             .locker
@@ -141,7 +151,9 @@ impl Lease {
 ///   executor thread (the lock is free a round trip later).
 ///
 /// Drop never panics; if Redis is unreachable, the lease's expiry frees the
-/// lock. A guard only ever deletes or extends the lock while its own random
+/// lock. With [`hold_at_least`](crate::LockBuilder::hold_at_least), a
+/// release or a drop before the hold has passed keeps the lock for the rest
+/// of the hold, then lets it expire. A guard only ever deletes or extends the lock while its own random
 /// token is stored there: never another owner's.
 ///
 /// ```no_run
@@ -364,6 +376,10 @@ impl LockGuard {
     /// started again from the clock, see
     /// [`fence_retention`](crate::LockerBuilder::fence_retention)), and
     /// `NotOwned` otherwise.
+    ///
+    /// Within [`hold_at_least`](crate::LockBuilder::hold_at_least) of the
+    /// acquisition, the lock is not deleted: its time left becomes what
+    /// remains of the hold, and this returns `Ok` once that is set.
     ///
     /// Safe to cancel: the release goes on in the background.
     ///

@@ -348,7 +348,36 @@ impl Locker {
         let keys = self.keys_of(name)?;
         let inner = self.inner.clone();
         let name = name.to_owned();
-        io::run_here(async move { force(&inner, &keys, &name).await }).await
+        io::run_here(async move { force(&inner, &keys, &name, 0).await }).await
+    }
+
+    /// [`force_unlock`](Self::force_unlock), only while the lock's holder is
+    /// the one with `fencing_token` (from [`inspect`](Self::inspect)): an
+    /// operator who looked at a holder frees that holder's lock, never the
+    /// next one's. False when the lock is free or has changed hands.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// if let Some(info) = locker.inspect("nightly-report").await? {
+    ///     // ... an operator confirms ...
+    ///     if !locker.force_unlock_if("nightly-report", info.fencing_token).await? {
+    ///         println!("it changed hands meanwhile; look again");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock_if(&self, name: &str, fencing_token: u64) -> Result<bool, LockError> {
+        if fencing_token == 0 {
+            return Err(LockError::invalid(
+                "fencing token",
+                "0 is no holder's token; use `force_unlock` to free the lock whoever holds it",
+            ));
+        }
+        let keys = self.keys_of(name)?;
+        let inner = self.inner.clone();
+        let name = name.to_owned();
+        io::run_here(async move { force(&inner, &keys, &name, fencing_token).await }).await
     }
 
     /// [`force_unlock`](Self::force_unlock) for synchronous code.
@@ -363,7 +392,7 @@ impl Locker {
         let keys = self.keys_of(name)?;
         let inner = self.inner.clone();
         let name = name.to_owned();
-        io::run_blocking(async move { force(&inner, &keys, &name).await })
+        io::run_blocking(async move { force(&inner, &keys, &name, 0).await })
     }
 }
 
@@ -393,8 +422,9 @@ async fn force(
     inner: &Arc<crate::inner::Inner>,
     keys: &Keys,
     name: &str,
+    expected: u64,
 ) -> Result<bool, LockError> {
-    let Some(who) = inner.backend.force_unlock(keys).await? else {
+    let Some(who) = inner.backend.force_unlock(keys, expected).await? else {
         return Ok(false);
     };
     let from = parse_holder(&who).map_or_else(|| "unknown".to_owned(), |h| h.to_string());

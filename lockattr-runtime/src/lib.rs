@@ -92,6 +92,7 @@ mod backend;
 mod default;
 mod error;
 mod guard;
+mod hold;
 mod inner;
 mod inspect;
 mod io;

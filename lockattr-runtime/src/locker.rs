@@ -12,6 +12,7 @@ use crate::backend::redlock::{self, Redlock};
 use crate::backend::source::{MasterSettings, Sentinels};
 use crate::backend::{Backend, ClusterNodes, Grant, LockRequest, SingleNode, Timeouts};
 use crate::guard::{Lease, LockGuard};
+use crate::hold::{self, Hold};
 use crate::inner::Inner;
 use crate::key::Keys;
 use crate::lost::{LeaseState, whole_ms};
@@ -325,6 +326,7 @@ impl Locker {
             expire: DEFAULT_EXPIRE,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             renew: false,
+            hold_at_least: Duration::ZERO,
             kind: None,
         }
     }
@@ -926,6 +928,7 @@ pub struct LockBuilder<'a> {
     expire: Duration,
     acquire_timeout: Duration,
     renew: bool,
+    hold_at_least: Duration,
     kind: Option<Cow<'static, str>>,
 }
 
@@ -988,6 +991,49 @@ impl LockBuilder<'_> {
         self
     }
 
+    /// Keeps the lock at least this long after it was taken, even when it
+    /// is released sooner (default zero: none; ShedLock's
+    /// `lockAtLeastFor`). A job scheduled on several machines, whose clocks
+    /// differ by a little, then runs once per period: a machine that comes
+    /// late finds the lock still held by the one that ran it, however fast
+    /// that run was.
+    ///
+    /// A release (explicit, or by dropping the guard) before that time has
+    /// passed does not delete the lock: it sets the lock's time left to what
+    /// remains of the hold, counted from when the acquiring request was
+    /// sent, and the lock then expires; waiters are told when, and take it
+    /// at that moment. A release after that is the usual one. With
+    /// [`renew`](Self::renew), renewal goes on while the guard is held and
+    /// stops at the release, as always. A guard that no longer owns the
+    /// lock changes nothing.
+    ///
+    /// It must fit in the lease (`hold_at_least <= expire`), so that the
+    /// lock is kept that long even when its owner stops without releasing
+    /// it; a longer hold is refused with [`LockError::InvalidInput`].
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// // Every replica calls this each minute; the report is built once per minute.
+    /// if let Ok(guard) = locker
+    ///     .lock("report:12:05")
+    ///     .expire(Duration::from_secs(60))
+    ///     .hold_at_least(Duration::from_secs(30)) // kept 30 s even if built in 1 s
+    ///     .acquire_timeout(Duration::ZERO)
+    ///     .acquire()
+    ///     .await
+    /// {
+    ///     // ... build the report ...
+    ///     guard.release().await?; // the lock stays until 30 s after it was taken
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = hold;
+        self
+    }
+
     /// What kind of lock this is, for metrics (the `metrics` feature): the
     /// value of the `lock` label of every metric about this acquisition and
     /// its guard, in place of the full name, which would make one series
@@ -1020,8 +1066,9 @@ impl LockBuilder<'_> {
     /// Fails with [`LockError::Timeout`] when the lock stayed busy,
     /// [`LockError::Connection`] when Redis could not be reached, and
     /// [`LockError::InvalidInput`] for an empty name, a lease shorter than a
-    /// millisecond or longer than the Locker's `max_lease`, or an acquire
-    /// timeout longer than [`MAX_ACQUIRE_TIMEOUT`]. On one server or a Redis
+    /// millisecond or longer than the Locker's `max_lease`, a
+    /// [`hold_at_least`](Self::hold_at_least) longer than the lease, or an
+    /// acquire timeout longer than [`MAX_ACQUIRE_TIMEOUT`]. On one server or a Redis
     /// Cluster, connection errors are retried within the acquire timeout
     /// (pauses of a few milliseconds growing to a quarter of a second), so a
     /// waiter rides out a short Redis restart; the last connection error is
@@ -1050,7 +1097,9 @@ impl LockBuilder<'_> {
             }
         };
         let outcome = outcome.await;
-        acquiring.finish(outcome)
+        let guard = acquiring.finish(outcome)?;
+        guard.lease().hold.start();
+        Ok(guard)
     }
 
     /// [`acquire`](Self::acquire) for synchronous code: blocks the calling
@@ -1071,6 +1120,7 @@ impl LockBuilder<'_> {
         });
         let mut guard = acquiring.finish(outcome)?;
         guard.set_blocking();
+        guard.lease().hold.start();
         Ok(guard)
     }
 
@@ -1103,6 +1153,7 @@ impl LockBuilder<'_> {
                 ),
             ));
         }
+        hold::check(self.hold_at_least, self.expire)?;
         let mut wait = self.acquire_timeout;
         if wait == Duration::MAX {
             wait = MAX_ACQUIRE_TIMEOUT;
@@ -1130,6 +1181,7 @@ impl LockBuilder<'_> {
             renew: self.renew,
             state: LeaseState::new(Instant::now(), self.renew, report),
             watch: std::sync::Mutex::new(None),
+            hold: Hold::new(self.hold_at_least),
         };
         Ok((lease, wait))
     }
@@ -1177,6 +1229,7 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     } = grant;
     lease.fencing_token = fencing_token;
     lease.token = token;
+    lease.hold.granted(sent);
     let trusted = trusted(lease.expire, lease.locker.backend.drift(lease.expire));
     lease.state.granted(sent + trusted);
     let (renew, expire) = (lease.renew, lease.expire);

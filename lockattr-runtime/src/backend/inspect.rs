@@ -76,7 +76,7 @@ fn inspect_call(keys: &Keys) -> redis::ScriptInvocation<'static> {
     invocation
 }
 
-fn force_call(keys: &Keys, notify: bool) -> redis::ScriptInvocation<'static> {
+fn force_call(keys: &Keys, notify: bool, expected: u64) -> redis::ScriptInvocation<'static> {
     let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
     invocation
         .key(&keys.lock)
@@ -85,7 +85,8 @@ fn force_call(keys: &Keys, notify: bool) -> redis::ScriptInvocation<'static> {
         .key(&keys.waiters)
         .arg(&keys.channel)
         .arg(if notify { "1" } else { "0" })
-        .arg(u64::try_from(keys.fence_retention.as_millis()).unwrap_or(u64::MAX));
+        .arg(u64::try_from(keys.fence_retention.as_millis()).unwrap_or(u64::MAX))
+        .arg(expected);
     invocation
 }
 
@@ -131,17 +132,20 @@ impl Backend {
         }
     }
 
-    /// Frees the lock whoever holds it; the holder it was taken from
+    /// Frees the lock whoever holds it (with the fencing token `expected`,
+    /// unless 0); the holder it was taken from
     /// (`<host>\n<pid>\n<label>\n<since>`), `None` when it was free. Not
     /// sent twice: a second run would free the next holder's lock.
-    pub(crate) async fn force_unlock(&self, keys: &Keys) -> Result<Option<String>, LockError> {
+    pub(crate) async fn force_unlock(
+        &self,
+        keys: &Keys,
+        expected: u64,
+    ) -> Result<Option<String>, LockError> {
+        let call = force_call(keys, matches!(self, Backend::Redlock(_)), expected);
         match self {
-            Backend::Single(node) => Ok(node.run_once::<Forced>(&force_call(keys, false)).await?.0),
-            Backend::Cluster(nodes) => Ok(nodes
-                .run_script::<Forced>(&force_call(keys, false))
-                .await?
-                .0),
-            Backend::Redlock(nodes) => nodes.force_unlock(&force_call(keys, true)).await,
+            Backend::Single(node) => Ok(node.run_once::<Forced>(&call).await?.0),
+            Backend::Cluster(nodes) => Ok(nodes.run_script::<Forced>(&call).await?.0),
+            Backend::Redlock(nodes) => nodes.force_unlock(&call).await,
         }
     }
 

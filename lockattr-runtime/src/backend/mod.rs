@@ -111,6 +111,13 @@ pub(crate) enum Extend {
     },
     /// Replace the time left (safe to repeat).
     Set,
+    /// Replace the time left, and tell the lock's waiters when it now ends
+    /// (a release within `hold_at_least`: the lock is kept until then, and
+    /// expires). Safe to repeat. The notice, `-:0:<time left in ms>` on the
+    /// lock's channel, names no waiter: each moves its next check to that
+    /// moment (see [`Wake::Rearm`]), instead of the end of the lease it was
+    /// told of before.
+    Hold,
 }
 
 impl Extend {
@@ -119,6 +126,7 @@ impl Extend {
         match self {
             Extend::Add { .. } => "add",
             Extend::Set => "set",
+            Extend::Hold => "hold",
         }
     }
 }

@@ -360,15 +360,23 @@ end
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: the lock's channel, `1` to
 /// publish a release notice when nobody is queued (Redlock) or `0`, how
-/// long the fence counter outlives a lease in ms.
-/// Returns 0 when the lock was free, or `{1, <holder>\n<since>}` of the
+/// long the fence counter outlives a lease in ms, and the fencing token the
+/// holder must have (0: any holder).
+/// Returns 0 when the lock was free (or held under another token), or `{1, <holder>\n<since>}` of the
 /// owner it took the lock from (never the owner token).
 pub(crate) static FORCE_UNLOCK: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         ms_arg_lua!("retention", "ARGV[3]", "0"),
         r"
+local expected = tonumber(ARGV[4] or '0')
+if not expected or expected < 0 then
+  return redis.error_reply('ERR lockattr: the expected fencing token must be a whole number')
+end
 local value = redis.call('get', KEYS[1])
 if not value then
+  return 0
+end
+if expected > 0 and tonumber(redis.call('get', KEYS[2])) ~= expected then
   return 0
 end
 local sep = string.find(value, '\n', 1, true)
@@ -414,8 +422,12 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA))
 /// left in ms, -1 when the token does not own the lock, or -2 (and changes
 /// nothing) when the lease would have more than the max lease left.
 ///
-/// KEYS: lock key. ARGV: token, ms, mode, max lease in ms. Modes:
+/// KEYS: lock key. ARGV: token, ms, mode, max lease in ms, and for `hold`
+/// the lock's channel. Modes:
 /// - `set`: the lease becomes ms (safe to repeat);
+/// - `hold`: as `set`, then publishes `-:0:<ms>` on the channel, which
+///   names no waiter and tells every waiter when the lock now ends (a
+///   release within `hold_at_least`; safe to repeat);
 /// - `add`: add ms to the time left (not safe to repeat: twice adds twice);
 /// - `raise`: the lease becomes ms if it has less left, and is left alone
 ///   otherwise (safe to repeat): how an `add` whose answer was lost is sent
@@ -428,8 +440,11 @@ pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
         ms_arg_lua!("max", "ARGV[4]", "1"),
         r"
 local mode = ARGV[3]
-if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' then
-  return redis.error_reply('ERR lockattr: the mode must be add, set or raise')
+if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' and mode ~= 'hold' then
+  return redis.error_reply('ERR lockattr: the mode must be add, set, raise or hold')
+end
+if mode == 'hold' and not ARGV[5] then
+  return redis.error_reply('ERR lockattr: the mode hold needs the lock channel')
 end
 local value = redis.call('get', KEYS[1])
 if not ",
@@ -438,7 +453,7 @@ if not ",
   return -1
 end
 local ttl = ms
-if mode ~= 'set' then
+if mode == 'add' or mode == 'raise' then
   local left = redis.call('pttl', KEYS[1])
   if left < 0 then
     return -1
@@ -453,6 +468,9 @@ if ttl > max then
   return -2
 end
 redis.call('pexpire', KEYS[1], ttl)
+if mode == 'hold' then
+  redis.call('publish', ARGV[5], string.format('-:0:%d', ttl))
+end
 return ttl
 ",
     ))
@@ -604,7 +622,8 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
         .to_owned()
 }
 
-/// An [`EXTEND`] call: `ms` in `mode`, refused beyond `max_lease`.
+/// An [`EXTEND`] call: `ms` in `mode`, refused beyond `max_lease` (`hold`
+/// also names the lock's channel).
 pub(crate) fn extend(
     keys: &Keys,
     token: &str,
@@ -619,6 +638,9 @@ pub(crate) fn extend(
         .arg(ms)
         .arg(mode)
         .arg(millis(max_lease));
+    if mode == "hold" {
+        invocation.arg(&keys.channel);
+    }
     invocation
 }
 
@@ -934,20 +956,34 @@ mod tests {
         let mut con = server.connect();
         let (held, _) = setup(&mut con);
         let k = [held.lock.as_str()];
-        for mode in ["add", "set", "raise"] {
+        let channel = held.channel.as_str();
+        for mode in ["add", "set", "raise", "hold"] {
             for bad in NOT_MS.iter().chain(&["0"]) {
                 let call = format!("EXTEND {mode} by {bad:?}");
                 refused(
                     &mut con,
                     &EXTEND,
                     &k,
-                    &["holder", bad, mode, "60000"],
+                    &["holder", bad, mode, "60000", channel],
                     &call,
                 );
                 let call = format!("EXTEND {mode} with max {bad:?}");
-                refused(&mut con, &EXTEND, &k, &["holder", "1000", mode, bad], &call);
+                refused(
+                    &mut con,
+                    &EXTEND,
+                    &k,
+                    &["holder", "1000", mode, bad, channel],
+                    &call,
+                );
             }
         }
+        refused(
+            &mut con,
+            &EXTEND,
+            &k,
+            &["holder", "1000", "hold", "60000"],
+            "EXTEND hold without a channel",
+        );
         for mode in ["", "ADD", "replace"] {
             let call = format!("EXTEND in mode {mode:?}");
             refused(
@@ -958,6 +994,42 @@ mod tests {
                 &call,
             );
         }
+    }
+
+    #[test]
+    fn hold_sets_the_time_left_and_tells_the_waiters() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let mut listener = server.connect();
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe(&held.channel).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        // Longer than the 3 s left: a hold may keep the lock past its lease.
+        let left: i64 = extend(&held, "holder", 20_000, "hold", Duration::from_secs(60))
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(left, 20_000);
+        let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
+        assert!((19_000..=20_000).contains(&ttl), "lock PTTL {ttl}");
+        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        assert_eq!(notice, "-:0:20000");
+        // Another owner's lock: -1, nothing changed, nobody told.
+        let before = snapshot(&mut con);
+        let left: i64 = extend(&held, "stranger", 1_000, "hold", Duration::from_secs(60))
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(left, -1);
+        unchanged(&before, &snapshot(&mut con), "EXTEND hold by a stranger");
+        let _: () = redis::cmd("PUBLISH")
+            .arg(&held.channel)
+            .arg("marker")
+            .query(&mut con)
+            .unwrap();
+        let next: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        assert_eq!(next, "marker", "a refused hold published a notice");
     }
 
     #[test]

@@ -427,7 +427,7 @@ impl SingleNode {
         };
         let again = match how {
             Extend::Add { held_until } => Some(raise(held_until)),
-            Extend::Set => None,
+            Extend::Set | Extend::Hold => None,
         };
         let again = again
             .as_ref()

@@ -1,0 +1,309 @@
+//! Text for people: durations, times, tables, the lines of `show`.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::view::{HolderView, LockView};
+
+/// A duration in at most two units, cut (never rounded) so that a lease is
+/// never overstated: `0ms`, `850ms`, `9.4s`, `42s`, `3m12s`, `2h05m`,
+/// `3d04h`.
+pub fn duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs == 0 {
+        format!("{}ms", d.subsec_millis())
+    } else if secs < 10 {
+        format!("{secs}.{}s", d.subsec_millis() / 100)
+    } else if secs < 60 {
+        format!("{secs}s")
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else if secs < 86_400 {
+        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
+    } else {
+        format!("{}d{:02}h", secs / 86_400, secs % 86_400 / 3600)
+    }
+}
+
+/// How long ago `since` was, seen at `now` (zero when `since` is later:
+/// the Redis clock may run ahead of ours).
+pub fn age(since: SystemTime, now: SystemTime) -> Duration {
+    now.duration_since(since).unwrap_or(Duration::ZERO)
+}
+
+/// `label@host:pid`.
+pub fn holder(holder: &HolderView) -> String {
+    format!(
+        "{}@{}:{}",
+        printable(&holder.label),
+        printable(&holder.host),
+        holder.pid
+    )
+}
+
+/// `t` in UTC as `YYYY-MM-DD HH:MM:SS UTC` (with `.mmm` after the seconds
+/// when `millis`).
+pub fn utc(t: SystemTime, millis: bool) -> String {
+    let since_epoch = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = since_epoch.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    let mut text = format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    );
+    if millis {
+        let _ = write!(text, ".{:03}", since_epoch.subsec_millis());
+    }
+    text.push_str(" UTC");
+    text
+}
+
+/// The Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for days on or after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `text` safe to print on a terminal: control characters (escape
+/// sequences, new lines) are shown escaped, as `\u{1b}` or `\n`.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        Cow::Owned(
+            text.chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_debug().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Rows under a header, in columns two spaces apart (no trailing spaces).
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let lines = std::iter::once(header.iter().map(|h| h.to_string()).collect::<Vec<_>>())
+        .chain(rows.iter().cloned());
+    for row in lines {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The columns of `ls`.
+pub const LS_HEADER: [&str; 6] = ["NAME", "HOLDER", "SINCE", "TTL", "WAITERS", "FENCE"];
+
+/// The cells of one lock under [`LS_HEADER`].
+pub fn ls_row(lock: &LockView, now: SystemTime) -> Vec<String> {
+    vec![
+        printable(&lock.name).into_owned(),
+        lock.holder.as_ref().map_or_else(|| "-".into(), holder),
+        lock.holder
+            .as_ref()
+            .map_or_else(|| "-".into(), |h| duration(age(h.since, now))),
+        duration(lock.ttl),
+        lock.waiters.to_string(),
+        lock.fencing_token.to_string(),
+    ]
+}
+
+/// The table of `ls`.
+pub fn ls_table(locks: &[LockView], now: SystemTime) -> String {
+    let rows: Vec<Vec<String>> = locks.iter().map(|l| ls_row(l, now)).collect();
+    table(&LS_HEADER, &rows)
+}
+
+/// The `key: value` lines of `show` (`lock` is `None` when the lock is free).
+pub fn show(name: &str, lock: Option<&LockView>, now: SystemTime) -> String {
+    let mut pairs: Vec<(&str, String)> = vec![("name", printable(name).into_owned())];
+    match lock {
+        None => {
+            pairs.push(("held", "no".into()));
+            pairs.push(("waiters", "0".into()));
+        }
+        Some(lock) => {
+            pairs.push(("held", "yes".into()));
+            match &lock.holder {
+                Some(h) => {
+                    pairs.push(("holder", holder(h)));
+                    pairs.push((
+                        "since",
+                        format!(
+                            "{} ({} ago)",
+                            utc(h.since, true),
+                            duration(age(h.since, now))
+                        ),
+                    ));
+                }
+                None => pairs.push(("holder", "unknown (not recorded by its client)".into())),
+            }
+            pairs.push((
+                "ttl",
+                format!(
+                    "{} ({} ms)",
+                    duration(lock.ttl),
+                    crate::view::millis(lock.ttl)
+                ),
+            ));
+            pairs.push(("fencing token", lock.fencing_token.to_string()));
+            pairs.push(("waiters", lock.waiters.to_string()));
+        }
+    }
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut out = String::new();
+    for (key, value) in pairs {
+        let _ = writeln!(out, "{:<width$} {value}", format!("{key}:"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::tests::held;
+
+    #[test]
+    fn durations() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        assert_eq!(duration(Duration::ZERO), "0ms");
+        assert_eq!(duration(ms(850)), "850ms");
+        assert_eq!(duration(ms(9_499)), "9.4s");
+        assert_eq!(duration(ms(1_000)), "1.0s");
+        assert_eq!(duration(ms(42_900)), "42s");
+        assert_eq!(duration(s(192)), "3m12s");
+        assert_eq!(duration(s(60)), "1m00s");
+        assert_eq!(duration(s(2 * 3600 + 5 * 60 + 59)), "2h05m");
+        assert_eq!(duration(s(3 * 86_400 + 4 * 3600 + 1)), "3d04h");
+        assert!(duration(Duration::MAX).starts_with(&format!("{}d", u64::MAX / 86_400)));
+    }
+
+    #[test]
+    fn ages_are_never_negative() {
+        let t = UNIX_EPOCH + Duration::from_secs(1000);
+        assert_eq!(age(t, t + Duration::from_secs(5)), Duration::from_secs(5));
+        assert_eq!(age(t + Duration::from_secs(5), t), Duration::ZERO);
+    }
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc(UNIX_EPOCH, false), "1970-01-01 00:00:00 UTC");
+        let t = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(utc(t, false), "2023-11-14 22:13:20 UTC");
+        assert_eq!(utc(t, true), "2023-11-14 22:13:20.123 UTC");
+        // A leap day, and the last second of a year.
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(utc(t, false), "2000-02-29 00:00:00 UTC");
+        let t = UNIX_EPOCH + Duration::from_secs(1_735_689_599);
+        assert_eq!(utc(t, false), "2024-12-31 23:59:59 UTC");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert!(matches!(printable("order:7"), Cow::Borrowed("order:7")));
+        assert_eq!(printable("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\\nc");
+        assert_eq!(printable("ünïcödé ✓"), "ünïcödé ✓");
+    }
+
+    #[test]
+    fn tables_align_columns() {
+        let text = table(
+            &["NAME", "N"],
+            &[
+                vec!["a".into(), "1".into()],
+                vec!["longer".into(), "22".into()],
+            ],
+        );
+        assert_eq!(text, "NAME    N\na       1\nlonger  22\n");
+        assert_eq!(table(&["NAME", "N"], &[]), "NAME  N\n");
+    }
+
+    #[test]
+    fn ls_rows() {
+        let lock = held("order:7", 42);
+        let since = lock.holder.as_ref().unwrap().since;
+        let row = ls_row(&lock, since + Duration::from_secs(192));
+        assert_eq!(
+            row,
+            ["order:7", "billing@web-1:4242", "3m12s", "9.5s", "2", "42"]
+        );
+        let mut unknown = lock.clone();
+        unknown.holder = None;
+        assert_eq!(
+            ls_row(&unknown, since),
+            ["order:7", "-", "-", "9.5s", "2", "42"]
+        );
+        let text = ls_table(&[lock], since);
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+            LS_HEADER
+        );
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .starts_with("order:7  billing@web-1:4242")
+        );
+        assert_eq!(lines.next(), None);
+    }
+
+    #[test]
+    fn show_a_held_lock() {
+        let lock = held("order:7", 42);
+        let since = lock.holder.as_ref().unwrap().since;
+        let text = show("order:7", Some(&lock), since + Duration::from_secs(3));
+        assert_eq!(
+            text,
+            "name:          order:7\n\
+             held:          yes\n\
+             holder:        billing@web-1:4242\n\
+             since:         2023-11-14 22:13:20.123 UTC (3.0s ago)\n\
+             ttl:           9.5s (9500 ms)\n\
+             fencing token: 42\n\
+             waiters:       2\n"
+        );
+    }
+
+    #[test]
+    fn show_a_free_lock() {
+        assert_eq!(
+            show("x", None, UNIX_EPOCH),
+            "name:    x\nheld:    no\nwaiters: 0\n"
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! A lock as the commands show it, in plain values (the runtime's
+//! `LockInfo` is `#[non_exhaustive]`: only the runtime can make one), and
+//! its JSON form.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// A held lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockView {
+    /// The lock's name (not the Redis key).
+    pub name: String,
+    /// Time left of the lease.
+    pub ttl: Duration,
+    /// The holder's fencing token.
+    pub fencing_token: u64,
+    /// Callers queued for the lock.
+    pub waiters: usize,
+    /// Who holds it, when recorded.
+    pub holder: Option<HolderView>,
+}
+
+/// Who holds a lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HolderView {
+    /// The holder's host name.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// The holder's label (by default its executable's name).
+    pub label: String,
+    /// When it acquired the lock, by the Redis clock.
+    pub since: SystemTime,
+}
+
+/// The JSON object of one lock (`show --json`, the items of `ls --json`).
+#[derive(Debug, Serialize)]
+pub struct LockJson {
+    /// The lock's name.
+    pub name: String,
+    /// Whether it is held.
+    pub held: bool,
+    /// Milliseconds left of the lease; `null` when free.
+    pub ttl_ms: Option<u64>,
+    /// The holder's fencing token; `null` when free.
+    pub fencing_token: Option<u64>,
+    /// Callers queued for it.
+    pub waiters: usize,
+    /// The holder; `null` when free or not recorded.
+    pub holder: Option<HolderJson>,
+}
+
+/// The JSON object of a holder.
+#[derive(Debug, Serialize)]
+pub struct HolderJson {
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Label.
+    pub label: String,
+    /// Acquire time in Unix epoch milliseconds (Redis clock).
+    pub since_ms: u64,
+}
+
+impl LockJson {
+    /// A held lock.
+    pub fn held(view: &LockView) -> LockJson {
+        LockJson {
+            name: view.name.clone(),
+            held: true,
+            ttl_ms: Some(millis(view.ttl)),
+            fencing_token: Some(view.fencing_token),
+            waiters: view.waiters,
+            holder: view.holder.as_ref().map(|h| HolderJson {
+                host: h.host.clone(),
+                pid: h.pid,
+                label: h.label.clone(),
+                since_ms: epoch_millis(h.since),
+            }),
+        }
+    }
+
+    /// A free lock.
+    pub fn free(name: &str) -> LockJson {
+        LockJson {
+            name: name.to_owned(),
+            held: false,
+            ttl_ms: None,
+            fencing_token: None,
+            waiters: 0,
+            holder: None,
+        }
+    }
+}
+
+/// Whole milliseconds of `d`, saturating.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Milliseconds since the Unix epoch (0 for an earlier time).
+pub fn epoch_millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0)
+}
+
+/// `value` as one line of JSON.
+pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    // Serializing these plain structs cannot fail: no maps with non-string
+    // keys, no failing Serialize impls.
+    serde_json::to_string(value).expect("JSON of plain values")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// A held lock for the tests.
+    pub(crate) fn held(name: &str, token: u64) -> LockView {
+        LockView {
+            name: name.into(),
+            ttl: Duration::from_millis(9_500),
+            fencing_token: token,
+            waiters: 2,
+            holder: Some(HolderView {
+                host: "web-1".into(),
+                pid: 4242,
+                label: "billing".into(),
+                since: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            }),
+        }
+    }
+
+    #[test]
+    fn held_lock_json_has_exactly_the_documented_fields() {
+        let value: Value = serde_json::from_str(&to_json(&LockJson::held(&held("order:7", 42))))
+            .expect("valid JSON");
+        assert_eq!(
+            value,
+            json!({
+                "name": "order:7",
+                "held": true,
+                "ttl_ms": 9500,
+                "fencing_token": 42,
+                "waiters": 2,
+                "holder": {"host": "web-1", "pid": 4242, "label": "billing", "since_ms": 1_700_000_000_123_u64},
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_holder_is_null() {
+        let mut view = held("x", 1);
+        view.holder = None;
+        let value: Value = serde_json::from_str(&to_json(&LockJson::held(&view))).unwrap();
+        assert_eq!(value["holder"], Value::Null);
+        assert_eq!(value["held"], true);
+    }
+
+    #[test]
+    fn free_lock_json() {
+        let value: Value = serde_json::from_str(&to_json(&LockJson::free("x"))).unwrap();
+        assert_eq!(
+            value,
+            json!({"name": "x", "held": false, "ttl_ms": null, "fencing_token": null, "waiters": 0, "holder": null})
+        );
+    }
+
+    #[test]
+    fn large_fencing_tokens_are_exact() {
+        // Counters start at the Redis server's time in microseconds.
+        let token = 1_700_000_000_123_456_u64;
+        let value: Value =
+            serde_json::from_str(&to_json(&LockJson::held(&held("x", token)))).unwrap();
+        assert_eq!(value["fencing_token"].as_u64(), Some(token));
+    }
+
+    #[test]
+    fn epoch_millis_saturates_before_the_epoch() {
+        assert_eq!(epoch_millis(UNIX_EPOCH - Duration::from_secs(1)), 0);
+        assert_eq!(epoch_millis(UNIX_EPOCH + Duration::from_micros(1_999)), 1);
+    }
+}

@@ -1,0 +1,594 @@
+//! The `lockattr` binary as a process, against a redis-server of the test's
+//! own (a free loopback port, killed afterwards), with locks taken through
+//! `lockattr-runtime`.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lockattr_runtime::{LockError, LockGuard, Locker};
+use serde_json::Value;
+
+use support::{RedisServer, eventually, free_port, wait_child};
+
+/// How long one run of the binary may take.
+const RUN_LIMIT: Duration = Duration::from_secs(30);
+
+/// A finished run of the binary.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// stdout as JSON.
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+}
+
+/// The binary with `args`, no `REDIS_URL`, stdin not a terminal.
+fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lockattr"));
+    command
+        .args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs `command` to its end.
+fn run_command(mut command: Command) -> Run {
+    let output = wait_child(command.spawn().expect("start lockattr"), RUN_LIMIT);
+    Run {
+        code: output.status.code().expect("exit code (not a signal)"),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// `lockattr --url <server> args...`.
+fn lockattr(server: &RedisServer, args: &[&str]) -> Run {
+    let url = server.url();
+    let mut all = vec!["--url", url.as_str()];
+    all.extend_from_slice(args);
+    run_command(command(&all))
+}
+
+/// A Locker on `server` whose holders are labelled `label`.
+fn locker(server: &RedisServer, label: &str) -> Locker {
+    Locker::builder(server.url())
+        .label(label)
+        .build()
+        .expect("locker")
+}
+
+/// Takes `name` for 30 s.
+fn take(locker: &Locker, name: &str) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(Duration::from_secs(30))
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking()
+        .unwrap_or_else(|e| panic!("take {name}: {e}"))
+}
+
+/// A thread queued for `name` (for up to 20 s); its result comes on the channel.
+fn queue_waiter(locker: &Locker, name: &str) -> mpsc::Receiver<Result<LockGuard, LockError>> {
+    let (send, receive) = mpsc::channel();
+    let (locker, name) = (locker.clone(), name.to_owned());
+    std::thread::spawn(move || {
+        let result = locker
+            .lock(&name)
+            .expire(Duration::from_secs(30))
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire_blocking();
+        let _ = send.send(result);
+    });
+    receive
+}
+
+/// `show NAME --json` until its `waiters` is `n` (within 10 s).
+fn wait_for_waiters(server: &RedisServer, name: &str, n: u64) {
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            lockattr(server, &["show", name, "--json"]).json()["waiters"] == n
+        }),
+        "{name} never had {n} waiter(s): {:?}",
+        lockattr(server, &["show", name, "--json"])
+    );
+}
+
+fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[test]
+fn show_of_a_free_lock_exits_1_with_held_false() {
+    let server = RedisServer::start();
+    let run = lockattr(&server, &["show", "nobody:holds:this", "--json"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(
+        run.json(),
+        serde_json::json!({
+            "name": "nobody:holds:this", "held": false, "ttl_ms": null,
+            "fencing_token": null, "waiters": 0, "holder": null
+        })
+    );
+    assert_eq!(run.stderr, "");
+
+    let run = lockattr(&server, &["show", "nobody:holds:this"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains("held:    no"), "{run:?}");
+}
+
+#[test]
+fn show_of_a_held_lock_reports_holder_lease_and_fencing_token() {
+    let server = RedisServer::start();
+    let locker = locker(&server, "cli-test-holder");
+    let before = epoch_ms(SystemTime::now());
+    let guard = take(&locker, "order:7");
+    let after = epoch_ms(SystemTime::now());
+
+    let run = lockattr(&server, &["show", "order:7", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let value = run.json();
+    let object = value.as_object().expect("an object");
+    let mut fields: Vec<&str> = object.keys().map(String::as_str).collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            "fencing_token",
+            "held",
+            "holder",
+            "name",
+            "ttl_ms",
+            "waiters"
+        ]
+    );
+    assert_eq!(value["name"], "order:7");
+    assert_eq!(value["held"], true);
+    assert_eq!(value["fencing_token"].as_u64(), Some(guard.fencing_token()));
+    assert_eq!(value["waiters"], 0);
+    let ttl = value["ttl_ms"].as_u64().expect("ttl_ms");
+    assert!(
+        ttl > 0 && ttl <= 30_000,
+        "ttl_ms {ttl} outside the 30 s lease"
+    );
+
+    let holder = value["holder"].as_object().expect("holder object");
+    let mut fields: Vec<&str> = holder.keys().map(String::as_str).collect();
+    fields.sort();
+    assert_eq!(fields, ["host", "label", "pid", "since_ms"]);
+    assert_eq!(holder["label"], "cli-test-holder");
+    assert_eq!(holder["pid"].as_u64(), Some(u64::from(std::process::id())));
+    assert!(!holder["host"].as_str().expect("host").is_empty());
+    // Redis runs on this machine: its clock is ours (1 s of slack for
+    // rounding between the two).
+    let since = holder["since_ms"].as_u64().expect("since_ms");
+    assert!(
+        since + 1000 >= before && since <= after + 1000,
+        "since_ms {since} not within [{before}, {after}]"
+    );
+
+    let run = lockattr(&server, &["show", "order:7"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let holder = format!(
+        "cli-test-holder@{}:{}",
+        holder["host"].as_str().unwrap(),
+        std::process::id()
+    );
+    for line in [
+        "name:          order:7".to_owned(),
+        "held:          yes".to_owned(),
+        format!("holder:        {holder}"),
+        format!("fencing token: {}", guard.fencing_token()),
+        "waiters:       0".to_owned(),
+    ] {
+        assert!(
+            run.stdout.lines().any(|l| l == line),
+            "no line `{line}` in:\n{}",
+            run.stdout
+        );
+    }
+    guard.release_blocking().unwrap();
+}
+
+#[test]
+fn show_counts_a_queued_waiter() {
+    let server = RedisServer::start();
+    let locker = locker(&server, "cli-test");
+    let guard = take(&locker, "job");
+    let waiter = queue_waiter(&locker, "job");
+    wait_for_waiters(&server, "job", 1);
+    let run = lockattr(&server, &["show", "job", "--json"]);
+    assert_eq!(run.code, 0);
+    assert_eq!(run.json()["waiters"], 1);
+    assert_eq!(
+        run.json()["fencing_token"].as_u64(),
+        Some(guard.fencing_token())
+    );
+
+    // The waiter gets it on release; nobody waits any more.
+    guard.release_blocking().unwrap();
+    let next = waiter
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter returned")
+        .expect("the waiter got the lock");
+    let run = lockattr(&server, &["show", "job", "--json"]);
+    assert_eq!(run.json()["waiters"], 0);
+    assert_eq!(
+        run.json()["fencing_token"].as_u64(),
+        Some(next.fencing_token())
+    );
+}
+
+#[test]
+fn ls_lists_held_locks_matching_the_pattern() {
+    let server = RedisServer::start();
+    let locker = locker(&server, "lister");
+    let _guards: Vec<LockGuard> = ["order:1", "order:2", "user:1"]
+        .iter()
+        .map(|name| take(&locker, name))
+        .collect();
+
+    let run = lockattr(&server, &["ls", "order:*", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let items = run.json();
+    let items = items.as_array().expect("a JSON array");
+    let names: Vec<&str> = items.iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["order:1", "order:2"]);
+    for item in items {
+        assert_eq!(item["held"], true);
+        assert_eq!(item["holder"]["label"], "lister");
+        assert!(item["fencing_token"].as_u64().is_some());
+        assert!(
+            item["ttl_ms"]
+                .as_u64()
+                .is_some_and(|t| t > 0 && t <= 30_000)
+        );
+    }
+
+    // The table: the header, then one row per lock.
+    let run = lockattr(&server, &["ls"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let mut lines = run.stdout.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "HOLDER", "SINCE", "TTL", "WAITERS", "FENCE"]
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(names, ["order:1", "order:2", "user:1"]);
+    for row in &rows {
+        assert_eq!(row.len(), 6, "{row:?}");
+        assert!(row[1].starts_with("lister@"), "{row:?}");
+        assert!(
+            row[1].ends_with(&format!(":{}", std::process::id())),
+            "{row:?}"
+        );
+        assert_eq!(row[4], "0");
+    }
+
+    // Nothing matches: an empty array, exit 0.
+    let run = lockattr(&server, &["ls", "invoice:*", "--json"]);
+    assert_eq!((run.code, run.json()), (0, serde_json::json!([])));
+
+    // --limit: at most N, and a note on stderr.
+    let run = lockattr(&server, &["ls", "--limit", "1", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.json().as_array().unwrap().len(), 1);
+    assert!(run.stderr.contains("--limit"), "{run:?}");
+}
+
+#[test]
+fn prefix_selects_the_lockers_keys() {
+    let server = RedisServer::start();
+    let app = Locker::builder(server.url())
+        .prefix("app:locks:")
+        .build()
+        .unwrap();
+    let _guard = take(&app, "report");
+
+    let run = lockattr(&server, &["ls", "--json"]);
+    assert_eq!(run.json(), serde_json::json!([]));
+    let run = lockattr(&server, &["show", "report", "--json"]);
+    assert_eq!(run.code, 1);
+
+    let run = lockattr(&server, &["--prefix", "app:locks:", "ls", "--json"]);
+    assert_eq!(run.json()[0]["name"], "report");
+    let run = lockattr(
+        &server,
+        &["show", "report", "--prefix", "app:locks:", "--json"],
+    );
+    assert_eq!((run.code, &run.json()["held"]), (0, &Value::Bool(true)));
+}
+
+#[test]
+fn unlock_force_frees_a_held_lock_and_the_waiter_gets_it() {
+    let server = RedisServer::start();
+    let holder = locker(&server, "stuck-holder");
+    let guard = take(&holder, "batch");
+    let waiting = locker(&server, "next-holder");
+    let waiter = queue_waiter(&waiting, "batch");
+    wait_for_waiters(&server, "batch", 1);
+
+    let run = lockattr(&server, &["unlock", "batch", "--force"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("Force-unlocked `batch`"), "{run:?}");
+    assert!(
+        run.stdout.contains("stuck-holder@"),
+        "the lock is shown first: {run:?}"
+    );
+
+    let next = waiter
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter returned")
+        .expect("the waiter got the lock");
+    assert!(next.fencing_token() > guard.fencing_token());
+    let shown = lockattr(&server, &["show", "batch", "--json"]).json();
+    assert_eq!(shown["holder"]["label"], "next-holder");
+    assert_eq!(shown["fencing_token"].as_u64(), Some(next.fencing_token()));
+    // The old holder no longer owns it.
+    assert!(guard.release_blocking().unwrap_err().is_not_owned());
+}
+
+#[test]
+fn unlock_of_a_free_lock_exits_1() {
+    let server = RedisServer::start();
+    for args in [&["unlock", "free", "--force"][..], &["unlock", "free"][..]] {
+        let run = lockattr(&server, args);
+        assert_eq!(run.code, 1, "{args:?}: {run:?}");
+        assert!(run.stdout.contains("not held"), "{run:?}");
+    }
+}
+
+#[test]
+fn unlock_without_force_and_no_terminal_refuses() {
+    let server = RedisServer::start();
+    let locker = locker(&server, "keeper");
+    let guard = take(&locker, "precious");
+
+    let run = lockattr(&server, &["unlock", "precious"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.starts_with("lockattr: "), "{run:?}");
+    assert!(run.stderr.contains("--force"), "{run:?}");
+
+    let shown = lockattr(&server, &["show", "precious", "--json"]);
+    assert_eq!(shown.code, 0);
+    assert_eq!(
+        shown.json()["fencing_token"].as_u64(),
+        Some(guard.fencing_token())
+    );
+    guard.release_blocking().expect("still the holder");
+}
+
+#[test]
+fn a_server_that_is_down_exits_2_without_showing_the_password() {
+    let port = free_port();
+    let url = format!("redis://:hunter2-secret@127.0.0.1:{port}/");
+    for args in [
+        &["show", "x"][..],
+        &["show", "x", "--json"][..],
+        &["ls"][..],
+        &["unlock", "x", "--force"][..],
+        &["watch", "--count", "1"][..],
+    ] {
+        for from_env in [false, true] {
+            let mut command = if from_env {
+                command(args)
+            } else {
+                let mut all = vec!["--url", url.as_str()];
+                all.extend_from_slice(args);
+                command(&all)
+            };
+            if from_env {
+                command.env("REDIS_URL", &url);
+            }
+            let run = run_command(command);
+            assert_eq!(run.code, 2, "{args:?}: {run:?}");
+            assert!(run.stderr.starts_with("lockattr: "), "{args:?}: {run:?}");
+            assert!(run.stderr.contains(&format!("127.0.0.1:{port}")), "{run:?}");
+            assert!(!run.stderr.contains("hunter2"), "{run:?}");
+            assert!(!run.stdout.contains("hunter2"), "{run:?}");
+        }
+    }
+}
+
+#[test]
+fn a_wrong_password_exits_2_without_showing_it() {
+    let server = RedisServer::start_with(&["--requirepass", "right-one"]);
+    let url = server.url_with_password("wrong-guess");
+    let run = run_command(command(&["--url", &url, "show", "x"]));
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.starts_with("lockattr: "), "{run:?}");
+    assert!(!run.stderr.contains("wrong-guess"), "{run:?}");
+
+    let url = server.url_with_password("right-one");
+    let run = run_command(command(&["--url", &url, "show", "x"]));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(!run.stdout.contains("right-one") && !run.stderr.contains("right-one"));
+}
+
+#[test]
+fn the_url_comes_from_redis_url() {
+    let server = RedisServer::start();
+    let locker = locker(&server, "env-test");
+    let _guard = take(&locker, "from-env");
+    let mut command = command(&["show", "from-env", "--json"]);
+    command.env("REDIS_URL", server.url());
+    let run = run_command(command);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.json()["holder"]["label"], "env-test");
+
+    // --url wins over REDIS_URL.
+    let mut command = self::command(&["--url", &server.url(), "show", "from-env", "--json"]);
+    command.env("REDIS_URL", format!("redis://127.0.0.1:{}/", free_port()));
+    assert_eq!(run_command(command).code, 0);
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    for args in [
+        &["ls", "--limit", "0"][..],
+        &["show"][..],
+        &["frobnicate"][..],
+        &["watch", "--interval", "soon"][..],
+        // Several URLs are cluster seeds: --cluster is needed.
+        &[
+            "--url",
+            "redis://127.0.0.1:1/",
+            "--url",
+            "redis://127.0.0.1:2/",
+            "ls",
+        ][..],
+    ] {
+        let run = run_command(command(args));
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(!run.stderr.is_empty(), "{args:?}: {run:?}");
+    }
+    let run = run_command(command(&[
+        "--url",
+        "redis://a:1/",
+        "--url",
+        "redis://b:1/",
+        "ls",
+    ]));
+    assert!(
+        run.stderr.starts_with("lockattr: ") && run.stderr.contains("--cluster"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn watch_count_2_prints_the_table_twice() {
+    let server = RedisServer::start();
+    let locker = locker(&server, "watched");
+    let _guard = take(&locker, "w:1");
+    let start = Instant::now();
+    let run = lockattr(&server, &["watch", "--count", "2", "--interval", "0.2"]);
+    let took = start.elapsed();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        took >= Duration::from_millis(200),
+        "two refreshes 0.2 s apart took {took:?}"
+    );
+    let headers = run.stdout.lines().filter(|l| l.starts_with("NAME")).count();
+    let rows = run.stdout.lines().filter(|l| l.starts_with("w:1 ")).count();
+    assert_eq!((headers, rows), (2, 2), "{}", run.stdout);
+    let header = run.stdout.lines().find(|l| l.starts_with("NAME")).unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAME",
+            "HOLDER",
+            "SINCE",
+            "TTL",
+            "WAITERS",
+            "FENCE",
+            "HAND-OVERS/S"
+        ]
+    );
+    // Not a terminal: no screen clearing.
+    assert!(!run.stdout.contains('\x1b'));
+}
+
+/// Reads one line of the child's stdout on a thread, within `within`.
+fn next_line(lines: &mpsc::Receiver<String>, within: Duration) -> String {
+    lines
+        .recv_timeout(within)
+        .expect("watch printed a line in time")
+}
+
+/// Spawns `lockattr watch` with `args`; its stdout lines come on the channel.
+fn spawn_watch(
+    server: &RedisServer,
+    args: &[&str],
+) -> (std::process::Child, mpsc::Receiver<String>) {
+    let url = server.url();
+    let mut all = vec!["--url", url.as_str(), "watch"];
+    all.extend_from_slice(args);
+    let mut child = command(&all).spawn().expect("start lockattr watch");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, receive)
+}
+
+#[test]
+fn watch_counts_hand_overs_from_fencing_tokens() {
+    let server = RedisServer::start();
+    let locker = locker(&server, "busy");
+    let first = take(&locker, "hot");
+    let first_token = first.fencing_token();
+    let interval = 2.0;
+    let (child, lines) = spawn_watch(
+        &server,
+        &["hot", "--json", "--count", "2", "--interval", "2"],
+    );
+    let line = next_line(&lines, Duration::from_secs(10));
+    let refresh: Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(refresh["error"], Value::Null);
+    assert_eq!(refresh["locks"][0]["name"], "hot");
+    assert_eq!(
+        refresh["locks"][0]["fencing_token"].as_u64(),
+        Some(first_token)
+    );
+    assert_eq!(
+        refresh["locks"][0]["handovers_per_s"],
+        Value::Null,
+        "first sight"
+    );
+
+    // Two more acquisitions before the next refresh, the last one held.
+    first.release_blocking().unwrap();
+    take(&locker, "hot").release_blocking().unwrap();
+    let last = take(&locker, "hot");
+    assert_eq!(last.fencing_token(), first_token + 2);
+
+    let line = next_line(&lines, Duration::from_secs(10));
+    let refresh: Value = serde_json::from_str(&line).expect("a JSON line");
+    let lock = &refresh["locks"][0];
+    assert_eq!(lock["fencing_token"].as_u64(), Some(last.fencing_token()));
+    let rate = lock["handovers_per_s"].as_f64().expect("a rate");
+    // 2 hand-overs in one interval (plus the time a refresh takes).
+    assert!(
+        rate <= 2.0 / interval + 1e-9 && rate > 2.0 / (interval + 1.0),
+        "rate {rate}"
+    );
+    let output = wait_child(child, RUN_LIMIT);
+    assert!(output.status.success(), "{output:?}");
+}
+
+#[test]
+fn ctrl_c_ends_watch_with_exit_0() {
+    let server = RedisServer::start();
+    let (child, lines) = spawn_watch(&server, &["--interval", "0.2"]);
+    // The first refresh is on screen: the Ctrl-C handler is in place.
+    let first = next_line(&lines, Duration::from_secs(10));
+    assert!(first.is_empty() || first.contains("UTC"), "{first:?}");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let output = wait_child(child, Duration::from_secs(10));
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+}
