@@ -67,7 +67,7 @@
 //! | `lockattr_handovers_total` | counter | `lock` | locks handed by a release to a waiting caller |
 //! | `lockattr_renewal_failures_total` | counter | `lock` | renewals of a lease that failed (every retry counts) |
 //! | `lockattr_wait_seconds` | histogram | `lock`, `outcome` | time spent in an acquisition, by its outcome (as the `acquire` span's) |
-//! | `lockattr_hold_seconds` | histogram | `lock` | time from acquiring a lock to releasing it or dropping its guard |
+//! | `lockattr_hold_seconds` | histogram | `lock` | time from acquiring a lock to releasing it or dropping its guard (what a [`hold_at_least`](LockBuilder::hold_at_least) keeps of it after that is not counted) |
 //! | `lockattr_held_locks` | gauge | `lock` | locks this process holds now |
 //! | `lockattr_waiting_tasks` | gauge | `lock` | callers in an acquisition now (waiting for a busy lock, or on their first try) |
 //!
