@@ -46,7 +46,7 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     // One EVALSHA from the client; the rest are the script's own calls
     // (HDEL: leave the queue of waiters, in case this request was in it).
     // The existing fencing counter keeps the time to live the last release
-    // gave it: no PEXPIRE.
+    // gave it: no PEXPIRE. TIME stamps the holder record.
     assert_eq!(
         calls_between(&before, &after),
         vec![
@@ -54,7 +54,8 @@ fn acquiring_a_free_lock_is_one_round_trip() {
             ("get".to_owned(), 1),
             ("hdel".to_owned(), 1),
             ("incr".to_owned(), 1),
-            ("set".to_owned(), 1)
+            ("set".to_owned(), 1),
+            ("time".to_owned(), 1)
         ]
     );
     guard.release_blocking().unwrap();
@@ -238,7 +239,9 @@ fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
     for i in 0..20 {
         let locker = if i % 2 == 0 { &a } else { &b };
         let guard = locker.lock("tok").acquire_blocking().unwrap();
-        let token = server.get("lockattr:{tok}").expect("token stored");
+        // The owner token: the first line of the value (the holder record
+        // follows).
+        let token = server.owner("lockattr:{tok}").expect("token stored");
         assert_eq!(token.len(), 32, "{token}");
         assert!(
             token
