@@ -368,9 +368,9 @@ pub(crate) static FORCE_UNLOCK: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         ms_arg_lua!("retention", "ARGV[3]", "0"),
         r"
-local expected = tonumber(ARGV[4] or '0')
-if not expected or expected < 0 then
-  return redis.error_reply('ERR lockattr: the expected fencing token must be a whole number')
+local expected = tonumber(ARGV[4])
+if not expected or expected ~= math.floor(expected) or expected < 0 or expected >= 9007199254740992 then
+  return redis.error_reply('ERR lockattr: the expected fencing token must be a whole number from 0 to 2^53 - 1')
 end
 local value = redis.call('get', KEYS[1])
 if not value then
@@ -1090,6 +1090,41 @@ mod tests {
             let call = format!("RAISE_FENCE with retention {bad:?}");
             refused(&mut con, &RAISE_FENCE, &k, &["holder", "100", bad], &call);
         }
+    }
+
+    #[test]
+    fn force_unlock_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (held, _) = setup(&mut con);
+        let k = [held.lock.as_str(), &held.fence, &held.queue, &held.waiters];
+        for bad in [
+            "abc",
+            "",
+            "-3",
+            "1.5",
+            "1e30",
+            "9007199254740992",
+            "nan",
+            "inf",
+        ] {
+            let call = format!("FORCE_UNLOCK expecting token {bad:?}");
+            let args = [held.channel.as_str(), "0", "60000", bad];
+            refused(&mut con, &FORCE_UNLOCK, &k, &args, &call);
+        }
+        for bad in NOT_MS {
+            let call = format!("FORCE_UNLOCK with retention {bad:?}");
+            let args = [held.channel.as_str(), "0", bad, "0"];
+            refused(&mut con, &FORCE_UNLOCK, &k, &args, &call);
+        }
+        let call = "FORCE_UNLOCK without an expected token";
+        refused(
+            &mut con,
+            &FORCE_UNLOCK,
+            &k,
+            &[&held.channel, "0", "60000"],
+            call,
+        );
     }
 
     /// A queue entry that is not `<deadline>:<lease>` (written by an older
