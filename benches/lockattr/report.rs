@@ -1,0 +1,418 @@
+//! The rows of the table, as printed on stdout and recorded in the JSON
+//! (from which the README's table is made).
+
+use crate::peers::{
+    RSLOCK_DEFAULT_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY, RSLOCK_WAITER_RETRY_COUNT,
+};
+use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
+use crate::targets::{self, Target, ratio};
+use crate::util::{cores, cpu_model};
+use crate::{CONTEND_PROCESSES, ONE_PROCESS_TASKS, RUNTIME};
+
+/// A row of the table: one figure of both libraries (or of lockattr only).
+pub struct Row {
+    /// The row's number and name.
+    pub scenario: &'static str,
+    /// The figure.
+    pub metric: &'static str,
+    /// lockattr's value.
+    pub lockattr: String,
+    /// rslock's value (empty where it did not run).
+    pub rslock: String,
+    /// lockattr / rslock.
+    pub ratio: String,
+    /// Empty: information, no target.
+    pub target: &'static str,
+    /// None: no target (information).
+    pub met: Option<bool>,
+    /// Whether the README's table shows it.
+    pub readme: bool,
+}
+
+impl Row {
+    fn info(scenario: &'static str, metric: &'static str, lockattr: String, rslock: String) -> Row {
+        Row {
+            scenario,
+            metric,
+            lockattr,
+            rslock,
+            ratio: String::new(),
+            target: "",
+            met: None,
+            readme: false,
+        }
+    }
+
+    fn checked(mut self, target: Target) -> Row {
+        self.target = target.text;
+        self.met = Some(target.met);
+        self.readme = true;
+        self
+    }
+
+    /// Sets the ratio column; left empty where rslock did not run.
+    fn ratio(mut self, a: f64, b: f64, decimals: usize) -> Row {
+        if b.is_finite() {
+            self.ratio = fmt_num(ratio(a, b), decimals);
+        }
+        self
+    }
+
+    fn in_readme(mut self) -> Row {
+        self.readme = true;
+        self
+    }
+}
+
+/// `x` with `decimals` and thousands separators; `n/a` when not finite.
+pub fn fmt_num(x: f64, decimals: usize) -> String {
+    if !x.is_finite() {
+        return "n/a".into();
+    }
+    let mut s = format!("{x:.decimals$}");
+    if s.starts_with('-') && s[1..].chars().all(|c| c == '0' || c == '.') {
+        s.remove(0); // no "-0.0"
+    }
+    // Thousands separators for the integer part.
+    let (int, frac) = s
+        .split_once('.')
+        .map_or((s.as_str(), None), |(i, f)| (i, Some(f)));
+    let (sign, digits) = int.strip_prefix('-').map_or(("", int), |d| ("-", d));
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    match frac {
+        Some(f) => format!("{sign}{grouped}.{f}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+/// `µs (RTT)`.
+fn in_rtt(x: f64, unit: f64) -> String {
+    if !x.is_finite() {
+        return String::new();
+    }
+    format!("{} ({})", fmt_num(x, 1), fmt_num(x / unit, 2))
+}
+
+/// Every row of the table, in order.
+pub fn rows(r: &Report) -> Vec<Row> {
+    let rtt = r.rtt_us;
+    let [inter, tight] = [&r.uncontended[0], &r.uncontended[1]];
+    let none = String::new;
+    let pair_row = |scenario, metric, u: &Uncontended| {
+        Row::info(
+            scenario,
+            metric,
+            in_rtt(u.pair_us[0], u.rtt_us),
+            in_rtt(u.pair_us[1], u.rtt_us),
+        )
+        .ratio(u.pair_us[0], u.pair_us[1], 2)
+    };
+    let handoff_rows = |scenario, h: &Handoff| {
+        [
+            Row::info(
+                scenario,
+                "hand-over p50, µs (RTT)",
+                in_rtt(h.p50_us[0], rtt),
+                in_rtt(h.p50_us[1], rtt),
+            )
+            .ratio(h.p50_us[0], h.p50_us[1], 3),
+            Row::info(
+                scenario,
+                "hand-over p99, µs (RTT)",
+                in_rtt(h.p99_us[0], rtt),
+                in_rtt(h.p99_us[1], rtt),
+            )
+            .ratio(h.p99_us[0], h.p99_us[1], 3),
+            Row::info(
+                scenario,
+                "  holder's release call, p50, µs (RTT)",
+                in_rtt(h.release_p50_us[0], rtt),
+                in_rtt(h.release_p50_us[1], rtt),
+            ),
+            Row::info(
+                scenario,
+                "  waiter back after it, p50, µs (RTT)",
+                in_rtt(h.after_release_p50_us[0], rtt),
+                in_rtt(h.after_release_p50_us[1], rtt),
+            ),
+        ]
+    };
+    let contend_rows = |scenario, s: &[ContendStats; 2]| {
+        [
+            Row::info(
+                scenario,
+                "critical sections/s",
+                fmt_num(s[0].per_s, 0),
+                fmt_num(s[1].per_s, 0),
+            )
+            .ratio(s[0].per_s, s[1].per_s, 2),
+            Row::info(
+                scenario,
+                "lost updates",
+                s[0].lost().to_string(),
+                s[1].lost().to_string(),
+            )
+            .checked(targets::no_lost_updates(&s[0])),
+            Row::info(
+                scenario,
+                "least served share",
+                fmt_num(s[0].least_share, 2),
+                fmt_num(s[1].least_share, 2),
+            ),
+            Row::info(
+                scenario,
+                "p99 wait, ms",
+                fmt_num(s[0].wait_p99_us() / 1e3, 1),
+                fmt_num(s[1].wait_p99_us() / 1e3, 1),
+            )
+            .ratio(s[0].wait_p99_us(), s[1].wait_p99_us(), 2),
+        ]
+    };
+    let [h50, h99, h_release, h_after] = handoff_rows("3 hand-over", &r.handoff);
+    let [c_rate, c_lost, c_share, c_wait] = contend_rows("4 8 processes", &r.contend);
+    let [t_rate, t_lost, t_share, t_wait] = contend_rows("5 64 tasks, 1 lock", &r.tasks);
+    let [rl50, rl99, _, _] = handoff_rows("8 Redlock 5 nodes", &r.redlock.handoff);
+    let [cl50, cl99, _, _] = handoff_rows("9 Cluster 3 masters", &r.cluster.handoff);
+    let [ml, mr] = r.many_pairs_per_s;
+    let overhead = targets::macro_overhead_pct(r);
+    let cpu = |who: usize| [0, 1].map(|lib| fmt_num(r.many_cpu_us_per_pair[lib][who], 1));
+    let [redis_l, redis_r] = cpu(0);
+    let [bench_l, bench_r] = cpu(1);
+    vec![
+        Row {
+            target: "(the unit)",
+            ..Row::info(
+                "1 RTT",
+                "raw PING, interleaved, µs",
+                fmt_num(rtt, 1),
+                none(),
+            )
+        },
+        Row::info(
+            "1 RTT",
+            "Locker::ping, µs (RTT)",
+            in_rtt(inter.locker_ping_us, inter.rtt_us),
+            none(),
+        ),
+        pair_row("2 uncontended", "acq+rel, interleaved, µs (RTT)", inter)
+            .checked(targets::uncontended(r)),
+        Row::info(
+            "2 tight loop",
+            "raw PING, µs",
+            fmt_num(tight.rtt_us, 1),
+            none(),
+        ),
+        pair_row("2 tight loop", "acq+rel, µs (RTT)", tight),
+        h50.checked(targets::handoff_p50(r)),
+        h99.checked(targets::handoff_p99(r)),
+        h_release,
+        h_after,
+        Row::info(
+            "3 cold PING",
+            "after the same idle sleep, p50, µs (RTT)",
+            in_rtt(r.cold_ping.p50_us, rtt),
+            none(),
+        )
+        .in_readme(),
+        c_rate.checked(targets::contended_ratio(r)),
+        c_lost,
+        c_share.checked(targets::contended_share(r)),
+        c_wait.checked(targets::contended_wait(r)),
+        t_rate.checked(targets::tasks(r)),
+        t_lost,
+        t_share,
+        t_wait,
+        Row::info(
+            "6 256 tasks, distinct locks",
+            "acquire+release pairs/s",
+            fmt_num(ml, 0),
+            fmt_num(mr, 0),
+        )
+        .ratio(ml, mr, 2)
+        .checked(targets::many(r)),
+        Row::info(
+            "6 256 tasks, distinct locks",
+            "  Redis CPU µs per pair",
+            redis_l,
+            redis_r,
+        )
+        .in_readme(),
+        Row::info(
+            "6 256 tasks, distinct locks",
+            "  bench process CPU µs per pair",
+            bench_l,
+            bench_r,
+        ),
+        Row::info(
+            "7 macro",
+            "overhead vs builder, %",
+            format!(
+                "{} ({} vs {} µs)",
+                fmt_num(overhead, 1),
+                fmt_num(r.macro_us, 1),
+                fmt_num(r.by_hand_us, 1)
+            ),
+            none(),
+        )
+        .checked(targets::macro_overhead(r)),
+        pair_row(
+            "8 Redlock 5 nodes",
+            "acq+rel, µs (RTT)",
+            &r.redlock.uncontended,
+        )
+        .checked(targets::redlock_uncontended(r)),
+        rl50.checked(targets::redlock_handoff(r)),
+        rl99,
+        pair_row(
+            "9 Cluster 3 masters",
+            "acq+rel, µs (RTT)",
+            &r.cluster.uncontended,
+        )
+        .in_readme(),
+        cl50.in_readme(),
+        cl99,
+        Row::info(
+            "9 Cluster 3 masters",
+            "pub/sub messages per release",
+            fmt_num(r.pubsub.per_release(), 2),
+            none(),
+        )
+        .in_readme(),
+    ]
+}
+
+/// The run's circumstances, one line each: what the JSON's `machine`,
+/// `code`, `load_average_1min` and `rtt` record.
+fn circumstances(r: &Report) -> Vec<String> {
+    let load = |l: Option<f64>| l.map_or("?".into(), |l| format!("{l:.2}"));
+    let yes_no = |b: Option<bool>| b.map_or("?", |b| if b { "yes" } else { "no" });
+    vec![
+        format!(
+            "lockattr {} vs rslock 0.10; redis-server {}; {} cores, {}; {}{}",
+            env!("CARGO_PKG_VERSION"),
+            r.redis_version,
+            cores(),
+            cpu_model().unwrap_or_else(|| "CPU unknown".into()),
+            RUNTIME,
+            if r.plan_quick {
+                "; QUICK RUN (small samples)"
+            } else {
+                ""
+            }
+        ),
+        format!(
+            "git commit {}; library sources differ from it: {}; work tree dirty: {}",
+            r.git.head.as_deref().unwrap_or("?"),
+            yes_no(r.git.library_dirty),
+            yes_no(r.git.worktree_dirty)
+        ),
+        format!(
+            "RTT unit (median raw PING, interleaved): {} µs; load average (1 min) at start {} and end {}",
+            fmt_num(r.rtt_us, 1),
+            load(r.load[0]),
+            load(r.load[1])
+        ),
+    ]
+}
+
+/// Prints the table and the run's circumstances.
+pub fn print_table(r: &Report) {
+    let rows = rows(r);
+    let header = [
+        "row",
+        "figure",
+        "lockattr",
+        "rslock",
+        "lockattr/rslock",
+        "target (lockattr)",
+        "",
+    ];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|row| {
+            [
+                row.scenario.to_owned(),
+                row.metric.to_owned(),
+                row.lockattr.clone(),
+                row.rslock.clone(),
+                row.ratio.clone(),
+                if row.target.is_empty() {
+                    "(information)".to_owned()
+                } else {
+                    row.target.to_owned()
+                },
+                row.met
+                    .map_or(String::new(), |m| targets::met_word(m).to_owned()),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: &[String]| {
+        let mut s = String::new();
+        for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
+            let pad = w - c.chars().count();
+            if (2..=4).contains(&i) {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            }
+            s.push_str("  ");
+        }
+        println!("{}", s.trim_end());
+    };
+    println!();
+    for l in circumstances(r) {
+        println!("{l}");
+    }
+    println!(
+        "rslock retries: defaults {} attempts / random 0..{} ms sleep (uncontended, contended, many); hand-over waiter {} attempts / same delay",
+        RSLOCK_DEFAULT_RETRY_COUNT,
+        RSLOCK_DEFAULT_RETRY_DELAY.as_millis(),
+        RSLOCK_WAITER_RETRY_COUNT
+    );
+    println!();
+    line(&header.map(String::from));
+    line(&widths.map(|w| "-".repeat(w)));
+    for row in &cells {
+        line(row);
+    }
+    let [cl, cr] = [&r.contend[0], &r.contend[1]];
+    println!();
+    println!(
+        "{CONTEND_PROCESSES} processes, critical sections per process over {} s: lockattr {:?}; rslock {:?} (rslock gave up {} times, retried in the loop)",
+        r.contend_seconds, cl.counts, cr.counts, cr.gave_up
+    );
+    println!(
+        "{ONE_PROCESS_TASKS} tasks: least served share lockattr {}, rslock {}; rslock gave up {} times",
+        fmt_num(r.tasks[0].least_share, 2),
+        fmt_num(r.tasks[1].least_share, 2),
+        r.tasks[1].gave_up
+    );
+    println!(
+        "hand-over samples: {} per library (Redlock {}, Cluster {}), cold PINGs {}; uncontended and macro: {} iterations per figure, medians; \
+         tight loop = {} iterations of one operation in a row",
+        r.handoff.samples[0],
+        r.redlock.handoff.samples[0],
+        r.cluster.handoff.samples[0],
+        r.cold_ping.samples,
+        r.iterations,
+        r.uncontended[1].block
+    );
+    println!(
+        "Cluster pub/sub over {} hand-over releases: {} cluster-bus publish messages + {} PUBLISH/SPUBLISH calls",
+        r.pubsub.releases, r.pubsub.bus_messages, r.pubsub.publish_calls
+    );
+}

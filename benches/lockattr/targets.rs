@@ -1,0 +1,126 @@
+//! The targets for lockattr, checked in one place for the table,
+//! the JSON, the README and the chart. Each has its text and its check.
+
+use crate::scenarios::{ContendStats, Report};
+
+/// A target: what it says, and whether this run met it.
+pub struct Target {
+    /// As printed, e.g. `<= 1.0x rslock and <= 2.3 RTT`.
+    pub text: &'static str,
+    /// Whether lockattr met it.
+    pub met: bool,
+}
+
+/// `a / b`, NaN when `b` is 0.
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 { f64::NAN } else { a / b }
+}
+
+/// Row 2: uncontended acquire + release.
+pub fn uncontended(r: &Report) -> Target {
+    let u = &r.uncontended[0];
+    Target {
+        text: "<= 1.0x rslock and <= 2.3 RTT",
+        met: ratio(u.pair_us[0], u.pair_us[1]) <= 1.0 && u.pair_us[0] / u.rtt_us <= 2.3,
+    }
+}
+
+/// Row 3: hand-over p50.
+pub fn handoff_p50(r: &Report) -> Target {
+    Target {
+        text: "<= 4 RTT",
+        met: r.handoff.p50_us[0] / r.rtt_us <= 4.0,
+    }
+}
+
+/// Row 3: hand-over p99.
+pub fn handoff_p99(r: &Report) -> Target {
+    Target {
+        text: "<= 10 RTT",
+        met: r.handoff.p99_us[0] / r.rtt_us <= 10.0,
+    }
+}
+
+/// Row 4: critical sections per second.
+pub fn contended_ratio(r: &Report) -> Target {
+    Target {
+        text: ">= 1.5x rslock",
+        met: ratio(r.contend[0].per_s, r.contend[1].per_s) >= 1.5,
+    }
+}
+
+/// Rows 4, 5: no lost update.
+pub fn no_lost_updates(s: &ContendStats) -> Target {
+    Target {
+        text: "0",
+        met: s.lost() == 0,
+    }
+}
+
+/// Row 4: the least served process's share.
+pub fn contended_share(r: &Report) -> Target {
+    Target {
+        text: ">= 0.5",
+        met: r.contend[0].least_share >= 0.5,
+    }
+}
+
+/// Row 4: p99 of the waits.
+pub fn contended_wait(r: &Report) -> Target {
+    Target {
+        text: "<= 50 ms",
+        met: r.contend[0].wait_p99_us() <= 50_000.0,
+    }
+}
+
+/// Row 5: 64 tasks of one process on one lock.
+pub fn tasks(r: &Report) -> Target {
+    Target {
+        text: ">= 2x rslock",
+        met: ratio(r.tasks[0].per_s, r.tasks[1].per_s) >= 2.0,
+    }
+}
+
+/// Row 6: 256 tasks on distinct locks.
+pub fn many(r: &Report) -> Target {
+    Target {
+        text: ">= 1.0x rslock",
+        met: ratio(r.many_pairs_per_s[0], r.many_pairs_per_s[1]) >= 1.0,
+    }
+}
+
+/// Row 7: the macro's overhead.
+pub fn macro_overhead(r: &Report) -> Target {
+    Target {
+        text: "< 3%",
+        met: macro_overhead_pct(r) < 3.0,
+    }
+}
+
+/// Row 7's figure: (annotated / by hand − 1) in %.
+pub fn macro_overhead_pct(r: &Report) -> f64 {
+    (r.macro_us / r.by_hand_us - 1.0) * 100.0
+}
+
+/// Row 8: Redlock acquire + release.
+pub fn redlock_uncontended(r: &Report) -> Target {
+    let p = r.redlock.uncontended.pair_us;
+    Target {
+        text: "<= 1.0x rslock",
+        met: ratio(p[0], p[1]) <= 1.0,
+    }
+}
+
+/// Row 8: Redlock hand-over p50.
+pub fn redlock_handoff(r: &Report) -> Target {
+    let p = r.redlock.handoff.p50_us;
+    Target {
+        text: "<= 1.0x rslock and <= 2x one server's",
+        met: ratio(p[0], p[1]) <= 1.0 && ratio(p[0], r.handoff.p50_us[0]) <= 2.0,
+    }
+}
+
+/// `met` or `missed`.
+pub fn met_word(met: bool) -> &'static str {
+    if met { "met" } else { "missed" }
+}
