@@ -232,9 +232,10 @@ impl ClusterNodes {
         token: &str,
         expire: Duration,
         wait: Duration,
+        queued: bool,
     ) -> Result<Attempt, LockError> {
         let mut connection = self.connection().await?;
-        let invocation = scripts::acquire(keys, token, expire, wait);
+        let invocation = scripts::acquire(keys, token, expire, wait, queued);
         // An acquisition whose answer is not read (timed out, or this future
         // dropped) may still run: give it back, on the same connection, so
         // the release runs after it on that master.

@@ -349,8 +349,9 @@ impl SingleNode {
         token: &str,
         expire: Duration,
         wait: Duration,
+        queued: bool,
     ) -> Result<Attempt, LockError> {
-        let invocation = scripts::acquire(keys, token, expire, wait);
+        let invocation = scripts::acquire(keys, token, expire, wait, queued);
         // An acquisition whose answer timed out may still run, later, when a
         // frozen or overloaded server catches up. Redis runs one client's
         // commands in order, so a release sent on the same connection runs
