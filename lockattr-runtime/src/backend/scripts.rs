@@ -247,7 +247,8 @@ return {0, redis.call('pttl', KEYS[1])}
 
 /// Lua that ends a release: hands the lock to the oldest waiter whose
 /// deadline has not passed, or deletes it (see [`RELEASE_LUA`]), with the
-/// channel in `ARGV[2]` and the notify flag in `ARGV[3]`; returns 1.
+/// channel in `ARGV[2]` and the notify flag in `ARGV[3]`; returns the
+/// hand-over's notice, or 1 when the lock was deleted.
 macro_rules! hand_over_lua {
     () => {
         concat!(
@@ -259,7 +260,8 @@ macro_rules! hand_over_lua {
 
 /// The statements of [`hand_over_lua!`], with the channel and the notify
 /// flag in the Lua locals named `$channel` and `$notify`; `retention` is a
-/// checked local. Ends by returning from the enclosing function.
+/// checked local. Ends by returning from the enclosing function: the notice
+/// published for the waiter handed the lock, or 1 when it was deleted.
 macro_rules! hand_over_body_lua {
     ($channel:literal, $notify:literal) => {
         concat!(
@@ -291,10 +293,11 @@ while true do
             next_fence_lua!("KEYS[2]", "lease + retention"),
             r"
       redis.call('set', KEYS[1], waiter .. '\n' .. who .. '\n' .. now_ms, 'PX', lease)
+      local notice = string.format('%s:%d:%d', waiter, fence, lease)
       redis.call('publish', ",
             $channel,
-            r", string.format('%s:%d:%d', waiter, fence, lease))
-      return 1
+            r", notice)
+      return notice
     end
   end
 end
@@ -325,7 +328,10 @@ return 1
 /// release notice of a Redlock, whose waiters do not queue) or `0`, how
 /// long the fence counter outlives a lease in ms, and the fencing token the
 /// token was granted (0: none).
-/// Returns 1 when released, 0 when the token did not own the lock, and 2
+/// Returns 1 when released and deleted, the notice (a string) when released
+/// and handed to a waiter (so that the releasing process can wake a waiter
+/// of its own at once, without waiting for the notice to come round through
+/// its subscriber connection), 0 when the token did not own the lock, and 2
 /// when it did not, but the fence counter is at most `recent_fence!()` past
 /// the given fencing token: no more than that many acquisitions since the
 /// token's, and not a counter started again from the clock because Redis
@@ -562,6 +568,25 @@ return 1
 ",
     ))
 });
+
+/// What [`RELEASE_LUA`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// 0, 1 or 2 (see [`RELEASE_LUA`]).
+    Code(i64),
+    /// Released and handed to a waiter: the notice published for it,
+    /// `<waiter's token>:<fencing token>:<lease ms>`.
+    Handed(String),
+}
+
+impl redis::FromRedisValue for ReleaseReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            redis::Value::Int(code) => Ok(ReleaseReply::Code(code)),
+            v => String::from_redis_value(v).map(ReleaseReply::Handed),
+        }
+    }
+}
 
 /// An [`ACQUIRE`] call; `queued`: an earlier call with this token may have
 /// queued it.
@@ -1178,8 +1203,17 @@ mod tests {
             .arg("99999999999999:4000")
             .query(&mut con)
             .unwrap();
-        let released: i64 = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
-        assert_eq!(released, 1);
+        let released: ReleaseReply = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
+        // Handed to "good" (a fresh counter starts at the server's clock).
+        let ReleaseReply::Handed(notice) = released else {
+            panic!("not handed over: {released:?}");
+        };
+        let fence: u64 = notice
+            .strip_prefix("good:")
+            .and_then(|rest| rest.strip_suffix(":4000"))
+            .and_then(|fence| fence.parse().ok())
+            .unwrap_or_else(|| panic!("notice {notice:?}"));
+        assert!(fence > 5, "{notice:?}");
         let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
         // The owner token, then the holder (none recorded) and the time.
         assert!(owner.starts_with("good\n\n"), "{owner:?}");
