@@ -43,21 +43,58 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     let before = server.command_calls();
     let guard = locker.lock("x").acquire_blocking().unwrap();
     let after = server.command_calls();
-    // One EVALSHA from the client; the rest are the script's own calls
-    // (HDEL: leave the queue of waiters, in case this request was in it).
-    // The existing fencing counter keeps the time to live the last release
-    // gave it: no PEXPIRE. TIME stamps the holder record.
+    // One EVALSHA from the client; the rest are the script's own calls:
+    // SET NX takes the free lock (with the holder record, stamped by this
+    // process's clock) and INCR draws the fencing token. The existing
+    // fencing counter keeps the time to live the last release gave it (no
+    // PEXPIRE), and a first attempt was never queued (no HDEL).
     assert_eq!(
         calls_between(&before, &after),
         vec![
             ("evalsha".to_owned(), 1),
-            ("get".to_owned(), 1),
-            ("hdel".to_owned(), 1),
             ("incr".to_owned(), 1),
             ("set".to_owned(), 1),
-            ("time".to_owned(), 1)
         ]
     );
+    let before = server.command_calls();
+    guard.release_blocking().unwrap();
+    let after = server.command_calls();
+    // The release: the owner check (GET), nobody queued (LPOP), DEL, and
+    // the counter's retention (PEXPIRE). No TIME while nobody waits.
+    assert_eq!(
+        calls_between(&before, &after),
+        vec![
+            ("del".to_owned(), 1),
+            ("evalsha".to_owned(), 1),
+            ("get".to_owned(), 1),
+            ("lpop".to_owned(), 1),
+            ("pexpire".to_owned(), 1),
+        ]
+    );
+}
+
+#[test]
+fn acquiring_a_free_lock_after_waiting_leaves_the_queue() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
+    let holder = other
+        .lock("q")
+        .expire(Duration::from_millis(300))
+        .renew(false)
+        .acquire_blocking()
+        .unwrap();
+    // Queued behind a holder that never releases: the lease runs out and
+    // the waiter takes the free lock on its own timer, leaving the queue.
+    let guard = locker
+        .lock("q")
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire_blocking()
+        .unwrap();
+    assert!(!server.exists("lockattr:{q}:queue"));
+    assert!(!server.exists("lockattr:{q}:waiters"));
+    assert!(server.owner("lockattr:{q}").is_some());
+    drop(holder);
     guard.release_blocking().unwrap();
 }
 

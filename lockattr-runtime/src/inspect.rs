@@ -5,7 +5,8 @@
 //! Every acquisition records its holder next to the lock, in the same key
 //! and the same script call (no extra round trip): the host name, the
 //! process id and the Locker's [label](crate::LockerBuilder::label), and
-//! when it was taken by the Redis server's clock. It goes with the lock.
+//! when it was taken (by the taking process's clock; by the Redis server's
+//! when a release handed it to a waiter). It goes with the lock.
 //! The owner token is never part of what these functions return.
 
 use std::collections::BTreeSet;
@@ -58,8 +59,9 @@ pub struct Holder {
     /// The holder's Locker label ([`LockerBuilder::label`](crate::LockerBuilder::label);
     /// by default the executable's name).
     pub label: String,
-    /// When the lock was taken (handed over, for a waiter), by the Redis
-    /// server's clock.
+    /// When the lock was taken, by the clock of the process that took it;
+    /// when a release handed it to a waiter, by the Redis server's clock at
+    /// the hand-over.
     pub since: SystemTime,
 }
 

@@ -21,6 +21,7 @@ use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisError, ScriptInvocation};
 
 use super::SingleNode;
+use super::scripts::ReleaseReply;
 use super::source::Source;
 use super::{Attempt, Extend, Renewal, Renewed, Timeouts, Wakeups, millis, scripts};
 use crate::address::{self, Address, TlsFiles};
@@ -232,9 +233,10 @@ impl ClusterNodes {
         token: &str,
         expire: Duration,
         wait: Duration,
+        queued: bool,
     ) -> Result<Attempt, LockError> {
         let mut connection = self.connection().await?;
-        let invocation = scripts::acquire(keys, token, expire, wait);
+        let invocation = scripts::acquire(keys, token, expire, wait, queued);
         // An acquisition whose answer is not read (timed out, or this future
         // dropped) may still run: give it back, on the same connection, so
         // the release runs after it on that master.
@@ -254,8 +256,15 @@ impl ClusterNodes {
     ) -> Result<bool, LockError> {
         let mut connection = self.connection().await?;
         let invocation = scripts::release(keys, token, fencing_token, false);
-        let deleted: i64 = self.invoke(&invocation, &mut connection).await?;
-        Ok(deleted == 1)
+        let reply: ReleaseReply = self.invoke(&invocation, &mut connection).await?;
+        Ok(match reply {
+            ReleaseReply::Handed(notice) => {
+                // A waiter of this Locker hears it now (see `SingleNode::release`).
+                self.wakeups().handed_here(&keys.channel, &notice);
+                true
+            }
+            ReleaseReply::Code(code) => code == 1,
+        })
     }
 
     pub(crate) async fn extend(
@@ -362,7 +371,8 @@ impl Drop for GiveBack {
         };
         let release = scripts::give_back(&keys, &token);
         let _ = io::spawn(async move {
-            let released: redis::RedisResult<i64> = release.query_async(&mut connection).await;
+            let released: redis::RedisResult<redis::Value> =
+                release.query_async(&mut connection).await;
             drop(released);
         });
     }

@@ -72,16 +72,18 @@ impl<'a> Queued<'a> {
     /// Tries once to take the lock for `token`. When the lock is held and
     /// `wait` is not zero, queues `token` for `wait` (see
     /// [`super::scripts::ACQUIRE`]); a zero `wait` leaves the queue.
+    /// `queued`: an earlier attempt may have queued `token`.
     pub(crate) async fn try_acquire(
         self,
         keys: &Keys,
         token: &str,
         expire: Duration,
         wait: Duration,
+        queued: bool,
     ) -> Result<Attempt, LockError> {
         match self {
-            Queued::Single(node) => node.try_acquire(keys, token, expire, wait).await,
-            Queued::Cluster(nodes) => nodes.try_acquire(keys, token, expire, wait).await,
+            Queued::Single(node) => node.try_acquire(keys, token, expire, wait, queued).await,
+            Queued::Cluster(nodes) => nodes.try_acquire(keys, token, expire, wait, queued).await,
         }
     }
 
@@ -166,7 +168,10 @@ pub(crate) async fn acquire(
         }
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
-        let attempt = backend.try_acquire(keys, &token, expire, left).await;
+        let queued = owed.queued.as_deref() == Some(token.as_str());
+        let attempt = backend
+            .try_acquire(keys, &token, expire, left, queued)
+            .await;
         let expires_in = match attempt {
             Ok(Attempt::Acquired { fencing_token }) => {
                 owed.queued = None;

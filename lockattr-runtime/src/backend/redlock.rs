@@ -403,7 +403,7 @@ impl Redlock {
         self.refuse_duplicates()?;
         let answers = self
             .each_ready(all.into_iter().zip(ready), limit, |node| {
-                node.try_acquire(keys, token, expire, Duration::ZERO)
+                node.try_acquire(keys, token, expire, Duration::ZERO, false)
             })
             .await;
         let counted = self.counted();

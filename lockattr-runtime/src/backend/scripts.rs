@@ -143,31 +143,30 @@ macro_rules! owns_lua {
     };
 }
 
-/// Lua statements that set the local `now_ms` (declared here) to the
-/// server's time in milliseconds.
-macro_rules! now_ms_lua {
-    () => {
-        "local now_ms = redis.call('time')\nnow_ms = now_ms[1] * 1000 + math.floor(now_ms[2] / 1000)\n"
-    };
-}
-
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
 ///
 /// KEYS: lock, fence, queue, waiters. ARGV: token, `<lease in ms>:<how
-/// long the fence counter outlives the lease in ms>:<holder>`, how long the
-/// caller will wait in ms (0: it will not, and leaves the queue if it was in
-/// it). Ten words with EVALSHA, the most Redis reads from a client that has
-/// not authenticated: a missing password is then answered NOAUTH, not a
-/// protocol error (hence the two durations and the holder in one argument).
+/// long the fence counter outlives the lease in ms>:<queued>:<since>:<holder>`,
+/// how long the caller will wait in ms (0: it will not, and leaves the
+/// queue if it was in it). `queued` is `1` when an earlier call with this
+/// token may have queued it (it then leaves the queue when it takes the
+/// lock), `0` for a token's first call; `since` is the caller's clock in ms.
+/// Ten words with EVALSHA, the most Redis reads from a client that has not
+/// authenticated: a missing password is then answered NOAUTH, not a
+/// protocol error (hence everything but the token and the wait in one
+/// argument).
 ///
 /// The lock's value is `<token>\n<holder>\n<since>`: the owner token, who
 /// holds it (`<host>\n<pid>\n<label>`, as the Locker describes itself) and
-/// when it was taken, in ms by the server's clock. [`INSPECT`] shows all but
-/// the token. A queued waiter's entry carries its holder too, for a
-/// hand-over.
+/// when it was taken, in ms (by the taker's clock; by the server's when a
+/// release handed it over). [`INSPECT`] shows all but the token. A queued
+/// waiter's entry carries its holder too, for a hand-over.
 /// Returns `{1, fencing token}` when the token holds the lock, `{0, pttl of
 /// the holder}` when not.
+///
+/// The free lock is tried first, with `SET NX`: an uncontended acquisition
+/// costs that and the counter's `INCR`, nothing else.
 ///
 /// A token that already holds the lock counts as taken: a release handed it
 /// the lock (see [`RELEASE_LUA`]), or this is a retry whose first answer was
@@ -178,22 +177,39 @@ macro_rules! now_ms_lua {
 /// lock to the oldest waiter instead), and then the first waiter whose timer
 /// fires takes it.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    // The counter is incremented before the lock is written: if the INCR
-    // fails (a foreign value at the fence key), the script stops with
-    // nothing locked. Redis does not roll back a failed script's writes.
+    // The counter is incremented after the lock is written: if the INCR
+    // fails (a foreign value at the fence key), the lock is deleted again
+    // before the script stops. Redis does not roll back a failed script's
+    // writes.
     Script::new(concat!(
         r"
-local sep = string.find(ARGV[2], ':', 1, true)
-local sep2 = sep and string.find(ARGV[2], ':', sep + 1, true)
-local lease_arg = sep and string.sub(ARGV[2], 1, sep - 1)
-local retention_arg = sep and string.sub(ARGV[2], sep + 1, (sep2 or 0) - 1)
-local who = sep2 and string.sub(ARGV[2], sep2 + 1) or ''
+local lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$')
+if not who then
+  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+end
 ",
         ms_arg_lua!("lease", "lease_arg", "1"),
         ms_arg_lua!("retention", "retention_arg", "0"),
         ms_arg_lua!("wait", "ARGV[3]", "0"),
         r"
 local fence
+if redis.call('set', KEYS[1], ARGV[1] .. '\n' .. who .. '\n' .. since, 'NX', 'PX', lease) then
+  local ok = redis.pcall('incr', KEYS[2])
+  if type(ok) == 'table' and ok.err then
+    redis.call('del', KEYS[1])
+    return ok
+  end
+  fence = ok
+  if fence == 1 then
+    local now = redis.call('time')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('set', KEYS[2], string.format('%d', fence), 'PX', lease + retention)
+  end
+  if queued == '1' and redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
+    redis.call('lrem', KEYS[3], 0, ARGV[1])
+  end
+  return {1, fence}
+end
 local holder = redis.call('get', KEYS[1])
 if ",
         owns_lua!("holder", "ARGV[1]"),
@@ -206,19 +222,6 @@ if ",
 ",
         next_fence_lua!("KEYS[2]", "lease + retention"),
         r"
-  end
-  return {1, fence}
-end
-if holder == false then
-",
-        next_fence_lua!("KEYS[2]", "lease + retention"),
-        r"
-  ",
-        now_ms_lua!(),
-        r"
-  redis.call('set', KEYS[1], ARGV[1] .. '\n' .. who .. '\n' .. now_ms, 'PX', lease)
-  if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
-    redis.call('lrem', KEYS[3], 0, ARGV[1])
   end
   return {1, fence}
 end
@@ -244,7 +247,8 @@ return {0, redis.call('pttl', KEYS[1])}
 
 /// Lua that ends a release: hands the lock to the oldest waiter whose
 /// deadline has not passed, or deletes it (see [`RELEASE_LUA`]), with the
-/// channel in `ARGV[2]` and the notify flag in `ARGV[3]`; returns 1.
+/// channel in `ARGV[2]` and the notify flag in `ARGV[3]`; returns the
+/// hand-over's notice, or 1 when the lock was deleted.
 macro_rules! hand_over_lua {
     () => {
         concat!(
@@ -256,12 +260,13 @@ macro_rules! hand_over_lua {
 
 /// The statements of [`hand_over_lua!`], with the channel and the notify
 /// flag in the Lua locals named `$channel` and `$notify`; `retention` is a
-/// checked local. Ends by returning from the enclosing function.
+/// checked local. Ends by returning from the enclosing function: the notice
+/// published for the waiter handed the lock, or 1 when it was deleted.
 macro_rules! hand_over_body_lua {
     ($channel:literal, $notify:literal) => {
         concat!(
-            now_ms_lua!(),
             r"
+local now_ms
 while true do
   local waiter = redis.call('lpop', KEYS[3])
   if not waiter then
@@ -269,6 +274,10 @@ while true do
   end
   local entry = redis.call('hget', KEYS[4], waiter)
   if entry then
+    if not now_ms then
+      now_ms = redis.call('time')
+      now_ms = now_ms[1] * 1000 + math.floor(now_ms[2] / 1000)
+    end
     redis.call('hdel', KEYS[4], waiter)
     local sep = string.find(entry, ':', 1, true)
     local sep2 = sep and string.find(entry, ':', sep + 1, true)
@@ -284,10 +293,11 @@ while true do
             next_fence_lua!("KEYS[2]", "lease + retention"),
             r"
       redis.call('set', KEYS[1], waiter .. '\n' .. who .. '\n' .. now_ms, 'PX', lease)
+      local notice = string.format('%s:%d:%d', waiter, fence, lease)
       redis.call('publish', ",
             $channel,
-            r", string.format('%s:%d:%d', waiter, fence, lease))
-      return 1
+            r", notice)
+      return notice
     end
   end
 end
@@ -318,7 +328,10 @@ return 1
 /// release notice of a Redlock, whose waiters do not queue) or `0`, how
 /// long the fence counter outlives a lease in ms, and the fencing token the
 /// token was granted (0: none).
-/// Returns 1 when released, 0 when the token did not own the lock, and 2
+/// Returns 1 when released and deleted, the notice (a string) when released
+/// and handed to a waiter (so that the releasing process can wake a waiter
+/// of its own at once, without waiting for the notice to come round through
+/// its subscriber connection), 0 when the token did not own the lock, and 2
 /// when it did not, but the fence counter is at most `recent_fence!()` past
 /// the given fencing token: no more than that many acquisitions since the
 /// token's, and not a counter started again from the clock because Redis
@@ -556,13 +569,37 @@ return 1
     ))
 });
 
-/// An [`ACQUIRE`] call.
+/// What [`RELEASE_LUA`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// 0, 1 or 2 (see [`RELEASE_LUA`]).
+    Code(i64),
+    /// Released and handed to a waiter: the notice published for it,
+    /// `<waiter's token>:<fencing token>:<lease ms>`.
+    Handed(String),
+}
+
+impl redis::FromRedisValue for ReleaseReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            redis::Value::Int(code) => Ok(ReleaseReply::Code(code)),
+            v => String::from_redis_value(v).map(ReleaseReply::Handed),
+        }
+    }
+}
+
+/// An [`ACQUIRE`] call; `queued`: an earlier call with this token may have
+/// queued it.
 pub(crate) fn acquire(
     keys: &Keys,
     token: &str,
     expire: Duration,
     wait: Duration,
+    queued: bool,
 ) -> ScriptInvocation<'static> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     let mut invocation = ACQUIRE.prepare_invoke();
     invocation
         .key(&keys.lock)
@@ -571,9 +608,10 @@ pub(crate) fn acquire(
         .key(&keys.waiters)
         .arg(token)
         .arg(format!(
-            "{}:{}:{}",
+            "{}:{}:{}:{since}:{}",
             millis(expire),
             whole_millis(keys.fence_retention),
+            u8::from(queued),
             keys.holder
         ))
         .arg(whole_millis(wait));
@@ -845,7 +883,7 @@ mod tests {
             let k = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
             for bad in NOT_MS.iter().chain(&["0"]) {
                 let call = format!("ACQUIRE {} lease {bad:?}", keys.lock);
-                let lease = format!("{bad}:60000");
+                let lease = format!("{bad}:60000:0:1:");
                 refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
             }
             for bad in NOT_MS {
@@ -854,13 +892,13 @@ mod tests {
                     &mut con,
                     &ACQUIRE,
                     &k,
-                    &["newcomer", "1000:60000", bad],
+                    &["newcomer", "1000:60000:1:1:", bad],
                     &call,
                 );
                 let call = format!("ACQUIRE {} retention {bad:?}", keys.lock);
-                let lease = format!("1000:{bad}");
+                let lease = format!("1000:{bad}:0:1:");
                 refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
-                let lease = format!("1000:{bad}:host\n1\nlabel");
+                let lease = format!("1000:{bad}:0:1:host\n1\nlabel");
                 refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
             }
             for lease in [
@@ -869,15 +907,27 @@ mod tests {
                 ":",
                 "1000:",
                 ":60000",
-                "1000::h",
-                "1000:6x:h",
-                ":60000:h",
+                "1000:60000",
+                "1000:60000:0",
+                "1000:60000:0:1",
+                "1000:60000:2:1:h",
+                "1000:60000:0:x:h",
+                "1000:60000:0:-1:h",
+                "1000::0:1:h",
+                "1000:6x:0:1:h",
+                ":60000:0:1:h",
             ] {
                 let call = format!("ACQUIRE {} lease and retention {lease:?}", keys.lock);
                 refused(&mut con, &ACQUIRE, &k, &["newcomer", lease, "5000"], &call);
             }
             let call = format!("ACQUIRE {} without a wait", keys.lock);
-            refused(&mut con, &ACQUIRE, &k, &["newcomer", "1000:60000"], &call);
+            refused(
+                &mut con,
+                &ACQUIRE,
+                &k,
+                &["newcomer", "1000:60000:0:1:"],
+                &call,
+            );
         }
     }
 
@@ -1153,8 +1203,17 @@ mod tests {
             .arg("99999999999999:4000")
             .query(&mut con)
             .unwrap();
-        let released: i64 = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
-        assert_eq!(released, 1);
+        let released: ReleaseReply = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
+        // Handed to "good" (a fresh counter starts at the server's clock).
+        let ReleaseReply::Handed(notice) = released else {
+            panic!("not handed over: {released:?}");
+        };
+        let fence: u64 = notice
+            .strip_prefix("good:")
+            .and_then(|rest| rest.strip_suffix(":4000"))
+            .and_then(|fence| fence.parse().ok())
+            .unwrap_or_else(|| panic!("notice {notice:?}"));
+        assert!(fence > 5, "{notice:?}");
         let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
         // The owner token, then the holder (none recorded) and the time.
         assert!(owner.starts_with("good\n\n"), "{owner:?}");

@@ -10,6 +10,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, ScriptInvocation};
 
 use super::node_facts::NodeFacts;
+use super::scripts::ReleaseReply;
 use super::source::{Sentinels, Source};
 use super::{Attempt, Extend, Released, Renewal, Wakeups, extended, left_of, millis, scripts};
 use crate::address::{self, Address, TlsFiles};
@@ -349,8 +350,9 @@ impl SingleNode {
         token: &str,
         expire: Duration,
         wait: Duration,
+        queued: bool,
     ) -> Result<Attempt, LockError> {
-        let invocation = scripts::acquire(keys, token, expire, wait);
+        let invocation = scripts::acquire(keys, token, expire, wait, queued);
         // An acquisition whose answer timed out may still run, later, when a
         // frozen or overloaded server catches up. Redis runs one client's
         // commands in order, so a release sent on the same connection runs
@@ -385,12 +387,18 @@ impl SingleNode {
         notify: bool,
     ) -> Result<Released, LockError> {
         let invocation = scripts::release(keys, token, fencing_token, notify);
-        let (deleted, resent): (i64, bool) = self
+        let (reply, resent): (ReleaseReply, bool) = self
             .send_then(Request::Script(&invocation), None, None)
             .await?;
-        Ok(match (deleted, resent) {
-            (1, _) => Released::Done,
-            (2, true) => Released::Unsure,
+        Ok(match (reply, resent) {
+            (ReleaseReply::Handed(notice), _) => {
+                // A waiter of this Locker hears it now, not after the notice
+                // came round through the subscriber connection.
+                self.wakeups().handed_here(&keys.channel, &notice);
+                Released::Done
+            }
+            (ReleaseReply::Code(1), _) => Released::Done,
+            (ReleaseReply::Code(2), true) => Released::Unsure,
             _ => Released::NotOwned,
         })
     }

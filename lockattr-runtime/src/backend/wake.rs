@@ -186,6 +186,17 @@ struct Entry {
 }
 
 impl Channel {
+    /// Tells the waiter that `handed` names, if it waits here, that it holds
+    /// the lock, and forgets it.
+    fn hand_over(&mut self, handed: &HandOver<'_>) {
+        if let Some(waiter) = self.waiters.remove(handed.token) {
+            // The waiter may have just given up; its exit asks Redis anyway.
+            let _ = waiter.wake.send(Wake::Handed {
+                fencing_token: handed.fencing_token,
+            });
+        }
+    }
+
     /// Tells every waiter not yet armed that the channel is subscribed.
     fn arm(&mut self) {
         for entry in self.waiters.values_mut().filter(|e| !e.armed) {
@@ -354,6 +365,21 @@ impl Wakeups {
             token: token.to_owned(),
             serial,
             wake: rx,
+        }
+    }
+
+    /// A release by this Locker handed the lock to a waiter, with `notice`
+    /// (`<token>:<fencing token>:<lease ms>`, as published on `channel`):
+    /// when that waiter is one of this Locker's, it hears it now, a thread
+    /// hop and a trip through the subscriber connection earlier than the
+    /// notice itself (which then finds nobody to wake). The other waiters
+    /// hear of the new lease from the notice, as always.
+    pub(crate) fn handed_here(&self, channel: &str, notice: &str) {
+        let Some(handed) = HandOver::parse(notice) else {
+            return;
+        };
+        if let Some(channel) = lock(&self.shared.state).channels.get_mut(channel) {
+            channel.hand_over(&handed);
         }
     }
 
@@ -704,12 +730,7 @@ async fn read(
         let Some(channel) = channel.and_then(|name| guard.channels.get_mut(name)) else {
             continue;
         };
-        if let Some(waiter) = channel.waiters.remove(handed.token) {
-            // The waiter may have just given up; its exit asks Redis anyway.
-            let _ = waiter.wake.send(Wake::Handed {
-                fencing_token: handed.fencing_token,
-            });
-        }
+        channel.hand_over(&handed);
         for waiter in channel.waiters.values() {
             let _ = waiter.wake.send(Wake::Rearm {
                 lease: handed.lease,
