@@ -152,8 +152,10 @@ fn capped_plain(
     server: &RedisServer,
 ) -> Result<(bool, Option<LockError>), LockError> {
     let lost = g.lost_blocking(LOST_BY);
-    // The lease ran out: a stranger can take the lock while the body runs.
-    let taken = stranger_takes(server, "cap:plain").is_ok();
+    // The lease runs out (the guard counts it from below, so the key may
+    // last a few milliseconds longer): a stranger can take the lock while
+    // the body runs.
+    let taken = freed(server, "cap:plain") && stranger_takes(server, "cap:plain").is_ok();
     Ok((taken, lost))
 }
 
