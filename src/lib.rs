@@ -31,6 +31,7 @@
 //! | `locker` | an expression that coerces to `&Locker`, evaluated per call (`locker = &self.locks`) | the process default ([`init`], [`set_default`]) |
 //! | `guard` | a name to bind the held `&LockGuard` to inside the body (`guard = g`, then `g.fencing_token()`) | none |
 //! | `renew` | renew the lease while the body runs (`renew`, `renew = true`); see [Long work](#long-work-renewal-and-the-lost-signal) | off |
+//! | `renew_for` | renew, but for at most this long after the lock was taken; then the lease runs out on its own and the guard turns lost (`on_lost` applies). Same forms as `expire`; turns `renew` on; not zero, not over 30 days, not with `renew = false`; see [Capping renewal](#capping-renewal-renew_for) | renew for as long as the body runs |
 //! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
 //! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger. Async functions only: sync ones never re-enter, and `reentrant = true` on one is a compile error; see [Reentrancy](#reentrancy) | `true` for an `async fn` |
 //! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner; same forms as `expire`, not zero, no longer than the lease; see [Scheduled jobs](#scheduled-jobs) | none |
@@ -98,6 +99,42 @@
 //!     // May take an hour; stopped at the next .await if the lock goes.
 //!     Ok(())
 //! }
+//! ```
+//!
+//! ## Capping renewal: `renew_for`
+//!
+//! `renew` keeps a lock for as long as the body runs, so a body stuck on a
+//! call that never returns holds it forever. `renew_for` bounds that:
+//! renewal goes on as with `renew` (which it turns on), but stops once
+//! `renew_for` has passed since the lock was taken; the lease then runs out
+//! on its own (at most one `expire` later), the guard turns lost with
+//! [`LostReason::RenewFor`], and `on_lost` applies: `"abort"` drops the
+//! body, `"error"` turns its `Ok` into `Err(Lost)`.
+//!
+//! ```no_run
+//! use lockattr::{redis_lock, LockError};
+//!
+//! #[redis_lock(name = "import:{feed}", expire = 30, renew_for = "1h", on_lost = "abort")]
+//! async fn import(feed: u32) -> Result<(), LockError> {
+//!     // Renewed for up to an hour; a hung import gives the lock up about
+//!     // 30 s after that, and is dropped at its next .await.
+//!     Ok(())
+//! }
+//! ```
+//!
+//! A body that ends sooner releases as usual, also after the cap while the
+//! lease still lasts. [`LockGuard::extend`] is not capped: an explicit
+//! extension still raises the lease after `renew_for` (renewal stays
+//! stopped). A reentrant nested call's `renew_for` changes nothing: the
+//! lease keeps the cap of the call that took it (or none), and the nested
+//! call starts no renewal of its own. `renew_for = 0`, under a millisecond,
+//! over 30 days, or with `renew = false` (nothing to cap) are compile
+//! errors; a `Duration` expression is checked when the function is called.
+//! The builder's [`LockBuilder::renew_for`] does the same by hand.
+//!
+//! ```compile_fail
+//! #[lockattr::redis_lock(name = "import", renew = false, renew_for = "1h")] // nothing to cap
+//! fn import() -> Result<(), lockattr::LockError> { Ok(()) }
 //! ```
 //!
 //! # Scheduled jobs

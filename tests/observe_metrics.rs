@@ -387,3 +387,28 @@ async fn losses_and_renewal_failures_are_counted() {
     drop(unrenewed);
     no_full_names(&["lease:taken", "lease:unrenewed"]);
 }
+
+/// A lease that runs out after its `renew_for` cap is a loss
+/// `reason = "renew_for"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_after_the_renewal_cap_is_counted() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+    let capped = locker
+        .lock("cap:renew_for")
+        .expire(Duration::from_millis(600))
+        .renew_for(Duration::from_millis(800))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), capped.lost())
+        .await
+        .expect("the lease runs out after the cap");
+    drop(capped);
+    assert_eq!(
+        recorded().counter(LOSSES, &[("lock", "cap"), ("reason", "renew_for")]),
+        1
+    );
+    no_full_names(&["cap:renew_for"]);
+}

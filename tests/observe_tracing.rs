@@ -427,6 +427,43 @@ async fn a_lost_lock_is_a_warning_event() {
     drop(guard);
 }
 
+/// Renewal stopped by `renew_for`: an INFO event under `lockattr` naming
+/// the lock and the cap when it stops, then the loss warning with
+/// `reason = "renew_for"` when the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_cap_is_an_info_event_then_a_loss() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let guard = locker
+        .lock("traced:capped")
+        .expire(Duration::from_millis(600))
+        .renew_for(Duration::from_millis(800))
+        .acquire()
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the lease runs out after the cap");
+    assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
+    let seen = events("traced:capped");
+    let stopped: Vec<&Seen> = seen
+        .iter()
+        .filter(|e| e.name.starts_with("lock renewal stopped"))
+        .collect();
+    assert_eq!(stopped.len(), 1, "{seen:#?}");
+    assert_eq!(stopped[0].level, tracing::Level::INFO);
+    assert_eq!(stopped[0].target, "lockattr");
+    assert_eq!(stopped[0].field("renew_for_ms"), Some("800"));
+    let losses: Vec<&Seen> = seen
+        .iter()
+        .filter(|e| e.name.starts_with("lock lost"))
+        .collect();
+    assert_eq!(losses.len(), 1, "{seen:#?}");
+    assert_eq!(losses[0].field("reason"), Some("renew_for"));
+    drop(guard);
+}
+
 // ---- Events: forced unlock -------------------------------------------------
 
 /// An operator's `force_unlock` is a warning under `lockattr` that names

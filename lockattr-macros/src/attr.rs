@@ -1,7 +1,7 @@
 //! Parsing the options of `#[redis_lock(...)]`.
 //!
 //! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g,
-//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s"`.
+//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s", renew_for = "1h"`.
 //! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
 //! and all mistakes found in one pass, each at its own token.
 
@@ -14,8 +14,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 use crate::duration::DurationArg;
 
 /// The options this attribute knows, for messages.
-pub(crate) const VALID: &str =
-    "name, expire, acquire_time, locker, guard, renew, on_lost, reentrant, hold_at_least";
+pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard, renew, renew_for, on_lost, reentrant, hold_at_least";
 
 /// The options that stand alone as `true` (`renew` means `renew = true`).
 const FLAGS: [&str; 2] = ["renew", "reentrant"];
@@ -36,12 +35,15 @@ pub(crate) struct Options {
     pub(crate) acquire_time: Option<DurationArg>,
     pub(crate) locker: Option<Expr>,
     pub(crate) guard: Option<Ident>,
-    pub(crate) renew: Option<bool>,
+    /// The value, and the option as written (`renew = false`), for the
+    /// error about `renew_for` with renewal off.
+    pub(crate) renew: Option<(bool, TokenStream)>,
     /// The value, and the option as written (`reentrant`, `reentrant = true`),
     /// for errors about where it cannot go.
     pub(crate) reentrant: Option<(bool, TokenStream)>,
     pub(crate) on_lost: Option<(OnLost, Span)>,
     pub(crate) hold_at_least: Option<DurationArg>,
+    pub(crate) renew_for: Option<DurationArg>,
 }
 
 /// What an annotated function does when its lock is lost mid-body.
@@ -92,10 +94,10 @@ impl Parse for Parsed {
         for RawOption { key, value } in raw {
             let name = key.to_string();
             if value.is_none() && FLAGS.contains(&name.as_str()) {
+                let written = key.to_token_stream();
                 let duplicate = if name == "renew" {
-                    options.renew.replace(true).is_some()
+                    options.renew.replace((true, written)).is_some()
                 } else {
-                    let written = key.to_token_stream();
                     options.reentrant.replace((true, written)).is_some()
                 };
                 if duplicate {
@@ -121,12 +123,13 @@ impl Parse for Parsed {
             };
             let duplicate = match name.as_str() {
                 "name" => options.name.replace(name_arg(value)).is_some(),
-                "expire" | "acquire_time" | "hold_at_least" => {
+                "expire" | "acquire_time" | "hold_at_least" | "renew_for" => {
                     match DurationArg::parse(&name, value) {
                         Ok(d) => {
                             let slot = match name.as_str() {
                                 "expire" => &mut options.expire,
                                 "acquire_time" => &mut options.acquire_time,
+                                "renew_for" => &mut options.renew_for,
                                 _ => &mut options.hold_at_least,
                             };
                             slot.replace(d).is_some()
@@ -146,10 +149,14 @@ impl Parse for Parsed {
                     }
                 },
                 "renew" | "reentrant" => match flag(&name, &value) {
-                    Ok(on) if name == "renew" => options.renew.replace(on).is_some(),
                     Ok(on) => {
                         let written = quote!(#key = #value);
-                        options.reentrant.replace((on, written)).is_some()
+                        let slot = if name == "renew" {
+                            &mut options.renew
+                        } else {
+                            &mut options.reentrant
+                        };
+                        slot.replace((on, written)).is_some()
                     }
                     Err(e) => {
                         push(e);

@@ -11,7 +11,7 @@
 //!     let __lockattr_acquired = match default_locker() {   // or `let __lockattr_locker: &Locker = <locker>;`
 //!         Ok(__lockattr_locker) => {
 //!             let __lockattr_name = ::std::format!("order:{id}");
-//!             acquire_blocking(__lockattr_locker, &__lockattr_name, Options { expire, wait, renew, reentrant, hold_at_least, kind: "order:{id}" })
+//!             acquire_blocking(__lockattr_locker, &__lockattr_name, Options { expire, wait, renew, renew_for, reentrant, hold_at_least, kind: "order:{id}" })
 //!         }
 //!         Err(e) => Err(e),
 //!     };
@@ -88,12 +88,17 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         Some(hold) => quote!(::core::option::Option::Some(#hold)),
         None => quote!(::core::option::Option::None),
     };
+    let renew_for = match &plan.renew_for {
+        Some(renew_for) => quote!(::core::option::Option::Some(#renew_for)),
+        None => quote!(::core::option::Option::None),
+    };
     let (renew, reentrant, kind) = (plan.renew, plan.reentrant, &plan.kind);
     let options = quote! {
         ::lockattr::__private::Options {
             expire: #expire,
             wait: #acquire_time,
             renew: #renew,
+            renew_for: #renew_for,
             reentrant: #reentrant,
             hold_at_least: #hold_at_least,
             kind: #kind,

@@ -33,6 +33,8 @@ pub(crate) struct Plan {
     pub(crate) acquire_time: TokenStream,
     /// The minimum hold, when the attribute sets one.
     pub(crate) hold_at_least: Option<TokenStream>,
+    /// The cap on renewal, when the attribute sets one (renewal is then on).
+    pub(crate) renew_for: Option<TokenStream>,
     pub(crate) locker: Option<syn::Expr>,
     pub(crate) guard: Option<Ident>,
     pub(crate) renew: bool,
@@ -131,6 +133,17 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         check_hold(hold, expire, &mut errors);
     }
 
+    if let Some(renew_for) = &options.renew_for {
+        check_renew_for(renew_for, &mut errors);
+        if let Some((false, written)) = &options.renew {
+            errors.push(syn::Error::new_spanned(
+                written,
+                "`renew_for` caps renewal, and `renew = false` turns it off: there is nothing to \
+                 cap; drop `renew = false` (`renew_for` turns renewal on) or drop `renew_for`",
+            ));
+        }
+    }
+
     if let Some((OnLost::Abort, span)) = options.on_lost
         && sig.asyncness.is_none()
     {
@@ -221,9 +234,17 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
                 .hold_at_least
                 .as_ref()
                 .map(|d| DurationArg::to_tokens_or(Some(d), 0)),
+            renew_for: options
+                .renew_for
+                .as_ref()
+                .map(|d| DurationArg::to_tokens_or(Some(d), 0)),
             locker: options.locker,
             guard: options.guard,
-            renew: options.renew.unwrap_or(false),
+            // `renew_for` turns renewal on.
+            renew: options
+                .renew
+                .as_ref()
+                .map_or(options.renew_for.is_some(), |(on, _)| *on),
             // Async functions re-enter unless told not to; sync ones never.
             reentrant: sig.asyncness.is_some() && options.reentrant.is_none_or(|(on, _)| on),
             on_lost: options.on_lost.map(|(mode, _)| mode),
@@ -260,6 +281,25 @@ fn check_hold(hold: &DurationArg, expire: Option<&DurationArg>, errors: &mut Err
             }
             _ => return,
         }
+    };
+    errors.push(syn::Error::new(span, message));
+}
+
+/// `renew_for`: not zero, at least a millisecond, at most 30 days, when it
+/// is a literal.
+fn check_renew_for(renew_for: &DurationArg, errors: &mut Errors) {
+    let Some((nanos, span)) = renew_for.nanos() else {
+        return;
+    };
+    let message = if nanos == 0 {
+        "`renew_for` cannot be zero: renewal would stop at once; leave it out to renew for as \
+         long as the body runs"
+    } else if nanos < MILLISECOND_NANOS {
+        "`renew_for` is shorter than a millisecond: Redis keeps leases in whole milliseconds"
+    } else if nanos > MAX_EXPIRE_NANOS {
+        "`renew_for` is longer than 30 days; is the unit right?"
+    } else {
+        return;
     };
     errors.push(syn::Error::new(span, message));
 }

@@ -32,6 +32,10 @@ pub struct Options {
     pub wait: Duration,
     /// Renew the lease while the body runs.
     pub renew: bool,
+    /// Stop renewing this long after the lock was taken
+    /// ([`LockBuilder::renew_for`](crate::LockBuilder::renew_for)); a
+    /// nested call's is not used: the outer call's lease keeps its own.
+    pub renew_for: Option<Duration>,
     /// Re-enter a lock the call chain already holds (async functions only:
     /// [`acquire_blocking`] never re-enters).
     pub reentrant: bool,
@@ -150,7 +154,8 @@ async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError>
     if let Some(hold) = hold {
         lease.hold.at_least_until(entered, hold);
     }
-    let renewing = (options.renew && !lease.renew).then(|| Renewing::start(&lease, valid_until));
+    let renewing = (options.renew && options.renew_for.is_none() && !lease.renew)
+        .then(|| Renewing::start(&lease, valid_until));
     Ok(Held {
         renewing,
         guard: LockGuard::nested(lease),
@@ -205,9 +210,12 @@ pub async fn acquire(locker: &Locker, name: &str, options: Options) -> Result<He
         .acquire_timeout(options.wait)
         .renew(options.renew)
         .hold_at_least(options.hold_at_least.unwrap_or_default())
-        .kind(options.kind)
-        .acquire()
-        .await?;
+        .kind(options.kind);
+    let guard = match options.renew_for {
+        Some(renew_for) => guard.renew_for(renew_for),
+        None => guard,
+    };
+    let guard = guard.acquire().await?;
     Ok(Held::new(guard))
 }
 
@@ -287,8 +295,12 @@ pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result
         .acquire_timeout(options.wait)
         .renew(options.renew)
         .hold_at_least(options.hold_at_least.unwrap_or_default())
-        .kind(options.kind)
-        .acquire_blocking()?;
+        .kind(options.kind);
+    let guard = match options.renew_for {
+        Some(renew_for) => guard.renew_for(renew_for),
+        None => guard,
+    };
+    let guard = guard.acquire_blocking()?;
     Ok(Held::new(guard))
 }
 

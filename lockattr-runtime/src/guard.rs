@@ -20,6 +20,10 @@ pub(crate) struct Lease {
     pub(crate) fencing_token: u64,
     /// Whether the watchdog renews it.
     pub(crate) renew: bool,
+    /// The cap on renewal (`renew_for`), and the time it ends: set when the
+    /// lock is granted. No renewal is sent from then on.
+    pub(crate) renew_for: Option<Duration>,
+    pub(crate) renew_until: Option<Instant>,
     /// Until when it surely holds, and whether it was lost.
     pub(crate) state: LeaseState,
     /// Its entry in the Locker's watchdog, while watched.

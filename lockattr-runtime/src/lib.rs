@@ -44,7 +44,8 @@
 //! | event message | level | fields | when |
 //! |---|---|---|---|
 //! | `lock handed over by its releasing holder` | DEBUG | `lock`, `fencing_token`, `waited_ms` | a waiter was handed the lock (inside its `acquire` span) |
-//! | `lock lost: <why>` | WARN | `lock`, `reason` (`expired`, `unrenewed`, `taken`) | a guard first sees its lock lost: a renewal or an extension finds it gone or taken, its lease runs out, or its release finds it no longer its own; once per guard |
+//! | `lock lost: <why>` | WARN | `lock`, `reason` (`expired`, `unrenewed`, `taken`, `renew_for`) | a guard first sees its lock lost: a renewal or an extension finds it gone or taken, its lease runs out, or its release finds it no longer its own; once per guard |
+//! | `lock renewal stopped: ...` | INFO | `lock`, `renew_for_ms`, `left_ms` | renewal stopped because [`renew_for`](LockBuilder::renew_for) has passed since the lock was taken; the lease runs out `left_ms` later unless released first; once per guard |
 //! | `could not renew the lock; retrying` | DEBUG | `lock`, `error` | a renewal of the lock failed; it is retried while the lease lasts |
 //! | `could not renew locks; retrying` | WARN | `error`, `leases` | the first failed renewal round of an outage (`lock renewals reach Redis again` at INFO when it ends) |
 //! | `lock force-unlocked` | WARN | `lock`, `holder`, `forced_by` (the forcing Locker's [label](LockerBuilder::label)), `host`, `pid` | [`Locker::force_unlock`] freed a held lock |
@@ -63,7 +64,7 @@
 //! |---|---|---|---|
 //! | `lockattr_acquisitions_total` | counter | `lock` | locks acquired (hand-overs included) |
 //! | `lockattr_acquire_timeouts_total` | counter | `lock` | acquisitions that gave up: the lock stayed held for the whole acquire timeout |
-//! | `lockattr_losses_total` | counter | `lock`, `reason` | guards that found their lock lost (`expired`, `unrenewed`, `taken`, as the event) |
+//! | `lockattr_losses_total` | counter | `lock`, `reason` | guards that found their lock lost (`expired`, `unrenewed`, `taken`, `renew_for`, as the event) |
 //! | `lockattr_handovers_total` | counter | `lock` | locks handed by a release to a waiting caller |
 //! | `lockattr_renewal_failures_total` | counter | `lock` | renewals of a lease that failed (every retry counts) |
 //! | `lockattr_wait_seconds` | histogram | `lock`, `outcome` | time spent in an acquisition, by its outcome (as the `acquire` span's) |

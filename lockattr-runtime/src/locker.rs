@@ -325,7 +325,8 @@ impl Locker {
             name: name.as_ref().to_owned(),
             expire: DEFAULT_EXPIRE,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
-            renew: false,
+            renew: None,
+            renew_for: None,
             hold_at_least: Duration::ZERO,
             kind: None,
         }
@@ -927,7 +928,9 @@ pub struct LockBuilder<'a> {
     name: String,
     expire: Duration,
     acquire_timeout: Duration,
-    renew: bool,
+    /// As set with `renew(..)`: `Some(false)` with `renew_for` is refused.
+    renew: Option<bool>,
+    renew_for: Option<Duration>,
     hold_at_least: Duration,
     kind: Option<Cow<'static, str>>,
 }
@@ -987,7 +990,51 @@ impl LockBuilder<'_> {
     /// # Ok(()) }
     /// ```
     pub fn renew(mut self, renew: bool) -> Self {
-        self.renew = renew;
+        self.renew = Some(renew);
+        self
+    }
+
+    /// Caps renewal: the lease is renewed as with [`renew`](Self::renew)
+    /// (which this turns on), but no renewal is sent once `renew_for` has
+    /// passed since the lock was taken. The lease then runs out on its
+    /// own, at most one `expire` later, and the guard turns lost
+    /// ([`LockGuard::is_lost`], [`LockGuard::lost`], reason
+    /// [`LostReason::RenewFor`](crate::LostReason::RenewFor)): a stuck
+    /// holder cannot keep the lock forever, while one that crashes still
+    /// frees it within `expire`.
+    ///
+    /// - A release before the lease has run out releases as usual, cap
+    ///   passed or not.
+    /// - [`LockGuard::extend`] is not capped: an explicit extension is the
+    ///   holder saying it is still working, and it raises the lease even
+    ///   after `renew_for` (renewal stays stopped).
+    /// - The time counts from when the lock was granted to this guard.
+    ///   A cap shorter than `expire / 3` (the renewal period) means the
+    ///   lease is never renewed.
+    /// - When renewal stops, a `lockattr` INFO event says so
+    ///   (`lock renewal stopped: ...`).
+    ///
+    /// At acquire, a cap under a millisecond (zero included) or longer than
+    /// 30 days, or one together with `.renew(false)`, is refused with
+    /// [`LockError::InvalidInput`].
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker
+    ///     .lock("import")
+    ///     .expire(Duration::from_secs(30))        // freed within 30 s if this process dies
+    ///     .renew_for(Duration::from_secs(3600))   // renewed for at most an hour
+    ///     .acquire()
+    ///     .await?;
+    /// // ... the import: if it hangs, renewal stops after an hour, the lock
+    /// // frees itself within 30 s more, and `guard.lost()` resolves ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn renew_for(mut self, renew_for: Duration) -> Self {
+        self.renew_for = Some(renew_for);
         self
     }
 
@@ -1067,7 +1114,9 @@ impl LockBuilder<'_> {
     /// [`LockError::Connection`] when Redis could not be reached, and
     /// [`LockError::InvalidInput`] for an empty name, a lease shorter than a
     /// millisecond or longer than the Locker's `max_lease`, a
-    /// [`hold_at_least`](Self::hold_at_least) longer than the lease, or an
+    /// [`hold_at_least`](Self::hold_at_least) longer than the lease, a
+    /// [`renew_for`](Self::renew_for) under a millisecond, over 30 days or
+    /// with `renew(false)`, or an
     /// acquire timeout longer than [`MAX_ACQUIRE_TIMEOUT`]. On one server or a Redis
     /// Cluster, connection errors are retried within the acquire timeout
     /// (pauses of a few milliseconds growing to a quarter of a second), so a
@@ -1154,6 +1203,7 @@ impl LockBuilder<'_> {
             ));
         }
         hold::check(self.hold_at_least, self.expire)?;
+        let renew = check_renew_for(self.renew, self.renew_for)?;
         let mut wait = self.acquire_timeout;
         if wait == Duration::MAX {
             wait = MAX_ACQUIRE_TIMEOUT;
@@ -1178,13 +1228,49 @@ impl LockBuilder<'_> {
             token,
             expire: self.expire,
             fencing_token: 0,
-            renew: self.renew,
-            state: LeaseState::new(Instant::now(), self.renew, report),
+            renew,
+            renew_for: self.renew_for,
+            renew_until: None,
+            state: LeaseState::new(Instant::now(), renew, report),
             watch: std::sync::Mutex::new(None),
             hold: Hold::new(self.hold_at_least),
         };
         Ok((lease, wait))
     }
+}
+
+/// `renew` and `renew_for` as set on a builder: whether the lease is
+/// renewed, or what is wrong with the cap.
+fn check_renew_for(renew: Option<bool>, renew_for: Option<Duration>) -> Result<bool, LockError> {
+    let Some(renew_for) = renew_for else {
+        return Ok(renew.unwrap_or(false));
+    };
+    if renew_for < Duration::from_millis(1) {
+        return Err(LockError::invalid(
+            "renew_for",
+            format!(
+                "a cap of {renew_for:?} would stop renewal at once; give the work at least a \
+                 millisecond, or leave `renew_for` out to renew for as long as the guard is held"
+            ),
+        ));
+    }
+    if renew_for > MAX_EXPIRE {
+        return Err(LockError::invalid(
+            "renew_for",
+            format!(
+                "{renew_for:?} is longer than 30 days; is the unit right? Leave `renew_for` out \
+                 to renew for as long as the guard is held"
+            ),
+        ));
+    }
+    if renew == Some(false) {
+        return Err(LockError::invalid(
+            "renew_for",
+            "it caps renewal, and `renew(false)` turns renewal off; drop `renew(false)` \
+             (`renew_for` turns renewal on) or drop `renew_for`",
+        ));
+    }
+    Ok(true)
 }
 
 /// Takes the lock for `lease`, waiting up to `wait`, with the acquisition
@@ -1232,6 +1318,9 @@ fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     lease.hold.granted(sent);
     let trusted = trusted(lease.expire, lease.locker.backend.drift(lease.expire));
     lease.state.granted(sent + trusted);
+    lease.renew_until = lease
+        .renew_for
+        .and_then(|renew_for| Instant::now().checked_add(renew_for));
     let (renew, expire) = (lease.renew, lease.expire);
     let lease = Arc::new(lease);
     let locker = lease.locker.clone();

@@ -43,6 +43,9 @@ pub enum LostReason {
     Unrenewed,
     /// Redis found the lock deleted, or held under another owner's token.
     Taken,
+    /// Renewal stopped because its cap ([`renew_for`](crate::LockBuilder::renew_for))
+    /// had passed since the lock was taken, and the lease then ran out.
+    RenewFor,
 }
 
 impl std::fmt::Display for LostReason {
@@ -60,6 +63,10 @@ impl std::fmt::Display for LostReason {
                 "Redis found the lock deleted or held by another owner (deleted from outside, \
                  expired after a pause, or lost with a Redis restart)"
             }
+            LostReason::RenewFor => {
+                "renewal stopped when its `renew_for` cap had passed since the lock was taken, \
+                 and the lease then ran out; raise `renew_for` if the work may take that long"
+            }
         })
     }
 }
@@ -71,6 +78,7 @@ impl LostReason {
             LostReason::Expired => "expired",
             LostReason::Unrenewed => "unrenewed",
             LostReason::Taken => "taken",
+            LostReason::RenewFor => "renew_for",
         }
     }
 }
@@ -98,6 +106,8 @@ pub(crate) struct LeaseState {
 struct Inner {
     valid_until: Instant,
     lost: Option<LostReason>,
+    /// Renewal stopped at its `renew_for` cap: running out now means that.
+    capped: bool,
 }
 
 impl LeaseState {
@@ -106,6 +116,7 @@ impl LeaseState {
             inner: Mutex::new(Inner {
                 valid_until,
                 lost: None,
+                capped: false,
             }),
             blocked: Condvar::new(),
             notify: Notify::new(),
@@ -155,10 +166,25 @@ impl LeaseState {
         }
     }
 
+    /// Renewal stopped for good: `renew_for` has passed since the lock was
+    /// taken. The lease runs out on its own from here (unless extended or
+    /// released); when it does, the loss says why. Reported once.
+    pub(crate) fn renewal_capped(&self, renew_for: Duration) {
+        let mut inner = self.lock();
+        if inner.lost.is_none() && !inner.capped {
+            inner.capped = true;
+            let left = inner.valid_until.saturating_duration_since(Instant::now());
+            drop(inner);
+            self.report.renewal_capped(renew_for, left);
+        }
+    }
+
     /// Marks the lease lost if its time has passed; true when lost.
     fn expired(&self, inner: &mut Inner) -> bool {
         if inner.lost.is_none() && Instant::now() >= inner.valid_until {
-            let reason = if self.renewed {
+            let reason = if inner.capped {
+                LostReason::RenewFor
+            } else if self.renewed {
                 LostReason::Unrenewed
             } else {
                 LostReason::Expired

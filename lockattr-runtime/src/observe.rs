@@ -200,6 +200,18 @@ impl Report {
         metered::lost(&self.kind, reason);
     }
 
+    /// Renewal stopped at its `renew_for` cap, with `left` of the lease
+    /// surely left (once per lease).
+    pub(crate) fn renewal_capped(&self, renew_for: Duration, left: Duration) {
+        tracing::info!(
+            target: "lockattr",
+            lock = %self.name,
+            renew_for_ms = whole_ms(renew_for),
+            left_ms = whole_ms(left),
+            "lock renewal stopped: renew_for has passed since the lock was taken; the lease runs out unless released first",
+        );
+    }
+
     /// A renewal of the lease failed (it is retried while the lease lasts).
     pub(crate) fn renewal_failed(&self, error: &LockError) {
         tracing::debug!(

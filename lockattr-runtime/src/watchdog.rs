@@ -23,6 +23,12 @@
 //! on its way cannot revive the lock: the script only touches a key that
 //! still holds the guard's token.
 //!
+//! A lease with a cap on renewal (`renew_for`) leaves the watch once the cap
+//! has passed: its due time never goes past the cap, so the task wakes then,
+//! sends no renewal, marks the lease capped (the INFO event), and lets it
+//! run out. A renewal sent just before the cap raises the lease to `expire`
+//! as usual, so the lock lasts at most one lease past the cap.
+//!
 //! The watch also takes one-off checks: a guard handed its lock by a release
 //! only knows that its lease started after its last request to Redis, which
 //! may be long before. One read of the lease's time left (no renewal) makes
@@ -74,6 +80,23 @@ struct Entry {
     early: Instant,
     /// Renew every `period`; `None`: read the lease once, then leave.
     period: Option<Duration>,
+    /// No renewal from then on: the lease's `renew_for` has passed.
+    until: Option<Instant>,
+}
+
+impl Entry {
+    /// Keeps the next renewal at or before the cap, so the task is awake
+    /// when the cap passes.
+    fn cap(&mut self) {
+        if let Some(until) = self.until {
+            self.due = self.due.min(until);
+            self.early = self.early.min(until);
+        }
+    }
+
+    fn capped(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| until <= now)
+    }
 }
 
 /// How often a renewed lease is renewed: a third of the lease, at least a
@@ -99,15 +122,17 @@ impl Watchdog {
         let mut state = self.state();
         state.next_id += 1;
         let id = state.next_id;
-        state.entries.insert(
-            id,
-            Entry {
-                lease: Arc::downgrade(lease),
-                due,
-                early: period.map_or(due, |p| due.checked_sub(p / 2).unwrap_or(due)),
-                period,
-            },
-        );
+        let mut entry = Entry {
+            lease: Arc::downgrade(lease),
+            due,
+            early: period.map_or(due, |p| due.checked_sub(p / 2).unwrap_or(due)),
+            period,
+            // A one-off read is no renewal: not capped.
+            until: period.and(lease.renew_until),
+        };
+        entry.cap();
+        let due = entry.due;
+        state.entries.insert(id, entry);
         let start = !state.running;
         state.running = true;
         let wake = state.asleep_until.is_some_and(|at| due < at);
@@ -139,11 +164,22 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
     loop {
         let now = Instant::now();
         let mut due = Vec::new();
+        let mut capped = Vec::new();
         let mut next = None::<Instant>;
         {
             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            state.entries.retain(|_, e| e.lease.strong_count() > 0);
-            if state.entries.is_empty() {
+            state.entries.retain(|_, e| {
+                if e.lease.strong_count() == 0 {
+                    return false;
+                }
+                // Past its cap: leaves without a renewal.
+                if e.capped(now) {
+                    capped.extend(e.lease.upgrade());
+                    return false;
+                }
+                true
+            });
+            if state.entries.is_empty() && capped.is_empty() {
                 state.running = false;
                 return;
             }
@@ -159,6 +195,11 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
                 next = state.entries.values().map(|e| e.due).min();
             }
             state.asleep_until = next;
+        }
+        for lease in capped.drain(..) {
+            if let Some(renew_for) = lease.renew_for {
+                lease.state.renewal_capped(renew_for);
+            }
         }
         if due.is_empty() {
             let Some(next) = next else { continue };
@@ -240,6 +281,7 @@ async fn renew(
                         lease.state.confirmed(sent, left);
                         entry.due = sent + *period;
                         entry.early = sent + *period / 2;
+                        entry.cap();
                     }
                     (Renewed::Left(left), None) => {
                         lease.state.confirmed(sent, left);
@@ -285,4 +327,5 @@ fn retry_soon(entry: &mut Entry, period: Option<Duration>) {
     let wait = period.map_or(Duration::from_millis(100), |p| p / 4);
     entry.due = Instant::now() + wait.max(Duration::from_millis(10));
     entry.early = entry.due;
+    entry.cap();
 }

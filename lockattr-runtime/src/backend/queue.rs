@@ -45,7 +45,7 @@ use crate::{LockError, io};
 
 /// How often a waiter asks Redis whatever it hears: a hand-over whose
 /// message never arrived is noticed this long after it at most.
-const RECHECK: Duration = Duration::from_secs(1);
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
 /// The longest pause between tries of a give-back in the background.
 const GIVE_BACK_RETRY_MAX: Duration = Duration::from_secs(1);

@@ -197,6 +197,30 @@ impl Channel {
         }
     }
 
+    /// Routes a notice. A notice that names no waiter (`-`: a Redlock's
+    /// release, or a release within `hold_at_least`) reaches every waiter
+    /// as [`Wake::Rearm`]. A hand-over wakes the waiter it names; the
+    /// others hear of the new lease only when it is shorter than
+    /// [`RECHECK`](super::queue::RECHECK).
+    ///
+    /// Those others are queued waiters (only one server and a cluster hand
+    /// over), which ask Redis again within `RECHECK` of their last request
+    /// anyway: a longer lease cannot bring their next check forward; it
+    /// could only move a check due at the end of the previous holder's
+    /// (short) lease to later, sparing one script call. Not worth waking
+    /// every waiting task of the process at every hand-over: with many
+    /// processes contending, those wake-ups cost more than the lock.
+    fn route(&mut self, handed: &HandOver<'_>) {
+        self.hand_over(handed);
+        if handed.token == "-" || handed.lease < super::queue::RECHECK {
+            for waiter in self.waiters.values() {
+                let _ = waiter.wake.send(Wake::Rearm {
+                    lease: handed.lease,
+                });
+            }
+        }
+    }
+
     /// Tells every waiter not yet armed that the channel is subscribed.
     fn arm(&mut self) {
         for entry in self.waiters.values_mut().filter(|e| !e.armed) {
@@ -730,12 +754,7 @@ async fn read(
         let Some(channel) = channel.and_then(|name| guard.channels.get_mut(name)) else {
             continue;
         };
-        channel.hand_over(&handed);
-        for waiter in channel.waiters.values() {
-            let _ = waiter.wake.send(Wake::Rearm {
-                lease: handed.lease,
-            });
-        }
+        channel.route(&handed);
     }
 }
 
@@ -834,6 +853,56 @@ mod tests {
         assert_eq!(reopen_pause(6), Duration::from_millis(1600));
         assert_eq!(reopen_pause(7), MAX_REOPEN_PAUSE);
         assert_eq!(reopen_pause(u32::MAX), MAX_REOPEN_PAUSE);
+    }
+
+    /// A channel with two waiters, "a" and "b", and their wake-ups.
+    fn two_waiters() -> (Channel, [mpsc::UnboundedReceiver<Wake>; 2]) {
+        let mut channel = Channel::default();
+        let mut receivers = Vec::new();
+        for (serial, token) in ["a", "b"].into_iter().enumerate() {
+            let (wake, rx) = mpsc::unbounded_channel();
+            let serial = serial as u64;
+            let armed = true;
+            channel.waiters.insert(
+                token.into(),
+                Entry {
+                    wake,
+                    armed,
+                    serial,
+                },
+            );
+            receivers.push(rx);
+        }
+        (channel, receivers.try_into().ok().unwrap())
+    }
+
+    #[test]
+    fn a_hand_over_wakes_the_others_only_for_a_lease_shorter_than_a_recheck() {
+        // A long lease: "a" holds the lock; "b" is not woken at all.
+        let (mut channel, [mut a, mut b]) = two_waiters();
+        channel.route(&HandOver::parse("a:7:10000").unwrap());
+        assert!(matches!(
+            a.try_recv(),
+            Ok(Wake::Handed { fencing_token: 7 })
+        ));
+        assert!(b.try_recv().is_err());
+        assert!(!channel.waiters.contains_key("a"));
+        // A short lease: "b" moves its next check to its end.
+        let (mut channel, [mut a, mut b]) = two_waiters();
+        channel.route(&HandOver::parse("a:8:300").unwrap());
+        assert!(matches!(a.try_recv(), Ok(Wake::Handed { .. })));
+        assert!(matches!(b.try_recv(), Ok(Wake::Rearm { lease }) if lease.as_millis() == 300));
+        // Notices naming nobody reach everyone, whatever the time: a
+        // Redlock's release, and a release within `hold_at_least`.
+        for (notice, ms) in [("-:0:0", 0), ("-:0:10000", 10_000)] {
+            let (mut channel, [mut a, mut b]) = two_waiters();
+            channel.route(&HandOver::parse(notice).unwrap());
+            for rx in [&mut a, &mut b] {
+                assert!(
+                    matches!(rx.try_recv(), Ok(Wake::Rearm { lease }) if lease.as_millis() == ms)
+                );
+            }
+        }
     }
 
     #[test]
