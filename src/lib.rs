@@ -350,8 +350,8 @@ pub use lockattr_macros::LockKey;
 #[doc(inline)]
 pub use lockattr_runtime::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
-    DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_RESPONSE_TIMEOUT, Holder, LockBuilder,
-    LockError, LockGuard, LockInfo, LockKey, Locker, LockerBuilder, LostReason,
+    DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_RESPONSE_TIMEOUT, Fairness, Holder,
+    LockBuilder, LockError, LockGuard, LockInfo, LockKey, Locker, LockerBuilder, LostReason,
     MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT, RedisAddr, default_locker, init, set_default,
 };
 

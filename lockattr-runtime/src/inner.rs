@@ -18,6 +18,9 @@ pub(crate) struct Inner {
     /// How long a fencing counter outlives a lease
     /// (`LockerBuilder::fence_retention`).
     pub(crate) fence_retention: std::time::Duration,
+    /// [`Fairness::Bounded`](crate::Fairness::Bounded)'s time; zero for
+    /// [`Fairness::Fifo`](crate::Fairness::Fifo).
+    pub(crate) barge: std::time::Duration,
     /// Who this Locker's acquisitions are recorded as holding a lock:
     /// `<host>\n<pid>\n<label>`.
     pub(crate) holder: std::sync::Arc<str>,

@@ -140,8 +140,10 @@ pub(crate) struct Keys {
     /// `<prefix>{<escaped name>}:queue`: the tokens of the waiters, oldest
     /// first. Redis deletes it when it is empty.
     pub(crate) queue: String,
-    /// `<prefix>{<escaped name>}:waiters`: each queued token's deadline and
-    /// lease (`<deadline ms>:<lease ms>`). Redis deletes it when it is empty.
+    /// `<prefix>{<escaped name>}:waiters`: each queued token's deadline,
+    /// lease, when it was queued and its holder record (`<deadline
+    /// ms>:<lease ms>:<queued ms>:<holder>`). Redis deletes it when it is
+    /// empty.
     pub(crate) waiters: String,
     /// `<prefix>{<escaped name>}:wake`: the pub/sub channel on which a
     /// release names the waiter it handed the lock to.
@@ -152,6 +154,11 @@ pub(crate) struct Keys {
     pub(crate) fence_retention: Duration,
     /// Who takes the lock (`<host>\n<pid>\n<label>`), recorded with it.
     pub(crate) holder: Arc<str>,
+    /// How long a release lets newcomers take the lock while the oldest
+    /// waiter has waited less than that (the Locker's
+    /// [`Fairness`](crate::Fairness)); zero: every release hands the lock to
+    /// the oldest waiter.
+    pub(crate) barge: Duration,
 }
 
 impl Keys {
@@ -175,6 +182,7 @@ impl Keys {
             lock,
             fence_retention,
             holder: Arc::from(""),
+            barge: Duration::ZERO,
         }
     }
 }

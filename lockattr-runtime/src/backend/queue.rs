@@ -244,6 +244,9 @@ pub(crate) async fn acquire(
                     // From now on no notice is missed; one may have come
                     // before: ask again.
                     Wake::Subscribed => break,
+                    // A release left the lock free and this waiter is the
+                    // oldest: take it, unless a newcomer was quicker.
+                    Wake::TryNow => break,
                     Wake::Recheck => {
                         waiter = None;
                         break;

@@ -228,9 +228,9 @@ end
 if wait > 0 then
   if redis.call('hexists', KEYS[4], ARGV[1]) == 0 then
     local now = redis.call('time')
-    local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + wait
+    local queued_at = now[1] * 1000 + math.floor(now[2] / 1000)
     redis.call('rpush', KEYS[3], ARGV[1])
-    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d:', deadline, lease) .. who)
+    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. who)
     for i = 3, 4 do
       if redis.call('pttl', KEYS[i]) < wait then
         redis.call('pexpire', KEYS[i], wait)
@@ -253,7 +253,7 @@ macro_rules! hand_over_lua {
     () => {
         concat!(
             "local channel, notify = ARGV[2], ARGV[3]\n",
-            hand_over_body_lua!("channel", "notify"),
+            hand_over_body_lua!("channel", "notify", "barge"),
         )
     };
 }
@@ -263,10 +263,34 @@ macro_rules! hand_over_lua {
 /// checked local. Ends by returning from the enclosing function: the notice
 /// published for the waiter handed the lock, or 1 when it was deleted.
 macro_rules! hand_over_body_lua {
-    ($channel:literal, $notify:literal) => {
+    ($channel:literal, $notify:literal, $barge:literal) => {
         concat!(
             r"
 local now_ms
+if ",
+            $barge,
+            r" > 0 then
+  local oldest = redis.call('lindex', KEYS[3], 0)
+  local entry = oldest and redis.call('hget', KEYS[4], oldest)
+  if entry then
+    local deadline, queued_at = string.match(entry, '^(%d+):%d+:(%d+):')
+    if queued_at then
+      now_ms = redis.call('time')
+      now_ms = now_ms[1] * 1000 + math.floor(now_ms[2] / 1000)
+      if tonumber(deadline) >= now_ms and tonumber(queued_at) + ",
+            $barge,
+            r" > now_ms then
+        redis.call('del', KEYS[1])
+        redis.call('pexpire', KEYS[2], retention)
+        local notice = oldest .. ':0:0'
+        redis.call('publish', ",
+            $channel,
+            r", notice)
+        return notice
+      end
+    end
+  end
+end
 while true do
   local waiter = redis.call('lpop', KEYS[3])
   if not waiter then
@@ -284,6 +308,10 @@ while true do
     local deadline = sep and tonumber(string.sub(entry, 1, sep - 1))
     local lease = sep and tonumber(string.sub(entry, sep + 1, (sep2 or 0) - 1))
     local who = sep2 and string.sub(entry, sep2 + 1) or ''
+    local sep3 = sep2 and string.find(entry, ':', sep2 + 1, true)
+    if sep3 and string.match(string.sub(entry, sep2 + 1, sep3 - 1), '^%d+$') then
+      who = string.sub(entry, sep3 + 1)
+    end
     if deadline and deadline >= now_ms and lease and lease == math.floor(lease)
         and lease >= 1 and lease <= ",
             max_ms!(),
@@ -342,6 +370,7 @@ return 1
 /// is not 1: see `SingleNode::release` for what a re-sent release means.
 pub(crate) const RELEASE_LUA: &str = concat!(
     ms_arg_lua!("retention", "ARGV[4]", "0"),
+    ms_arg_lua!("barge", "ARGV[6]", "0"),
     r"
 local granted = tonumber(ARGV[5])
 if not granted or granted ~= math.floor(granted) or granted < 0 or granted >= 9007199254740992 then
@@ -397,7 +426,7 @@ local forced = sep and string.sub(value, sep + 1) or ''
 local function release()
   local channel, notify = ARGV[1], ARGV[2]
 ",
-        hand_over_body_lua!("channel", "notify"),
+        hand_over_body_lua!("channel", "notify", "0"),
         r"
 end
 release()
@@ -636,7 +665,8 @@ pub(crate) fn release(
         .arg(&keys.channel)
         .arg(if notify { "1" } else { "0" })
         .arg(whole_millis(keys.fence_retention))
-        .arg(fencing_token);
+        .arg(fencing_token)
+        .arg(whole_millis(keys.barge));
     invocation
 }
 
@@ -656,6 +686,7 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
         .arg(&keys.channel)
         .arg("0")
         .arg(whole_millis(keys.fence_retention))
+        .arg(0)
         .arg(0)
         .to_owned()
 }

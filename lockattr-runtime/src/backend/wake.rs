@@ -115,6 +115,10 @@ pub(crate) enum Wake {
     /// A release handed the lock to another waiter, whose lease is this
     /// long: the time to check for a crashed holder moves to its end.
     Rearm { lease: Duration },
+    /// A release left the lock free for newcomers (the Locker's
+    /// [`Fairness`](crate::Fairness) let it), and this waiter, the oldest,
+    /// may take it: ask Redis now. The waiter stays registered.
+    TryNow,
 }
 
 /// The wake-ups of one Redis server, for one Locker.
@@ -189,6 +193,12 @@ impl Channel {
     /// Tells the waiter that `handed` names, if it waits here, that it holds
     /// the lock, and forgets it.
     fn hand_over(&mut self, handed: &HandOver<'_>) {
+        if handed.is_try_now() {
+            if let Some(waiter) = self.waiters.get(handed.token) {
+                let _ = waiter.wake.send(Wake::TryNow);
+            }
+            return;
+        }
         if let Some(waiter) = self.waiters.remove(handed.token) {
             // The waiter may have just given up; its exit asks Redis anyway.
             let _ = waiter.wake.send(Wake::Handed {
@@ -212,6 +222,11 @@ impl Channel {
     /// processes contending, those wake-ups cost more than the lock.
     fn route(&mut self, handed: &HandOver<'_>) {
         self.hand_over(handed);
+        if handed.is_try_now() {
+            // Nobody holds the lock: no lease to watch; the others keep
+            // their place and their timers.
+            return;
+        }
         if handed.token == "-" || handed.lease < super::queue::RECHECK {
             for waiter in self.waiters.values() {
                 let _ = waiter.wake.send(Wake::Rearm {
@@ -469,7 +484,7 @@ impl Wakeups {
                     Wake::Recheck | Wake::Refused => return false,
                     // Heard before the confirmation: the caller asks Redis
                     // after this returns anyway.
-                    Wake::Handed { .. } | Wake::Rearm { .. } => {}
+                    Wake::Handed { .. } | Wake::Rearm { .. } | Wake::TryNow => {}
                 }
             }
         };
@@ -766,6 +781,12 @@ struct HandOver<'a> {
 }
 
 impl<'a> HandOver<'a> {
+    /// `<token>:0:0`: not a hand-over but a release that left the lock free
+    /// and names the oldest waiter, which may take it.
+    fn is_try_now(&self) -> bool {
+        self.fencing_token == 0 && self.token != "-"
+    }
+
     fn parse(payload: &'a str) -> Option<HandOver<'a>> {
         let mut parts = payload.rsplitn(3, ':');
         let lease = Duration::from_millis(parts.next()?.parse().ok()?);
@@ -892,6 +913,13 @@ mod tests {
         channel.route(&HandOver::parse("a:8:300").unwrap());
         assert!(matches!(a.try_recv(), Ok(Wake::Handed { .. })));
         assert!(matches!(b.try_recv(), Ok(Wake::Rearm { lease }) if lease.as_millis() == 300));
+        // A release that left the lock free for newcomers: only the oldest
+        // waiter asks now, and stays registered.
+        let (mut channel, [mut a, mut b]) = two_waiters();
+        channel.route(&HandOver::parse("a:0:0").unwrap());
+        assert!(matches!(a.try_recv(), Ok(Wake::TryNow)));
+        assert!(b.try_recv().is_err());
+        assert!(channel.waiters.contains_key("a"));
         // Notices naming nobody reach everyone, whatever the time: a
         // Redlock's release, and a release within `hold_at_least`.
         for (notice, ms) in [("-:0:0", 0), ("-:0:10000", 10_000)] {
