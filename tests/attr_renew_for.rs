@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, eventually, lock_key, stranger_takes};
 
 /// The guard is lost by then, counted from the call.
 const LOST_BY: Duration = Duration::from_secs(4);
@@ -29,15 +29,6 @@ fn lost_reason(e: &LockError) -> Option<LostReason> {
         LockError::Lost { reason, .. } => Some(*reason),
         _ => None,
     }
-}
-
-/// Another Locker takes `name` in one attempt.
-fn stranger_takes(server: &RedisServer, name: &str) -> Result<(), LockError> {
-    Locker::new(server.url())?
-        .lock(name)
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()?
-        .release_blocking()
 }
 
 /// The key of `name` is gone within 2 s (the lease ran out, or the release).

@@ -14,7 +14,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason};
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, eventually, lock_key, stranger_takes};
 
 const LEASE: Duration = Duration::from_secs(1);
 const CAP: Duration = Duration::from_millis(1500);
@@ -32,15 +32,6 @@ fn lost_reason(err: &LockError) -> LostReason {
         LockError::Lost { reason, .. } => *reason,
         other => panic!("expected Lost, got {other:?}"),
     }
-}
-
-/// Another Locker takes `name` in one attempt.
-fn stranger_takes(server: &RedisServer, name: &str) -> Result<(), LockError> {
-    Locker::new(server.url())?
-        .lock(name)
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()?
-        .release_blocking()
 }
 
 /// Renewed past the first lease (held at 1.3 s, with time left in Redis),

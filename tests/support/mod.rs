@@ -483,3 +483,12 @@ pub async fn warm_up(locker: &lockattr::Locker, name: &str) {
     let guard = locker.lock(name).acquire().await.expect("warm-up acquire");
     guard.release().await.expect("warm-up release");
 }
+
+/// Another Locker takes `name` in one attempt and lets it go.
+pub fn stranger_takes(server: &RedisServer, name: &str) -> Result<(), lockattr::LockError> {
+    lockattr::Locker::new(server.url())?
+        .lock(name)
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking()?
+        .release_blocking()
+}
