@@ -305,7 +305,7 @@ async fn a_hand_over_is_counted_and_a_waiter_gauged() {
     });
     let queue = format!("{}:queue", lock_key("relay:1"));
     let ready = eventually(Duration::from_secs(5), || {
-        server.exists(&queue) && pubsub_clients(&server) == 1
+        server.exists(&queue) && server.pubsub_clients() == 1
     });
     assert!(ready.is_some(), "the waiter never queued and subscribed");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -321,17 +321,6 @@ async fn a_hand_over_is_counted_and_a_waiter_gauged() {
     assert!(handed[0] >= 0.3, "waited for the release: {handed:?}");
     guard.release().await.unwrap();
     no_full_names(&["relay:1"]);
-}
-
-/// The pub/sub connections open now.
-fn pubsub_clients(server: &RedisServer) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut server.client())
-        .expect("CLIENT LIST TYPE pubsub");
-    list.lines().filter(|l| !l.trim().is_empty()).count()
 }
 
 // ---- Losses and renewal failures -------------------------------------------

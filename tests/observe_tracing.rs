@@ -279,7 +279,7 @@ async fn a_waiter_handed_the_lock_shows_handed_over() {
     // waiter has asked once more since it subscribed, and sleeps.
     let queue = format!("{}:queue", lock_key("traced:relay"));
     let ready = eventually(Duration::from_secs(5), || {
-        server.exists(&queue) && pubsub_clients(&server) == 1
+        server.exists(&queue) && server.pubsub_clients() == 1
     });
     assert!(ready.is_some(), "the waiter never queued and subscribed");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -304,17 +304,6 @@ async fn a_waiter_handed_the_lock_shows_handed_over() {
         Some("acquire")
     );
     guard.release().await.unwrap();
-}
-
-/// The pub/sub connections open now.
-fn pubsub_clients(server: &RedisServer) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut server.client())
-        .expect("CLIENT LIST TYPE pubsub");
-    list.lines().filter(|l| !l.trim().is_empty()).count()
 }
 
 // ---- The hold span ---------------------------------------------------------

@@ -89,17 +89,6 @@ fn assert_woken(after_release: Duration, runs: u64, token: u64, holders_token: u
     );
 }
 
-/// Connections that are subscribed to something (`CLIENT LIST TYPE pubsub`).
-fn pubsub_clients(server: &RedisServer) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut server.client())
-        .expect("CLIENT LIST TYPE pubsub");
-    list.lines().filter(|l| !l.trim().is_empty()).count()
-}
-
 /// The lock's keys other than its fencing counter that exist now.
 fn lock_state_keys(server: &RedisServer, name: &str) -> Vec<String> {
     [lock_key(name), queue_key(name), waiters_key(name)]
@@ -134,11 +123,11 @@ async fn until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// more since, so they sleep on the lease they were last told.
 async fn settle(server: &RedisServer, subscribers: usize) {
     assert!(
-        until(Duration::from_secs(5), || pubsub_clients(server)
+        until(Duration::from_secs(5), || server.pubsub_clients()
             == subscribers)
         .await,
         "{} pub/sub connections, expected {subscribers}",
-        pubsub_clients(server)
+        server.pubsub_clients()
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
@@ -752,7 +741,7 @@ async fn one_pubsub_connection_serves_all_waiters_of_a_locker() {
     for round in 0..2 {
         let tasks = wait_on_each(&server, &locker, &names).await;
         assert_eq!(
-            pubsub_clients(&server),
+            server.pubsub_clients(),
             1,
             "round {round}: pub/sub connections with 50 waiters on one Locker"
         );
@@ -773,7 +762,7 @@ async fn one_pubsub_connection_serves_all_waiters_of_a_locker() {
     for holder in holders {
         holder.release().await.unwrap();
     }
-    assert!(pubsub_clients(&server) <= 1);
+    assert!(server.pubsub_clients() <= 1);
     let left: Vec<_> = server
         .keys("lockattr:*")
         .into_iter()
@@ -801,11 +790,11 @@ async fn waiter_survives_its_subscriber_connection_being_killed() {
         let waiter = spawn_waiter(&waiters, &name, LONG, PATIENT);
         assert!(
             until(Duration::from_secs(3), || queued(&server, &name).len() == 1
-                && pubsub_clients(&server) == 1)
+                && server.pubsub_clients() == 1)
             .await,
             "the waiter never queued and subscribed (queue {:?}, {} pub/sub connections)",
             queued(&server, &name),
-            pubsub_clients(&server)
+            server.pubsub_clients()
         );
         let killed: u64 = redis::cmd("CLIENT")
             .arg("KILL")

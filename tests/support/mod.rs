@@ -307,6 +307,17 @@ pub fn wait_child(mut child: Child, within: Duration) -> std::process::Output {
 // ---- Helpers added for the runtime API tests (tests/runtime_*.rs). ----
 
 impl RedisServer {
+    /// Connections subscribed to something now (`CLIENT LIST TYPE pubsub`).
+    pub fn pubsub_clients(&self) -> usize {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut self.client())
+            .expect("CLIENT LIST TYPE pubsub");
+        list.lines().filter(|l| !l.trim().is_empty()).count()
+    }
+
     /// `redis://:<password>@127.0.0.1:<port>/`, for a server started with `--requirepass`.
     pub fn url_with_password(&self, password: &str) -> String {
         format!("redis://:{password}@127.0.0.1:{}/", self.port)
