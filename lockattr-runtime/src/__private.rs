@@ -12,6 +12,8 @@ use crate::backend::Extend;
 use crate::guard::Lease;
 use crate::{DEFAULT_EXPIRE, LostReason, io, observe, reentry, watchdog};
 
+pub mod set;
+
 /// The default Locker for an attribute without `locker = ...`.
 pub fn default_locker() -> Result<&'static Locker, LockError> {
     crate::default_locker()

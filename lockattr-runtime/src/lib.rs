@@ -99,6 +99,7 @@ mod inspect;
 mod io;
 mod key;
 mod locker;
+mod lockset;
 mod lost;
 mod observe;
 mod reentry;
@@ -124,3 +125,4 @@ pub use locker::{
     Locker, LockerBuilder, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT,
 };
 pub use lost::LostReason;
+pub use lockset::{LockSetBuilder, LockSetGuard};

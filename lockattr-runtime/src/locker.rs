@@ -1246,7 +1246,7 @@ impl LockBuilder<'_> {
     }
 
     /// Checks the request; the lease to try for and how long to wait.
-    fn checked(self, kind: Kind) -> Result<(Lease, Duration), LockError> {
+    pub(crate) fn checked(self, kind: Kind) -> Result<(Lease, Duration), LockError> {
         if self.name.is_empty() {
             return Err(LockError::invalid(
                 "lock name",
@@ -1379,7 +1379,7 @@ async fn acquire(
 /// would cut more than a tenth of the lease, the watchdog reads the lease's
 /// time left once to make it exact (a renewed lease is renewed at once
 /// instead), in the background: the hand-over itself stays a single message.
-fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
+pub(crate) fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     let Grant {
         fencing_token,
         sent,

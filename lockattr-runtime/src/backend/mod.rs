@@ -8,6 +8,7 @@
 
 mod cluster;
 pub(crate) mod inspect;
+pub(crate) mod lockset;
 mod node_facts;
 pub(crate) mod queue;
 pub(crate) mod redlock;

@@ -291,7 +291,7 @@ fn stopped_waiting() -> LockError {
 /// Errors worth trying again while the acquire time lasts: Redis could not
 /// be reached or did not answer in time, or said it cannot serve the
 /// request yet (loading its data, a cluster reconfiguring).
-fn retryable(e: &LockError) -> bool {
+pub(crate) fn retryable(e: &LockError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match e {
         LockError::Connection { .. } => !e.is_tls_refusal(),
@@ -326,7 +326,7 @@ fn may_have_run(e: &LockError) -> bool {
 impl Backoff {
     /// After `error`: sleeps the next pause, cut at `deadline`; `error`
     /// itself once the deadline has passed (or the caller is gone).
-    async fn pause(
+    pub(crate) async fn pause(
         &mut self,
         error: LockError,
         deadline: Instant,

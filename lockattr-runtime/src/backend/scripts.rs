@@ -143,6 +143,9 @@ macro_rules! owns_lua {
     };
 }
 
+// For the scripts of several names at once (`super::lockset`).
+pub(crate) use {max_ms, ms_arg_lua, owns_lua};
+
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
 ///
@@ -333,7 +336,7 @@ redis.call('del', KEYS[1])
 redis.call('pexpire', KEYS[2], retention)
 if ",
             $notify,
-            r" == '1' then
+            r" == '1' or redis.call('exists', KEYS[4]) == 1 then
   redis.call('publish', ",
             $channel,
             r", '-:0:0')
@@ -355,7 +358,10 @@ return 1
 /// `-:0:0` on the channel when the lock is deleted (nobody queued; the
 /// release notice of a Redlock, whose waiters do not queue) or `0`, how
 /// long the fence counter outlives a lease in ms, and the fencing token the
-/// token was granted (0: none).
+/// token was granted (0: none). `-:0:0` is also published when the lock is
+/// deleted while the waiters hash still exists: a caller waiting for
+/// several names at once (`lockset`) is entered there, not in the
+/// queue, and needs the notice to try again.
 /// Returns 1 when released and deleted, the notice (a string) when released
 /// and handed to a waiter (so that the releasing process can wake a waiter
 /// of its own at once, without waiting for the notice to come round through

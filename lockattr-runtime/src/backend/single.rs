@@ -478,6 +478,22 @@ impl SingleNode {
         self.send(Request::Script(invocation), None).await
     }
 
+    /// [`run_script`](Self::run_script) for a script that takes something
+    /// (a lock set): when its answer will not be read (it timed out, or the
+    /// caller dropped this future), `give_back` is sent on the same
+    /// connection, so that it runs after the script.
+    pub(crate) async fn run_script_or_give_back<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        give_back: redis::Cmd,
+    ) -> Result<T, LockError> {
+        let give_back = |connection: MultiplexedConnection| {
+            give_back_in_order(connection, give_back.clone());
+        };
+        self.send(Request::Script(invocation), Some(&give_back))
+            .await
+    }
+
     /// Runs a command that is safe to repeat.
     pub(crate) async fn run_command<T: FromRedisValue>(
         &self,

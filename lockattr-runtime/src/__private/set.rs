@@ -1,0 +1,191 @@
+//! What `#[redis_lock(name = [..])]` calls: the same functions as
+//! [`super`]'s, for a [`LockSetGuard`]. The macro's expansion for a set is
+//! the single lock's, with `__private::` read as `__private::set::`.
+//! Not a public API.
+
+use std::sync::Arc;
+
+use tracing::Instrument;
+
+pub use super::{Options, call, default_locker, key_of, lock_failed, typed_body};
+pub use crate::{LockError, LockKey, Locker};
+
+use crate::guard::Lease;
+use crate::{DEFAULT_EXPIRE, LockSetGuard, reentry};
+
+/// The guard type `guard = g` binds for a set.
+pub type LockGuard = LockSetGuard;
+
+/// The locks of an annotated function's call on a set.
+#[derive(Debug)]
+pub struct Held {
+    guard: LockSetGuard,
+}
+
+impl Held {
+    /// The guard (for `guard = g`).
+    pub fn guard(&self) -> &LockSetGuard {
+        &self.guard
+    }
+
+    fn hold_span(&self) -> tracing::Span {
+        let names: Vec<&str> = self.guard.names().collect();
+        tracing::debug_span!(target: "lockattr", "hold", lock = %names.join(", "))
+    }
+}
+
+/// Each name once, in the order given.
+fn unique(names: &[String]) -> Vec<&str> {
+    let mut unique: Vec<&str> = Vec::with_capacity(names.len());
+    for name in names {
+        if !unique.contains(&name.as_str()) {
+            unique.push(name);
+        }
+    }
+    unique
+}
+
+/// Acquires for an async function. A nested call whose every name its
+/// call chain holds goes straight in (nothing is taken or released; its
+/// `expire` and `renew` leave the leases as they are). A nested call that
+/// needs some names the chain holds and some it does not is refused with
+/// [`LockError::InvalidInput`]: taking the missing names while the chain
+/// holds the others is the hold-and-wait a set exists to avoid.
+pub async fn acquire(locker: &Locker, names: &[String], options: Options) -> Result<Held, LockError> {
+    if options.reentrant {
+        let names = unique(names);
+        let found: Vec<(&str, Option<Arc<Lease>>)> = names
+            .iter()
+            .map(|&n| (n, reentry::find_async(&locker.inner, n)))
+            .collect();
+        let held = found.iter().filter(|(_, lease)| lease.is_some()).count();
+        if held == found.len() && held > 0 {
+            let mut members = Vec::with_capacity(held);
+            for (_, lease) in found {
+                let Some(lease) = lease else { continue };
+                if let Ok(reason) = lease.state.check() {
+                    return Err(lease.lost_error(reason));
+                }
+                members.push(crate::LockGuard::nested(lease));
+            }
+            return Ok(Held {
+                guard: LockSetGuard::from_members(members),
+            });
+        }
+        if held > 0 {
+            let missing: Vec<&str> = found
+                .iter()
+                .filter(|(_, lease)| lease.is_none())
+                .map(|(n, _)| *n)
+                .collect();
+            let present: Vec<&str> = found
+                .iter()
+                .filter(|(_, lease)| lease.is_some())
+                .map(|(n, _)| *n)
+                .collect();
+            return Err(LockError::invalid(
+                "lock set",
+                format!(
+                    "a nested call needs {missing:?}, which its call chain does not hold, while \
+                     the chain holds {present:?} of the same set; taking the missing names while \
+                     holding the others could deadlock against another caller. Take every name \
+                     in the outermost call, or call with only the names the chain holds"
+                ),
+            ));
+        }
+    }
+    let guard = builder(locker, names, options)?.acquire().await?;
+    Ok(Held { guard })
+}
+
+fn builder<'a>(
+    locker: &'a Locker,
+    names: &[String],
+    options: Options,
+) -> Result<crate::LockSetBuilder<'a>, LockError> {
+    if options.hold_at_least.is_some_and(|h| !h.is_zero()) {
+        return Err(LockError::invalid(
+            "hold_at_least",
+            "it is not supported on a lock set",
+        ));
+    }
+    let builder = locker
+        .lock_all(names)
+        .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
+        .acquire_timeout(options.wait)
+        .renew(options.renew)
+        .kind(options.kind);
+    Ok(match options.renew_for {
+        Some(renew_for) => builder.renew_for(renew_for),
+        None => builder,
+    })
+}
+
+/// Runs an async body in the set's `hold` span, with every name added to
+/// its call chain's held locks.
+pub async fn body<F: Future>(held: &Held, body: F) -> F::Output {
+    let span = held.hold_span();
+    if held.guard.is_outermost() {
+        let leases = held.guard.leases().cloned().collect();
+        reentry::scope_all(leases, body).instrument(span).await
+    } else {
+        body.instrument(span).await
+    }
+}
+
+/// Enters the set's `hold` span around a sync body.
+pub fn enter_hold(held: &Held) -> tracing::span::EnteredSpan {
+    held.hold_span().entered()
+}
+
+/// Runs an async body until it finishes or any name is lost.
+pub async fn body_or_lost<F: Future>(held: &Held, body: F) -> Result<F::Output, LockError> {
+    let body = self::body(held, body);
+    tokio::select! {
+        biased;
+        output = body => Ok(output),
+        lost = held.guard.lost() => Err(lost),
+    }
+}
+
+/// Releases after an async body; a name no longer owned is a warning.
+pub async fn release(held: Held) {
+    held.guard.release_or_warn().await;
+}
+
+/// Releases after an async body (`on_lost = "error"`): the loss, if a name
+/// was lost before the body finished.
+pub async fn release_checked(held: Held) -> Option<LockError> {
+    let lost = held.guard.lost_now();
+    released_or_lost(held.guard.release().await, lost)
+}
+
+/// Acquires for a sync function: never a reentry.
+pub fn acquire_blocking(
+    locker: &Locker,
+    names: &[String],
+    options: Options,
+) -> Result<Held, LockError> {
+    let guard = builder(locker, names, options)?.acquire_blocking()?;
+    Ok(Held { guard })
+}
+
+/// Releases after a sync body (`on_lost = "error"`).
+pub fn release_checked_blocking(held: Held) -> Option<LockError> {
+    let lost = held.guard.lost_now();
+    released_or_lost(held.guard.release_blocking(), lost)
+}
+
+fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) -> Option<LockError> {
+    match released {
+        Ok(()) => lost,
+        Err(LockError::NotOwned { name }) => lost.or(Some(LockError::Lost {
+            name,
+            reason: crate::LostReason::Taken,
+        })),
+        Err(e) => {
+            tracing::warn!(target: "lockattr", error = %e, "#[redis_lock] could not release its locks");
+            lost
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! Several names at once: [`Locker::lock_all`], [`LockSetBuilder`] and
+//! [`LockSetGuard`]. The Redis side is `backend::lockset`.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::backend::lockset::{self as set, SetGrant, SetRequest};
+use crate::backend::{Backend, Grant};
+use crate::guard::Lease;
+use crate::observe::Kind;
+use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockGuard, Locker, io};
+
+impl Locker {
+    /// A request for several locks at once, all or nothing: finish it with
+    /// [`acquire`](LockSetBuilder::acquire) or
+    /// [`acquire_blocking`](LockSetBuilder::acquire_blocking).
+    ///
+    /// The names are any iterator of strings; a name given twice is taken
+    /// once; an empty set is refused with [`LockError::InvalidInput`]. The
+    /// caller never holds some of the names while it waits for the others:
+    /// on one server one script takes every name or none, so two callers
+    /// locking `{a, b}` and `{b, a}` cannot deadlock. On a Redis Cluster the
+    /// names are taken slot by slot in a fixed order, and what was taken is
+    /// given back when a later slot is busy. A Redlock Locker refuses sets
+    /// ([`LockError::InvalidInput`]). See [`LockSetGuard`] for what the
+    /// guard offers.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker
+    ///     .lock_all(["account:1", "account:2"])
+    ///     .expire(Duration::from_secs(30))
+    ///     .acquire()
+    ///     .await?;
+    /// // ... move money between the two accounts ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_all<I>(&self, names: I) -> LockSetBuilder<'_>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        LockSetBuilder {
+            locker: self,
+            names: names.into_iter().map(|n| n.as_ref().to_owned()).collect(),
+            expire: DEFAULT_EXPIRE,
+            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+            renew: None,
+            renew_for: None,
+            kind: None,
+        }
+    }
+}
+
+/// A request for several locks at once: made by [`Locker::lock_all`].
+///
+/// ```no_run
+/// # use lockattr_runtime::Locker;
+/// # use std::time::Duration;
+/// # fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+/// let guard = locker
+///     .lock_all(["seat:5:12", "seat:5:13"])
+///     .acquire_timeout(Duration::ZERO) // one attempt
+///     .acquire_blocking()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock request does nothing until `.acquire()` or `.acquire_blocking()`"]
+pub struct LockSetBuilder<'a> {
+    locker: &'a Locker,
+    names: Vec<String>,
+    expire: Duration,
+    acquire_timeout: Duration,
+    renew: Option<bool>,
+    renew_for: Option<Duration>,
+    kind: Option<Cow<'static, str>>,
+}
+
+impl LockSetBuilder<'_> {
+    /// The lease of every name, as [`LockBuilder::expire`](crate::LockBuilder::expire).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+    /// let request = locker.lock_all(["a", "b"]).expire(Duration::from_secs(30));
+    /// ```
+    pub fn expire(mut self, expire: Duration) -> Self {
+        self.expire = expire;
+        self
+    }
+
+    /// How long to wait while any of the names is held, as
+    /// [`LockBuilder::acquire_timeout`](crate::LockBuilder::acquire_timeout);
+    /// zero makes one attempt.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+    /// let request = locker.lock_all(["a", "b"]).acquire_timeout(Duration::from_secs(2));
+    /// ```
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Renews every name's lease while the guard is held, as
+    /// [`LockBuilder::renew`](crate::LockBuilder::renew). The set is lost
+    /// when any of its names is.
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+    /// let request = locker.lock_all(["a", "b"]).renew(true);
+    /// ```
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = Some(renew);
+        self
+    }
+
+    /// Caps renewal, as [`LockBuilder::renew_for`](crate::LockBuilder::renew_for).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+    /// let request = locker.lock_all(["a", "b"]).renew_for(Duration::from_secs(3600));
+    /// ```
+    pub fn renew_for(mut self, renew_for: Duration) -> Self {
+        self.renew_for = Some(renew_for);
+        self
+    }
+
+    /// The kind of every name, for metrics, as
+    /// [`LockBuilder::kind`](crate::LockBuilder::kind) (default: each
+    /// name's part before its first `:`).
+    ///
+    /// ```
+    /// # use lockattr_runtime::Locker;
+    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+    /// let request = locker.lock_all(["1", "2"]).kind("account");
+    /// ```
+    pub fn kind(mut self, kind: impl Into<Cow<'static, str>>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Takes every name or none, waiting up to the acquire timeout while
+    /// any is held.
+    ///
+    /// [`LockError::Timeout`] (its `name` lists the set) when some name
+    /// stayed busy; [`LockError::InvalidInput`] for an empty set, an empty
+    /// name, a bad lease or timeout (as [`LockBuilder::acquire`](crate::LockBuilder::acquire)),
+    /// or a Redlock Locker. Connection errors are retried within the
+    /// acquire timeout. Dropping the future is safe: what an attempt took
+    /// or registered is given back.
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(self) -> Result<LockSetGuard, LockError> {
+        let (request, leases) = self.prepare()?;
+        let span = span(&request.names);
+        if io::can_run_here() {
+            take(request, leases, io::CallerGone::never())
+                .instrument(span)
+                .await
+        } else {
+            io::run_watched(|gone| take(request, leases, gone).instrument(span)).await
+        }
+    }
+
+    /// [`acquire`](Self::acquire) for synchronous code: blocks the calling
+    /// thread, needs no async runtime. Its guard releases every name before
+    /// its Drop returns.
+    ///
+    /// ```no_run
+    /// # fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).acquire_blocking()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_blocking(self) -> Result<LockSetGuard, LockError> {
+        let (request, leases) = self.prepare()?;
+        let span = span(&request.names);
+        let mut guard = io::run_blocking(
+            take(request, leases, io::CallerGone::never()).instrument(span),
+        )?;
+        for member in &mut guard.members {
+            member.set_blocking();
+        }
+        Ok(guard)
+    }
+
+    /// Checks the request: every name's lease (as a single lock's), in the
+    /// order the names are taken in, and the request for the backend.
+    fn prepare(self) -> Result<(SetRequest, Vec<Lease>), LockError> {
+        let LockSetBuilder {
+            locker,
+            names,
+            expire,
+            acquire_timeout,
+            renew,
+            renew_for,
+            kind,
+        } = self;
+        if names.is_empty() {
+            return Err(LockError::invalid(
+                "lock set",
+                "it names no lock; give `lock_all` at least one name",
+            ));
+        }
+        if let Backend::Redlock(_) = locker.inner.backend {
+            return Err(set::redlock_refused());
+        }
+        let mut unique: Vec<String> = Vec::with_capacity(names.len());
+        for name in names {
+            if !unique.contains(&name) {
+                unique.push(name);
+            }
+        }
+        let mut leases = Vec::with_capacity(unique.len());
+        let mut wait = Duration::ZERO;
+        for name in &unique {
+            let mut builder = locker
+                .lock(name)
+                .expire(expire)
+                .acquire_timeout(acquire_timeout);
+            if let Some(renew) = renew {
+                builder = builder.renew(renew);
+            }
+            if let Some(renew_for) = renew_for {
+                builder = builder.renew_for(renew_for);
+            }
+            let (lease, w) = builder.checked(Kind::of(kind.clone(), name))?;
+            wait = w;
+            leases.push(lease);
+        }
+        // The fixed order: by slot, then by key.
+        leases.sort_by(|a, b| {
+            (set::slot(&a.keys.lock), &a.keys.lock).cmp(&(set::slot(&b.keys.lock), &b.keys.lock))
+        });
+        let request = SetRequest {
+            locker: locker.inner.clone(),
+            names: leases.iter().map(|l| l.name.clone()).collect(),
+            keys: leases.iter().map(|l| l.keys.clone()).collect(),
+            token: crate::locker::new_token()?,
+            expire,
+            wait,
+        };
+        Ok((request, leases))
+    }
+}
+
+fn span(names: &[String]) -> tracing::Span {
+    tracing::debug_span!(target: "lockattr", "acquire", lock = %names.join(", "))
+}
+
+/// Runs the acquisition and makes the guard in the same future, so that a
+/// set taken for a caller who stopped waiting is released by the guard's
+/// Drop.
+async fn take(
+    request: SetRequest,
+    leases: Vec<Lease>,
+    gone: io::CallerGone,
+) -> Result<LockSetGuard, LockError> {
+    let SetGrant {
+        fencing_tokens,
+        sent,
+        token,
+    } = set::acquire(request, gone).await?;
+    let members = leases
+        .into_iter()
+        .zip(fencing_tokens)
+        .map(|(lease, fencing_token)| {
+            crate::locker::granted(
+                lease,
+                Grant {
+                    fencing_token,
+                    sent,
+                    handed: false,
+                    token: token.clone(),
+                },
+            )
+        })
+        .collect();
+    Ok(LockSetGuard { members })
+}
+
+/// Several locks held at once (see [`Locker::lock_all`] and
+/// `#[redis_lock(name = ["...", "..."])]`). Dropping it releases every name,
+/// as dropping a [`LockGuard`] does.
+///
+/// Each name has its own lease and its own fencing token
+/// ([`fencing_token_of`](Self::fencing_token_of)), increasing per name as
+/// for a single lock. The set is lost when any of its names is
+/// ([`is_lost`](Self::is_lost), [`lost`](Self::lost)).
+///
+/// ```no_run
+/// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+/// let guard = locker.lock_all(["account:1", "account:2"]).acquire().await?;
+/// let from_token = guard.fencing_token_of("account:1").unwrap();
+/// // ... writes to account 1 carry `from_token` ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the locks are released as soon as the guard is dropped"]
+pub struct LockSetGuard {
+    /// In the order the names were taken in.
+    members: Vec<LockGuard>,
+}
+
+impl std::fmt::Debug for LockSetGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The members' Debug never shows an owner token.
+        f.debug_struct("LockSetGuard")
+            .field("members", &self.members)
+            .finish()
+    }
+}
+
+impl LockSetGuard {
+    /// A set of guards made elsewhere (a nested call's reentry).
+    pub(crate) fn from_members(members: Vec<LockGuard>) -> LockSetGuard {
+        LockSetGuard { members }
+    }
+
+    /// The leases, for the reentry scope of an annotated body.
+    pub(crate) fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
+        self.members.iter().map(LockGuard::lease)
+    }
+
+    /// True when this guard releases its locks (it is not a reentry).
+    pub(crate) fn is_outermost(&self) -> bool {
+        self.members.iter().all(LockGuard::is_outermost)
+    }
+
+    /// The names held, each once, in the order they were taken in (by
+    /// Cluster slot, then key).
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["b", "a", "b"]).acquire().await?;
+    /// assert_eq!(guard.names().count(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(LockGuard::name)
+    }
+
+    /// The guard of one name of the set (to [`extend`](LockGuard::extend)
+    /// it, say); `None` when the set does not hold `name`. It cannot be
+    /// released alone: the set releases it.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).acquire().await?;
+    /// guard.guard_of("a").unwrap().extend(Duration::from_secs(5)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn guard_of(&self, name: &str) -> Option<&LockGuard> {
+        self.members.iter().find(|g| g.name() == name)
+    }
+
+    /// The fencing token of `name` in this acquisition (see
+    /// [`LockGuard::fencing_token`]); `None` when the set does not hold
+    /// `name`. Each name has its own counter: tokens increase per name.
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).acquire().await?;
+    /// let a = guard.fencing_token_of("a").unwrap();
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token_of(&self, name: &str) -> Option<u64> {
+        self.guard_of(name).map(LockGuard::fencing_token)
+    }
+
+    /// The lease every name was acquired with.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).expire(Duration::from_secs(3)).acquire().await?;
+    /// assert_eq!(guard.expire(), Duration::from_secs(3));
+    /// # Ok(()) }
+    /// ```
+    pub fn expire(&self) -> Duration {
+        self.members
+            .first()
+            .map_or(Duration::ZERO, LockGuard::expire)
+    }
+
+    /// Whether the leases are renewed while held.
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).renew(true).acquire().await?;
+    /// assert!(guard.is_renewed());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_renewed(&self) -> bool {
+        self.members.iter().all(LockGuard::is_renewed)
+    }
+
+    /// True once any name of the set may no longer be this guard's (see
+    /// [`LockGuard::is_lost`]). Once true, it stays true.
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).renew(true).acquire().await?;
+    /// if guard.is_lost() {
+    ///     // someone else may hold one of the names now
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.members.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves once any name of the set is lost, to the
+    /// [`LockError::Lost`] of that name.
+    ///
+    /// ```no_run
+    /// # async fn work() -> Result<(), lockattr_runtime::LockError> { Ok(()) }
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).renew(true).acquire().await?;
+    /// tokio::select! {
+    ///     done = work() => done?,
+    ///     lost = guard.lost() => return Err(lost),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) -> LockError {
+        let mut all: Vec<Pin<Box<dyn Future<Output = LockError> + Send + '_>>> = self
+            .members
+            .iter()
+            .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = LockError> + Send + '_>>)
+            .collect();
+        std::future::poll_fn(|cx| {
+            for lost in &mut all {
+                if let Poll::Ready(e) = lost.as_mut().poll(cx) {
+                    return Poll::Ready(e);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// [`lost`](Self::lost) for synchronous code: blocks until a name is
+    /// lost or `timeout` has passed; `None` when every name is still held.
+    /// A loss is seen within about 20 ms.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).renew(true).acquire_blocking()?;
+    /// if let Some(lost) = guard.lost_blocking(Duration::from_secs(1)) {
+    ///     return Err(lost);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_blocking(&self, timeout: Duration) -> Option<LockError> {
+        const SLICE: Duration = Duration::from_millis(20);
+        let start = Instant::now();
+        loop {
+            if let Some(lost) = self.lost_now() {
+                return Some(lost);
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return None;
+            }
+            let first = self.members.first()?;
+            if let Some(lost) = first.lost_blocking(left.min(SLICE)) {
+                return Some(lost);
+            }
+        }
+    }
+
+    /// The loss of the first name found lost, if any.
+    pub(crate) fn lost_now(&self) -> Option<LockError> {
+        self.members.iter().find_map(LockGuard::lost_now)
+    }
+
+    /// Releases every name (each handed to its oldest waiter, as a single
+    /// lock's release does), all at once. The first error, after every
+    /// release was tried: [`LockError::NotOwned`] naming a name whose lease
+    /// had run out or that another owner holds.
+    ///
+    /// ```no_run
+    /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<(), LockError> {
+        let results =
+            futures_util::future::join_all(self.members.into_iter().map(LockGuard::release)).await;
+        results.into_iter().collect()
+    }
+
+    /// [`release`](Self::release) for synchronous code.
+    ///
+    /// ```no_run
+    /// # fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// let guard = locker.lock_all(["a", "b"]).acquire_blocking()?;
+    /// guard.release_blocking()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn release_blocking(self) -> Result<(), LockError> {
+        let mut first = Ok(());
+        for member in self.members {
+            let released = member.release_blocking();
+            if first.is_ok() {
+                first = released;
+            }
+        }
+        first
+    }
+
+    /// Releases, reporting a name no longer owned as a warning (the
+    /// attribute's release).
+    pub(crate) async fn release_or_warn(self) {
+        futures_util::future::join_all(self.members.into_iter().map(LockGuard::release_or_warn))
+            .await;
+    }
+}
