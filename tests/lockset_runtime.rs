@@ -1,0 +1,361 @@
+//! `Locker::lock_all` on one server: all or nothing, duplicates taken once,
+//! an empty set refused, exclusion with single-name holders, `{a, b}`
+//! against `{b, a}` without deadlock, per-name fencing tokens, prompt
+//! wake-up of a set waiter, the lost signal, and the blocking path.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker};
+use support::{RedisServer, eventually, lock_key};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn locker(server: &RedisServer) -> Locker {
+    Locker::new(server.url()).unwrap()
+}
+
+#[tokio::test]
+async fn a_set_is_taken_whole_and_released_whole() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let guard = locker
+        .lock_all(["acct:1", "acct:2"])
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(server.exists(&lock_key("acct:1")));
+    assert!(server.exists(&lock_key("acct:2")));
+    assert!(server.pttl(&lock_key("acct:1")) > 20_000);
+    let mut names: Vec<&str> = guard.names().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["acct:1", "acct:2"]);
+    guard.release().await.unwrap();
+    assert!(!server.exists(&lock_key("acct:1")));
+    assert!(!server.exists(&lock_key("acct:2")));
+    // Nothing without a time to live stays behind.
+    for key in server.keys("lockattr:*") {
+        assert!(server.pttl(&key) > 0, "{key} has no expiry");
+    }
+}
+
+#[tokio::test]
+async fn holding_one_name_elsewhere_leaves_the_others_free() {
+    let server = RedisServer::start();
+    let (mine, other) = (locker(&server), locker(&server));
+    let b = other.lock("b").expire(LONG).acquire().await.unwrap();
+    let err = mine
+        .lock_all(["a", "b"])
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert!(!server.exists(&lock_key("a")), "a was taken by a failed set");
+    // And with a wait: still nothing held while waiting.
+    let waiting = {
+        let mine = mine.clone();
+        tokio::spawn(async move {
+            mine.lock_all(["a", "b"])
+                .acquire_timeout(Duration::from_millis(600))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!server.exists(&lock_key("a")), "a was held while waiting for b");
+    let a = other
+        .lock("a")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a is free while the set waits");
+    a.release().await.unwrap();
+    assert!(matches!(
+        waiting.await.unwrap(),
+        Err(LockError::Timeout { .. })
+    ));
+    b.release().await.unwrap();
+    // The waiter left its entries: nothing is left of a or b.
+    assert!(
+        eventually(Duration::from_secs(2), || server.keys("lockattr:{a}*").iter().all(|k| k.ends_with(":fence"))).is_some(),
+        "{:?}",
+        server.keys("lockattr:*")
+    );
+}
+
+#[tokio::test]
+async fn duplicates_are_taken_once_and_an_empty_set_is_refused() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let guard = locker
+        .lock_all(["x", "y", "x", "x"])
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(guard.names().count(), 2);
+    let x = guard.fencing_token_of("x").unwrap();
+    guard.release().await.unwrap();
+    // One acquisition of x: the next one's token is exactly one more.
+    let next = locker.lock("x").acquire().await.unwrap();
+    assert_eq!(next.fencing_token(), x + 1);
+    next.release().await.unwrap();
+
+    let none: [&str; 0] = [];
+    let err = locker.lock_all(none).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
+    assert!(err.to_string().contains("no lock"), "{err}");
+    let err = locker.lock_all(["ok", ""]).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn fencing_tokens_are_per_name_and_increase() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let first = locker.lock_all(["f:1", "f:2"]).acquire().await.unwrap();
+    let (a1, b1) = (
+        first.fencing_token_of("f:1").unwrap(),
+        first.fencing_token_of("f:2").unwrap(),
+    );
+    assert_eq!(first.fencing_token_of("f:3"), None);
+    first.release().await.unwrap();
+    // f:1 alone, three times: only its counter moves.
+    for _ in 0..3 {
+        locker.lock("f:1").acquire().await.unwrap().release().await.unwrap();
+    }
+    let second = locker.lock_all(["f:2", "f:1"]).acquire().await.unwrap();
+    assert_eq!(second.fencing_token_of("f:1"), Some(a1 + 4));
+    assert_eq!(second.fencing_token_of("f:2"), Some(b1 + 1));
+    second.release().await.unwrap();
+}
+
+#[test]
+fn single_holders_and_set_holders_exclude_each_other() {
+    let server = RedisServer::start();
+    let rt = support::multi_thread();
+    let inside: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..6 {
+            let locker = locker(&server);
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            tasks.push(tokio::spawn(async move {
+                for round in 0..15 {
+                    // Tasks 0, 1: the set; 2, 3: `p` alone; 4, 5: `q` alone.
+                    let which: Vec<usize> = match t {
+                        0 | 1 => vec![0, 1],
+                        2 | 3 => vec![0],
+                        _ => vec![1],
+                    };
+                    let names: Vec<&str> = which.iter().map(|&i| ["p", "q"][i]).collect();
+                    let set = if names.len() == 2 || round % 2 == 0 {
+                        Some(
+                            locker
+                                .lock_all(&names)
+                                .acquire_timeout(LONG)
+                                .acquire()
+                                .await
+                                .unwrap(),
+                        )
+                    } else {
+                        None
+                    };
+                    let single = if set.is_none() {
+                        Some(locker.lock(names[0]).acquire_timeout(LONG).acquire().await.unwrap())
+                    } else {
+                        None
+                    };
+                    for &i in &which {
+                        if inside[i].fetch_add(1, Ordering::SeqCst) > 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    for &i in &which {
+                        inside[i].fetch_sub(1, Ordering::SeqCst);
+                    }
+                    if let Some(set) = set {
+                        set.release().await.unwrap();
+                    }
+                    if let Some(single) = single {
+                        single.release().await.unwrap();
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("deadlock or starvation: a task did not finish")
+                .unwrap();
+        }
+    });
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders of a name at once");
+}
+
+#[test]
+fn opposite_orders_in_tasks_do_not_deadlock() {
+    let server = RedisServer::start();
+    let rt = support::multi_thread();
+    let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    rt.block_on(async {
+        let lockers = [locker(&server), locker(&server)];
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let locker = lockers[t % 2].clone();
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            tasks.push(tokio::spawn(async move {
+                let names = if t % 2 == 0 { ["a", "b"] } else { ["b", "a"] };
+                for _ in 0..20 {
+                    let guard = locker
+                        .lock_all(names)
+                        .acquire_timeout(LONG)
+                        .acquire()
+                        .await
+                        .unwrap();
+                    for slot in inside.iter() {
+                        if slot.fetch_add(1, Ordering::SeqCst) > 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    tokio::task::yield_now().await;
+                    for slot in inside.iter() {
+                        slot.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("deadlock: a task did not finish")
+                .unwrap();
+        }
+    });
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn the_release_of_one_name_wakes_a_set_waiter_promptly() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (locker(&server), locker(&server));
+    let b = holder.lock("w:b").expire(LONG).acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let guard = waiter
+            .lock_all(["w:a", "w:b"])
+            .expire(LONG)
+            .acquire_timeout(LONG)
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    // Just past the waiter's first once-a-second recheck (about 1 s after
+    // its first try): without a notice, the next check is about 900 ms
+    // after the release.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert!(!task.is_finished());
+    let released = Instant::now();
+    b.release().await.unwrap();
+    let (guard, woke) = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the set waiter was not woken")
+        .unwrap();
+    let guard = guard.unwrap();
+    let after = woke.duration_since(released);
+    // A notice brings it within a round trip or two; the bound is generous
+    // for a loaded machine (the lease is 30 s), and below what the
+    // recheck alone would take.
+    assert!(after < Duration::from_millis(500), "woken {after:?} after the release");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_set_is_lost_when_one_member_is_deleted() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let guard = locker
+        .lock_all(["l:a", "l:b"])
+        .expire(Duration::from_millis(900))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key("l:b"))
+        .query(&mut server.client())
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the loss of one member was not seen");
+    match lost {
+        LockError::Lost { name, .. } => assert_eq!(name, "l:b"),
+        other => panic!("{other:?}"),
+    }
+    assert!(guard.is_lost());
+    // Releasing says which name was no longer owned; the other is freed.
+    let err = guard.release().await.unwrap_err();
+    assert!(matches!(err, LockError::NotOwned { ref name } if name == "l:b"), "{err:?}");
+    assert!(!server.exists(&lock_key("l:a")));
+}
+
+#[test]
+fn the_blocking_path_takes_and_releases_on_drop() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    {
+        let guard = locker.lock_all(["s:a", "s:b"]).acquire_blocking().unwrap();
+        assert!(server.exists(&lock_key("s:a")) && server.exists(&lock_key("s:b")));
+        let err = locker
+            .lock_all(["s:b", "s:c"])
+            .acquire_timeout(Duration::ZERO)
+            .acquire_blocking()
+            .unwrap_err();
+        assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+        assert!(!server.exists(&lock_key("s:c")));
+        assert!(guard.lost_blocking(Duration::from_millis(50)).is_none());
+    }
+    // Drop released both before it returned.
+    assert!(!server.exists(&lock_key("s:a")));
+    assert!(!server.exists(&lock_key("s:b")));
+}
+
+#[tokio::test]
+async fn a_dropped_acquisition_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let b = locker.lock("d:b").expire(LONG).acquire().await.unwrap();
+    let waiting = locker
+        .lock_all(["d:a", "d:b"])
+        .acquire_timeout(LONG)
+        .acquire();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), waiting)
+            .await
+            .is_err()
+    );
+    b.release().await.unwrap();
+    // The set waiter is gone: both names are free, its entries leave.
+    assert!(
+        eventually(Duration::from_secs(2), || server.keys("lockattr:{d:*").iter().all(|k| k.ends_with(":fence"))).is_some(),
+        "{:?}",
+        server.keys("lockattr:*")
+    );
+}
+
+#[test]
+fn a_redlock_refuses_sets() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let locker = Locker::redlock(servers.iter().map(|s| s.url())).unwrap();
+    let err = locker.lock_all(["a", "b"]).acquire_blocking().unwrap_err();
+    assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
+    assert!(err.to_string().contains("Redlock"), "{err}");
+}
