@@ -351,8 +351,9 @@ pub use lockattr_macros::LockKey;
 pub use lockattr_runtime::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
     DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_RESPONSE_TIMEOUT, Fairness, Holder,
-    LockBuilder, LockError, LockGuard, LockInfo, LockKey, Locker, LockerBuilder, LostReason,
-    MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT, RedisAddr, default_locker, init, set_default,
+    LockBuilder, LockError, LockGuard, LockInfo, LockKey, LockSetBuilder, LockSetGuard, Locker,
+    LockerBuilder, LostReason, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT, RedisAddr,
+    default_locker, init, set_default,
 };
 
 /// The redis crate (redis-rs 1.x) lockattr is built on: name

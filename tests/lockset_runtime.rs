@@ -55,7 +55,10 @@ async fn holding_one_name_elsewhere_leaves_the_others_free() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    assert!(!server.exists(&lock_key("a")), "a was taken by a failed set");
+    assert!(
+        !server.exists(&lock_key("a")),
+        "a was taken by a failed set"
+    );
     // And with a wait: still nothing held while waiting.
     let waiting = {
         let mine = mine.clone();
@@ -67,7 +70,10 @@ async fn holding_one_name_elsewhere_leaves_the_others_free() {
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!server.exists(&lock_key("a")), "a was held while waiting for b");
+    assert!(
+        !server.exists(&lock_key("a")),
+        "a was held while waiting for b"
+    );
     let a = other
         .lock("a")
         .acquire_timeout(Duration::ZERO)
@@ -82,7 +88,11 @@ async fn holding_one_name_elsewhere_leaves_the_others_free() {
     b.release().await.unwrap();
     // The waiter left its entries: nothing is left of a or b.
     assert!(
-        eventually(Duration::from_secs(2), || server.keys("lockattr:{a}*").iter().all(|k| k.ends_with(":fence"))).is_some(),
+        eventually(Duration::from_secs(2), || server
+            .keys("lockattr:{a}*")
+            .iter()
+            .all(|k| k.ends_with(":fence")))
+        .is_some(),
         "{:?}",
         server.keys("lockattr:*")
     );
@@ -126,7 +136,14 @@ async fn fencing_tokens_are_per_name_and_increase() {
     first.release().await.unwrap();
     // f:1 alone, three times: only its counter moves.
     for _ in 0..3 {
-        locker.lock("f:1").acquire().await.unwrap().release().await.unwrap();
+        locker
+            .lock("f:1")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
     let second = locker.lock_all(["f:2", "f:1"]).acquire().await.unwrap();
     assert_eq!(second.fencing_token_of("f:1"), Some(a1 + 4));
@@ -167,7 +184,14 @@ fn single_holders_and_set_holders_exclude_each_other() {
                         None
                     };
                     let single = if set.is_none() {
-                        Some(locker.lock(names[0]).acquire_timeout(LONG).acquire().await.unwrap())
+                        Some(
+                            locker
+                                .lock(names[0])
+                                .acquire_timeout(LONG)
+                                .acquire()
+                                .await
+                                .unwrap(),
+                        )
                     } else {
                         None
                     };
@@ -196,7 +220,11 @@ fn single_holders_and_set_holders_exclude_each_other() {
                 .unwrap();
         }
     });
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders of a name at once");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders of a name at once"
+    );
 }
 
 #[test]
@@ -273,7 +301,10 @@ async fn the_release_of_one_name_wakes_a_set_waiter_promptly() {
     // A notice brings it within a round trip or two; the bound is generous
     // for a loaded machine (the lease is 30 s), and below what the
     // recheck alone would take.
-    assert!(after < Duration::from_millis(500), "woken {after:?} after the release");
+    assert!(
+        after < Duration::from_millis(500),
+        "woken {after:?} after the release"
+    );
     guard.release().await.unwrap();
 }
 
@@ -303,7 +334,10 @@ async fn the_set_is_lost_when_one_member_is_deleted() {
     assert!(guard.is_lost());
     // Releasing says which name was no longer owned; the other is freed.
     let err = guard.release().await.unwrap_err();
-    assert!(matches!(err, LockError::NotOwned { ref name } if name == "l:b"), "{err:?}");
+    assert!(
+        matches!(err, LockError::NotOwned { ref name } if name == "l:b"),
+        "{err:?}"
+    );
     assert!(!server.exists(&lock_key("l:a")));
 }
 
@@ -345,7 +379,11 @@ async fn a_dropped_acquisition_leaves_nothing_held() {
     b.release().await.unwrap();
     // The set waiter is gone: both names are free, its entries leave.
     assert!(
-        eventually(Duration::from_secs(2), || server.keys("lockattr:{d:*").iter().all(|k| k.ends_with(":fence"))).is_some(),
+        eventually(Duration::from_secs(2), || server
+            .keys("lockattr:{d:*")
+            .iter()
+            .all(|k| k.ends_with(":fence")))
+        .is_some(),
         "{:?}",
         server.keys("lockattr:*")
     );

@@ -25,6 +25,9 @@ pub(crate) enum NameArg {
     Format(LitStr),
     /// Any expression whose value implements `LockKey`.
     Expr(Expr),
+    /// Several names at once: `name = ["account:{from}", "account:{to}"]`
+    /// (see [`crate::set`]).
+    Set(syn::ExprArray),
 }
 
 /// The parsed options, before they are checked against the function.
@@ -249,6 +252,7 @@ fn name_arg(value: Expr) -> NameArg {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..
         }) => NameArg::Format(lit),
+        Expr::Array(array) => NameArg::Set(array),
         other => NameArg::Expr(other),
     }
 }

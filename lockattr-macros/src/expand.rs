@@ -104,10 +104,16 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
             kind: #kind,
         }
     };
-    let acquire = if is_async {
-        quote!(::lockattr::__private::acquire(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #options).await)
+    // A set (`name = [..]`) passes its `Vec<String>` as it is.
+    let name_arg = if plan.set {
+        quote!(&#name_var)
     } else {
-        quote!(::lockattr::__private::acquire_blocking(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #options))
+        quote!(::core::convert::AsRef::<str>::as_ref(&#name_var))
+    };
+    let acquire = if is_async {
+        quote!(::lockattr::__private::acquire(#locker_var, #name_arg, #options).await)
+    } else {
+        quote!(::lockattr::__private::acquire_blocking(#locker_var, #name_arg, #options))
     };
     // Locker (user's or default), then name, then acquire; every failure
     // ends up in one `Result`, so a wrong return type is reported once.
@@ -237,6 +243,12 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let (outer, inner): (Vec<_>, Vec<_>) = attrs
         .into_iter()
         .partition(|a| matches!(a.style, syn::AttrStyle::Outer));
+    let body = if plan.set {
+        // The same calls, into `__private::set` (see `crate::set`).
+        crate::set::reroute(body)
+    } else {
+        body
+    };
     quote! {
         #(#outer)*
         #vis #sig {

@@ -46,6 +46,8 @@ pub(crate) struct Plan {
     /// The declared return type, when it can be written inside the body
     /// (no `impl Trait`).
     pub(crate) nameable_return: Option<Type>,
+    /// Several names at once (`name = [..]`): `name` is a `Vec<String>`.
+    pub(crate) set: bool,
 }
 
 /// Collects errors so that one pass reports them all.
@@ -167,10 +169,15 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
     }
 
     let bindings = argument_bindings(item);
+    let set = matches!(options.name, Some(NameArg::Set(_)));
+    if set && let Some(hold) = &options.hold_at_least {
+        errors.push(crate::set::hold_refused(hold));
+    }
     // Input: `name = "order:{order_id}"`. Output: `"order:{order_id}"`; the
     // function's path when the name comes from a value.
     let kind = match &options.name {
         Some(NameArg::Format(lit)) => quote!(#lit),
+        Some(NameArg::Set(_)) => TokenStream::new(),
         Some(NameArg::Expr(_)) | None => {
             let ident = &sig.ident;
             quote!(::core::concat!(
@@ -180,7 +187,20 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             ))
         }
     };
+    let mut kind = kind;
     let name = match options.name {
+        Some(NameArg::Set(array)) => {
+            match crate::set::names(&array, |lit| format_name(lit, &bindings, &sig.ident)) {
+                Ok((names, set_kind)) => {
+                    kind = set_kind;
+                    names
+                }
+                Err(e) => {
+                    errors.push(e);
+                    TokenStream::new()
+                }
+            }
+        }
         Some(NameArg::Format(lit)) => match format_name(&lit, &bindings, &sig.ident) {
             Ok(tokens) => tokens,
             Err(e) => {
@@ -250,6 +270,7 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             on_lost: options.on_lost.map(|(mode, _)| mode),
             return_span,
             nameable_return,
+            set,
         }),
     }
 }

@@ -124,5 +124,5 @@ pub use locker::{
     DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_RESPONSE_TIMEOUT, Fairness, LockBuilder,
     Locker, LockerBuilder, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT,
 };
-pub use lost::LostReason;
 pub use lockset::{LockSetBuilder, LockSetGuard};
+pub use lost::LostReason;

@@ -194,9 +194,8 @@ impl LockSetBuilder<'_> {
     pub fn acquire_blocking(self) -> Result<LockSetGuard, LockError> {
         let (request, leases) = self.prepare()?;
         let span = span(&request.names);
-        let mut guard = io::run_blocking(
-            take(request, leases, io::CallerGone::never()).instrument(span),
-        )?;
+        let mut guard =
+            io::run_blocking(take(request, leases, io::CallerGone::never()).instrument(span))?;
         for member in &mut guard.members {
             member.set_blocking();
         }

@@ -76,7 +76,10 @@ pub(crate) async fn scope<F: Future>(lease: Arc<Lease>, body: F) -> F::Output {
 pub(crate) async fn scope_all<F: Future>(leases: Vec<Arc<Lease>>, body: F) -> F::Output {
     let mut chain = IN_TASK.try_with(Chain::clone).unwrap_or_default();
     for lease in leases {
-        chain = Chain(Some(Arc::new(Link { lease, outer: chain })));
+        chain = Chain(Some(Arc::new(Link {
+            lease,
+            outer: chain,
+        })));
     }
     IN_TASK.scope(chain, body).await
 }

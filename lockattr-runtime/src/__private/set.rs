@@ -51,7 +51,11 @@ fn unique(names: &[String]) -> Vec<&str> {
 /// needs some names the chain holds and some it does not is refused with
 /// [`LockError::InvalidInput`]: taking the missing names while the chain
 /// holds the others is the hold-and-wait a set exists to avoid.
-pub async fn acquire(locker: &Locker, names: &[String], options: Options) -> Result<Held, LockError> {
+pub async fn acquire(
+    locker: &Locker,
+    names: &[String],
+    options: Options,
+) -> Result<Held, LockError> {
     if options.reentrant {
         let names = unique(names);
         let found: Vec<(&str, Option<Arc<Lease>>)> = names

@@ -202,7 +202,10 @@ fn acquire_call(
         .map_or(0, |d| d.as_millis());
     let mut invocation = ACQUIRE_SET.prepare_invoke();
     for keys in group {
-        invocation.key(&keys.lock).key(&keys.fence).key(&keys.waiters);
+        invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.waiters);
     }
     let (retention, holder) = group
         .first()
@@ -222,7 +225,10 @@ fn acquire_call(
 fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
     let mut invocation = GIVE_BACK_SET.prepare_invoke();
     for keys in group {
-        invocation.key(&keys.lock).key(&keys.fence).key(&keys.waiters);
+        invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.waiters);
     }
     let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
     invocation.arg(token).arg(whole_millis(retention));
