@@ -1,0 +1,179 @@
+//! Sets across OS processes: the test re-executes its own binary as 4
+//! child processes (`--exact child_worker`), each running 2 tasks, half
+//! locking `{a, b}` and half `{b, a}` through `Locker::lock_all`. Inside,
+//! each task records itself on a second Redis (the store) per name
+//! (`INCR inside:<name>`, which must answer 1) and bumps a per-name counter
+//! without atomicity (GET, a pause, SET). No deadlock (every child ends
+//! within its time), no overlap on any name, no lost update.
+
+mod support;
+
+use std::time::Duration;
+
+use lockattr::Locker;
+use support::{RedisServer, child_test, wait_child};
+
+const CHILDREN: usize = 4;
+const TASKS: usize = 2;
+const ROUNDS: usize = 15;
+/// Tells `child_worker` it runs as a child: the lock server's URL.
+const CHILD_URL: &str = "LOCKATTR_SET_CHILD_URL";
+/// The store server's URL.
+const CHILD_STORE: &str = "LOCKATTR_SET_CHILD_STORE";
+/// Which child this is (its tasks' order of names).
+const CHILD_INDEX: &str = "LOCKATTR_SET_CHILD_INDEX";
+/// Printed when a child's tasks are done.
+const DONE: &str = "LOCKATTR_SET_CHILD_DONE";
+
+async fn critical_section(store: &mut redis::aio::MultiplexedConnection) {
+    for name in ["a", "b"] {
+        let inside: i64 = redis::cmd("INCR")
+            .arg(format!("inside:{name}"))
+            .query_async(store)
+            .await
+            .unwrap();
+        if inside != 1 {
+            let _: i64 = redis::cmd("INCR")
+                .arg("overlaps")
+                .query_async(store)
+                .await
+                .unwrap();
+        }
+    }
+    for name in ["a", "b"] {
+        let value: Option<u64> = redis::cmd("GET")
+            .arg(format!("count:{name}"))
+            .query_async(store)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let _: () = redis::cmd("SET")
+            .arg(format!("count:{name}"))
+            .arg(value.unwrap_or(0) + 1)
+            .query_async(store)
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b"] {
+        let _: i64 = redis::cmd("DECR")
+            .arg(format!("inside:{name}"))
+            .query_async(store)
+            .await
+            .unwrap();
+    }
+}
+
+/// The worker; does nothing unless started by the parent test.
+#[test]
+fn child_worker() {
+    let (Ok(url), Ok(store_url), Ok(index)) = (
+        std::env::var(CHILD_URL),
+        std::env::var(CHILD_STORE),
+        std::env::var(CHILD_INDEX),
+    ) else {
+        return;
+    };
+    let index: usize = index.parse().unwrap();
+    let rt = support::multi_thread();
+    rt.block_on(async {
+        let locker = Locker::new(&url).unwrap();
+        let store = redis::Client::open(store_url.as_str()).unwrap();
+        let mut start = store.get_multiplexed_async_connection().await.unwrap();
+        // Start together, so that the processes really contend.
+        let _: i64 = redis::cmd("INCR")
+            .arg("started")
+            .query_async(&mut start)
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let started: i64 = redis::cmd("GET")
+                .arg("started")
+                .query_async(&mut start)
+                .await
+                .unwrap();
+            if started >= CHILDREN as i64 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the others never started"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let locker = locker.clone();
+            let store = store.clone();
+            let names = if (index * TASKS + t) % 2 == 0 {
+                ["a", "b"]
+            } else {
+                ["b", "a"]
+            };
+            tasks.push(tokio::spawn(async move {
+                let mut store = store.get_multiplexed_async_connection().await.unwrap();
+                for _ in 0..ROUNDS {
+                    let guard = locker
+                        .lock_all(names)
+                        .expire(Duration::from_secs(30))
+                        .acquire_timeout(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    critical_section(&mut store).await;
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    println!("{DONE} {}", std::process::id());
+}
+
+#[test]
+fn opposite_orders_in_processes_neither_deadlock_nor_overlap() {
+    let server = RedisServer::start();
+    let store = RedisServer::start();
+    let (url, store_url) = (server.url(), store.url());
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|i| {
+            let index = i.to_string();
+            child_test(
+                "child_worker",
+                &[
+                    (CHILD_URL, url.as_str()),
+                    (CHILD_STORE, store_url.as_str()),
+                    (CHILD_INDEX, index.as_str()),
+                ],
+            )
+            .spawn()
+            .expect("spawn child test process")
+        })
+        .collect();
+    for child in children {
+        let pid = child.id();
+        let output = wait_child(child, Duration::from_secs(90));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "child {pid} failed (a deadlock ends in a timeout): {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            output.status
+        );
+        assert!(
+            stdout.contains(&format!("{DONE} {pid}")),
+            "child {pid} did not run the worker\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+    }
+    assert_eq!(store.get("overlaps"), None, "two holders of a name at once");
+    let total = (CHILDREN * TASKS * ROUNDS).to_string();
+    assert_eq!(
+        store.get("count:a"),
+        Some(total.clone()),
+        "updates of a were lost"
+    );
+    assert_eq!(store.get("count:b"), Some(total), "updates of b were lost");
+    assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
+}
