@@ -40,6 +40,24 @@
 //!
 //! The function must return `Result<T, E>` with `E: From<LockError>`.
 //!
+//! # Several names at once
+//!
+//! `name = [..]` takes every name or none, so callers locking the same
+//! names in different orders cannot deadlock; the guard is a
+//! [`LockSetGuard`] with each name's own fencing token. The builder is
+//! [`Locker::lock_all`]. Not on a Redlock; see the README's "Several names
+//! at once" for fairness, reentrancy and Redis Cluster.
+//!
+//! ```no_run
+//! use lockattr::{redis_lock, LockError};
+//!
+//! #[redis_lock(name = ["account:{from}", "account:{to}"], expire = 30, guard = g)]
+//! async fn transfer(from: u64, to: u64, amount: u64) -> Result<u64, LockError> {
+//!     let _to_token = g.fencing_token_of(&format!("account:{to}"));
+//!     Ok(amount)
+//! }
+//! ```
+//!
 //! # Naming locks from values
 //!
 //! ```no_run
