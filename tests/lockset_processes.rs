@@ -105,7 +105,7 @@ fn child_worker() {
         for t in 0..TASKS {
             let locker = locker.clone();
             let store = store.clone();
-            let names = if (index * TASKS + t) % 2 == 0 {
+            let names = if (index * TASKS + t).is_multiple_of(2) {
                 ["a", "b"]
             } else {
                 ["b", "a"]

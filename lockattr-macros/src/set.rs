@@ -62,7 +62,7 @@ pub(crate) fn names(
                 templates.push(text);
                 match format(lit) {
                     Ok(tokens) => names
-                        .push(quote_spanned!(lit.span()=> ::std::string::String::from(#tokens))),
+                        .push(quote_spanned!(lit.span()=> ::lockattr::__private::name_of(#tokens))),
                     Err(e) => push(e),
                 }
             }

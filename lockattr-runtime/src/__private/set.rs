@@ -13,6 +13,13 @@ pub use crate::{LockError, LockKey, Locker};
 use crate::guard::Lease;
 use crate::{DEFAULT_EXPIRE, LockSetGuard, reentry};
 
+/// One name of a set written as a format string: a `&'static str` or a
+/// `String` (a generic call, so that no conversion is written out in the
+/// caller's code).
+pub fn name_of<N: Into<String>>(name: N) -> String {
+    name.into()
+}
+
 /// The guard type `guard = g` binds for a set.
 pub type LockGuard = LockSetGuard;
 

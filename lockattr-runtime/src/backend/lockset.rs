@@ -633,9 +633,152 @@ mod tests {
         assert_eq!(slot("lockattr:{a}"), slot("a"));
     }
 
+    /// A redis-server of this test's own (never 6379), killed when dropped.
+    struct Server(std::process::Child, u16);
+
+    impl Server {
+        fn start() -> Server {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let child = std::process::Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start `{binary}` (install redis-server): {e}"));
+            let server = Server(child, port);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while server.connect().is_err() {
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            server
+        }
+
+        fn connect(&self) -> redis::RedisResult<redis::Connection> {
+            let mut con =
+                redis::Client::open(format!("redis://127.0.0.1:{}/", self.1))?.get_connection()?;
+            redis::cmd("PING").query::<String>(&mut con)?;
+            Ok(con)
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn keys_of(con: &mut redis::Connection) -> Vec<String> {
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+        keys.sort();
+        keys
+    }
+
     #[test]
-    fn scripts_carry_the_argument_checks() {
-        let src = format!("{}", max_ms!());
-        assert!(GIVE_BACK_SET_LUA.contains(&src));
+    fn the_set_scripts_check_their_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect().unwrap();
+        let keys = [
+            "t:{a}",
+            "t:{a}:fence",
+            "t:{a}:waiters",
+            "t:{b}",
+            "t:{b}:fence",
+            "t:{b}:waiters",
+        ];
+        let bad_second = [
+            "0:0:1:h",
+            "x:0:1:h",
+            "1.5:0:1:h",
+            "-1:0:1:h",
+            "2592000001:0:1:h",
+            "100:-1:1:h",
+            "100:0:h",
+            "",
+        ];
+        for second in bad_second {
+            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
+                .key(&keys[..])
+                .arg("tok")
+                .arg(second)
+                .arg(100)
+                .invoke(&mut con);
+            assert!(reply.is_err(), "{second:?}: {reply:?}");
+            assert!(keys_of(&mut con).is_empty(), "{second:?} wrote something");
+        }
+        for wait in ["-1", "x", "0.5", "2592000001"] {
+            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
+                .key(&keys[..])
+                .arg("tok")
+                .arg("100:0:1:h")
+                .arg(wait)
+                .invoke(&mut con);
+            assert!(reply.is_err(), "wait {wait:?}: {reply:?}");
+            assert!(
+                keys_of(&mut con).is_empty(),
+                "wait {wait:?} wrote something"
+            );
+        }
+        let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
+            .key(&keys[..4])
+            .arg("tok")
+            .arg("100:0:1:h")
+            .arg(0)
+            .invoke(&mut con);
+        assert!(reply.is_err(), "four keys: {reply:?}");
+        assert!(keys_of(&mut con).is_empty());
+
+        // Taken, then a give-back with a bad retention changes nothing.
+        let taken: Vec<i64> = ACQUIRE_SET
+            .key(&keys[..])
+            .arg("tok")
+            .arg("10000:1000:1:h")
+            .arg(0)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(taken.len(), 3);
+        assert_eq!(taken[0], 1);
+        let before = keys_of(&mut con);
+        for retention in ["-1", "x", "2592000001"] {
+            let reply: redis::RedisResult<i64> = GIVE_BACK_SET
+                .key(&keys[..])
+                .arg("tok")
+                .arg(retention)
+                .arg("c1")
+                .arg("c2")
+                .invoke(&mut con);
+            assert!(reply.is_err(), "retention {retention:?}: {reply:?}");
+            assert_eq!(keys_of(&mut con), before);
+        }
+        // Sent twice: the second run takes nothing again (same counters).
+        let again: Vec<i64> = ACQUIRE_SET
+            .key(&keys[..])
+            .arg("tok")
+            .arg("10000:1000:1:h")
+            .arg(0)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(again, taken);
+        let deleted: i64 = GIVE_BACK_SET
+            .key(&keys[..])
+            .arg("tok")
+            .arg(1000)
+            .arg("c1")
+            .arg("c2")
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(deleted, 2);
+        // Only the counters are left, each with a time to live.
+        for key in keys_of(&mut con) {
+            assert!(key.ends_with(":fence"), "{key}");
+            let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+            assert!(ttl > 0, "{key} has no expiry");
+        }
     }
 }
