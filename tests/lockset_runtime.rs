@@ -397,3 +397,59 @@ fn a_redlock_refuses_sets() {
     assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
     assert!(err.to_string().contains("Redlock"), "{err}");
 }
+
+/// Three tasks hand `q:a` from one to the next without a pause (each
+/// queues again right after its release), so `q:a` is never free; a set
+/// `{q:a, q:b}` still gets in, once it has joined `q:a`'s queue, well
+/// within its acquire time. Without that, it would wait out its whole
+/// acquire time.
+#[test]
+fn a_set_is_not_starved_by_single_name_hand_overs() {
+    let server = RedisServer::start();
+    let rt = support::multi_thread();
+    rt.block_on(async {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut streams = Vec::new();
+        for _ in 0..3 {
+            let locker = locker(&server);
+            let stop = stop.clone();
+            streams.push(tokio::spawn(async move {
+                let mut rounds = 0_u32;
+                while !stop.load(Ordering::SeqCst) {
+                    let guard = locker
+                        .lock("q:a")
+                        .acquire_timeout(LONG)
+                        .acquire()
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    guard.release().await.unwrap();
+                    rounds += 1;
+                }
+                rounds
+            }));
+        }
+        // The stream is running: `q:a` has waiters queued.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let start = Instant::now();
+        let set = locker(&server)
+            .lock_all(["q:a", "q:b"])
+            .acquire_timeout(Duration::from_secs(8))
+            .acquire()
+            .await;
+        let waited = start.elapsed();
+        stop.store(true, Ordering::SeqCst);
+        let set = set.expect("the set was starved by the single-name hand-overs");
+        assert!(waited < Duration::from_secs(5), "took {waited:?}");
+        set.release().await.unwrap();
+        for stream in streams {
+            assert!(stream.await.unwrap() > 0);
+        }
+    });
+    // Nothing of the set is left queued.
+    assert!(
+        eventually(Duration::from_secs(2), || !server
+            .exists(&format!("{}:queue", lock_key("q:a"))))
+        .is_some()
+    );
+}

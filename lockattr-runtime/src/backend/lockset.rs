@@ -31,10 +31,15 @@
 //! second ([`RECHECK`]), and at its deadline, like a queued waiter.
 //!
 //! A release that hands a name to a queued single-name waiter does not
-//! free it: a set waits behind such hand-overs, and a name that is handed
-//! from waiter to waiter without a pause keeps the set waiting until its
-//! acquire time ends. It is not first come, first served across sets and
-//! single names; see the README's "Several names at once".
+//! free it, so a name handed from waiter to waiter without a pause would
+//! keep a set out for good. A set that has waited [`JOIN_QUEUE_AFTER`]
+//! therefore also joins the FIFO queue of the first busy name (same token,
+//! same waiters entry): when its turn comes, a release hands that name to
+//! it, and it tries the whole set at once. If another name is busy then,
+//! the script gives the name back at once (deleted, with a notice, so the
+//! queued waiters try) and queues the set again at the end: it never holds
+//! part of the set while it waits, and it gets a chance at every turn of
+//! that queue. See the README's "Several names at once".
 
 use std::sync::Arc;
 use std::task::Poll;
@@ -56,11 +61,13 @@ use redis::{Script, ScriptInvocation};
 /// Takes every name of a group or none, in one script call; or, busy,
 /// enters the token as a waiter of each name (when it will wait).
 ///
-/// KEYS: for each name, its lock, fence and waiters keys (three per name,
-/// at least one name). ARGV: token, `<lease ms>:<retention ms>:<since
-/// ms>:<holder>` (as [`ACQUIRE`](super::scripts::ACQUIRE)'s), how long the
-/// caller will still wait in ms (0: it will not, and leaves the waiters
-/// hashes).
+/// KEYS: for each name, its lock, fence, queue and waiters keys (four per
+/// name, at least one name). ARGV: token, `<lease ms>:<retention
+/// ms>:<since ms>:<holder>` (as [`ACQUIRE`](super::scripts::ACQUIRE)'s),
+/// how long the caller will still wait in ms (0: it will not, and leaves
+/// the waiters hashes), `1` when the caller has waited long enough to join
+/// the FIFO queue of the first busy name (`0` otherwise), then each name's
+/// channel.
 ///
 /// Returns `{1, fencing token of each name...}` when the token now holds
 /// every name (each lock's value is `<token>\n<holder>\n<since>`, with the
@@ -68,8 +75,12 @@ use redis::{Script, ScriptInvocation};
 /// `{0, longest time left of a busy name in ms}`.
 ///
 /// A name already held under this token counts as taken, with its counter
-/// as it is (a request sent again after its answer was lost): running it
-/// twice takes nothing twice.
+/// as it is: a request sent again after its answer was lost takes nothing
+/// twice, and a name a release handed to the token (it was queued) is
+/// part of the set now. When another name is busy, a name the token holds
+/// is given back at once (deleted, `-:0:0` published on its channel when
+/// anyone waits), so the caller never holds part of the set while it
+/// waits; with the queue flag it then queues again at the end.
 pub(crate) static ACQUIRE_SET: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         r"
@@ -82,11 +93,12 @@ end
         ms_arg_lua!("retention", "retention_arg", "0"),
         ms_arg_lua!("wait", "ARGV[3]", "0"),
         r"
-if #KEYS == 0 or #KEYS % 3 ~= 0 then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence and waiters keys of each name, at least one name')
+if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 4 + #KEYS / 4 or (ARGV[4] ~= '0' and ARGV[4] ~= '1') then
+  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, the arguments end with 0 or 1 and a channel per name')
 end
 local busy = -1
-for i = 1, #KEYS, 3 do
+local first_busy
+for i = 1, #KEYS, 4 do
   local value = redis.call('get', KEYS[i])
   if value and not ",
         owns_lua!("value", "ARGV[1]"),
@@ -98,28 +110,49 @@ for i = 1, #KEYS, 3 do
     if ttl > busy then
       busy = ttl
     end
+    first_busy = first_busy or i
   end
 end
 if busy >= 0 then
+  for i = 1, #KEYS, 4 do
+    local value = redis.call('get', KEYS[i])
+    if ",
+        owns_lua!("value", "ARGV[1]"),
+        r" then
+      redis.call('del', KEYS[i])
+      redis.call('pexpire', KEYS[i + 1], retention)
+      if redis.call('exists', KEYS[i + 3]) == 1 then
+        redis.call('publish', ARGV[4 + (i + 3) / 4], '-:0:0')
+      end
+    end
+  end
   if wait > 0 then
     local now = redis.call('time')
     local queued_at = now[1] * 1000 + math.floor(now[2] / 1000)
     local entry = string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. who
-    for i = 3, #KEYS, 3 do
-      redis.call('hset', KEYS[i], ARGV[1], entry)
-      if redis.call('pttl', KEYS[i]) < wait then
-        redis.call('pexpire', KEYS[i], wait)
+    for i = 1, #KEYS, 4 do
+      redis.call('hset', KEYS[i + 3], ARGV[1], entry)
+      if redis.call('pttl', KEYS[i + 3]) < wait then
+        redis.call('pexpire', KEYS[i + 3], wait)
+      end
+    end
+    if ARGV[4] == '1' and not redis.call('lpos', KEYS[first_busy + 2], ARGV[1]) then
+      redis.call('rpush', KEYS[first_busy + 2], ARGV[1])
+      if redis.call('pttl', KEYS[first_busy + 2]) < wait then
+        redis.call('pexpire', KEYS[first_busy + 2], wait)
       end
     end
   else
-    for i = 3, #KEYS, 3 do
-      redis.call('hdel', KEYS[i], ARGV[1])
+    for i = 1, #KEYS, 4 do
+      if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 and ARGV[4] == '1' then
+        redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
+      end
     end
   end
   return {0, busy}
 end
 local fences = {1}
-for i = 1, #KEYS, 3 do
+for i = 1, #KEYS, 4 do
   local fence
   if redis.call('exists', KEYS[i]) == 1 then
     fence = tonumber(redis.call('get', KEYS[i + 1]))
@@ -142,9 +175,11 @@ for i = 1, #KEYS, 3 do
   fences[#fences + 1] = fence
 end
 local value = ARGV[1] .. '\n' .. who .. '\n' .. since
-for i = 1, #KEYS, 3 do
+for i = 1, #KEYS, 4 do
   redis.call('set', KEYS[i], value, 'PX', lease)
-  redis.call('hdel', KEYS[i + 2], ARGV[1])
+  if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 and ARGV[4] == '1' then
+    redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
+  end
 end
 return fences
 ",
@@ -154,23 +189,25 @@ return fences
 /// Gives back what a set token holds or waits for, name by name: deletes
 /// each lock the token owns (publishing `-:0:0` on its channel when anyone
 /// waits for it, so the waiters try at once) and takes the token out of
-/// each waiters hash. No hand-over: this undoes an attempt (abandoned,
-/// cancelled, or a Cluster group taken before a busy one), it is not the
-/// release of a held set (each name's own release does that, with
-/// hand-over). Safe to repeat.
+/// each waiters hash and queue. No hand-over: this undoes an attempt
+/// (abandoned, cancelled, or a Cluster group taken before a busy one), it
+/// is not the release of a held set (each name's own release does that,
+/// with hand-over). Safe to repeat.
 ///
-/// KEYS: for each name, its lock, fence and waiters keys. ARGV: token, how
-/// long a fence counter outlives a lease in ms, then each name's channel.
-/// Returns how many locks it deleted.
+/// KEYS: for each name, its lock, fence, queue and waiters keys. ARGV:
+/// token, how long a fence counter outlives a lease in ms, then each
+/// name's channel. Returns how many locks it deleted.
 pub(crate) const GIVE_BACK_SET_LUA: &str = concat!(
     ms_arg_lua!("retention", "ARGV[2]", "0"),
     r"
-if #KEYS == 0 or #KEYS % 3 ~= 0 or #ARGV ~= 2 + #KEYS / 3 then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence and waiters keys of each name, and a channel per name')
+if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 2 + #KEYS / 4 then
+  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, and a channel per name')
 end
 local deleted = 0
-for i = 1, #KEYS, 3 do
-  redis.call('hdel', KEYS[i + 2], ARGV[1])
+for i = 1, #KEYS, 4 do
+  if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 then
+    redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
+  end
   local value = redis.call('get', KEYS[i])
   if ",
     owns_lua!("value", "ARGV[1]"),
@@ -178,8 +215,8 @@ for i = 1, #KEYS, 3 do
     redis.call('del', KEYS[i])
     redis.call('pexpire', KEYS[i + 1], retention)
     deleted = deleted + 1
-    if redis.call('exists', KEYS[i + 2]) == 1 then
-      redis.call('publish', ARGV[2 + (i + 2) / 3], '-:0:0')
+    if redis.call('exists', KEYS[i + 3]) == 1 then
+      redis.call('publish', ARGV[2 + (i + 3) / 4], '-:0:0')
     end
   end
 end
@@ -196,6 +233,7 @@ fn acquire_call(
     token: &str,
     expire: Duration,
     wait: Duration,
+    queue: bool,
 ) -> ScriptInvocation<'static> {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -205,6 +243,7 @@ fn acquire_call(
         invocation
             .key(&keys.lock)
             .key(&keys.fence)
+            .key(&keys.queue)
             .key(&keys.waiters);
     }
     let (retention, holder) = group
@@ -217,7 +256,11 @@ fn acquire_call(
             millis(expire),
             whole_millis(retention)
         ))
-        .arg(whole_millis(wait));
+        .arg(whole_millis(wait))
+        .arg(if queue { "1" } else { "0" });
+    for keys in group {
+        invocation.arg(&keys.channel);
+    }
     invocation
 }
 
@@ -228,6 +271,7 @@ fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
         invocation
             .key(&keys.lock)
             .key(&keys.fence)
+            .key(&keys.queue)
             .key(&keys.waiters);
     }
     let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
@@ -242,9 +286,12 @@ fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
 /// `scripts::give_back`): it may run on a server that never saw the script.
 fn give_back_eval(group: &[&Keys], token: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(GIVE_BACK_SET_LUA).arg(group.len() * 3);
+    cmd.arg(GIVE_BACK_SET_LUA).arg(group.len() * 4);
     for keys in group {
-        cmd.arg(&keys.lock).arg(&keys.fence).arg(&keys.waiters);
+        cmd.arg(&keys.lock)
+            .arg(&keys.fence)
+            .arg(&keys.queue)
+            .arg(&keys.waiters);
     }
     let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
     cmd.arg(token).arg(whole_millis(retention));
@@ -283,6 +330,9 @@ pub(crate) fn slot(key: &str) -> u16 {
     crc % 16384
 }
 
+/// How long a set waits before it joins the FIFO queue of a busy name.
+const JOIN_QUEUE_AFTER: Duration = RECHECK;
+
 /// The deployments a set can be taken on.
 #[derive(Clone, Copy)]
 enum Target<'a> {
@@ -314,8 +364,9 @@ impl<'a> Target<'a> {
         token: &str,
         expire: Duration,
         wait: Duration,
+        queue: bool,
     ) -> Result<Vec<i64>, LockError> {
-        let invocation = acquire_call(group, token, expire, wait);
+        let invocation = acquire_call(group, token, expire, wait, queue);
         match self {
             Target::Single(node) => {
                 node.run_script_or_give_back(&invocation, give_back_eval(group, token))
@@ -400,10 +451,11 @@ async fn attempt(
     token: &str,
     expire: Duration,
     wait: Duration,
+    queue: bool,
 ) -> Result<Tried, LockError> {
     let mut fences = Vec::new();
     for (taken, group) in groups.iter().enumerate() {
-        let reply = target.take(group, token, expire, wait).await?;
+        let reply = target.take(group, token, expire, wait, queue).await?;
         match reply.first() {
             Some(1) if reply.len() == group.len() + 1 => {
                 fences.extend(reply[1..].iter().map(|&f| u64::try_from(f).unwrap_or(0)));
@@ -509,6 +561,8 @@ pub(crate) async fn acquire(
     let mut waiters: Vec<super::wake::Waiter> = Vec::new();
     let mut retry = Backoff::new(RETRY_MAX);
     let mut polling_until: Option<Instant> = None;
+    // Since when the set has found a name busy.
+    let mut busy_since: Option<Instant> = None;
     loop {
         // Attempts whose answer was lost are given back first.
         if let Some(old) = stale.last() {
@@ -537,7 +591,10 @@ pub(crate) async fn acquire(
         if owed.tokens.last() != Some(&token) {
             owed.tokens.push(token.clone());
         }
-        let longest = match attempt(target, &by_group, &token, expire, left).await {
+        // Waited long enough: join the FIFO queue of a busy name (see the
+        // module docs).
+        let queue = busy_since.is_some_and(|since| since.elapsed() >= JOIN_QUEUE_AFTER);
+        let longest = match attempt(target, &by_group, &token, expire, left, queue).await {
             Ok(Tried::Taken(fencing_tokens)) => {
                 owed.tokens.retain(|t| *t != token);
                 owed.tokens.append(&mut stale);
@@ -547,7 +604,10 @@ pub(crate) async fn acquire(
                     token,
                 });
             }
-            Ok(Tried::Busy(longest)) => longest,
+            Ok(Tried::Busy(longest)) => {
+                busy_since.get_or_insert(sent);
+                longest
+            }
             Err(e) if retryable(&e) => {
                 owed.tokens.retain(|t| *t != token);
                 stale.push(token);
@@ -606,14 +666,16 @@ pub(crate) async fn acquire(
                     polling_until = Some(Instant::now() + Duration::from_secs(1));
                     wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
                 }
-                // A subscription broke: ask Redis, then register again.
-                Some(Wake::Recheck) => {
+                // A subscription broke (ask Redis, then register again), or
+                // a release handed this set a name it queued for (it is no
+                // longer registered there): try the whole set now.
+                Some(Wake::Recheck | Wake::Handed { .. }) => {
                     waiters.clear();
                     break;
                 }
                 // Subscribed (a notice may have come before), told to try,
                 // or the timer: ask Redis.
-                Some(Wake::Subscribed | Wake::TryNow | Wake::Handed { .. }) | None => break,
+                Some(Wake::Subscribed | Wake::TryNow) | None => break,
             }
         }
     }
@@ -687,9 +749,11 @@ mod tests {
         let keys = [
             "t:{a}",
             "t:{a}:fence",
+            "t:{a}:queue",
             "t:{a}:waiters",
             "t:{b}",
             "t:{b}:fence",
+            "t:{b}:queue",
             "t:{b}:waiters",
         ];
         let bad_second = [
@@ -708,6 +772,9 @@ mod tests {
                 .arg("tok")
                 .arg(second)
                 .arg(100)
+                .arg("0")
+                .arg("c1")
+                .arg("c2")
                 .invoke(&mut con);
             assert!(reply.is_err(), "{second:?}: {reply:?}");
             assert!(keys_of(&mut con).is_empty(), "{second:?} wrote something");
@@ -718,6 +785,9 @@ mod tests {
                 .arg("tok")
                 .arg("100:0:1:h")
                 .arg(wait)
+                .arg("0")
+                .arg("c1")
+                .arg("c2")
                 .invoke(&mut con);
             assert!(reply.is_err(), "wait {wait:?}: {reply:?}");
             assert!(
@@ -726,13 +796,30 @@ mod tests {
             );
         }
         let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-            .key(&keys[..4])
+            .key(&keys[..6])
             .arg("tok")
             .arg("100:0:1:h")
             .arg(0)
+            .arg("0")
+            .arg("c1")
+            .arg("c2")
             .invoke(&mut con);
-        assert!(reply.is_err(), "four keys: {reply:?}");
+        assert!(reply.is_err(), "six keys: {reply:?}");
         assert!(keys_of(&mut con).is_empty());
+
+        for flag in ["2", "", "yes"] {
+            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
+                .key(&keys[..])
+                .arg("tok")
+                .arg("100:0:1:h")
+                .arg(100)
+                .arg(flag)
+                .arg("c1")
+                .arg("c2")
+                .invoke(&mut con);
+            assert!(reply.is_err(), "flag {flag:?}: {reply:?}");
+            assert!(keys_of(&mut con).is_empty());
+        }
 
         // Taken, then a give-back with a bad retention changes nothing.
         let taken: Vec<i64> = ACQUIRE_SET
@@ -740,6 +827,9 @@ mod tests {
             .arg("tok")
             .arg("10000:1000:1:h")
             .arg(0)
+            .arg("0")
+            .arg("c1")
+            .arg("c2")
             .invoke(&mut con)
             .unwrap();
         assert_eq!(taken.len(), 3);
@@ -762,6 +852,9 @@ mod tests {
             .arg("tok")
             .arg("10000:1000:1:h")
             .arg(0)
+            .arg("0")
+            .arg("c1")
+            .arg("c2")
             .invoke(&mut con)
             .unwrap();
         assert_eq!(again, taken);
