@@ -216,3 +216,52 @@ fn the_guard_type_is_the_set_guard() {
     let server = RedisServer::start();
     f(&Locker::new(server.url()).unwrap()).unwrap();
 }
+
+// ---- renewal and the lost signal ----
+
+#[redis_lock(name = ["ol:{a}", "ol:{b}"], locker = locker, expire = "900ms", renew, on_lost = "abort")]
+async fn aborted(locker: &Locker, server: &RedisServer, a: u32, b: u32) -> Result<(), LockError> {
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key(&format!("ol:{b}")))
+        .query(&mut server.client())
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn on_lost_abort_stops_the_body_when_one_name_is_lost() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let start = std::time::Instant::now();
+    let err = aborted(&locker, &server, 1, 2).await.unwrap_err();
+    assert!(
+        matches!(err, LockError::Lost { ref name, .. } if name == "ol:2"),
+        "{err:?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(!server.exists(&lock_key("ol:1")), "the other name was kept");
+}
+
+#[redis_lock(name = ["rn:a", "rn:b"], locker = locker, expire = "600ms", renew, guard = g)]
+async fn renewed(locker: &Locker, server: &RedisServer) -> Result<(bool, bool), LockError> {
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    Ok((
+        g.is_lost(),
+        server.exists(&lock_key("rn:a")) && server.exists(&lock_key("rn:b")),
+    ))
+}
+
+#[tokio::test]
+async fn renew_keeps_every_name_past_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let (lost, held) = renewed(&locker, &server).await.unwrap();
+    assert!(!lost);
+    assert!(held, "a name expired under renewal");
+    assert!(!server.exists(&lock_key("rn:a")) && !server.exists(&lock_key("rn:b")));
+}
