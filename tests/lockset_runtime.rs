@@ -453,3 +453,60 @@ fn a_set_is_not_starved_by_single_name_hand_overs() {
         .is_some()
     );
 }
+
+/// The ACL rules of the README (no other command) are enough for sets:
+/// taking, waiting (past the point where the set joins a queue), being
+/// woken, timing out, giving back, releasing.
+#[test]
+fn a_user_with_only_the_readme_rules_can_lock_sets() {
+    let server = RedisServer::start();
+    let rules = "on resetkeys ~lockattr:* resetchannels &lockattr:* -@all +evalsha +eval \
+                 +script|load +ping +select +subscribe +unsubscribe +get +set +del +incr \
+                 +pexpire +pttl +time +rpush +lpop +lrem +hset +hget +hdel +hexists +publish";
+    let mut command = redis::cmd("ACL");
+    command.arg("SETUSER").arg("locker").arg(">secret");
+    for rule in rules.split_whitespace() {
+        command.arg(rule);
+    }
+    let _: () = command.query(&mut server.client()).unwrap();
+    let url = format!("redis://locker:secret@127.0.0.1:{}/", server.port);
+    let (holder, setter) = (Locker::new(&url).unwrap(), Locker::new(&url).unwrap());
+    let rt = support::multi_thread();
+    rt.block_on(async {
+        let set = setter
+            .lock_all(["acl:a", "acl:b", "acl:a"])
+            .acquire()
+            .await
+            .unwrap();
+        set.release().await.unwrap();
+        let b = holder.lock("acl:b").expire(LONG).acquire().await.unwrap();
+        let err = setter
+            .lock_all(["acl:a", "acl:b"])
+            .acquire_timeout(Duration::from_millis(300))
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+        let waiting = {
+            let setter = setter.clone();
+            tokio::spawn(async move {
+                setter
+                    .lock_all(["acl:a", "acl:b"])
+                    .acquire_timeout(LONG)
+                    .acquire()
+                    .await
+            })
+        };
+        // Past a second: the set has joined acl:b's queue.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        b.release().await.unwrap();
+        let set = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("not woken")
+            .unwrap()
+            .unwrap();
+        assert!(set.fencing_token_of("acl:b").is_some());
+        set.release().await.unwrap();
+    });
+    assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
+}

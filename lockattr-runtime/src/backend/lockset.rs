@@ -121,25 +121,31 @@ if busy >= 0 then
         r" then
       redis.call('del', KEYS[i])
       redis.call('pexpire', KEYS[i + 1], retention)
-      if redis.call('exists', KEYS[i + 3]) == 1 then
+      if redis.call('pttl', KEYS[i + 3]) ~= -2 then
         redis.call('publish', ARGV[4 + (i + 3) / 4], '-:0:0')
       end
     end
   end
   if wait > 0 then
     local now = redis.call('time')
-    local queued_at = now[1] * 1000 + math.floor(now[2] / 1000)
-    local entry = string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. who
+    local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+    -- An entry queued in the FIFO queue has its queue time; one that is
+    -- not has 0. A queued entry is kept as it is: it holds its place.
+    local entry = string.format('%d:%d:0:', now_ms + wait, lease) .. who
     for i = 1, #KEYS, 4 do
-      redis.call('hset', KEYS[i + 3], ARGV[1], entry)
+      local old = redis.call('hget', KEYS[i + 3], ARGV[1])
+      local queued = old and string.match(old, '^%d+:%d+:(%d+):')
+      if ARGV[4] == '1' and i == first_busy and (not queued or queued == '0') then
+        redis.call('rpush', KEYS[i + 2], ARGV[1])
+        if redis.call('pttl', KEYS[i + 2]) < wait then
+          redis.call('pexpire', KEYS[i + 2], wait)
+        end
+        redis.call('hset', KEYS[i + 3], ARGV[1], string.format('%d:%d:%d:', now_ms + wait, lease, now_ms) .. who)
+      elseif not queued or queued == '0' then
+        redis.call('hset', KEYS[i + 3], ARGV[1], entry)
+      end
       if redis.call('pttl', KEYS[i + 3]) < wait then
         redis.call('pexpire', KEYS[i + 3], wait)
-      end
-    end
-    if ARGV[4] == '1' and not redis.call('lpos', KEYS[first_busy + 2], ARGV[1]) then
-      redis.call('rpush', KEYS[first_busy + 2], ARGV[1])
-      if redis.call('pttl', KEYS[first_busy + 2]) < wait then
-        redis.call('pexpire', KEYS[first_busy + 2], wait)
       end
     end
   else
@@ -154,7 +160,7 @@ end
 local fences = {1}
 for i = 1, #KEYS, 4 do
   local fence
-  if redis.call('exists', KEYS[i]) == 1 then
+  if redis.call('get', KEYS[i]) then
     fence = tonumber(redis.call('get', KEYS[i + 1]))
     if fence then
       redis.call('pexpire', KEYS[i + 1], lease + retention)
@@ -215,7 +221,7 @@ for i = 1, #KEYS, 4 do
     redis.call('del', KEYS[i])
     redis.call('pexpire', KEYS[i + 1], retention)
     deleted = deleted + 1
-    if redis.call('exists', KEYS[i + 3]) == 1 then
+    if redis.call('pttl', KEYS[i + 3]) ~= -2 then
       redis.call('publish', ARGV[2 + (i + 3) / 4], '-:0:0')
     end
   end

@@ -336,7 +336,7 @@ redis.call('del', KEYS[1])
 redis.call('pexpire', KEYS[2], retention)
 if ",
             $notify,
-            r" == '1' or redis.call('exists', KEYS[4]) == 1 then
+            r" == '1' or redis.call('pttl', KEYS[4]) ~= -2 then
   redis.call('publish', ",
             $channel,
             r", '-:0:0')
