@@ -31,6 +31,13 @@ impl Locker {
     /// ([`LockError::InvalidInput`]). See [`LockSetGuard`] for what the
     /// guard offers.
     ///
+    /// A waiting set tries again at every release of one of its names (and
+    /// once a second); after a second it also joins the FIFO queue of a
+    /// busy name, and when that name is handed to it while another is
+    /// still busy, it gives the name back at once and queues again. So a
+    /// stream of single-name hand-overs delays a set but cannot keep it out
+    /// for good, and the set never holds part of itself while it waits.
+    ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
     /// # use std::time::Duration;
