@@ -20,14 +20,15 @@
 //!
 //! # Waiting
 //!
-//! A set waiter cannot join the FIFO queue of one name (a release would
-//! hand it that name alone). It enters its token in the waiters hash of
-//! each busy name instead (`<prefix>{<name>}:waiters`, not the queue), with
-//! the same expiry as a queued waiter's entry; a release that deletes a
-//! lock while that hash exists publishes `-:0:0` on the lock's channel
-//! (see [`RELEASE_LUA`](super::scripts::RELEASE_LUA)), and the set waiter,
+//! A set waiter enters its token in the waiters hash of each name
+//! (`<prefix>{<name>}:waiters`, with the same expiry as a queued waiter's
+//! entry), and puts the marker `-` at the end of each name's queue (one
+//! marker shared by all sets; never a token). A release that frees the
+//! lock pops the marker and publishes `-:0:0` on the lock's channel (see
+//! [`RELEASE_LUA`](super::scripts::RELEASE_LUA)); a release that hands the
+//! lock to a queued waiter puts it back at the end. The set waiter,
 //! subscribed to the channel of every name of the set, tries again at
-//! once. It also tries again when the longest lease it saw ends, once a
+//! once. A release with nobody waiting runs no extra command. It also tries again when the longest lease it saw ends, once a
 //! second ([`RECHECK`]), and at its deadline, like a queued waiter.
 //!
 //! A release that hands a name to a queued single-name waiter does not
@@ -121,7 +122,7 @@ if busy >= 0 then
         r" then
       redis.call('del', KEYS[i])
       redis.call('pexpire', KEYS[i + 1], retention)
-      if redis.call('pttl', KEYS[i + 3]) ~= -2 then
+      if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
         redis.call('publish', ARGV[4 + (i + 3) / 4], '-:0:0')
       end
     end
@@ -146,6 +147,13 @@ if busy >= 0 then
       end
       if redis.call('pttl', KEYS[i + 3]) < wait then
         redis.call('pexpire', KEYS[i + 3], wait)
+      end
+      -- The marker: a release that frees the lock pops it and publishes
+      -- `-:0:0` (see RELEASE_LUA). One at the end, shared by every set.
+      redis.call('lrem', KEYS[i + 2], 0, '-')
+      redis.call('rpush', KEYS[i + 2], '-')
+      if redis.call('pttl', KEYS[i + 2]) < wait then
+        redis.call('pexpire', KEYS[i + 2], wait)
       end
     end
   else
@@ -221,7 +229,7 @@ for i = 1, #KEYS, 4 do
     redis.call('del', KEYS[i])
     redis.call('pexpire', KEYS[i + 1], retention)
     deleted = deleted + 1
-    if redis.call('pttl', KEYS[i + 3]) ~= -2 then
+    if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
       redis.call('publish', ARGV[2 + (i + 3) / 4], '-:0:0')
     end
   end

@@ -270,6 +270,7 @@ macro_rules! hand_over_body_lua {
         concat!(
             r"
 local now_ms
+local set_waiting = false
 if ",
             $barge,
             r" > 0 then
@@ -298,6 +299,9 @@ while true do
   local waiter = redis.call('lpop', KEYS[3])
   if not waiter then
     break
+  end
+  if waiter == '-' then
+    set_waiting = true
   end
   local entry = redis.call('hget', KEYS[4], waiter)
   if entry then
@@ -328,6 +332,15 @@ while true do
       redis.call('publish', ",
             $channel,
             r", notice)
+      if set_waiting then
+        local wait_ttl = redis.call('pttl', KEYS[4])
+        if wait_ttl > 0 then
+          redis.call('rpush', KEYS[3], '-')
+          if redis.call('pttl', KEYS[3]) < 0 then
+            redis.call('pexpire', KEYS[3], wait_ttl)
+          end
+        end
+      end
       return notice
     end
   end
@@ -336,7 +349,7 @@ redis.call('del', KEYS[1])
 redis.call('pexpire', KEYS[2], retention)
 if ",
             $notify,
-            r" == '1' or redis.call('pttl', KEYS[4]) ~= -2 then
+            r" == '1' or set_waiting then
   redis.call('publish', ",
             $channel,
             r", '-:0:0')
@@ -359,9 +372,12 @@ return 1
 /// release notice of a Redlock, whose waiters do not queue) or `0`, how
 /// long the fence counter outlives a lease in ms, and the fencing token the
 /// token was granted (0: none). `-:0:0` is also published when the lock is
-/// deleted while the waiters hash still exists: a caller waiting for
-/// several names at once (`lockset`) is entered there, not in the
-/// queue, and needs the notice to try again.
+/// deleted and the queue held the marker `-` (never a token): callers
+/// waiting for several names at once (`lockset`) put it there, at the
+/// end, to hear when the lock is freed. A hand-over to a queued waiter
+/// that pops the marker puts it back at the end (while a set still has an
+/// entry in the waiters hash, and with that hash's time to live when the
+/// pop emptied the queue).
 /// Returns 1 when released and deleted, the notice (a string) when released
 /// and handed to a waiter (so that the releasing process can wake a waiter
 /// of its own at once, without waiting for the notice to come round through
