@@ -425,8 +425,8 @@ pub(crate) struct SetRequest {
 pub(crate) struct SetGrant {
     /// Each name's fencing token, in the order of the request's keys.
     pub(crate) fencing_tokens: Vec<u64>,
-    /// When the attempt that took the last group was sent (the first
-    /// group's, for the leases: see [`acquire`]).
+    /// When the attempt that took the set started: every name's lease
+    /// began after it.
     pub(crate) sent: Instant,
     pub(crate) token: String,
 }
@@ -593,7 +593,9 @@ pub(crate) async fn acquire(
                     continue;
                 }
                 _ => {
-                    stale.pop();
+                    if let Some(old) = stale.pop() {
+                        owed.tokens.retain(|t| *t != old);
+                    }
                     continue;
                 }
             }
@@ -602,7 +604,7 @@ pub(crate) async fn acquire(
         let left = deadline.saturating_duration_since(sent);
         // Owed until it is known to hold everything: a cancelled attempt,
         // or one that ends in an error or a timeout, is given back.
-        if owed.tokens.last() != Some(&token) {
+        if !owed.tokens.contains(&token) {
             owed.tokens.push(token.clone());
         }
         // Waited long enough: join the FIFO queue of a busy name (see the
@@ -611,7 +613,6 @@ pub(crate) async fn acquire(
         let longest = match attempt(target, &by_group, &token, expire, left, queue).await {
             Ok(Tried::Taken(fencing_tokens)) => {
                 owed.tokens.retain(|t| *t != token);
-                owed.tokens.append(&mut stale);
                 return Ok(SetGrant {
                     fencing_tokens,
                     sent,
@@ -623,7 +624,7 @@ pub(crate) async fn acquire(
                 longest
             }
             Err(e) if retryable(&e) => {
-                owed.tokens.retain(|t| *t != token);
+                // Still owed (until given back below, or by `owed`).
                 stale.push(token);
                 token = crate::locker::new_token()?;
                 waiters.clear();
