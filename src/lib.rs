@@ -355,6 +355,10 @@ pub use lockattr_runtime::{
     MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT, RedisAddr, default_locker, init, set_default,
 };
 
+/// Semaphores (`permits = N`, [`Locker::semaphore`]): the most permits one may have.
+#[doc(inline)]
+pub use lockattr_runtime::MAX_PERMITS;
+
 /// The redis crate (redis-rs 1.x) lockattr is built on: name
 /// `lockattr::redis::ConnectionInfo` to hand a Locker an address your
 /// configuration already holds (see [`RedisAddr`]).
