@@ -42,7 +42,7 @@ impl PermitsArg {
                     return Err(syn::Error::new(
                         int.span(),
                         "`permits = 0`: a semaphore of no permits could never be taken; use at \
-                         least 1 (a lock is a semaphore of 1: leave `permits` out)",
+                         least 1",
                     ));
                 }
                 if n > MAX_PERMITS {
