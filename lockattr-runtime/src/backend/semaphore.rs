@@ -727,3 +727,257 @@ impl Drop for Owed<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The scripts called directly on a private redis-server: a bad
+    //! argument is an error and changes nothing; a mismatch of permits
+    //! writes nothing; free permits go to the oldest live waiter.
+
+    use std::collections::BTreeMap;
+    use std::process::{Child, Command, Stdio};
+
+    use redis::Connection;
+
+    use super::*;
+
+    struct Server {
+        child: Child,
+        port: u16,
+    }
+
+    impl Server {
+        fn start() -> Server {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start `{binary}`: {e}"));
+            let server = Server { child, port };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(mut con) = server.try_connect()
+                    && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                {
+                    return server;
+                }
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        fn try_connect(&self) -> redis::RedisResult<Connection> {
+            redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, bool)> {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+        keys.into_iter()
+            .map(|key| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
+                (key, (dump, ttl >= 0))
+            })
+            .collect()
+    }
+
+    /// A semaphore of 2: permit 0 held by `holder`, permit 1 free, `waiter`
+    /// queued.
+    fn setup(con: &mut Connection) -> (Keys, Permits) {
+        let mut keys = Keys::new("t:", "s", Duration::from_secs(60));
+        let permits = Permits::make(&mut keys, 2);
+        let _: () = redis::pipe()
+            .cmd("SET")
+            .arg(permits.slot(0).unwrap())
+            .arg("holder\nh\n1")
+            .arg("PX")
+            .arg(5_000)
+            .cmd("SET")
+            .arg(&permits.record)
+            .arg(2)
+            .arg("PX")
+            .arg(60_000)
+            .cmd("RPUSH")
+            .arg(&keys.queue)
+            .arg("waiter")
+            .cmd("HSET")
+            .arg(&keys.waiters)
+            .arg("waiter")
+            .arg("99999999999999:4000:1:w")
+            .query(con)
+            .unwrap();
+        (keys, permits)
+    }
+
+    fn call(
+        con: &mut Connection,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> redis::RedisResult<redis::Value> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        invocation.invoke(con)
+    }
+
+    #[test]
+    fn the_scripts_check_their_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, permits) = setup(&mut con);
+        let all: Vec<&str> = [
+            keys.fence.as_str(),
+            &keys.queue,
+            &keys.waiters,
+            &permits.record,
+        ]
+        .into_iter()
+        .chain(permits.slots.iter().map(String::as_str))
+        .collect();
+        let short = &all[..all.len() - 1];
+        let channel = keys.channel.as_str();
+        let before = snapshot(&mut con);
+        let mut refused = |keys: &[&str], script: &Script, args: &[&str]| {
+            let answer = call(&mut con, script, keys, args);
+            assert!(answer.is_err(), "{args:?} accepted: {answer:?}");
+            assert_eq!(before, snapshot(&mut con), "{args:?} wrote");
+        };
+        for bad in ["", "x", "-1", "1.5", "nan", "inf", "2592000001"] {
+            let lease = format!("{bad}:60000:0:1:h");
+            refused(&all, &ACQUIRE, &["n", &lease, "1000", "2", channel]);
+            let retention = format!("1000:{bad}:0:1:h");
+            refused(&all, &ACQUIRE, &["n", &retention, "1000", "2", channel]);
+            refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", bad, "2", channel]);
+            refused(&all, &GIVE_BACK, &["holder", bad, "2", channel]);
+        }
+        for bad in ["", "0", "-1", "1.5", "3", "257", "nan"] {
+            refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", bad, channel]);
+            refused(&all, &GIVE_BACK, &["holder", "60000", bad, channel]);
+        }
+        // One key per permit.
+        refused(short, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2", channel]);
+        refused(short, &GIVE_BACK, &["holder", "60000", "2", channel]);
+        // No channel.
+        refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2"]);
+        refused(&all, &GIVE_BACK, &["holder", "60000", "2"]);
+        refused(&all, &ACQUIRE, &["n", "1000:60000:0:1", "1000", "2", channel]);
+    }
+
+    #[test]
+    fn a_mismatch_writes_nothing() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let _ = setup(&mut con);
+        let mut three = Keys::new("t:", "s", Duration::from_secs(60));
+        let permits = Permits::make(&mut three, 3);
+        let before = snapshot(&mut con);
+        let reply: Vec<i64> = acquire_invocation(
+            &permits,
+            &three,
+            ("n", Duration::from_secs(1), Duration::from_secs(1), false),
+        )
+        .invoke(&mut con)
+        .unwrap();
+        assert_eq!(reply, [-1, 2]);
+        assert_eq!(before, snapshot(&mut con));
+    }
+
+    /// A free permit goes to the oldest waiter whose entry is valid and
+    /// whose deadline has not passed, not to the caller behind it.
+    #[test]
+    fn a_free_permit_goes_to_the_oldest_live_waiter() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, permits) = setup(&mut con);
+        // Before `waiter`: one whose deadline passed, one malformed.
+        let _: () = redis::pipe()
+            .cmd("LPUSH")
+            .arg(&keys.queue)
+            .arg("bad")
+            .arg("late")
+            .cmd("HSET")
+            .arg(&keys.waiters)
+            .arg("late")
+            .arg("1:4000:1:w")
+            .arg("bad")
+            .arg("99999999999999:1e17:1:w")
+            .query(&mut con)
+            .unwrap();
+        let mut listener = server.try_connect().unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe(&keys.channel).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let reply: Vec<i64> = acquire_invocation(
+            &permits,
+            &keys,
+            ("newcomer", Duration::from_secs(1), Duration::from_secs(1), false),
+        )
+        .invoke(&mut con)
+        .unwrap();
+        assert_eq!(reply[0], 0, "the newcomer passed the waiter: {reply:?}");
+        let value: String = redis::cmd("GET")
+            .arg(permits.slot(1).unwrap())
+            .query(&mut con)
+            .unwrap();
+        assert!(value.starts_with("waiter\nw\n"), "{value:?}");
+        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        assert!(
+            notice.starts_with("waiter:") && notice.ends_with(":4000"),
+            "{notice:?}"
+        );
+        // The newcomer is queued now, with an expiry on every key.
+        let queue: Vec<String> = redis::cmd("LRANGE")
+            .arg(&keys.queue)
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(queue, ["newcomer"]);
+        for (key, (_, expires)) in snapshot(&mut con) {
+            assert!(expires, "{key} has no expiry");
+        }
+        // Asked again, the waiter finds its permit, with a new fencing token.
+        let reply: Vec<i64> = acquire_invocation(
+            &permits,
+            &keys,
+            ("waiter", Duration::from_secs(1), Duration::ZERO, false),
+        )
+        .invoke(&mut con)
+        .unwrap();
+        let handed: i64 = notice.split(':').nth(1).unwrap().parse().unwrap();
+        assert_eq!((reply[0], reply[2]), (1, 1));
+        assert!(reply[1] > handed);
+        // Its give-back hands the permit to the newcomer.
+        let given: i64 = give_back_invocation(&permits, &keys, "waiter")
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(given, 1);
+        let value: String = redis::cmd("GET")
+            .arg(permits.slot(1).unwrap())
+            .query(&mut con)
+            .unwrap();
+        assert!(value.starts_with("newcomer\n"), "{value:?}");
+    }
+}
