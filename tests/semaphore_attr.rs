@@ -75,7 +75,11 @@ async fn async_functions_have_at_most_the_permits_inside() {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(most.load(Ordering::SeqCst), 2, "not at most, or never, 2 inside");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        2,
+        "not at most, or never, 2 inside"
+    );
     assert!(server.keys("lockattr:{async-pool}:sem:permit:*").is_empty());
 }
 
@@ -98,7 +102,11 @@ fn sync_functions_have_at_most_the_permits_inside() {
         .into_iter()
         .flat_map(|t| t.join().unwrap())
         .collect();
-    assert_eq!(most.load(Ordering::SeqCst), 3, "not at most, or never, 3 inside");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        3,
+        "not at most, or never, 3 inside"
+    );
     let n = fences.len();
     fences.sort_unstable();
     fences.dedup();

@@ -117,8 +117,18 @@ async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
     let server = RedisServer::start();
     let locker = Locker::new(server.url()).unwrap();
     let long = Duration::from_secs(30);
-    let a = locker.semaphore("q", 2).expire(long).acquire().await.unwrap();
-    let b = locker.semaphore("q", 2).expire(long).acquire().await.unwrap();
+    let a = locker
+        .semaphore("q", 2)
+        .expire(long)
+        .acquire()
+        .await
+        .unwrap();
+    let b = locker
+        .semaphore("q", 2)
+        .expire(long)
+        .acquire()
+        .await
+        .unwrap();
     let first = {
         let locker = locker.clone();
         tokio::spawn(async move {
@@ -258,7 +268,13 @@ async fn another_number_of_permits_is_refused() {
     for bad in [0, lockattr::MAX_PERMITS + 1] {
         let e = locker.semaphore("z", bad).acquire().await.unwrap_err();
         assert!(
-            matches!(e, LockError::InvalidInput { what: "permits", .. }),
+            matches!(
+                e,
+                LockError::InvalidInput {
+                    what: "permits",
+                    ..
+                }
+            ),
             "{e:?}"
         );
     }
@@ -373,7 +389,11 @@ fn blocking_acquire_and_release() {
     assert!(woken < Duration::from_millis(800), "woken after {woken:?}");
     drop(c);
     drop(b);
-    assert!(eventually(Duration::from_secs(2), || permit_keys(&server, "b").is_empty()).is_some());
+    assert!(
+        eventually(Duration::from_secs(2), || permit_keys(&server, "b")
+            .is_empty())
+        .is_some()
+    );
 }
 
 #[tokio::test]
@@ -382,7 +402,13 @@ async fn a_redlock_refuses_semaphores() {
     let locker = Locker::redlock(servers.iter().map(RedisServer::url)).unwrap();
     let e = locker.semaphore("x", 2).acquire().await.unwrap_err();
     assert!(
-        matches!(e, LockError::InvalidInput { what: "semaphore", .. }),
+        matches!(
+            e,
+            LockError::InvalidInput {
+                what: "semaphore",
+                ..
+            }
+        ),
         "{e:?}"
     );
     assert!(e.to_string().contains("Redlock"), "{e}");

@@ -82,7 +82,11 @@ async fn a_semaphore_on_a_cluster_keeps_its_bound_and_hands_over() {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(most.load(Ordering::SeqCst), 3, "not at most, or never, 3 inside");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        3,
+        "not at most, or never, 3 inside"
+    );
 
     // One master holds every key of the semaphore.
     let locker = Locker::cluster(urls.clone()).unwrap();
@@ -117,7 +121,10 @@ async fn a_semaphore_on_a_cluster_keeps_its_bound_and_hands_over() {
     assert!(!waiter.is_finished());
     let mismatch = locker.semaphore("render", 5).acquire().await.unwrap_err();
     assert!(
-        matches!(mismatch, lockattr::LockError::PermitsMismatch { recorded: 3, .. }),
+        matches!(
+            mismatch,
+            lockattr::LockError::PermitsMismatch { recorded: 3, .. }
+        ),
         "{mismatch:?}"
     );
     let released = Instant::now();

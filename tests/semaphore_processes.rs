@@ -67,7 +67,10 @@ fn processes_never_exceed_the_permits() {
         .map(|_| {
             child_test(
                 "child_worker",
-                &[(LOCK_URL, lock_url.as_str()), (STORE_URL, store_url.as_str())],
+                &[
+                    (LOCK_URL, lock_url.as_str()),
+                    (STORE_URL, store_url.as_str()),
+                ],
             )
             .spawn()
             .expect("spawn child test process")
@@ -145,7 +148,10 @@ fn a_killed_holders_permit_is_free_when_its_lease_ends() {
         waited >= Duration::from_millis(1_900),
         "taken after {waited:?}, before the 2 s lease ended"
     );
-    assert!(waited < Duration::from_secs(4), "taken only after {waited:?}");
+    assert!(
+        waited < Duration::from_secs(4),
+        "taken only after {waited:?}"
+    );
     assert!(guard.fencing_token() > held_fence);
     guard.release_blocking().unwrap();
 }

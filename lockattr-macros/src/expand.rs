@@ -110,7 +110,9 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         quote!(::lockattr::__private::acquire_blocking(#locker_var, ::core::convert::AsRef::<str>::as_ref(&#name_var), #options))
     };
     let acquire = match &plan.permits {
-        Some(permits) => crate::semaphore::acquire(is_async, (&locker_var, &name_var), permits, &options),
+        Some(permits) => {
+            crate::semaphore::acquire(is_async, (&locker_var, &name_var), permits, &options)
+        }
         None => acquire,
     };
     // Locker (user's or default), then name, then acquire; every failure

@@ -115,7 +115,11 @@ pub(crate) async fn acquire(
     wait: Duration,
     gone: io::CallerGone,
 ) -> Result<(Lease, Grant), LockError> {
-    let mut keys = Keys::new(&lease.locker.prefix, &lease.name, lease.keys.fence_retention);
+    let mut keys = Keys::new(
+        &lease.locker.prefix,
+        &lease.name,
+        lease.keys.fence_retention,
+    );
     keys.holder = lease.keys.holder.clone();
     let permits = Permits::make(&mut keys, lease.keys.permits);
     let backend = match &lease.locker.backend {

@@ -50,9 +50,9 @@ use std::time::{Duration, Instant};
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
+use super::SingleNode;
 use super::queue::{self, Queued, RECHECK};
 use super::single::Request;
-use super::SingleNode;
 use super::{Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, millis, soon_after};
 use crate::inner::Inner;
 use crate::key::Keys;
@@ -452,7 +452,6 @@ impl SingleNode {
         self.send(Request::Script(invocation), Some(&give_back))
             .await
     }
-
 }
 
 impl Queued<'_> {
@@ -677,7 +676,10 @@ struct Owed<'a> {
 impl Owed<'_> {
     async fn settle(&mut self, backend: Queued<'_>) -> Result<(), LockError> {
         while let Some(token) = self.stale.last() {
-            match backend.give_back_permit(self.permits, self.keys, token).await {
+            match backend
+                .give_back_permit(self.permits, self.keys, token)
+                .await
+            {
                 Ok(()) => {}
                 Err(e) if queue::retryable(&e) => return Err(e),
                 Err(e) => {
@@ -698,7 +700,8 @@ impl Drop for Owed<'_> {
         if tokens.is_empty() {
             return;
         }
-        let (locker, keys, permits) = (self.locker.clone(), self.keys.clone(), self.permits.clone());
+        let (locker, keys, permits) =
+            (self.locker.clone(), self.keys.clone(), self.permits.clone());
         let until = Instant::now() + self.expire.min(GIVE_BACK_FOR);
         let giving = io::spawn(async move {
             let backend = match &locker.backend {
@@ -867,20 +870,36 @@ mod tests {
             refused(&all, &ACQUIRE, &["n", &lease, "1000", "2", channel]);
             let retention = format!("1000:{bad}:0:1:h");
             refused(&all, &ACQUIRE, &["n", &retention, "1000", "2", channel]);
-            refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", bad, "2", channel]);
+            refused(
+                &all,
+                &ACQUIRE,
+                &["n", "1000:60000:0:1:h", bad, "2", channel],
+            );
             refused(&all, &GIVE_BACK, &["holder", bad, "2", channel]);
         }
         for bad in ["", "0", "-1", "1.5", "3", "257", "nan"] {
-            refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", bad, channel]);
+            refused(
+                &all,
+                &ACQUIRE,
+                &["n", "1000:60000:0:1:h", "1000", bad, channel],
+            );
             refused(&all, &GIVE_BACK, &["holder", "60000", bad, channel]);
         }
         // One key per permit.
-        refused(short, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2", channel]);
+        refused(
+            short,
+            &ACQUIRE,
+            &["n", "1000:60000:0:1:h", "1000", "2", channel],
+        );
         refused(short, &GIVE_BACK, &["holder", "60000", "2", channel]);
         // No channel.
         refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2"]);
         refused(&all, &GIVE_BACK, &["holder", "60000", "2"]);
-        refused(&all, &ACQUIRE, &["n", "1000:60000:0:1", "1000", "2", channel]);
+        refused(
+            &all,
+            &ACQUIRE,
+            &["n", "1000:60000:0:1", "1000", "2", channel],
+        );
     }
 
     #[test]
@@ -932,7 +951,12 @@ mod tests {
         let reply: Vec<i64> = acquire_invocation(
             &permits,
             &keys,
-            ("newcomer", Duration::from_secs(1), Duration::from_secs(1), false),
+            (
+                "newcomer",
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+                false,
+            ),
         )
         .invoke(&mut con)
         .unwrap();
