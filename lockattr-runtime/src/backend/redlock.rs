@@ -59,7 +59,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use futures_util::future::join_all;
+use futures_util::future::{BoxFuture, join_all};
 use futures_util::stream::FuturesUnordered;
 
 use super::node_facts;
@@ -325,24 +325,34 @@ impl Redlock {
     {
         join_all(which.map(|(i, ready)| {
             let node: &'a SingleNode = &self.nodes[i];
-            let op = ready.map(|()| op(node));
-            async move {
-                let op = match op {
-                    Ok(op) => op,
-                    Err(e) => return (i, Err(e)),
-                };
-                // Cut off, the request leaves its connection in place.
-                let result = match tokio::time::timeout(limit, op).await {
-                    Ok(result) => result,
-                    Err(_) => Err(LockError::Connection {
-                        server: node.server().to_owned(),
-                        source: format!("no answer within the node timeout ({limit:?})").into(),
-                    }),
-                };
-                (i, result)
-            }
+            bounded(i, node.server(), ready.map(|()| op(node)), limit)
         }))
         .await
+    }
+
+    /// [`each_ready`](Self::each_ready) as requests that own what they
+    /// need, answering in the order they come: an operation that a
+    /// majority has decided can leave the others to finish in the
+    /// background (see [`Late`]).
+    fn start_each<T, F>(
+        &self,
+        which: impl Iterator<Item = (usize, Result<(), LockError>)>,
+        limit: Duration,
+        op: impl Fn(Arc<SingleNode>) -> F,
+    ) -> Requests<T>
+    where
+        F: Future<Output = Result<T, LockError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        which
+            .map(|(i, ready)| {
+                let node = &self.nodes[i];
+                let server = node.server().to_owned();
+                let op = ready.map(|()| op(node.clone()));
+                Box::pin(async move { bounded(i, &server, op, limit).await })
+                    as BoxFuture<'static, (usize, Result<T, LockError>)>
+            })
+            .collect()
     }
 
     /// Per node: whether it counts in a majority at all, as far as known
@@ -390,30 +400,38 @@ impl Redlock {
 
     /// Asks every node for the lock once. Fails only when two nodes are one
     /// server.
+    ///
+    /// Done as soon as a majority of voters granted it: the answers still
+    /// on their way are the [`Late`] ones (none when no majority granted:
+    /// then every answer is in the votes).
     pub(crate) async fn attempt(
         &self,
         keys: &Keys,
         token: &str,
         expire: Duration,
-    ) -> Result<Votes, LockError> {
+    ) -> Result<(Votes, Late<Attempt>), LockError> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
         let limit = self.timeout(expire);
         // Connected first: only then is each node's server known.
         let ready = self.ready(&all, limit).await;
         self.refuse_duplicates()?;
-        let answers = self
-            .each_ready(all.into_iter().zip(ready), limit, |node| {
-                node.try_acquire(keys, token, expire, Duration::ZERO, false)
-            })
-            .await;
-        let counted = self.counted();
+        let (keys, token): (Arc<Keys>, Arc<str>) = (Arc::new(keys.clone()), Arc::from(token));
+        let mut requests = self.start_each(all.into_iter().zip(ready), limit, |node| {
+            let (keys, token) = (keys.clone(), token.clone());
+            async move {
+                node.try_acquire(&keys, &token, expire, Duration::ZERO, false)
+                    .await
+            }
+        });
         let mut votes = Votes::default();
-        for (i, answer) in answers {
+        while votes.voters < self.quorum
+            && let Some((i, answer)) = requests.next().await
+        {
             match answer {
                 Ok(Attempt::Acquired { fencing_token }) => {
                     votes.answered += 1;
                     votes.granted.push((i, fencing_token));
-                    match self.votes(i, &counted) {
+                    match self.votes(i, &self.counted()) {
                         Ok(()) => votes.voters += 1,
                         Err(why) => votes.not_voting.push((i, why)),
                     }
@@ -435,7 +453,7 @@ impl Redlock {
                 }
             }
         }
-        Ok(votes)
+        Ok((votes, Late(requests)))
     }
 
     /// Whether node `i` counts toward a majority now: it counts at all (see
@@ -494,7 +512,8 @@ impl Redlock {
         (confirmed >= self.quorum).then_some(top)
     }
     /// Releases on the nodes in `which` (an acquisition that failed) and
-    /// waits for their answers.
+    /// waits for their answers within the node timeout; the releases still
+    /// on their way then finish in the background.
     pub(crate) async fn give_back(
         &self,
         keys: &Keys,
@@ -502,10 +521,17 @@ impl Redlock {
         expire: Duration,
         which: &[usize],
     ) {
-        self.each(which.iter().copied(), self.timeout(expire), |node| {
-            node.release(keys, token, 0, false)
-        })
-        .await;
+        let limit = self.timeout(expire);
+        let requests = self
+            .start_uncut(
+                which,
+                limit,
+                |node, keys, token| async move { node.release(&keys, &token, 0, false).await },
+                keys,
+                token,
+            )
+            .await;
+        self.gather(requests, which, limit, |_, _| false).await;
     }
 
     /// Subscribes `token` to the release notices of every node that can be
@@ -625,9 +651,27 @@ impl Redlock {
         name: &str,
         expire: Duration,
     ) -> Result<Released, LockError> {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        let limit = self.timeout(expire);
+        let requests = self
+            .start_uncut(
+                &all,
+                limit,
+                |node, keys, token| async move {
+                    node.release(&keys, &token, fencing_token, true).await
+                },
+                keys,
+                token,
+            )
+            .await;
+        let mut owned = 0;
         let answers = self
-            .each(0..self.nodes.len(), self.timeout(expire), |node| {
-                node.release(keys, token, fencing_token, true)
+            .gather(requests, &all, limit, |i, answer| {
+                if matches!(answer, Ok(Released::Done)) && self.counted()[i] {
+                    owned += 1;
+                }
+                // Released: the other nodes' releases go on in the background.
+                owned >= self.quorum
             })
             .await;
         let answers = self.only_counted(answers);
@@ -645,6 +689,72 @@ impl Redlock {
         } else {
             Ok(Released::NotOwned)
         }
+    }
+
+    /// Sends `op` to the nodes in `which` once they are ready (see
+    /// [`ready`](Self::ready)), as requests that are not cut off by the
+    /// node timeout `limit` (only by the response timeout, when longer): a
+    /// release dropped on its way to its connection would never be sent,
+    /// and leave the lock on that node until its lease ends. See
+    /// [`gather`](Self::gather) for waiting on them.
+    async fn start_uncut<T, F>(
+        &self,
+        which: &[usize],
+        limit: Duration,
+        op: impl Fn(Arc<SingleNode>, Arc<Keys>, Arc<str>) -> F,
+        keys: &Keys,
+        token: &str,
+    ) -> Requests<T>
+    where
+        F: Future<Output = Result<T, LockError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let ready = self.ready(which, limit).await;
+        let (keys, token): (Arc<Keys>, Arc<str>) = (Arc::new(keys.clone()), Arc::from(token));
+        self.start_each(
+            which.iter().copied().zip(ready),
+            limit.max(self.timeouts.response),
+            |node| op(node, keys.clone(), token.clone()),
+        )
+    }
+
+    /// The answers of `requests` (to the nodes in `which`) that come within
+    /// `limit`, or until `decided` says the answers so far settle the
+    /// operation; a node that has not answered by then counts as a node
+    /// that did not answer within the node timeout. The requests still on
+    /// their way finish in the background.
+    async fn gather<T: Send + 'static>(
+        &self,
+        mut requests: Requests<T>,
+        which: &[usize],
+        limit: Duration,
+        mut decided: impl FnMut(usize, &Result<T, LockError>) -> bool,
+    ) -> Vec<(usize, Result<T, LockError>)> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut answers: Vec<(usize, Result<T, LockError>)> = Vec::with_capacity(which.len());
+        let mut settled = false;
+        while let Ok(Some((i, answer))) = tokio::time::timeout_at(deadline, requests.next()).await {
+            settled = decided(i, &answer);
+            answers.push((i, answer));
+            if settled {
+                break;
+            }
+        }
+        if !settled {
+            for &i in which {
+                if !answers.iter().any(|&(j, _)| j == i) {
+                    answers.push((
+                        i,
+                        Err(LockError::Connection {
+                            server: self.nodes[i].server().to_owned(),
+                            source: format!("no answer within the node timeout ({limit:?})").into(),
+                        }),
+                    ));
+                }
+            }
+        }
+        Late(requests).detach();
+        answers
     }
 
     /// Changes the lease everywhere; the time a majority still holds it
@@ -768,6 +878,80 @@ impl Redlock {
 
 /// How many nodes answered, the values they gave (`Some` or `true`), and the
 /// first failure.
+/// `op` on the node at index `i` (named `server`), cut off after `limit`;
+/// `Err` when the node was not ready.
+async fn bounded<T>(
+    i: usize,
+    server: &str,
+    op: Result<impl Future<Output = Result<T, LockError>>, LockError>,
+    limit: Duration,
+) -> (usize, Result<T, LockError>) {
+    let op = match op {
+        Ok(op) => op,
+        Err(e) => return (i, Err(e)),
+    };
+    // Cut off, the request leaves its connection in place.
+    let result = match tokio::time::timeout(limit, op).await {
+        Ok(result) => result,
+        Err(_) => Err(LockError::Connection {
+            server: server.to_owned(),
+            source: format!("no answer within the node timeout ({limit:?})").into(),
+        }),
+    };
+    (i, result)
+}
+
+/// The requests of one operation on the nodes, each answering with its
+/// node's index, in the order the answers come.
+type Requests<T> = FuturesUnordered<BoxFuture<'static, (usize, Result<T, LockError>)>>;
+
+/// The requests of an operation still on their way when a majority had
+/// decided it: the slowest nodes do not hold the caller up. Their requests
+/// must still run (a node left out would keep an acquisition's lock, or
+/// miss it, only by chance), so they are never dropped unanswered: they
+/// are waited for ([`granted`](Late::granted)), or left to finish on the
+/// I/O thread ([`detach`](Late::detach)). Dropped, they are detached.
+pub(crate) struct Late<T: Send + 'static>(Requests<T>);
+
+impl<T: Send + 'static> Late<T> {
+    /// Lets the requests finish in the background; their answers are not
+    /// needed.
+    pub(crate) fn detach(self) {
+        drop(self);
+    }
+}
+
+impl Late<Attempt> {
+    /// Waits for the late answers of an acquisition (each within the node
+    /// timeout): the nodes that granted it too.
+    pub(crate) async fn granted(mut self) -> Vec<usize> {
+        let mut granted = Vec::new();
+        while let Some((i, answer)) = self.0.next().await {
+            if matches!(answer, Ok(Attempt::Acquired { .. })) {
+                granted.push(i);
+            }
+        }
+        granted
+    }
+}
+
+impl<T: Send + 'static> Drop for Late<T> {
+    fn drop(&mut self) {
+        let requests = std::mem::take(&mut self.0);
+        if requests.is_empty() {
+            return;
+        }
+        let finishing = io::spawn(async move {
+            requests.for_each(|_| async {}).await;
+        });
+        if let Err(e) = finishing {
+            // Dropped here: a request not yet sent is not sent, and an
+            // acquisition cut off gives its lock back on that node.
+            tracing::debug!(target: "lockattr", error = %e, "cannot finish the last requests of a Redlock operation in the background");
+        }
+    }
+}
+
 fn tally<T: Found>(
     answers: Vec<(usize, Result<T, LockError>)>,
 ) -> (usize, Vec<T::Value>, Option<LockError>) {
@@ -892,7 +1076,7 @@ pub(crate) async fn acquire(
         }
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
-        let votes = nodes.attempt(lease.keys, &token, expire).await?;
+        let (votes, late) = nodes.attempt(lease.keys, &token, expire).await?;
         let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
         let mut give_back = GiveBackOnDrop {
             locker: lease.locker,
@@ -900,12 +1084,18 @@ pub(crate) async fn acquire(
             token: &token,
             expire,
             nodes: taken,
+            late: Some(late),
         };
         if votes.voters >= nodes.quorum()
             && let Some(fence) = nodes.fence(lease.keys, &token, expire, &votes).await
             && sent.elapsed() < trusted
         {
             give_back.nodes.clear();
+            // The nodes that grant it late hold it for this owner too, and
+            // are released with it.
+            if let Some(late) = give_back.late.take() {
+                late.detach();
+            }
             drop(give_back);
             return Ok(Grant {
                 fencing_token: fence,
@@ -913,6 +1103,10 @@ pub(crate) async fn acquire(
                 handed: false,
                 token,
             });
+        }
+        if let Some(late) = give_back.late.take() {
+            let granted = late.granted().await;
+            give_back.nodes.extend(granted);
         }
         let taken = std::mem::take(&mut give_back.nodes);
         drop(give_back);
@@ -977,19 +1171,22 @@ pub(crate) async fn acquire(
 }
 
 /// Nodes of a Redlock that granted an attempt still in progress: dropped
-/// with nodes listed (the caller stopped waiting), it releases them in the
-/// background.
+/// with nodes listed or answers to come (the caller stopped waiting), it
+/// releases them in the background, with those of the late answers that
+/// grant it.
 struct GiveBackOnDrop<'a> {
     locker: &'a Arc<Inner>,
     keys: &'a Keys,
     token: &'a str,
     expire: Duration,
     nodes: Vec<usize>,
+    late: Option<Late<Attempt>>,
 }
 
 impl Drop for GiveBackOnDrop<'_> {
     fn drop(&mut self) {
-        if self.nodes.is_empty() {
+        let late = self.late.take().filter(|late| !late.0.is_empty());
+        if self.nodes.is_empty() && late.is_none() {
             return;
         }
         let (locker, keys, token) = (
@@ -997,9 +1194,14 @@ impl Drop for GiveBackOnDrop<'_> {
             self.keys.clone(),
             self.token.to_owned(),
         );
-        let (expire, nodes) = (self.expire, std::mem::take(&mut self.nodes));
+        let (expire, mut nodes) = (self.expire, std::mem::take(&mut self.nodes));
         let giving = io::spawn(async move {
-            if let Backend::Redlock(redlock) = &locker.backend {
+            if let Some(late) = late {
+                nodes.extend(late.granted().await);
+            }
+            if let Backend::Redlock(redlock) = &locker.backend
+                && !nodes.is_empty()
+            {
                 redlock.give_back(&keys, &token, expire, &nodes).await;
             }
         });

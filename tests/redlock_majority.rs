@@ -1,0 +1,132 @@
+//! A Redlock operation is done once a majority has answered it: the
+//! slowest nodes do not hold up an acquisition or a release, and their
+//! requests still run (the lock ends up held, then freed, on every node).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockattr::Locker;
+use support::proxy::Proxy;
+use support::{RedisServer, eventually, lock_key};
+
+/// One way, on the two slow links: a round trip there costs 600 ms.
+const SLOW: Duration = Duration::from_millis(300);
+
+/// Five nodes, the last two behind proxies (no delay yet), and a Locker on
+/// them whose node timeout is far above the slow round trip.
+fn two_slow_of_five() -> (Vec<RedisServer>, Vec<Proxy>, Locker) {
+    let nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let proxies: Vec<Proxy> = nodes[3..].iter().map(|n| Proxy::start(n.port)).collect();
+    let urls: Vec<String> = nodes[..3]
+        .iter()
+        .map(RedisServer::url)
+        .chain(proxies.iter().map(Proxy::url))
+        .collect();
+    let locker = Locker::redlock_builder(&urls)
+        .delay_restarted_nodes(false)
+        .node_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    (nodes, proxies, locker)
+}
+
+fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
+    nodes.iter().map(|n| n.owner(&lock_key(name))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
+    let (nodes, proxies, locker) = two_slow_of_five();
+    // Connections open (and scripts loaded) while the links are fast.
+    locker
+        .lock("majority")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for proxy in &proxies {
+        proxy.set_delay(SLOW);
+    }
+
+    let start = Instant::now();
+    let guard = locker
+        .lock("majority")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        took < 2 * SLOW,
+        "the acquisition waited for the slow nodes: {took:?}"
+    );
+    // The slow nodes' requests were not given up: they take the lock for
+    // the same owner, so it is held on all five.
+    let token = nodes[0].owner(&lock_key("majority"));
+    assert!(token.is_some());
+    assert!(
+        eventually(Duration::from_secs(3), || owners(&nodes, "majority")
+            .iter()
+            .all(|o| *o == token))
+        .is_some(),
+        "not held by one owner on every node: {:?}",
+        owners(&nodes, "majority")
+    );
+
+    let start = Instant::now();
+    guard.release().await.unwrap();
+    let took = start.elapsed();
+    assert!(
+        took < 2 * SLOW,
+        "the release waited for the slow nodes: {took:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || owners(&nodes, "majority")
+            .iter()
+            .all(Option::is_none))
+        .is_some(),
+        "not freed on every node: {:?}",
+        owners(&nodes, "majority")
+    );
+}
+
+/// With three of five nodes slow, no majority is reached without them: the
+/// acquisition waits for their answers and gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
+    let nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let proxies: Vec<Proxy> = nodes[2..].iter().map(|n| Proxy::start(n.port)).collect();
+    let urls: Vec<String> = nodes[..2]
+        .iter()
+        .map(RedisServer::url)
+        .chain(proxies.iter().map(Proxy::url))
+        .collect();
+    let locker = Locker::redlock_builder(&urls)
+        .delay_restarted_nodes(false)
+        .node_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    locker.ping().await.unwrap();
+    for proxy in &proxies {
+        proxy.set_delay(SLOW);
+    }
+    let start = Instant::now();
+    let guard = locker
+        .lock("slow-majority")
+        .expire(Duration::from_secs(30))
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(start.elapsed() >= 2 * SLOW);
+    let held = owners(&nodes, "slow-majority");
+    assert!(
+        held.iter().all(|o| *o == held[0] && o.is_some()),
+        "{held:?}"
+    );
+    guard.release().await.unwrap();
+    assert!(owners(&nodes, "slow-majority").iter().all(Option::is_none));
+}
