@@ -414,3 +414,83 @@ async fn a_redlock_refuses_semaphores() {
     assert!(e.to_string().contains("Redlock"), "{e}");
     assert!(servers.iter().all(|s| s.keys("*").is_empty()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_stops_waiting_does_not_get_the_permit() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let long = Duration::from_secs(30);
+    let holder = locker
+        .semaphore("c", 1)
+        .expire(long)
+        .acquire()
+        .await
+        .unwrap();
+    let wait = |locker: Locker| async move {
+        let guard = locker
+            .semaphore("c", 1)
+            .expire(long)
+            .acquire_timeout(long)
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    };
+    let gone = tokio::spawn(wait(locker.clone()));
+    assert!(queued(&server, "c", 1));
+    let next = tokio::spawn(wait(locker.clone()));
+    assert!(queued(&server, "c", 2));
+    // The first waiter's caller goes away: it leaves the queue.
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    assert!(
+        queued(&server, "c", 1),
+        "the cancelled waiter stayed queued"
+    );
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (at, guard) = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the permit went to the waiter that had gone")
+        .unwrap();
+    let woken = at.duration_since(released);
+    assert!(woken < Duration::from_millis(800), "woken after {woken:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_at_least_keeps_a_released_permit_until_the_hold_ends() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let guard = locker
+        .semaphore("h", 1)
+        .expire(Duration::from_secs(10))
+        .hold_at_least(Duration::from_millis(1_000))
+        .acquire()
+        .await
+        .unwrap();
+    let taken = Instant::now();
+    guard.release().await.unwrap();
+    let busy = locker
+        .semaphore("h", 1)
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(busy.is_err(), "the permit was free before the hold ended");
+    let next = locker
+        .semaphore("h", 1)
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let waited = taken.elapsed();
+    assert!(
+        waited >= Duration::from_millis(950),
+        "taken after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1_900),
+        "taken after {waited:?}"
+    );
+    next.release().await.unwrap();
+}
