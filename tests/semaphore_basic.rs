@@ -116,6 +116,9 @@ async fn holders_have_their_own_tokens_and_increasing_fences() {
 async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
     let server = RedisServer::start();
     let locker = Locker::new(server.url()).unwrap();
+    // The waiters' own Locker, as in another process: the release reaches
+    // them through pub/sub.
+    let waiters = Locker::new(server.url()).unwrap();
     let long = Duration::from_secs(30);
     let a = locker
         .semaphore("q", 2)
@@ -130,7 +133,7 @@ async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
         .await
         .unwrap();
     let first = {
-        let locker = locker.clone();
+        let locker = waiters.clone();
         tokio::spawn(async move {
             let guard = locker
                 .semaphore("q", 2)
@@ -144,7 +147,7 @@ async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
     };
     assert!(queued(&server, "q", 1), "the first waiter did not queue");
     let second = {
-        let locker = locker.clone();
+        let locker = waiters.clone();
         tokio::spawn(async move {
             let guard = locker
                 .semaphore("q", 2)
