@@ -497,3 +497,23 @@ async fn hold_at_least_keeps_a_released_permit_until_the_hold_ends() {
     );
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_missing_password_is_reported_as_such() {
+    let server = RedisServer::start_with(&["--requirepass", "sesame"]);
+    let locker = Locker::new(server.url()).unwrap();
+    let started = Instant::now();
+    let e = locker
+        .semaphore("p", 8)
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap_err();
+    let message = e.to_string();
+    assert!(message.contains("NOAUTH"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -462,14 +462,14 @@ impl Queued<'_> {
         attempt: (&str, Duration, Duration, bool),
     ) -> Result<Answer, LockError> {
         let invocation = acquire_invocation(permits, keys, attempt);
-        let reply: Vec<i64> = match self {
+        let reply: Result<Vec<i64>, LockError> = match self {
             Queued::Single(node) => {
                 node.run_acquisition(&invocation, give_back_eval(permits, keys, attempt.0))
-                    .await?
+                    .await
             }
-            Queued::Cluster(nodes) => nodes.run_script(&invocation).await?,
+            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
         };
-        Ok(Answer::from_reply(&reply))
+        Ok(Answer::from_reply(&reply.map_err(unauthenticated)?))
     }
 
     async fn give_back_permit(
@@ -479,13 +479,47 @@ impl Queued<'_> {
         token: &str,
     ) -> Result<(), LockError> {
         let invocation = give_back_invocation(permits, keys, token);
-        let _: i64 = match self {
-            Queued::Single(node) => node.run_script(&invocation).await?,
-            Queued::Cluster(nodes) => nodes.run_script(&invocation).await?,
+        let given: Result<i64, LockError> = match self {
+            Queued::Single(node) => node.run_script(&invocation).await,
+            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
         };
-        Ok(())
+        given.map(drop).map_err(unauthenticated)
     }
 }
+
+/// Redis reads at most ten words of a request from a client that has not
+/// authenticated, and a semaphore's requests are longer (a key per
+/// permit): a URL without the password is then answered with a protocol
+/// error instead of NOAUTH. Says what it means.
+fn unauthenticated(e: LockError) -> LockError {
+    match e {
+        LockError::Redis { server, source } if source.to_string().contains("unauthenticated") => {
+            LockError::Redis {
+                server,
+                source: Box::new(NoAuth(source.to_string())),
+            }
+        }
+        e => e,
+    }
+}
+
+/// A semaphore request refused for want of authentication.
+#[derive(Debug)]
+struct NoAuth(String);
+
+impl std::fmt::Display for NoAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "NOAUTH: the server requires authentication (it answered a semaphore request sent \
+             before authenticating with `{}`); put the user and password in the URL: \
+             redis://user:password@host:port/",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NoAuth {}
 
 /// The acquisition loop of a semaphore on one server or a cluster: as
 /// [`queue::acquire`] for a lock (queued in Redis, woken by the channel,
