@@ -123,3 +123,25 @@ async fn a_nested_call_takes_a_permit_of_its_own() {
     assert!(third_refused, "a third holder got in");
     assert!(server.keys("lockattr:{nested}:sem:permit:*").is_empty());
 }
+
+/// A lock of the same name inside a semaphore's body is a lock of its own,
+/// not a reentry into the permit.
+#[redis_lock(name = "mixed", permits = 2, locker = locker)]
+async fn permit_then_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
+    plain_lock(locker, server).await
+}
+
+/// Whether the plain lock's own key is held.
+#[redis_lock(name = "mixed", locker = locker)]
+async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
+    Ok(server.exists("lockattr:{mixed}"))
+}
+
+#[tokio::test]
+async fn a_lock_inside_a_semaphore_of_the_same_name_is_taken() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let took_lock = permit_then_lock(&locker, &server).await.unwrap();
+    assert!(took_lock, "the lock re-entered the semaphore's permit");
+    assert!(!server.exists("lockattr:{mixed}"));
+}
