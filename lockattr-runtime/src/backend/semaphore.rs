@@ -91,7 +91,9 @@ impl Permits {
         keys.barge = Duration::ZERO;
         keys.permits = permits;
         let slots: Vec<String> = (0..permits).map(|i| format!("{base}:permit:{i}")).collect();
-        keys.lock = slots[0].clone();
+        if let Some(first) = slots.first() {
+            keys.lock = first.clone();
+        }
         Permits {
             record: format!("{base}:permits"),
             slots,
