@@ -130,3 +130,73 @@ async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
     guard.release().await.unwrap();
     assert!(owners(&nodes, "slow-majority").iter().all(Option::is_none));
 }
+
+/// Nodes that grant the lock after the acquisition was done are brought to
+/// its fencing token: a node whose counter is behind is raised to it, one
+/// whose counter is past it gives the lock back, so every node that holds
+/// the lock has the guard's token (what `inspect` reports).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_nodes_are_brought_to_the_acquisitions_fencing_token() {
+    let (nodes, proxies, locker) = two_slow_of_five();
+    let name = "settled";
+    let fence_key = format!("{}:fence", lock_key(name));
+    locker
+        .lock(name)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before: u64 = nodes[0].get(&fence_key).unwrap().parse().unwrap();
+    // Node 3 missed many acquisitions; node 4's counter started again from
+    // its clock, far ahead.
+    let behind = before - 1000;
+    let ahead = before + 1_000_000;
+    let mut slow_behind = nodes[3].client();
+    let mut slow_ahead = nodes[4].client();
+    let () = lockattr::redis::cmd("SET")
+        .arg(&fence_key)
+        .arg(behind)
+        .query(&mut slow_behind)
+        .unwrap();
+    let () = lockattr::redis::cmd("SET")
+        .arg(&fence_key)
+        .arg(ahead)
+        .query(&mut slow_ahead)
+        .unwrap();
+    for proxy in &proxies {
+        proxy.set_delay(SLOW);
+    }
+
+    let guard = locker
+        .lock(name)
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let token = guard.fencing_token();
+    assert_eq!(token, before + 1);
+    let owner = nodes[0].owner(&lock_key(name));
+    let fence_of = |node: &RedisServer| node.get(&fence_key).and_then(|f| f.parse::<u64>().ok());
+    assert!(
+        eventually(Duration::from_secs(3), || nodes[3].owner(&lock_key(name))
+            == owner
+            && fence_of(&nodes[3]) == Some(token)
+            && nodes[4].owner(&lock_key(name)).is_none()
+            && fence_of(&nodes[4]) == Some(ahead + 1))
+        .is_some(),
+        "node 3: owner {:?} counter {:?}; node 4: owner {:?} counter {:?}; token {token}",
+        nodes[3].owner(&lock_key(name)),
+        fence_of(&nodes[3]),
+        nodes[4].owner(&lock_key(name)),
+        fence_of(&nodes[4]),
+    );
+    let seen = locker.inspect(name).await.unwrap().expect("held");
+    assert_eq!(seen.fencing_token, token);
+    for proxy in &proxies {
+        proxy.set_delay(Duration::ZERO);
+    }
+    guard.release().await.unwrap();
+    assert!(owners(&nodes, name).iter().all(Option::is_none));
+}

@@ -97,6 +97,21 @@ pub(crate) fn can_run_here() -> bool {
     })
 }
 
+/// Starts `fut` as a task of the current runtime when lock operations run
+/// here (see [`can_run_here`]): it uses the connections this runtime has
+/// open. Otherwise on the I/O thread.
+pub(crate) fn spawn_here<F>(fut: F) -> Result<(), LockError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    if can_run_here() {
+        drop(tokio::spawn(fut));
+        Ok(())
+    } else {
+        spawn(fut)
+    }
+}
+
 /// Runs `fut` right here when it can (see [`can_run_here`]), otherwise on
 /// the I/O thread.
 pub(crate) async fn run_here<T, F>(fut: F) -> Result<T, LockError>

@@ -190,8 +190,8 @@ impl Backend {
 
 impl Redlock {
     /// The majority's view: the owner that a majority of nodes name, with
-    /// the time a majority still holds it and the largest counter among
-    /// them.
+    /// the time a majority still holds it and its fencing token (see
+    /// [`holders_fence`]).
     async fn inspect(&self, call: &redis::ScriptInvocation<'_>) -> Result<Option<Seen>, LockError> {
         let answers = self
             .on_every_node(|node| node.run_script::<Answer>(call))
@@ -222,7 +222,7 @@ impl Redlock {
         };
         views.sort_by_key(|seen| std::cmp::Reverse(seen.ttl));
         let ttl = views[self.quorum() - 1].ttl;
-        let fence = views.iter().filter_map(|seen| seen.fence).max();
+        let fence = holders_fence(views.iter().filter_map(|seen| seen.fence));
         let mut seen = views.swap_remove(0);
         seen.ttl = ttl;
         seen.fence = fence;
@@ -284,5 +284,33 @@ impl ClusterNodes {
             masters.push(self.node_at(host, port)?);
         }
         Ok(masters)
+    }
+}
+
+/// The holder's fencing token among the counters of the nodes that hold
+/// its lock: the one most of them have, the larger on a tie. Its
+/// acquisition wrote its token to every node that had answered it; a node
+/// that granted it after the acquisition was done may show another counter
+/// for a moment (it is then raised to the token, or gives the lock back).
+fn holders_fence(counters: impl Iterator<Item = u64>) -> Option<u64> {
+    let mut counters: Vec<u64> = counters.collect();
+    counters.sort_unstable();
+    counters
+        .chunk_by(|a, b| a == b)
+        .max_by_key(|run| (run.len(), run[0]))
+        .map(|run| run[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holders_fence;
+
+    #[test]
+    fn the_holders_fence_is_the_most_common_counter() {
+        assert_eq!(holders_fence([].into_iter()), None);
+        assert_eq!(holders_fence([7].into_iter()), Some(7));
+        assert_eq!(holders_fence([9, 5, 5, 12].into_iter()), Some(5));
+        assert_eq!(holders_fence([5, 5, 3, 3].into_iter()), Some(5));
+        assert_eq!(holders_fence([4, 6].into_iter()), Some(6));
     }
 }

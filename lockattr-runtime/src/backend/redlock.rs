@@ -401,15 +401,16 @@ impl Redlock {
     /// Asks every node for the lock once. Fails only when two nodes are one
     /// server.
     ///
-    /// Done as soon as a majority of voters granted it: the answers still
-    /// on their way are the [`Late`] ones (none when no majority granted:
-    /// then every answer is in the votes).
+    /// Done as soon as a majority of voters granted it with one fencing
+    /// counter: the answers still on their way are the [`LateGrants`]
+    /// (none when no majority granted, or their counters differed: then
+    /// every answer is in the votes).
     pub(crate) async fn attempt(
         &self,
         keys: &Keys,
         token: &str,
         expire: Duration,
-    ) -> Result<(Votes, Late<Attempt>), LockError> {
+    ) -> Result<(Votes, LateGrants), LockError> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
         let limit = self.timeout(expire);
         // Connected first: only then is each node's server known.
@@ -424,7 +425,13 @@ impl Redlock {
             }
         });
         let mut votes = Votes::default();
-        while votes.voters < self.quorum
+        // Done once a majority of voters granted it with one counter (the
+        // usual case: the nodes' counters move in step). Counters that
+        // differ (new counters, a node that missed acquisitions) are
+        // written back to every node that granted it (see `fence`), so
+        // then every answer is waited for.
+        while !(votes.voters >= self.quorum
+            && votes.granted.iter().all(|&(_, c)| c == votes.granted[0].1))
             && let Some((i, answer)) = requests.next().await
         {
             match answer {
@@ -453,7 +460,15 @@ impl Redlock {
                 }
             }
         }
-        Ok((votes, Late(requests)))
+        Ok((
+            votes,
+            LateGrants {
+                requests: Late(requests),
+                nodes: self.nodes.clone(),
+                keys,
+                token,
+            },
+        ))
     }
 
     /// Whether node `i` counts toward a majority now: it counts at all (see
@@ -909,8 +924,8 @@ type Requests<T> = FuturesUnordered<BoxFuture<'static, (usize, Result<T, LockErr
 /// decided it: the slowest nodes do not hold the caller up. Their requests
 /// must still run (a node left out would keep an acquisition's lock, or
 /// miss it, only by chance), so they are never dropped unanswered: they
-/// are waited for ([`granted`](Late::granted)), or left to finish on the
-/// I/O thread ([`detach`](Late::detach)). Dropped, they are detached.
+/// are waited for, or left to finish on the I/O thread
+/// ([`detach`](Late::detach)). Dropped, they are detached.
 pub(crate) struct Late<T: Send + 'static>(Requests<T>);
 
 impl<T: Send + 'static> Late<T> {
@@ -921,17 +936,71 @@ impl<T: Send + 'static> Late<T> {
     }
 }
 
-impl Late<Attempt> {
-    /// Waits for the late answers of an acquisition (each within the node
-    /// timeout): the nodes that granted it too.
+/// The acquisition requests still on their way when a majority had
+/// granted an attempt (see [`Redlock::attempt`]).
+pub(crate) struct LateGrants {
+    requests: Late<Attempt>,
+    nodes: Vec<Arc<SingleNode>>,
+    keys: Arc<Keys>,
+    token: Arc<str>,
+}
+
+impl LateGrants {
+    /// The acquisition succeeded with `fencing_token`: in the background,
+    /// each node that grants it late is brought to that token, so that
+    /// every node holding the lock for this owner has its fencing token as
+    /// its counter (what `inspect` and `force_unlock_if` read): a counter
+    /// below it (a node that missed earlier acquisitions) is raised to it;
+    /// a node whose counter is past it (one started again from its clock)
+    /// gives the lock back. The majority holds it either way.
+    pub(crate) fn settle(mut self, fencing_token: u64) {
+        let requests = std::mem::take(&mut self.requests.0);
+        if requests.is_empty() {
+            return;
+        }
+        let (nodes, keys, token) = (
+            std::mem::take(&mut self.nodes),
+            self.keys.clone(),
+            self.token.clone(),
+        );
+        let settling = io::spawn_here(async move {
+            let mut requests = requests;
+            while let Some((i, answer)) = requests.next().await {
+                let Ok(Attempt::Acquired {
+                    fencing_token: counter,
+                }) = answer
+                else {
+                    continue;
+                };
+                let node = &nodes[i];
+                if counter < fencing_token {
+                    let _ = node.raise_fence(&keys, &token, fencing_token).await;
+                } else if counter > fencing_token {
+                    let _ = node.release(&keys, &token, 0, false).await;
+                }
+            }
+        });
+        if let Err(e) = settling {
+            tracing::debug!(target: "lockattr", error = %e, "cannot settle the late answers of a Redlock acquisition");
+        }
+    }
+
+    /// Waits for the late answers of an acquisition that failed after all
+    /// (each within the node timeout): the nodes that granted it too, to
+    /// give back.
     pub(crate) async fn granted(mut self) -> Vec<usize> {
         let mut granted = Vec::new();
-        while let Some((i, answer)) = self.0.next().await {
+        while let Some((i, answer)) = self.requests.0.next().await {
             if matches!(answer, Ok(Attempt::Acquired { .. })) {
                 granted.push(i);
             }
         }
         granted
+    }
+
+    /// Whether every answer is in.
+    fn is_empty(&self) -> bool {
+        self.requests.0.is_empty()
     }
 }
 
@@ -941,7 +1010,7 @@ impl<T: Send + 'static> Drop for Late<T> {
         if requests.is_empty() {
             return;
         }
-        let finishing = io::spawn(async move {
+        let finishing = io::spawn_here(async move {
             requests.for_each(|_| async {}).await;
         });
         if let Err(e) = finishing {
@@ -1094,7 +1163,7 @@ pub(crate) async fn acquire(
             // The nodes that grant it late hold it for this owner too, and
             // are released with it.
             if let Some(late) = give_back.late.take() {
-                late.detach();
+                late.settle(fence);
             }
             drop(give_back);
             return Ok(Grant {
@@ -1180,12 +1249,12 @@ struct GiveBackOnDrop<'a> {
     token: &'a str,
     expire: Duration,
     nodes: Vec<usize>,
-    late: Option<Late<Attempt>>,
+    late: Option<LateGrants>,
 }
 
 impl Drop for GiveBackOnDrop<'_> {
     fn drop(&mut self) {
-        let late = self.late.take().filter(|late| !late.0.is_empty());
+        let late = self.late.take().filter(|late| !late.is_empty());
         if self.nodes.is_empty() && late.is_none() {
             return;
         }
