@@ -46,6 +46,8 @@ pub(crate) struct Plan {
     /// The declared return type, when it can be written inside the body
     /// (no `impl Trait`).
     pub(crate) nameable_return: Option<Type>,
+    /// A semaphore's number of permits (`permits = N`): a `u32` expression.
+    pub(crate) permits: Option<TokenStream>,
 }
 
 /// Collects errors so that one pass reports them all.
@@ -166,6 +168,10 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         ));
     }
 
+    if let Some(permits) = &options.permits {
+        crate::semaphore::check(permits, options.reentrant.as_ref(), &mut |e| errors.push(e));
+    }
+
     let bindings = argument_bindings(item);
     // Input: `name = "order:{order_id}"`. Output: `"order:{order_id}"`; the
     // function's path when the name comes from a value.
@@ -250,6 +256,7 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             on_lost: options.on_lost.map(|(mode, _)| mode),
             return_span,
             nameable_return,
+            permits: options.permits.map(|p| p.to_tokens()),
         }),
     }
 }

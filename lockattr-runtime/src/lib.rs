@@ -102,6 +102,7 @@ mod locker;
 mod lost;
 mod observe;
 mod reentry;
+mod semaphore;
 mod watchdog;
 
 #[doc(hidden)]
@@ -124,3 +125,4 @@ pub use locker::{
     Locker, LockerBuilder, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT,
 };
 pub use lost::LostReason;
+pub use semaphore::MAX_PERMITS;

@@ -11,7 +11,9 @@ pub(crate) mod inspect;
 mod node_facts;
 pub(crate) mod queue;
 pub(crate) mod redlock;
+#[macro_use]
 pub(crate) mod scripts;
+pub(crate) mod semaphore;
 mod single;
 pub(crate) mod source;
 mod wake;

@@ -56,7 +56,7 @@ const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
 
 /// After Redis refused SUBSCRIBE, how long a waiter checks the lock every
 /// [`FALLBACK_PAUSE`] before it tries to subscribe again.
-const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 /// A deployment whose locks queue their waiters (one server, or one master
 /// per lock on a cluster).
@@ -282,7 +282,7 @@ fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Insta
     at
 }
 
-fn stopped_waiting() -> LockError {
+pub(crate) fn stopped_waiting() -> LockError {
     LockError::Runtime {
         reason: "the caller stopped waiting".into(),
     }
@@ -291,7 +291,7 @@ fn stopped_waiting() -> LockError {
 /// Errors worth trying again while the acquire time lasts: Redis could not
 /// be reached or did not answer in time, or said it cannot serve the
 /// request yet (loading its data, a cluster reconfiguring).
-fn retryable(e: &LockError) -> bool {
+pub(crate) fn retryable(e: &LockError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match e {
         LockError::Connection { .. } => !e.is_tls_refusal(),
@@ -314,7 +314,7 @@ fn retryable(e: &LockError) -> bool {
 
 /// False only when the error shows the request never left (the connection
 /// was refused); otherwise it may have run and must be given back.
-fn may_have_run(e: &LockError) -> bool {
+pub(crate) fn may_have_run(e: &LockError) -> bool {
     let LockError::Connection { source, .. } = e else {
         return true;
     };
@@ -326,7 +326,7 @@ fn may_have_run(e: &LockError) -> bool {
 impl Backoff {
     /// After `error`: sleeps the next pause, cut at `deadline`; `error`
     /// itself once the deadline has passed (or the caller is gone).
-    async fn pause(
+    pub(crate) async fn pause(
         &mut self,
         error: LockError,
         deadline: Instant,
