@@ -35,6 +35,7 @@
 //! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
 //! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger. Async functions only: sync ones never re-enter, and `reentrant = true` on one is a compile error; see [Reentrancy](#reentrancy) | `true` for an `async fn` |
 //! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner; same forms as `expire`, not zero, no longer than the lease; see [Scheduled jobs](#scheduled-jobs) | none |
+//! | `permits` | a semaphore of this many permits instead of a lock: an integer literal from 1 to 256, or a `u32` expression; not with `reentrant`; see [Semaphores](#semaphores) | none: a lock |
 //!
 //! Literal durations and format strings are checked at compile time.
 //!
@@ -257,6 +258,34 @@
 //! its `acquire_time` ends, as with a non-reentrant lock. Guards taken with
 //! [`Locker::lock`] are not seen by annotated functions.
 //!
+//! # Semaphores
+//!
+//! `permits = N` lets up to N calls hold the name at once, each with its
+//! own guard, lease and fencing token; waiters are served in order and
+//! woken by releases. [`Locker::semaphore`] is the builder form. Every
+//! caller of one name must give the same N ([`LockError::PermitsMismatch`]
+//! otherwise); a semaphore is never re-entered; one server and a Redis
+//! Cluster are supported, a Redlock Locker refuses semaphores.
+//!
+//! ```no_run
+//! use lockattr::{LockError, Locker, redis_lock};
+//! use std::time::Duration;
+//!
+//! #[redis_lock(name = "gpu", permits = 4, expire = 30, renew)]
+//! async fn train(job: u64) -> Result<(), LockError> {
+//!     Ok(()) // at most 4 of these run at once
+//! }
+//!
+//! # async fn by_hand(locker: &Locker) -> Result<(), LockError> {
+//! let permit = locker
+//!     .semaphore("gpu", 4)
+//!     .expire(Duration::from_secs(30))
+//!     .acquire()
+//!     .await?;
+//! permit.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Redlock, Redis Cluster, Sentinel, TLS
 //!
 //! `locker = ...` takes any [`Locker`]: one server ([`Locker::new`]),
@@ -373,6 +402,10 @@ pub use lockattr_runtime::{
     LockerBuilder, LostReason, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT, RedisAddr,
     default_locker, init, set_default,
 };
+
+/// Semaphores (`permits = N`, [`Locker::semaphore`]): the most permits one may have.
+#[doc(inline)]
+pub use lockattr_runtime::MAX_PERMITS;
 
 /// The redis crate (redis-rs 1.x) lockattr is built on: name
 /// `lockattr::redis::ConnectionInfo` to hand a Locker an address your

@@ -458,7 +458,7 @@ fn tls_cluster() -> Vec<TlsServer> {
     let mut create = vec!["--cluster", "create"];
     create.extend(addrs.iter().map(String::as_str));
     create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
-    nodes[0].cli(&create);
+    nodes[0].cli_within(&create, Duration::from_secs(60));
     let ok = eventually(Duration::from_secs(20), || {
         nodes
             .iter()

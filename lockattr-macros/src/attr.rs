@@ -14,7 +14,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 use crate::duration::DurationArg;
 
 /// The options this attribute knows, for messages.
-pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard, renew, renew_for, on_lost, reentrant, hold_at_least";
+pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard, renew, renew_for, on_lost, reentrant, hold_at_least, permits";
 
 /// The options that stand alone as `true` (`renew` means `renew = true`).
 const FLAGS: [&str; 2] = ["renew", "reentrant"];
@@ -47,6 +47,8 @@ pub(crate) struct Options {
     pub(crate) on_lost: Option<(OnLost, Span)>,
     pub(crate) hold_at_least: Option<DurationArg>,
     pub(crate) renew_for: Option<DurationArg>,
+    /// `permits = N`: a semaphore of N permits (see `crate::semaphore`).
+    pub(crate) permits: Option<crate::semaphore::PermitsArg>,
 }
 
 /// What an annotated function does when its lock is lost mid-body.
@@ -161,6 +163,13 @@ impl Parse for Parsed {
                         };
                         slot.replace((on, written)).is_some()
                     }
+                    Err(e) => {
+                        push(e);
+                        false
+                    }
+                },
+                "permits" => match crate::semaphore::PermitsArg::parse(value) {
+                    Ok(permits) => options.permits.replace(permits).is_some(),
                     Err(e) => {
                         push(e);
                         false

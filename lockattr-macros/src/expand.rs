@@ -115,6 +115,12 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     } else {
         quote!(::lockattr::__private::acquire_blocking(#locker_var, #name_arg, #options))
     };
+    let acquire = match &plan.permits {
+        Some(permits) => {
+            crate::semaphore::acquire(is_async, (&locker_var, &name_var), permits, &options)
+        }
+        None => acquire,
+    };
     // Locker (user's or default), then name, then acquire; every failure
     // ends up in one `Result`, so a wrong return type is reported once.
     let acquired = match &plan.locker {

@@ -97,6 +97,20 @@ pub(crate) fn hold_refused(hold: &DurationArg) -> syn::Error {
     )
 }
 
+/// The error for `permits` with several names, at its value: a set of
+/// semaphores is not supported.
+pub(crate) fn permits_refused(permits: &crate::semaphore::PermitsArg) -> syn::Error {
+    let span = match permits {
+        crate::semaphore::PermitsArg::Literal(_, span) => *span,
+        crate::semaphore::PermitsArg::Expr(expr) => expr.span(),
+    };
+    syn::Error::new(
+        span,
+        "`permits` is not supported with several names (`name = [..]`); take a semaphore on one \
+         name, or lock the set without `permits`",
+    )
+}
+
 /// `tokens` with every `__private ::` path segment read as
 /// `__private :: set ::`: the set's functions, of the same names.
 pub(crate) fn reroute(tokens: TokenStream) -> TokenStream {

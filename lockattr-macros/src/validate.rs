@@ -48,6 +48,8 @@ pub(crate) struct Plan {
     pub(crate) nameable_return: Option<Type>,
     /// Several names at once (`name = [..]`): `name` is a `Vec<String>`.
     pub(crate) set: bool,
+    /// A semaphore's number of permits (`permits = N`): a `u32` expression.
+    pub(crate) permits: Option<TokenStream>,
 }
 
 /// Collects errors so that one pass reports them all.
@@ -168,10 +170,17 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         ));
     }
 
+    if let Some(permits) = &options.permits {
+        crate::semaphore::check(permits, options.reentrant.as_ref(), &mut |e| errors.push(e));
+    }
+
     let bindings = argument_bindings(item);
     let set = matches!(options.name, Some(NameArg::Set(_)));
     if set && let Some(hold) = &options.hold_at_least {
         errors.push(crate::set::hold_refused(hold));
+    }
+    if set && let Some(permits) = &options.permits {
+        errors.push(crate::set::permits_refused(permits));
     }
     // Input: `name = "order:{order_id}"`. Output: `"order:{order_id}"`; the
     // function's path when the name comes from a value.
@@ -271,6 +280,7 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
             return_span,
             nameable_return,
             set,
+            permits: options.permits.map(|p| p.to_tokens()),
         }),
     }
 }

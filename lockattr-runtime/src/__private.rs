@@ -363,3 +363,47 @@ pub fn lock_failed<R: LockResult>(error: LockError, body: Option<R>) -> R {
 pub fn typed_body<R, F: Future<Output = R>>(body: F) -> F {
     body
 }
+
+/// Takes a permit of semaphore `name` for an async function
+/// (`permits = N`): never a reentry.
+pub async fn acquire_semaphore(
+    locker: &Locker,
+    name: &str,
+    permits: u32,
+    options: Options,
+) -> Result<Held, LockError> {
+    let guard = semaphore_request(locker, name, permits, options)
+        .acquire()
+        .await?;
+    Ok(Held::new(guard))
+}
+
+/// Takes a permit of semaphore `name` for a sync function (`permits = N`).
+pub fn acquire_semaphore_blocking(
+    locker: &Locker,
+    name: &str,
+    permits: u32,
+    options: Options,
+) -> Result<Held, LockError> {
+    let guard = semaphore_request(locker, name, permits, options).acquire_blocking()?;
+    Ok(Held::new(guard))
+}
+
+fn semaphore_request<'a>(
+    locker: &'a Locker,
+    name: &str,
+    permits: u32,
+    options: Options,
+) -> crate::LockBuilder<'a> {
+    let request = locker
+        .semaphore(name, permits)
+        .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
+        .acquire_timeout(options.wait)
+        .renew(options.renew)
+        .hold_at_least(options.hold_at_least.unwrap_or_default())
+        .kind(options.kind);
+    match options.renew_for {
+        Some(renew_for) => request.renew_for(renew_for),
+        None => request,
+    }
+}

@@ -129,6 +129,31 @@ pub enum LockError {
         /// What went wrong.
         reason: String,
     },
+
+    /// A semaphore was asked for with another number of permits than the
+    /// one it is in use with (see [`Locker::semaphore`](crate::Locker::semaphore)).
+    /// Nothing was taken.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// let err = LockError::PermitsMismatch { name: "gpu".into(), permits: 4, recorded: 3 };
+    /// assert!(err.to_string().contains("3 permits"));
+    /// ```
+    #[error(
+        "semaphore `{}` is in use with {recorded} permits, and this caller asked for {permits}; \
+         give every caller of one name the same `permits`, or use another name for the new count \
+         (the record expires `fence_retention` after the last permit is given back)",
+        Shown(name)
+    )]
+    PermitsMismatch {
+        /// The semaphore's name (not the Redis key).
+        name: String,
+        /// The number of permits this caller asked for.
+        permits: u32,
+        /// The number the semaphore is in use with (-1 when the record
+        /// in Redis is not a number).
+        recorded: i64,
+    },
 }
 
 impl LockError {

@@ -159,6 +159,9 @@ pub(crate) struct Keys {
     /// [`Fairness`](crate::Fairness)); zero: every release hands the lock to
     /// the oldest waiter.
     pub(crate) barge: Duration,
+    /// A semaphore's number of permits (its `lock` is then the key of the
+    /// permit held); 0 for a lock.
+    pub(crate) permits: u32,
 }
 
 impl Keys {
@@ -183,6 +186,7 @@ impl Keys {
             fence_retention,
             holder: Arc::from(""),
             barge: Duration::ZERO,
+            permits: 0,
         }
     }
 }

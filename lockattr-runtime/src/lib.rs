@@ -103,6 +103,7 @@ mod lockset;
 mod lost;
 mod observe;
 mod reentry;
+mod semaphore;
 mod watchdog;
 
 #[doc(hidden)]
@@ -126,3 +127,4 @@ pub use locker::{
 };
 pub use lockset::{LockSetBuilder, LockSetGuard};
 pub use lost::LostReason;
+pub use semaphore::MAX_PERMITS;

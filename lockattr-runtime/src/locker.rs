@@ -368,6 +368,7 @@ impl Locker {
             renew_for: None,
             hold_at_least: Duration::ZERO,
             kind: None,
+            permits: None,
         }
     }
 
@@ -1005,6 +1006,8 @@ pub struct LockBuilder<'a> {
     renew_for: Option<Duration>,
     hold_at_least: Duration,
     kind: Option<Cow<'static, str>>,
+    /// A semaphore's number of permits ([`Locker::semaphore`]); `None`: a lock.
+    pub(crate) permits: Option<u32>,
 }
 
 impl LockBuilder<'_> {
@@ -1292,6 +1295,9 @@ impl LockBuilder<'_> {
         let mut keys = Keys::new(&inner.prefix, &self.name, inner.fence_retention);
         keys.holder = inner.holder.clone();
         keys.barge = inner.barge;
+        if let Some(permits) = self.permits {
+            crate::semaphore::check(&mut keys, permits, &inner.backend)?;
+        }
         let token = new_token()?;
         let report = Report::new(self.name.clone(), kind);
         let lease = Lease {
@@ -1353,6 +1359,11 @@ async fn acquire(
     (lease, wait): (Lease, Duration),
     gone: io::CallerGone,
 ) -> Result<(LockGuard, bool), LockError> {
+    if lease.keys.permits > 0 {
+        let (lease, grant) = crate::semaphore::acquire(lease, wait, gone).await?;
+        let handed = grant.handed;
+        return Ok((granted(lease, grant), handed));
+    }
     let request = LockRequest {
         locker: &lease.locker,
         name: &lease.name,

@@ -39,6 +39,7 @@ tokio::task_local! {
 /// one Redis with one prefix share locks, so they share reentry too.
 fn same(lease: &Lease, locker: &Inner, name: &str) -> bool {
     lease.name == name
+        && lease.keys.permits == 0
         && lease.locker.prefix == locker.prefix
         && lease.locker.backend.server() == locker.backend.server()
 }

@@ -422,7 +422,14 @@ impl TlsServer {
     /// with the client certificate) and returns its output, trimmed.
     /// Panics when `redis-cli` fails or takes more than 5 s.
     pub fn cli(&self, args: &[&str]) -> String {
-        self.try_cli(args).unwrap_or_else(|| {
+        self.cli_within(args, Duration::from_secs(5))
+    }
+
+    /// [`cli`](Self::cli) for a command that may take longer, such as
+    /// `--cluster create` (it waits for the nodes to agree) on a loaded
+    /// machine: panics when it fails or takes more than `within`.
+    pub fn cli_within(&self, args: &[&str], within: Duration) -> String {
+        self.try_cli_within(args, within).unwrap_or_else(|| {
             panic!(
                 "`redis-cli {}` on TLS port {} failed; server log: {}",
                 args.join(" "),
@@ -433,6 +440,10 @@ impl TlsServer {
     }
 
     fn try_cli(&self, args: &[&str]) -> Option<String> {
+        self.try_cli_within(args, Duration::from_secs(5))
+    }
+
+    fn try_cli_within(&self, args: &[&str], within: Duration) -> Option<String> {
         let dir = self.dir.to_str().expect("utf-8 temp dir");
         let binary = std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into());
         let child = Command::new(&binary)
@@ -446,7 +457,7 @@ impl TlsServer {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run `{binary}` (install redis-tools): {e}"));
-        let output = wait_output(child, Duration::from_secs(5))?;
+        let output = wait_output(child, within)?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         // redis-cli exits 0 on a connection failure too, saying so on stderr.
         (output.status.success() && output.stderr.is_empty()).then(|| stdout.trim().to_owned())

@@ -12,7 +12,9 @@ pub(crate) mod lockset;
 mod node_facts;
 pub(crate) mod queue;
 pub(crate) mod redlock;
+#[macro_use]
 pub(crate) mod scripts;
+pub(crate) mod semaphore;
 mod single;
 pub(crate) mod source;
 mod wake;

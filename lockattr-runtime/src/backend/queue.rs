@@ -56,7 +56,7 @@ const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
 
 /// After Redis refused SUBSCRIBE, how long a waiter checks the lock every
 /// [`FALLBACK_PAUSE`] before it tries to subscribe again.
-const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 /// A deployment whose locks queue their waiters (one server, or one master
 /// per lock on a cluster).
@@ -282,7 +282,7 @@ fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Insta
     at
 }
 
-fn stopped_waiting() -> LockError {
+pub(crate) fn stopped_waiting() -> LockError {
     LockError::Runtime {
         reason: "the caller stopped waiting".into(),
     }
@@ -314,7 +314,7 @@ pub(crate) fn retryable(e: &LockError) -> bool {
 
 /// False only when the error shows the request never left (the connection
 /// was refused); otherwise it may have run and must be given back.
-fn may_have_run(e: &LockError) -> bool {
+pub(crate) fn may_have_run(e: &LockError) -> bool {
     let LockError::Connection { source, .. } = e else {
         return true;
     };

@@ -291,7 +291,7 @@ impl SingleNode {
     /// When a request goes unanswered (its answer timed out, or the caller
     /// dropped this future while it was on its way), `unanswered` gets the
     /// connection it was sent on, before that connection is discarded.
-    async fn send<T: FromRedisValue>(
+    pub(super) async fn send<T: FromRedisValue>(
         &self,
         request: Request<'_>,
         unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
@@ -550,7 +550,7 @@ impl Slot {
 /// request's future is polled once here, then handed to the task. When that
 /// first poll cannot queue it (the connection's queue is full), or outside
 /// a runtime, the task sends it, after requests sent meanwhile.
-fn give_back_in_order(mut connection: MultiplexedConnection, request: redis::Cmd) {
+pub(super) fn give_back_in_order(mut connection: MultiplexedConnection, request: redis::Cmd) {
     let mut send = Box::pin(tokio::task::unconstrained(async move {
         let released: redis::RedisResult<redis::Value> = request.query_async(&mut connection).await;
         drop(released);
@@ -592,7 +592,7 @@ impl Drop for Unanswered<'_> {
 
 /// What [`SingleNode::send`] sends.
 #[derive(Clone, Copy)]
-enum Request<'a> {
+pub(super) enum Request<'a> {
     /// A Lua script: EVALSHA, loaded on NOSCRIPT.
     Script(&'a ScriptInvocation<'a>),
     /// A plain command.

@@ -1,0 +1,1043 @@
+//! Semaphores on one server and on a Redis Cluster: at most `permits`
+//! holders of one name at once.
+//!
+//! # Keys
+//!
+//! A semaphore `gpu` with `permits = 3` under the prefix `lockattr:` is
+//! made of these keys, all under one hash tag (one Cluster slot, one
+//! script call):
+//!
+//! - `lockattr:{gpu}:sem:permit:0` .. `:permit:2`: the permits, each a lock
+//!   key of its own (`<token>\n<holder>\n<since>`, with its holder's lease);
+//! - `lockattr:{gpu}:sem:fence`: the fencing counter, one for all permits,
+//!   so tokens increase across the holders of the name;
+//! - `lockattr:{gpu}:sem:queue` and `:sem:waiters`: the waiters, oldest
+//!   first, as for a lock;
+//! - `lockattr:{gpu}:sem:wake`: the channel hand-overs are told on;
+//! - `lockattr:{gpu}:sem:permits`: how many permits the callers asked for,
+//!   kept while permits are taken and waited for, and `fence_retention`
+//!   after that: a caller asking for another number is refused.
+//!
+//! A plain lock's keys are `lockattr:{gpu}` and `lockattr:{gpu}:<fence,
+//! queue, waiters, wake>`: a lock and a semaphore of the same name never
+//! share a key, and do not exclude each other.
+//!
+//! # Protocol
+//!
+//! A permit is a lock key, so a holder's release, renewal, extension and
+//! `hold_at_least` run the scripts of a lock unchanged on its permit key
+//! (with the semaphore's fence, queue, waiters and channel): a release
+//! hands the permit straight to the oldest waiter whose deadline has not
+//! passed, with a new fencing token, and names it on the channel.
+//!
+//! Only taking a permit has scripts of its own ([`ACQUIRE`], and
+//! [`GIVE_BACK`] for abandoned attempts). [`ACQUIRE`] looks at every permit:
+//! a permit the caller's token holds counts as taken (a hand-over whose
+//! notice is being read, or one whose notice was lost); free permits (a
+//! holder's lease ran out) go to the queued waiters first, oldest first,
+//! each told on the channel as by a release; a caller gets a free permit
+//! only when nobody older waits. So a newcomer never passes a waiter, and
+//! a permit is never free while a waiter is queued, except between a lease
+//! running out and the next request.
+//!
+//! A waiter told of a hand-over asks once more to learn which permit it was
+//! given: that answer carries a new fencing token (larger than the one in
+//! the notice, and larger than every token handed out before).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use once_cell::sync::Lazy;
+use redis::{Script, ScriptInvocation};
+
+use super::SingleNode;
+use super::queue::{self, Queued, RECHECK};
+use super::single::Request;
+use super::{Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, millis, soon_after};
+use crate::inner::Inner;
+use crate::key::Keys;
+use crate::{LockError, io};
+
+/// The most permits a semaphore may have: every acquisition looks at each
+/// permit's key in one script call, so the cost grows with the count.
+pub(crate) const MAX_PERMITS: u32 = 256;
+
+macro_rules! max_permits {
+    () => {
+        "256"
+    };
+}
+
+/// The keys of one semaphore: its permits' keys and the record of their
+/// number, next to the lock-shaped [`Keys`] its holders' guards use.
+#[derive(Debug, Clone)]
+pub(crate) struct Permits {
+    /// `<base>:sem:permits`: the number of permits callers asked for.
+    record: String,
+    /// `<base>:sem:permit:<i>`, one per permit.
+    slots: Vec<String>,
+}
+
+impl Permits {
+    /// Turns `keys` (of the name, as [`Keys::new`] made them) into a
+    /// semaphore's: `permits` must be checked (1 to [`MAX_PERMITS`]).
+    pub(crate) fn make(keys: &mut Keys, permits: u32) -> Permits {
+        let base = format!("{}:sem", keys.lock);
+        keys.fence = format!("{base}:fence");
+        keys.queue = format!("{base}:queue");
+        keys.waiters = format!("{base}:waiters");
+        keys.channel = format!("{base}:wake");
+        // Semaphores always hand a permit to the oldest waiter.
+        keys.barge = Duration::ZERO;
+        keys.permits = permits;
+        let slots: Vec<String> = (0..permits).map(|i| format!("{base}:permit:{i}")).collect();
+        if let Some(first) = slots.first() {
+            keys.lock = first.clone();
+        }
+        Permits {
+            record: format!("{base}:permits"),
+            slots,
+        }
+    }
+
+    /// The key of permit `index`.
+    pub(crate) fn slot(&self, index: usize) -> Option<&str> {
+        self.slots.get(index).map(String::as_str)
+    }
+
+    fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.waiters)
+            .key(&self.record);
+        for slot in &self.slots {
+            invocation.key(slot);
+        }
+        invocation
+    }
+}
+
+/// Lua shared by [`ACQUIRE`] and [`GIVE_BACK`]: KEYS are fence, queue,
+/// waiters, record and the permits; the locals `permits` (checked against
+/// the number of keys), `retention` and `channel` must be set first.
+macro_rules! helpers_lua {
+    () => {
+        concat!(
+            r"
+local now_ms
+local function now()
+  if not now_ms then
+    local t = redis.call('time')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now_ms
+end
+local function next_fence(ttl)
+  local fence = redis.call('incr', KEYS[1])
+  if fence == 1 then
+    local t = redis.call('time')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('set', KEYS[1], string.format('%d', fence), 'PX', ttl)
+  elseif redis.call('pttl', KEYS[1]) < ttl then
+    redis.call('pexpire', KEYS[1], ttl)
+  end
+  return fence
+end
+-- The oldest queued waiter whose deadline has not passed, taken out of the
+-- queue (the dead ones before it are dropped): token, lease, holder.
+local function next_waiter()
+  while true do
+    local waiter = redis.call('lpop', KEYS[2])
+    if not waiter then
+      return nil
+    end
+    local entry = redis.call('hget', KEYS[3], waiter)
+    if entry then
+      redis.call('hdel', KEYS[3], waiter)
+      local deadline, lease, who = string.match(entry, '^(%d+):(%d+):%d+:(.*)$')
+      deadline, lease = tonumber(deadline), tonumber(lease)
+      if deadline and deadline >= now() and lease and lease >= 1 and lease <= ",
+            max_ms!(),
+            r" then
+        return waiter, lease, who
+      end
+    end
+  end
+end
+-- Gives permit `i` to a waiter and tells it, as a release does.
+local function hand(i, waiter, lease, who)
+  local fence = next_fence(lease + retention)
+  redis.call('set', KEYS[4 + i], waiter .. '\n' .. who .. '\n' .. string.format('%d', now()), 'PX', lease)
+  redis.call('publish', channel, string.format('%s:%d:%d', waiter, fence, lease))
+end
+"
+        )
+    };
+}
+
+/// Lua that sets `permits` from `$arg`, or returns an error unless it is a
+/// whole number from 1 to [`MAX_PERMITS`] with one key per permit.
+macro_rules! permits_arg_lua {
+    ($arg:literal) => {
+        concat!(
+            "local permits = tonumber(",
+            $arg,
+            r")
+if not permits or permits ~= math.floor(permits) or permits < 1 or permits > ",
+            max_permits!(),
+            r" or #KEYS ~= 4 + permits then
+  return redis.error_reply('ERR lockattr: permits must be a whole number from 1 to ",
+            max_permits!(),
+            r", with one key per permit')
+end
+"
+        )
+    };
+}
+
+/// Takes a permit, or queues the caller.
+///
+/// KEYS: fence, queue, waiters, record, then one key per permit. ARGV:
+/// token, `<lease ms>:<retention ms>:<queued>:<since>:<holder>` (as
+/// [`ACQUIRE`](super::scripts::ACQUIRE) of a lock), how long the caller
+/// will wait in ms (0: it will not, and leaves the queue), the number of
+/// permits, the channel.
+///
+/// Returns `{1, fencing token, permit index}` when the token holds a
+/// permit, `{0, pttl of the permit that ends first or -1}` when it does
+/// not, and `{-1, recorded permits}` (nothing written) when the semaphore
+/// is in use with another number of permits.
+pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
+    Script::new(concat!(
+        r"
+local lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$')
+if not who then
+  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+end
+",
+        ms_arg_lua!("lease", "lease_arg", "1"),
+        ms_arg_lua!("retention", "retention_arg", "0"),
+        ms_arg_lua!("wait", "ARGV[3]", "0"),
+        permits_arg_lua!("ARGV[4]"),
+        r"
+local channel = ARGV[5]
+if not channel then
+  return redis.error_reply('ERR lockattr: the channel is missing')
+end
+local token = ARGV[1]
+local recorded = redis.call('get', KEYS[4])
+if recorded and recorded ~= string.format('%d', permits) then
+  return {-1, tonumber(recorded) or -1}
+end
+",
+        helpers_lua!(),
+        r"
+local keep = math.max(lease + retention, wait)
+local function remember()
+  if redis.call('pttl', KEYS[4]) < keep then
+    redis.call('set', KEYS[4], string.format('%d', permits), 'PX', keep)
+  end
+end
+local function unqueue()
+  if redis.call('hdel', KEYS[3], token) == 1 then
+    redis.call('lrem', KEYS[2], 0, token)
+  end
+end
+local free = {}
+local first_end = -1
+for i = 1, permits do
+  local value = redis.call('get', KEYS[4 + i])
+  if ",
+        owns_lua!("value", "token"),
+        r" then
+    local fence = next_fence(lease + retention)
+    redis.call('pexpire', KEYS[4 + i], lease)
+    if queued == '1' then
+      unqueue()
+    end
+    remember()
+    return {1, fence, i - 1}
+  end
+  if value then
+    local left = redis.call('pttl', KEYS[4 + i])
+    if first_end < 0 or left < first_end then
+      first_end = left
+    end
+  else
+    free[#free + 1] = i
+  end
+end
+local mine
+local drained = false
+while #free > 0 and not drained do
+  local waiter, wlease, wwho = next_waiter()
+  if not waiter then
+    drained = true
+  elseif waiter == token and not mine then
+    mine = table.remove(free, 1)
+  else
+    hand(table.remove(free, 1), waiter, wlease, wwho)
+  end
+end
+if not mine and #free > 0 then
+  mine = free[1]
+end
+if mine then
+  local fence = next_fence(lease + retention)
+  redis.call('set', KEYS[4 + mine], token .. '\n' .. who .. '\n' .. since, 'PX', lease)
+  unqueue()
+  remember()
+  return {1, fence, mine - 1}
+end
+if wait > 0 then
+  if redis.call('hexists', KEYS[3], token) == 0 then
+    local queued_at = now()
+    redis.call('rpush', KEYS[2], token)
+    redis.call('hset', KEYS[3], token, string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. who)
+    for i = 2, 3 do
+      if redis.call('pttl', KEYS[i]) < wait then
+        redis.call('pexpire', KEYS[i], wait)
+      end
+    end
+  end
+  remember()
+else
+  unqueue()
+end
+return {0, first_end}
+",
+    ))
+});
+
+/// Gives back whatever a token got: the permit it holds goes to the oldest
+/// waiter (or is deleted), or the token leaves the queue. Safe to repeat.
+///
+/// KEYS: as [`ACQUIRE`]. ARGV: token, retention in ms, the number of
+/// permits, the channel. Returns 1 when a permit was given back, 0 when
+/// the token held none.
+pub(crate) const GIVE_BACK_LUA: &str = concat!(
+    ms_arg_lua!("retention", "ARGV[2]", "0"),
+    permits_arg_lua!("ARGV[3]"),
+    r"
+local channel = ARGV[4]
+if not channel then
+  return redis.error_reply('ERR lockattr: the channel is missing')
+end
+local token = ARGV[1]
+",
+    helpers_lua!(),
+    r"
+for i = 1, permits do
+  local value = redis.call('get', KEYS[4 + i])
+  if ",
+    owns_lua!("value", "token"),
+    r" then
+    local waiter, wlease, wwho = next_waiter()
+    if waiter then
+      hand(i, waiter, wlease, wwho)
+    else
+      redis.call('del', KEYS[4 + i])
+    end
+    return 1
+  end
+end
+if redis.call('hdel', KEYS[3], token) == 1 then
+  redis.call('lrem', KEYS[2], 0, token)
+end
+return 0
+",
+);
+
+/// [`GIVE_BACK_LUA`] as a script.
+pub(crate) static GIVE_BACK: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_LUA));
+
+/// What one [`ACQUIRE`] call found.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// The token holds permit `slot`.
+    Taken { fencing_token: u64, slot: usize },
+    /// Every permit is taken; the first ends in this much time (if known).
+    Busy { first_end: Option<Duration> },
+    /// The semaphore is in use with this many permits.
+    Mismatch { recorded: i64 },
+}
+
+impl Answer {
+    fn from_reply(reply: &[i64]) -> Answer {
+        match reply {
+            [1, fence, slot, ..] => Answer::Taken {
+                fencing_token: u64::try_from(*fence).unwrap_or(0),
+                slot: usize::try_from(*slot).unwrap_or(usize::MAX),
+            },
+            [-1, recorded, ..] => Answer::Mismatch {
+                recorded: *recorded,
+            },
+            [_, left, ..] => Answer::Busy {
+                first_end: u64::try_from(*left).ok().map(Duration::from_millis),
+            },
+            _ => Answer::Busy { first_end: None },
+        }
+    }
+}
+
+fn acquire_invocation<'a>(
+    permits: &Permits,
+    keys: &Keys,
+    (token, expire, wait, queued): (&str, Duration, Duration, bool),
+) -> ScriptInvocation<'a> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut invocation = permits.invocation(&ACQUIRE, keys);
+    invocation
+        .arg(token)
+        .arg(format!(
+            "{}:{}:{}:{since}:{}",
+            millis(expire),
+            whole_millis(keys.fence_retention),
+            u8::from(queued),
+            keys.holder
+        ))
+        .arg(whole_millis(wait))
+        .arg(permits.slots.len())
+        .arg(&keys.channel);
+    invocation
+}
+
+fn give_back_invocation<'a>(permits: &Permits, keys: &Keys, token: &str) -> ScriptInvocation<'a> {
+    let mut invocation = permits.invocation(&GIVE_BACK, keys);
+    invocation
+        .arg(token)
+        .arg(whole_millis(keys.fence_retention))
+        .arg(permits.slots.len())
+        .arg(&keys.channel);
+    invocation
+}
+
+/// [`GIVE_BACK_LUA`] as EVAL with the source: runs even where the script
+/// cache was emptied (sent after a request whose answer was lost).
+pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(GIVE_BACK_LUA)
+        .arg(4 + permits.slots.len())
+        .arg(&keys.fence)
+        .arg(&keys.queue)
+        .arg(&keys.waiters)
+        .arg(&permits.record);
+    for slot in &permits.slots {
+        cmd.arg(slot);
+    }
+    cmd.arg(token)
+        .arg(whole_millis(keys.fence_retention))
+        .arg(permits.slots.len())
+        .arg(&keys.channel);
+    cmd
+}
+
+fn whole_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl SingleNode {
+    /// Sends an acquisition (safe to repeat); when its answer is not read,
+    /// `give_back` follows it on the same connection.
+    async fn run_acquisition<T: redis::FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        give_back: redis::Cmd,
+    ) -> Result<T, LockError> {
+        let give_back = |connection: redis::aio::MultiplexedConnection| {
+            super::single::give_back_in_order(connection, give_back.clone());
+        };
+        self.send(Request::Script(invocation), Some(&give_back))
+            .await
+    }
+}
+
+impl Queued<'_> {
+    async fn try_permit(
+        self,
+        permits: &Permits,
+        keys: &Keys,
+        attempt: (&str, Duration, Duration, bool),
+    ) -> Result<Answer, LockError> {
+        let invocation = acquire_invocation(permits, keys, attempt);
+        let reply: Result<Vec<i64>, LockError> = match self {
+            Queued::Single(node) => {
+                node.run_acquisition(&invocation, give_back_eval(permits, keys, attempt.0))
+                    .await
+            }
+            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
+        };
+        Ok(Answer::from_reply(&reply.map_err(unauthenticated)?))
+    }
+
+    async fn give_back_permit(
+        self,
+        permits: &Permits,
+        keys: &Keys,
+        token: &str,
+    ) -> Result<(), LockError> {
+        let invocation = give_back_invocation(permits, keys, token);
+        let given: Result<i64, LockError> = match self {
+            Queued::Single(node) => node.run_script(&invocation).await,
+            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
+        };
+        given.map(drop).map_err(unauthenticated)
+    }
+}
+
+/// Redis reads at most ten words of a request from a client that has not
+/// authenticated, and a semaphore's requests are longer (a key per
+/// permit): a URL without the password is then answered with a protocol
+/// error instead of NOAUTH. Says what it means.
+fn unauthenticated(e: LockError) -> LockError {
+    match e {
+        LockError::Redis { server, source } if source.to_string().contains("unauthenticated") => {
+            LockError::Redis {
+                server,
+                source: Box::new(NoAuth(source.to_string())),
+            }
+        }
+        e => e,
+    }
+}
+
+/// A semaphore request refused for want of authentication.
+#[derive(Debug)]
+struct NoAuth(String);
+
+impl std::fmt::Display for NoAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "NOAUTH: the server requires authentication (it answered a semaphore request sent \
+             before authenticating with `{}`); put the user and password in the URL: \
+             redis://user:password@host:port/",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NoAuth {}
+
+/// The acquisition loop of a semaphore on one server or a cluster: as
+/// [`queue::acquire`] for a lock (queued in Redis, woken by the channel,
+/// asking again at least every [`RECHECK`], when the first permit's lease
+/// ends and at the deadline; connection errors retried with a new token
+/// until the deadline), with the permit's index in the answer.
+pub(crate) async fn acquire(
+    backend: Queued<'_>,
+    request: LockRequest<'_>,
+    permits: &Permits,
+    mut gone: io::CallerGone,
+) -> Result<(Grant, usize), LockError> {
+    let LockRequest {
+        locker,
+        name,
+        keys,
+        mut token,
+        expire,
+        wait,
+    } = request;
+    let now = Instant::now();
+    let deadline = now
+        .checked_add(wait)
+        .unwrap_or(now + crate::locker::MAX_EXPIRE);
+    let wakeups = backend.wakeups();
+    let mut waiter = wakeups.register_if_subscribed(&keys.channel, &token);
+    let mut owed = Owed {
+        locker,
+        keys,
+        permits,
+        expire,
+        stale: Vec::new(),
+        queued: None,
+        sending: None,
+    };
+    let mut retry = Backoff::new(RETRY_MAX);
+    let mut polling_until: Option<Instant> = None;
+    // A hand-over was heard: the next answer is the permit.
+    let mut handed = false;
+    loop {
+        if let Err(e) = owed.settle(backend).await {
+            retry.pause(e, deadline, &mut gone).await?;
+            continue;
+        }
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
+        let queued = owed.queued.as_deref() == Some(token.as_str());
+        owed.sending = Some(token.clone());
+        let attempt = backend
+            .try_permit(permits, keys, (&token, expire, left, queued))
+            .await;
+        owed.sending = None;
+        let first_end = match attempt {
+            Ok(Answer::Taken {
+                fencing_token,
+                slot,
+            }) => {
+                owed.queued = None;
+                if permits.slot(slot).is_none() {
+                    // Not an answer this script gives: try again afresh.
+                    owed.stale.push(token);
+                    token = crate::locker::new_token()?;
+                    waiter = None;
+                    continue;
+                }
+                return Ok((
+                    Grant {
+                        fencing_token,
+                        sent,
+                        handed,
+                        token,
+                    },
+                    slot,
+                ));
+            }
+            Ok(Answer::Mismatch { recorded }) => {
+                if owed.queued.take().is_some() {
+                    owed.stale.push(token);
+                }
+                return Err(LockError::PermitsMismatch {
+                    name: name.to_owned(),
+                    permits: u32::try_from(permits.slots.len()).unwrap_or(u32::MAX),
+                    recorded,
+                });
+            }
+            Ok(Answer::Busy { first_end }) => first_end,
+            Err(e) if queue::retryable(&e) => {
+                if owed.queued.take().is_some() || queue::may_have_run(&e) {
+                    owed.stale.push(token);
+                }
+                token = crate::locker::new_token()?;
+                waiter = None;
+                handed = false;
+                retry.pause(e, deadline, &mut gone).await?;
+                continue;
+            }
+            Err(e) => {
+                if owed.queued.take().is_some() || queue::may_have_run(&e) {
+                    owed.stale.push(token);
+                }
+                return Err(e);
+            }
+        };
+        retry.reset();
+        handed = false;
+        if left.is_zero() {
+            owed.queued = None;
+            return Err(LockError::Timeout {
+                name: name.to_owned(),
+                waited: wait,
+            });
+        }
+        owed.queued = Some(token.clone());
+        let now = Instant::now();
+        if polling_until.is_some_and(|until| now >= until) {
+            polling_until = None;
+        }
+        if waiter.is_none() && polling_until.is_none() {
+            waiter = Some(wakeups.watch(&keys.channel, &token));
+        }
+        let recheck = deadline.min(now + RECHECK);
+        let mut wake_at = next_check(recheck, first_end, polling_until.is_some());
+        loop {
+            let woken = async {
+                match waiter.as_mut() {
+                    Some(waiter) => waiter.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                wake = woken => match wake {
+                    // The permit is ours; asking once more says which.
+                    Wake::Handed { .. } => {
+                        waiter = None;
+                        handed = true;
+                        break;
+                    }
+                    Wake::Subscribed | Wake::TryNow => break,
+                    Wake::Recheck => {
+                        waiter = None;
+                        break;
+                    }
+                    Wake::Refused => {
+                        waiter = None;
+                        polling_until = Some(Instant::now() + queue::RESUBSCRIBE_AFTER);
+                        wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
+                    }
+                    Wake::Rearm { lease } => {
+                        wake_at = next_check(recheck, Some(lease), polling_until.is_some());
+                    }
+                },
+                () = tokio::time::sleep_until(wake_at.into()) => break,
+                () = gone.wait() => return Err(queue::stopped_waiting()),
+            }
+        }
+    }
+}
+
+fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Instant {
+    let mut at = recheck;
+    if let Some(lease) = lease {
+        at = at.min(soon_after(lease));
+    }
+    if polling {
+        at = at.min(soon_after(FALLBACK_PAUSE));
+    }
+    at
+}
+
+/// How long a give-back in the background is tried at most.
+const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
+
+/// The tokens of one semaphore acquisition to give back (see `queue::Owed`):
+/// dropped with any left, or with a request on its way, it gives them back
+/// in the background.
+struct Owed<'a> {
+    locker: &'a Arc<Inner>,
+    keys: &'a Keys,
+    permits: &'a Permits,
+    expire: Duration,
+    stale: Vec<String>,
+    queued: Option<String>,
+    /// The token of the request on its way: a caller that stops waiting
+    /// while it is may leave a permit behind.
+    sending: Option<String>,
+}
+
+impl Owed<'_> {
+    async fn settle(&mut self, backend: Queued<'_>) -> Result<(), LockError> {
+        while let Some(token) = self.stale.last() {
+            match backend
+                .give_back_permit(self.permits, self.keys, token)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if queue::retryable(&e) => return Err(e),
+                Err(e) => {
+                    tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned semaphore attempt")
+                }
+            }
+            self.stale.pop();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Owed<'_> {
+    fn drop(&mut self) {
+        let mut tokens = std::mem::take(&mut self.stale);
+        tokens.extend(self.queued.take());
+        tokens.extend(self.sending.take());
+        if tokens.is_empty() {
+            return;
+        }
+        let (locker, keys, permits) =
+            (self.locker.clone(), self.keys.clone(), self.permits.clone());
+        let until = Instant::now() + self.expire.min(GIVE_BACK_FOR);
+        let giving = io::spawn(async move {
+            let backend = match &locker.backend {
+                super::Backend::Single(node) => Queued::Single(node),
+                super::Backend::Cluster(nodes) => Queued::Cluster(nodes),
+                super::Backend::Redlock(_) => return,
+            };
+            let mut retry = Backoff::new(Duration::from_secs(1));
+            for token in tokens {
+                loop {
+                    match backend.give_back_permit(&permits, &keys, &token).await {
+                        Ok(()) => break,
+                        Err(e) if queue::retryable(&e) && Instant::now() < until => {
+                            tokio::time::sleep(retry.next()).await;
+                        }
+                        Err(e) => {
+                            tracing::debug!(target: "lockattr", error = %e, "cannot give back a semaphore attempt; it expires with its lease or wait");
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        if let Err(e) = giving {
+            tracing::debug!(target: "lockattr", error = %e, "cannot leave a semaphore's queue; the entry expires with the wait");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The scripts called directly on a private redis-server: a bad
+    //! argument is an error and changes nothing; a mismatch of permits
+    //! writes nothing; free permits go to the oldest live waiter.
+
+    use std::collections::BTreeMap;
+    use std::process::{Child, Command, Stdio};
+
+    use redis::Connection;
+
+    use super::*;
+
+    struct Server {
+        child: Child,
+        port: u16,
+    }
+
+    impl Server {
+        fn start() -> Server {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start `{binary}`: {e}"));
+            let server = Server { child, port };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(mut con) = server.try_connect()
+                    && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                {
+                    return server;
+                }
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        fn try_connect(&self) -> redis::RedisResult<Connection> {
+            redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, bool)> {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+        keys.into_iter()
+            .map(|key| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
+                (key, (dump, ttl >= 0))
+            })
+            .collect()
+    }
+
+    /// A semaphore of 2: permit 0 held by `holder`, permit 1 free, `waiter`
+    /// queued.
+    fn setup(con: &mut Connection) -> (Keys, Permits) {
+        let mut keys = Keys::new("t:", "s", Duration::from_secs(60));
+        let permits = Permits::make(&mut keys, 2);
+        let _: () = redis::pipe()
+            .cmd("SET")
+            .arg(permits.slot(0).unwrap())
+            .arg("holder\nh\n1")
+            .arg("PX")
+            .arg(5_000)
+            .cmd("SET")
+            .arg(&permits.record)
+            .arg(2)
+            .arg("PX")
+            .arg(60_000)
+            .cmd("RPUSH")
+            .arg(&keys.queue)
+            .arg("waiter")
+            .cmd("HSET")
+            .arg(&keys.waiters)
+            .arg("waiter")
+            .arg("99999999999999:4000:1:w")
+            .query(con)
+            .unwrap();
+        (keys, permits)
+    }
+
+    fn call(
+        con: &mut Connection,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> redis::RedisResult<redis::Value> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        invocation.invoke(con)
+    }
+
+    #[test]
+    fn the_scripts_check_their_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, permits) = setup(&mut con);
+        let all: Vec<&str> = [
+            keys.fence.as_str(),
+            &keys.queue,
+            &keys.waiters,
+            &permits.record,
+        ]
+        .into_iter()
+        .chain(permits.slots.iter().map(String::as_str))
+        .collect();
+        let short = &all[..all.len() - 1];
+        let channel = keys.channel.as_str();
+        let before = snapshot(&mut con);
+        let mut refused = |keys: &[&str], script: &Script, args: &[&str]| {
+            let answer = call(&mut con, script, keys, args);
+            assert!(answer.is_err(), "{args:?} accepted: {answer:?}");
+            assert_eq!(before, snapshot(&mut con), "{args:?} wrote");
+        };
+        for bad in ["", "x", "-1", "1.5", "nan", "inf", "2592000001"] {
+            let lease = format!("{bad}:60000:0:1:h");
+            refused(&all, &ACQUIRE, &["n", &lease, "1000", "2", channel]);
+            let retention = format!("1000:{bad}:0:1:h");
+            refused(&all, &ACQUIRE, &["n", &retention, "1000", "2", channel]);
+            refused(
+                &all,
+                &ACQUIRE,
+                &["n", "1000:60000:0:1:h", bad, "2", channel],
+            );
+            refused(&all, &GIVE_BACK, &["holder", bad, "2", channel]);
+        }
+        for bad in ["", "0", "-1", "1.5", "3", "257", "nan"] {
+            refused(
+                &all,
+                &ACQUIRE,
+                &["n", "1000:60000:0:1:h", "1000", bad, channel],
+            );
+            refused(&all, &GIVE_BACK, &["holder", "60000", bad, channel]);
+        }
+        // One key per permit.
+        refused(
+            short,
+            &ACQUIRE,
+            &["n", "1000:60000:0:1:h", "1000", "2", channel],
+        );
+        refused(short, &GIVE_BACK, &["holder", "60000", "2", channel]);
+        // No channel.
+        refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2"]);
+        refused(&all, &GIVE_BACK, &["holder", "60000", "2"]);
+        refused(
+            &all,
+            &ACQUIRE,
+            &["n", "1000:60000:0:1", "1000", "2", channel],
+        );
+    }
+
+    #[test]
+    fn a_mismatch_writes_nothing() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let _ = setup(&mut con);
+        let mut three = Keys::new("t:", "s", Duration::from_secs(60));
+        let permits = Permits::make(&mut three, 3);
+        let before = snapshot(&mut con);
+        let reply: Vec<i64> = acquire_invocation(
+            &permits,
+            &three,
+            ("n", Duration::from_secs(1), Duration::from_secs(1), false),
+        )
+        .invoke(&mut con)
+        .unwrap();
+        assert_eq!(reply, [-1, 2]);
+        assert_eq!(before, snapshot(&mut con));
+    }
+
+    /// A free permit goes to the oldest waiter whose entry is valid and
+    /// whose deadline has not passed, not to the caller behind it.
+    #[test]
+    fn a_free_permit_goes_to_the_oldest_live_waiter() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, permits) = setup(&mut con);
+        // Before `waiter`: one whose deadline passed, one malformed.
+        let _: () = redis::pipe()
+            .cmd("LPUSH")
+            .arg(&keys.queue)
+            .arg("bad")
+            .arg("late")
+            .cmd("HSET")
+            .arg(&keys.waiters)
+            .arg("late")
+            .arg("1:4000:1:w")
+            .arg("bad")
+            .arg("99999999999999:1e17:1:w")
+            .query(&mut con)
+            .unwrap();
+        let mut listener = server.try_connect().unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe(&keys.channel).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let reply: Vec<i64> = acquire_invocation(
+            &permits,
+            &keys,
+            (
+                "newcomer",
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+                false,
+            ),
+        )
+        .invoke(&mut con)
+        .unwrap();
+        assert_eq!(reply[0], 0, "the newcomer passed the waiter: {reply:?}");
+        let value: String = redis::cmd("GET")
+            .arg(permits.slot(1).unwrap())
+            .query(&mut con)
+            .unwrap();
+        assert!(value.starts_with("waiter\nw\n"), "{value:?}");
+        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        assert!(
+            notice.starts_with("waiter:") && notice.ends_with(":4000"),
+            "{notice:?}"
+        );
+        // The newcomer is queued now, with an expiry on every key.
+        let queue: Vec<String> = redis::cmd("LRANGE")
+            .arg(&keys.queue)
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(queue, ["newcomer"]);
+        for (key, (_, expires)) in snapshot(&mut con) {
+            assert!(expires, "{key} has no expiry");
+        }
+        // Asked again, the waiter finds its permit, with a new fencing token.
+        let reply: Vec<i64> = acquire_invocation(
+            &permits,
+            &keys,
+            ("waiter", Duration::from_secs(1), Duration::ZERO, false),
+        )
+        .invoke(&mut con)
+        .unwrap();
+        let handed: i64 = notice.split(':').nth(1).unwrap().parse().unwrap();
+        assert_eq!((reply[0], reply[2]), (1, 1));
+        assert!(reply[1] > handed);
+        // Its give-back hands the permit to the newcomer.
+        let given: i64 = give_back_invocation(&permits, &keys, "waiter")
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(given, 1);
+        let value: String = redis::cmd("GET")
+            .arg(permits.slot(1).unwrap())
+            .query(&mut con)
+            .unwrap();
+        assert!(value.starts_with("newcomer\n"), "{value:?}");
+    }
+}

@@ -1,0 +1,149 @@
+//! Semaphores: at most N holders of one name at once
+//! ([`Locker::semaphore`]). The Redis side is in `backend::semaphore`.
+
+use std::time::Duration;
+
+use crate::backend::queue::Queued;
+use crate::backend::semaphore::Permits;
+use crate::backend::{Backend, Grant, LockRequest, semaphore as redis_side};
+use crate::guard::Lease;
+use crate::key::Keys;
+use crate::{LockBuilder, LockError, Locker, io};
+
+/// The most permits a semaphore may have (256): every acquisition looks at
+/// each permit in one script call, so its cost grows with the count. For
+/// more concurrent holders, split the work over several names.
+///
+/// ```
+/// assert_eq!(lockattr_runtime::MAX_PERMITS, 256);
+/// ```
+pub const MAX_PERMITS: u32 = redis_side::MAX_PERMITS;
+
+impl Locker {
+    /// A request for one of the `permits` permits of the semaphore `name`:
+    /// at most `permits` guards of this name are held at once, across all
+    /// processes using the same Redis and prefix.
+    ///
+    /// The builder and the guard are a lock's: `expire`, `acquire_timeout`,
+    /// `renew`, `renew_for`, `hold_at_least` and `kind` mean the same per
+    /// permit, and [`LockGuard`](crate::LockGuard) releases, renews,
+    /// extends and reports a loss exactly as for a lock. Each holder has its
+    /// own owner token, lease and [fencing
+    /// token](crate::LockGuard::fencing_token); fencing tokens increase
+    /// across all holders of one name. A permit whose holder crashed is
+    /// free when its lease ends.
+    ///
+    /// Waiters are served first come, first served: a release hands its
+    /// permit straight to the oldest waiter (and wakes it through pub/sub),
+    /// and a newcomer never takes a permit while an older waiter waits.
+    ///
+    /// At acquire:
+    /// - `permits` must be from 1 to [`MAX_PERMITS`]; otherwise
+    ///   [`LockError::InvalidInput`].
+    /// - Every caller of one name must ask for the same number:
+    ///   [`LockError::PermitsMismatch`] otherwise, while the name is in use
+    ///   (held, waited for, or given back less than the Locker's
+    ///   `fence_retention` ago).
+    /// - One server (Sentinel included) and a Redis Cluster are supported:
+    ///   all of a semaphore's keys share one hash tag. A Redlock Locker
+    ///   refuses with [`LockError::InvalidInput`]: counting permits by
+    ///   majority across independent masters is not done.
+    ///
+    /// A semaphore and a lock of the same name are independent (their keys
+    /// differ): taking one does not exclude the other. A semaphore is never
+    /// re-entered: a nested call on it takes a permit of its own.
+    /// `Locker::inspect` and `force_unlock` see locks only.
+    ///
+    /// ```no_run
+    /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
+    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+    /// // At most 4 jobs on the GPUs at once.
+    /// let permit = locker
+    ///     .semaphore("gpu", 4)
+    ///     .expire(Duration::from_secs(30))
+    ///     .renew(true)
+    ///     .acquire_timeout(Duration::from_secs(60))
+    ///     .acquire()
+    ///     .await?;
+    /// let token = permit.fencing_token(); // this holder's own
+    /// // ... use the GPU ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> LockBuilder<'_> {
+        let mut builder = self.lock(name);
+        builder.permits = Some(permits);
+        builder
+    }
+}
+
+/// Checks a semaphore request and makes its keys (of the first permit:
+/// the grant names the one taken).
+pub(crate) fn check(keys: &mut Keys, permits: u32, backend: &Backend) -> Result<(), LockError> {
+    if permits == 0 {
+        return Err(LockError::invalid(
+            "permits",
+            "a semaphore of 0 permits could never be taken; use at least 1",
+        ));
+    }
+    if permits > MAX_PERMITS {
+        return Err(LockError::invalid(
+            "permits",
+            format!(
+                "{permits} is more than {MAX_PERMITS}, the most a semaphore may have; split the \
+                 work over several names"
+            ),
+        ));
+    }
+    if let Backend::Redlock(_) = backend {
+        return Err(LockError::invalid(
+            "semaphore",
+            "semaphores need one server or a Redis Cluster: a Redlock Locker would have to count \
+             each permit by majority across independent masters, which is not supported; use a \
+             Locker on one server (or Sentinel) or a Cluster for semaphores",
+        ));
+    }
+    Permits::make(keys, permits);
+    Ok(())
+}
+
+/// Takes a permit for `lease`, waiting up to `wait`; the lease, now keyed
+/// by the permit it holds, and the grant.
+pub(crate) async fn acquire(
+    mut lease: Lease,
+    wait: Duration,
+    gone: io::CallerGone,
+) -> Result<(Lease, Grant), LockError> {
+    let mut keys = Keys::new(
+        &lease.locker.prefix,
+        &lease.name,
+        lease.keys.fence_retention,
+    );
+    keys.holder = lease.keys.holder.clone();
+    let permits = Permits::make(&mut keys, lease.keys.permits);
+    let backend = match &lease.locker.backend {
+        Backend::Single(node) => Queued::Single(node),
+        Backend::Cluster(nodes) => Queued::Cluster(nodes),
+        Backend::Redlock(_) => {
+            return Err(LockError::invalid(
+                "semaphore",
+                "semaphores are not supported on a Redlock Locker",
+            ));
+        }
+    };
+    let request = LockRequest {
+        locker: &lease.locker,
+        name: &lease.name,
+        keys: &keys,
+        token: lease.token.clone(),
+        expire: lease.expire,
+        wait,
+    };
+    let (grant, slot) = redis_side::acquire(backend, request, &permits, gone).await?;
+    if let Some(slot) = permits.slot(slot) {
+        keys.lock = slot.to_owned();
+    }
+    lease.keys = keys;
+    Ok((lease, grant))
+}

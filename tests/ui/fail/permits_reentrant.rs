@@ -1,0 +1,8 @@
+use lockattr::{LockError, redis_lock};
+
+#[redis_lock(name = "gpu", permits = 4, reentrant)]
+async fn train() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
