@@ -6,131 +6,13 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
-use support::{RedisServer, free_port, lock_key};
-
-/// Three masters, no replicas, every slot assigned. With
-/// `cluster-require-full-coverage no`, the live masters go on serving their
-/// slots while one is dead (with the default, every node refuses every key
-/// command once the dead master is marked failed).
-struct Cluster {
-    nodes: Vec<RedisServer>,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                let bus = free_port().to_string();
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--cluster-require-full-coverage",
-                    "no",
-                    "--cluster-port",
-                    &bus,
-                ])
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli (install redis-tools)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let cluster = Cluster { nodes };
-        cluster.wait_ok();
-        cluster
-    }
-
-    fn wait_ok(&self) {
-        let ok = support::eventually(Duration::from_secs(20), || {
-            self.nodes.iter().all(|n| {
-                n.raw("CLUSTER INFO")
-                    .is_ok_and(|info| info.contains("cluster_state:ok"))
-            })
-        });
-        assert!(ok.is_some(), "cluster not ok within 20 s");
-    }
-
-    fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
-    }
-
-    fn locker(&self) -> Locker {
-        Locker::cluster(self.urls()).unwrap()
-    }
-
-    /// The index of the master serving `key`, from `CLUSTER SLOTS`.
-    fn master_of(&self, key: &str) -> usize {
-        let slot: i64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut self.nodes[0].client())
-            .unwrap();
-        let ranges: Vec<(i64, i64, (String, i64))> = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query::<Vec<redis::Value>>(&mut self.nodes[0].client())
-            .unwrap()
-            .into_iter()
-            .map(|range| {
-                let redis::Value::Array(items) = range else {
-                    panic!("CLUSTER SLOTS: {range:?}")
-                };
-                let start: i64 = redis::from_redis_value(items[0].clone()).unwrap();
-                let end: i64 = redis::from_redis_value(items[1].clone()).unwrap();
-                let redis::Value::Array(master) = &items[2] else {
-                    panic!("CLUSTER SLOTS master: {:?}", items[2])
-                };
-                let host: String = redis::from_redis_value(master[0].clone()).unwrap();
-                let port: i64 = redis::from_redis_value(master[1].clone()).unwrap();
-                (start, end, (host, port))
-            })
-            .collect();
-        let (_, _, (_, port)) = ranges
-            .iter()
-            .find(|(start, end, _)| (*start..=*end).contains(&slot))
-            .expect("every slot is served");
-        self.nodes
-            .iter()
-            .position(|n| i64::from(n.port) == *port)
-            .expect("one of ours")
-    }
-
-    /// Names whose locks live on master 0, 1 and 2, in that order.
-    fn name_per_master(&self, stem: &str) -> Vec<String> {
-        let mut found: Vec<Option<String>> = vec![None; 3];
-        for i in 0.. {
-            let name = format!("{stem}-{i}");
-            let m = self.master_of(&lock_key(&name));
-            if found[m].is_none() {
-                found[m] = Some(name);
-            }
-            if found.iter().all(Option::is_some) {
-                break;
-            }
-        }
-        found.into_iter().map(Option::unwrap).collect()
-    }
-}
+use lockattr::LockError;
+use support::cluster::Cluster;
+use support::lock_key;
 
 #[test]
 fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {

@@ -3,59 +3,18 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
-use support::{RedisServer, free_port};
-
-/// Three masters, no replicas, every slot assigned.
-fn start_cluster() -> Vec<RedisServer> {
-    let nodes: Vec<RedisServer> = (0..3)
-        .map(|_| {
-            let bus = free_port().to_string();
-            RedisServer::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-                "--cluster-port",
-                &bus,
-            ])
-        })
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let out = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .expect("redis-cli (install redis-tools)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let ok = support::eventually(Duration::from_secs(20), || {
-        nodes.iter().all(|n| {
-            n.raw("CLUSTER INFO")
-                .is_ok_and(|info| info.contains("cluster_state:ok"))
-        })
-    });
-    assert!(ok.is_some(), "cluster not ok within 20 s");
-    nodes
-}
+use support::RedisServer;
+use support::cluster::Cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_semaphore_on_a_cluster_keeps_its_bound_and_hands_over() {
-    let nodes = start_cluster();
+    let cluster = Cluster::start();
+    let nodes = &cluster.nodes;
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let mut tasks = Vec::new();

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a part of this module
 
+pub mod cluster;
 pub mod proxy;
 pub mod sentinel;
 
