@@ -549,7 +549,15 @@ async fn a_new_locker_takes_the_lock_on_its_first_call_over_slow_links() {
         .release()
         .await
         .unwrap();
-    assert!(nodes.iter().all(|n| n.get(&lock_key("far")).is_none()));
+    // Done at a majority: the last releases finish in the background.
+    assert!(
+        eventually(Duration::from_secs(3), || nodes
+            .iter()
+            .all(|n| n.get(&lock_key("far")).is_none()))
+        .is_some(),
+        "{:?}",
+        owners(&nodes, "far")
+    );
 }
 
 /// Links whose one-way latency changes every few milliseconds, at random,

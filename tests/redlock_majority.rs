@@ -128,7 +128,15 @@ async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
         "{held:?}"
     );
     guard.release().await.unwrap();
-    assert!(owners(&nodes, "slow-majority").iter().all(Option::is_none));
+    // Done at a majority: the last releases finish in the background.
+    assert!(
+        eventually(Duration::from_secs(3), || owners(&nodes, "slow-majority")
+            .iter()
+            .all(Option::is_none))
+        .is_some(),
+        "not freed on every node: {:?}",
+        owners(&nodes, "slow-majority")
+    );
 }
 
 /// Nodes that grant the lock after the acquisition was done are brought to
@@ -198,5 +206,12 @@ async fn late_nodes_are_brought_to_the_acquisitions_fencing_token() {
         proxy.set_delay(Duration::ZERO);
     }
     guard.release().await.unwrap();
-    assert!(owners(&nodes, name).iter().all(Option::is_none));
+    assert!(
+        eventually(Duration::from_secs(3), || owners(&nodes, name)
+            .iter()
+            .all(Option::is_none))
+        .is_some(),
+        "not freed on every node: {:?}",
+        owners(&nodes, name)
+    );
 }

@@ -50,7 +50,13 @@ async fn a_majority_holds_the_lock_and_release_frees_every_node() {
     let a = fresh(&nodes);
     let b = fresh(&nodes);
     let guard = a.lock("basic").acquire().await.unwrap();
-    assert_eq!(holders(&nodes, "basic"), 5);
+    // Done at a majority: the last nodes take it in the background.
+    assert!(holders(&nodes, "basic") >= 3);
+    assert!(
+        support::eventually(Duration::from_secs(2), || holders(&nodes, "basic") == 5).is_some(),
+        "not held on every node: {}",
+        holders(&nodes, "basic")
+    );
     let err = b
         .lock("basic")
         .acquire_timeout(Duration::from_millis(200))
@@ -59,7 +65,12 @@ async fn a_majority_holds_the_lock_and_release_frees_every_node() {
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     guard.release().await.unwrap();
-    assert_eq!(holders(&nodes, "basic"), 0);
+    assert!(holders(&nodes, "basic") <= 2);
+    assert!(
+        support::eventually(Duration::from_secs(2), || holders(&nodes, "basic") == 0).is_some(),
+        "not freed on every node: {}",
+        holders(&nodes, "basic")
+    );
     b.lock("basic")
         .acquire()
         .await

@@ -363,7 +363,13 @@ async fn a_redlock_over_three_mutual_tls_servers() {
         "a node never had the Locker connected"
     );
     let guard = a.lock(name).acquire().await.unwrap();
-    assert_eq!(holders(), 3);
+    // Done at a majority: the last node takes it in the background.
+    assert!(holders() >= 2);
+    assert!(
+        eventually(Duration::from_secs(2), || holders() == 3),
+        "not held on every node: {}",
+        holders()
+    );
     let busy = b
         .lock(name)
         .acquire_timeout(Duration::from_millis(300))
@@ -391,7 +397,11 @@ async fn a_redlock_over_three_mutual_tls_servers() {
         "handed {after:?} after the release"
     );
     handed.release().await.unwrap();
-    assert_eq!(holders(), 0);
+    assert!(
+        eventually(Duration::from_secs(2), || holders() == 0),
+        "not freed on every node: {}",
+        holders()
+    );
 
     // Without the client certificate no node lets the Locker in.
     let refused = Locker::redlock_builder(&urls)
