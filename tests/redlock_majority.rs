@@ -13,12 +13,13 @@ use support::{RedisServer, eventually, lock_key};
 /// One way, on the two slow links: a round trip there costs 600 ms.
 const SLOW: Duration = Duration::from_millis(300);
 
-/// Five nodes, the last two behind proxies (no delay yet), and a Locker on
-/// them whose node timeout is far above the slow round trip.
-fn two_slow_of_five() -> (Vec<RedisServer>, Vec<Proxy>, Locker) {
+/// Five nodes, the last `slow` behind proxies (no delay yet), and a Locker
+/// on them whose node timeout is far above the slow round trip.
+fn slow_of_five(slow: usize) -> (Vec<RedisServer>, Vec<Proxy>, Locker) {
     let nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
-    let proxies: Vec<Proxy> = nodes[3..].iter().map(|n| Proxy::start(n.port)).collect();
-    let urls: Vec<String> = nodes[..3]
+    let fast = 5 - slow;
+    let proxies: Vec<Proxy> = nodes[fast..].iter().map(|n| Proxy::start(n.port)).collect();
+    let urls: Vec<String> = nodes[..fast]
         .iter()
         .map(RedisServer::url)
         .chain(proxies.iter().map(Proxy::url))
@@ -37,7 +38,7 @@ fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
-    let (nodes, proxies, locker) = two_slow_of_five();
+    let (nodes, proxies, locker) = slow_of_five(2);
     // Connections open (and scripts loaded) while the links are fast.
     locker
         .lock("majority")
@@ -97,18 +98,7 @@ async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
 /// acquisition waits for their answers and gets the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
-    let nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
-    let proxies: Vec<Proxy> = nodes[2..].iter().map(|n| Proxy::start(n.port)).collect();
-    let urls: Vec<String> = nodes[..2]
-        .iter()
-        .map(RedisServer::url)
-        .chain(proxies.iter().map(Proxy::url))
-        .collect();
-    let locker = Locker::redlock_builder(&urls)
-        .delay_restarted_nodes(false)
-        .node_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let (nodes, proxies, locker) = slow_of_five(3);
     locker.ping().await.unwrap();
     for proxy in &proxies {
         proxy.set_delay(SLOW);
@@ -145,7 +135,7 @@ async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
 /// the lock has the guard's token (what `inspect` reports).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_nodes_are_brought_to_the_acquisitions_fencing_token() {
-    let (nodes, proxies, locker) = two_slow_of_five();
+    let (nodes, proxies, locker) = slow_of_five(2);
     let name = "settled";
     let fence_key = format!("{}:fence", lock_key(name));
     locker
