@@ -699,6 +699,7 @@ pub(crate) async fn acquire(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::test_server::Server;
 
     #[test]
     fn slots_match_redis_cluster() {
@@ -710,47 +711,6 @@ mod tests {
         assert_eq!(slot("lockattr:{a}"), slot("a"));
     }
 
-    /// A redis-server of this test's own (never 6379), killed when dropped.
-    struct Server(std::process::Child, u16);
-
-    impl Server {
-        fn start() -> Server {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-                .port();
-            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-            let child = std::process::Command::new(&binary)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start `{binary}` (install redis-server): {e}"));
-            let server = Server(child, port);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while server.connect().is_err() {
-                assert!(Instant::now() < deadline, "redis-server did not start");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            server
-        }
-
-        fn connect(&self) -> redis::RedisResult<redis::Connection> {
-            let mut con =
-                redis::Client::open(format!("redis://127.0.0.1:{}/", self.1))?.get_connection()?;
-            redis::cmd("PING").query::<String>(&mut con)?;
-            Ok(con)
-        }
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
     fn keys_of(con: &mut redis::Connection) -> Vec<String> {
         let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
         keys.sort();
@@ -760,7 +720,7 @@ mod tests {
     #[test]
     fn the_set_scripts_check_their_arguments_before_writing() {
         let server = Server::start();
-        let mut con = server.connect().unwrap();
+        let mut con = server.connect();
         let keys = [
             "t:{a}",
             "t:{a}:fence",

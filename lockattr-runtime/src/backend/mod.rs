@@ -17,6 +17,8 @@ pub(crate) mod scripts;
 pub(crate) mod semaphore;
 mod single;
 pub(crate) mod source;
+#[cfg(test)]
+pub(crate) mod test_server;
 mod wake;
 
 use std::sync::Arc;

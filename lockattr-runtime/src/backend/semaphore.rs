@@ -774,55 +774,11 @@ mod tests {
     //! writes nothing; free permits go to the oldest live waiter.
 
     use std::collections::BTreeMap;
-    use std::process::{Child, Command, Stdio};
 
     use redis::Connection;
 
     use super::*;
-
-    struct Server {
-        child: Child,
-        port: u16,
-    }
-
-    impl Server {
-        fn start() -> Server {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-                .port();
-            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-            let child = Command::new(&binary)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start `{binary}`: {e}"));
-            let server = Server { child, port };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Ok(mut con) = server.try_connect()
-                    && redis::cmd("PING").query::<String>(&mut con).is_ok()
-                {
-                    return server;
-                }
-                assert!(Instant::now() < deadline, "redis-server did not start");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-
-        fn try_connect(&self) -> redis::RedisResult<Connection> {
-            redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()
-        }
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    use crate::backend::test_server::Server;
 
     fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, bool)> {
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
