@@ -395,8 +395,60 @@ fn semaphore_request<'a>(
     permits: u32,
     options: Options,
 ) -> crate::LockBuilder<'a> {
-    let request = locker
-        .semaphore(name, permits)
+    with_options(locker.semaphore(name, permits), options)
+}
+
+/// Takes the read side of read-write lock `name` for an async function
+/// (`mode = "read"`): never a reentry.
+pub async fn acquire_read(
+    locker: &Locker,
+    name: &str,
+    options: Options,
+) -> Result<Held, LockError> {
+    let guard = with_options(locker.read_lock(name), options)
+        .acquire()
+        .await?;
+    Ok(Held::new(guard))
+}
+
+/// Takes the read side of read-write lock `name` for a sync function
+/// (`mode = "read"`).
+pub fn acquire_read_blocking(
+    locker: &Locker,
+    name: &str,
+    options: Options,
+) -> Result<Held, LockError> {
+    let guard = with_options(locker.read_lock(name), options).acquire_blocking()?;
+    Ok(Held::new(guard))
+}
+
+/// Takes the write side of read-write lock `name` for an async function
+/// (`mode = "write"`): never a reentry.
+pub async fn acquire_write(
+    locker: &Locker,
+    name: &str,
+    options: Options,
+) -> Result<Held, LockError> {
+    let guard = with_options(locker.write_lock(name), options)
+        .acquire()
+        .await?;
+    Ok(Held::new(guard))
+}
+
+/// Takes the write side of read-write lock `name` for a sync function
+/// (`mode = "write"`).
+pub fn acquire_write_blocking(
+    locker: &Locker,
+    name: &str,
+    options: Options,
+) -> Result<Held, LockError> {
+    let guard = with_options(locker.write_lock(name), options).acquire_blocking()?;
+    Ok(Held::new(guard))
+}
+
+/// `request` with the attribute's options (but `reentrant`).
+fn with_options(request: crate::LockBuilder<'_>, options: Options) -> crate::LockBuilder<'_> {
+    let request = request
         .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)
         .renew(options.renew)

@@ -103,6 +103,7 @@ mod lockset;
 mod lost;
 mod observe;
 mod reentry;
+mod rwlock;
 mod semaphore;
 mod watchdog;
 

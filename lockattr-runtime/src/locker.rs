@@ -369,6 +369,7 @@ impl Locker {
             hold_at_least: Duration::ZERO,
             kind: None,
             permits: None,
+            rw: None,
         }
     }
 
@@ -1008,6 +1009,9 @@ pub struct LockBuilder<'a> {
     kind: Option<Cow<'static, str>>,
     /// A semaphore's number of permits ([`Locker::semaphore`]); `None`: a lock.
     pub(crate) permits: Option<u32>,
+    /// The side of a read-write lock ([`Locker::read_lock`],
+    /// [`Locker::write_lock`]); `None`: a lock or a semaphore.
+    pub(crate) rw: Option<crate::rwlock::RwMode>,
 }
 
 impl LockBuilder<'_> {
@@ -1297,6 +1301,9 @@ impl LockBuilder<'_> {
         keys.barge = inner.barge;
         if let Some(permits) = self.permits {
             crate::semaphore::check(&mut keys, permits, &inner.backend)?;
+        }
+        if let Some(mode) = self.rw {
+            crate::rwlock::check(mode)?;
         }
         let token = new_token()?;
         let report = Report::new(self.name.clone(), kind);
