@@ -4,7 +4,10 @@
 //! `lock` by the lock's name template: the attribute's `name = "..."` as
 //! written, or the function's path for a name taken from a value; for the
 //! builder, `.kind(..)`, or the name's part before its first `:`. Never the
-//! full name.
+//! full name. A lock set has one label: the attribute's names as written
+//! (`[a:{x}, b:{y}]`), `.kind(..)`, or its names' kinds sorted without
+//! repeats (`[account, order]`); its acquisition counts once, each name it
+//! holds counts as a held lock.
 //!
 //! Run with `cargo test --features metrics --test observe_metrics`. One
 //! recorder serves the whole test binary; each test reads its own labels.
@@ -283,6 +286,152 @@ async fn the_builder_labels_by_kind_or_the_name_before_its_first_colon() {
         assert_eq!(totals.samples(HOLD, &[("lock", kind)]).len(), 1, "{kind}");
     }
     no_full_names(&["nightly-2024-06-01", "7", "cart:42:items", "cart:42"]);
+}
+
+// ---- Lock sets -------------------------------------------------------------
+
+/// A set acquired at once counts one acquisition and one wait
+/// (`outcome = "acquired"`) under one label, its names' kinds sorted
+/// without repeats; each of its names counts as held while the guard
+/// lives and is a hold sample once released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_counts_one_acquisition_under_its_kinds() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+    let label = &[("lock", "[mset]")];
+    let guard = locker
+        .lock_all(["mset:2", "mset:1"])
+        .acquire()
+        .await
+        .unwrap();
+    let totals = recorded();
+    assert_eq!(totals.counter(ACQUISITIONS, label), 1);
+    assert_eq!(totals.gauge(HELD, label), 2.0, "two names held");
+    assert_eq!(totals.gauge(WAITING, label), 0.0);
+    let waits = totals.samples(WAIT, &[("lock", "[mset]"), ("outcome", "acquired")]);
+    assert_eq!(waits.len(), 1, "one wait for the set");
+    guard.release().await.unwrap();
+
+    // Mixed kinds, blocking, and a given kind.
+    let blocking = locker.clone();
+    tokio::task::spawn_blocking(move || {
+        let mixed = blocking
+            .lock_all(["mset-order:7", "mset:1", "mset-order:8"])
+            .acquire_blocking()
+            .unwrap();
+        mixed.release_blocking().unwrap();
+        let kinded = blocking
+            .lock_all(["mset:1", "mset:2"])
+            .kind("transfer")
+            .acquire_blocking()
+            .unwrap();
+        kinded.release_blocking().unwrap();
+    })
+    .await
+    .unwrap();
+    let totals = recorded();
+    let mixed = &[("lock", "[mset, mset-order]")];
+    assert_eq!(totals.counter(ACQUISITIONS, mixed), 1);
+    assert_eq!(totals.samples(HOLD, mixed).len(), 3, "three names held");
+    assert_eq!(totals.counter(ACQUISITIONS, &[("lock", "transfer")]), 1);
+    assert_eq!(totals.gauge(HELD, label), 0.0, "released");
+    assert_eq!(totals.samples(HOLD, label).len(), 2);
+    assert_eq!(totals.gauge(HELD, mixed), 0.0);
+    no_full_names(&["mset:1", "mset:2", "mset-order:7", "mset"]);
+}
+
+/// A set that waits for a held name counts as waiting meanwhile, and one
+/// wait `outcome = "acquired"` once the name is released; a set whose
+/// name stays held counts a timeout and a wait `outcome = "timeout"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_waited_or_timed_out_is_measured() {
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    recorded();
+    let label = &[("lock", "[mwait]")];
+    let holder = holders.lock("mwait:b").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let waiters = waiters.clone();
+        async move {
+            waiters
+                .lock_all(["mwait:a", "mwait:b"])
+                .acquire_timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(recorded().gauge(WAITING, label), 1.0, "the set waits");
+    holder.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    let totals = recorded();
+    assert_eq!(totals.gauge(WAITING, label), 0.0);
+    assert_eq!(totals.counter(ACQUISITIONS, label), 1);
+    let waited = totals.samples(WAIT, &[("lock", "[mwait]"), ("outcome", "acquired")]);
+    assert_eq!(waited.len(), 1);
+    assert!(waited[0] >= 0.4, "waited for the release: {waited:?}");
+    guard.release().await.unwrap();
+
+    let holder = holders.lock("mwait:a").acquire().await.unwrap();
+    let err = waiters
+        .lock_all(["mwait:a", "mwait:b"])
+        .acquire_timeout(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    holder.release().await.unwrap();
+    let totals = recorded();
+    assert_eq!(totals.counter(TIMEOUTS, label), 1);
+    let waited = totals.samples(WAIT, &[("lock", "[mwait]"), ("outcome", "timeout")]);
+    assert_eq!(waited.len(), 1);
+    assert!(waited[0] >= 0.3, "{waited:?}");
+    assert_eq!(totals.gauge(WAITING, label), 0.0);
+    assert_eq!(totals.gauge(HELD, label), 0.0);
+}
+
+const TRANSFER: &[(&str, &str)] = &[("lock", "[mxfer:{from}, mxfer:{to}]")];
+
+/// Returns the held-locks gauge of its set, read inside the body.
+#[redis_lock(name = ["mxfer:{from}", "mxfer:{to}"], locker = locker)]
+async fn transfer(locker: &Locker, from: u64, to: u64) -> Result<f64, LockError> {
+    Ok(recorded().gauge(HELD, TRANSFER))
+}
+
+/// A function annotated with a set is labelled with its names as written;
+/// a name of a renewed set deleted under it is a loss of that label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_set_is_labelled_with_its_templates() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+    assert_eq!(transfer(&locker, 1, 2).await.unwrap(), 2.0);
+    let totals = recorded();
+    assert_eq!(totals.counter(ACQUISITIONS, TRANSFER), 1);
+    assert_eq!(totals.gauge(HELD, TRANSFER), 0.0);
+    assert_eq!(totals.samples(HOLD, TRANSFER).len(), 2);
+
+    let guard = locker
+        .lock_all(["mlost:a", "mlost:b"])
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key("mlost:a"))
+        .query(&mut server.client())
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the loss is seen");
+    let lost = eventually(Duration::from_secs(5), || {
+        recorded().counter(LOSSES, &[("lock", "[mlost]"), ("reason", "taken")]) == 1
+    });
+    assert!(lost.is_some(), "{:?}", recorded().counters);
+    drop(guard);
+    no_full_names(&["mxfer:1", "mlost:a"]);
 }
 
 // ---- Hand-over, waiting ----------------------------------------------------

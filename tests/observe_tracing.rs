@@ -2,7 +2,10 @@
 //! when it ends, says how long it waited and how it ended (`acquired`,
 //! `handed_over`, `timeout`, `error`); the body of an annotated function
 //! runs in a `hold` span with its lock and fencing token (async and sync);
-//! a hand-over, a loss and a forced unlock are events. Everything the library emits is under
+//! a hand-over, a loss and a forced unlock are events. A lock set
+//! (`lock_all`, `name = [..]`) has the same spans: its `lock` lists the
+//! names, its `hold` span carries `fencing_tokens`, and a lost name is a
+//! loss event of that name. Everything the library emits is under
 //! the target `lockattr`, and no field or message carries an owner token or
 //! a password.
 //!
@@ -485,6 +488,233 @@ async fn a_forced_unlock_is_a_warning_event() {
         "{forced:#?}"
     );
     drop(holder);
+}
+
+// ---- Lock sets -------------------------------------------------------------
+
+/// The closed spans named `name` whose `lock` lists exactly `names` (in
+/// any order: a set lists its names in the order it takes them in, by
+/// Cluster slot, then key).
+fn set_spans(name: &str, names: &[&str]) -> Vec<Seen> {
+    let mut want: Vec<&str> = names.to_vec();
+    want.sort_unstable();
+    seen()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.what == "span" && s.name == name)
+        .filter(|s| {
+            let mut have: Vec<&str> = s.field("lock").unwrap_or_default().split(", ").collect();
+            have.sort_unstable();
+            have == want
+        })
+        .cloned()
+        .collect()
+}
+
+/// Waits (at most 5 s) until `count` such spans have closed; returns them.
+fn closed_set(name: &str, names: &[&str], count: usize) -> Vec<Seen> {
+    eventually(Duration::from_secs(5), || {
+        set_spans(name, names).len() >= count
+    });
+    let found = set_spans(name, names);
+    assert_eq!(
+        found.len(),
+        count,
+        "`{name}` spans of {names:?}: {found:#?}"
+    );
+    found
+}
+
+/// A set acquired at once: one `acquire` span listing its names in the
+/// order they were taken in, with `outcome = "acquired"` and `waited_ms`;
+/// async and blocking alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_acquired_at_once_is_one_span_with_outcome_and_wait() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let names = ["tset:free:a", "tset:free:b"];
+    let guard = locker.lock_all(names).acquire().await.unwrap();
+    let listed = guard.names().collect::<Vec<_>>().join(", ");
+    guard.release().await.unwrap();
+    let blocking = locker.clone();
+    tokio::task::spawn_blocking(move || {
+        let guard = blocking.lock_all(names).acquire_blocking().unwrap();
+        guard.release_blocking().unwrap();
+    })
+    .await
+    .unwrap();
+
+    for span in closed_set("acquire", &names, 2) {
+        assert_eq!(span.target, "lockattr");
+        assert_eq!(span.level, tracing::Level::DEBUG);
+        assert_eq!(span.field("lock"), Some(listed.as_str()), "{span:#?}");
+        assert_eq!(span.field("outcome"), Some("acquired"), "{span:#?}");
+        assert!(waited_ms(&span) < 5_000, "{span:#?}");
+    }
+}
+
+/// A set one of whose names is held waits, and takes the set once that
+/// name is released: `outcome = "acquired"` (a set takes its names in one
+/// last attempt, never by a hand-over) after waiting at least as long as
+/// the name was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_waited_for_a_release_shows_its_wait() {
+    capture();
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    let names = ["tset:relay:a", "tset:relay:b"];
+    let holder = holders.lock("tset:relay:b").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        waiters
+            .lock_all(names)
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    holder.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    guard.release().await.unwrap();
+
+    let span = &closed_set("acquire", &names, 1)[0];
+    assert_eq!(span.field("outcome"), Some("acquired"), "{span:#?}");
+    assert!(waited_ms(span) >= 400, "{span:#?}");
+}
+
+/// A set one of whose names stays held gives up: `outcome = "timeout"`
+/// after its whole acquire timeout; a set refused before it tries (an
+/// empty name) is `outcome = "error"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_timed_out_or_was_refused_shows_it() {
+    capture();
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    let names = ["tset:busy:a", "tset:busy:b"];
+    let holder = holders.lock("tset:busy:a").acquire().await.unwrap();
+    let err = waiters
+        .lock_all(names)
+        .acquire_timeout(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    holder.release().await.unwrap();
+    let span = &closed_set("acquire", &names, 1)[0];
+    assert_eq!(span.field("outcome"), Some("timeout"), "{span:#?}");
+    assert!(waited_ms(span) >= 300, "{span:#?}");
+
+    let err = waiters
+        .lock_all(["tset:refused", ""])
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
+    let span = &closed_set("acquire", &["tset:refused", ""], 1)[0];
+    assert_eq!(span.field("outcome"), Some("error"), "{span:#?}");
+}
+
+#[redis_lock(name = ["tset:{x}", "tset:{y}"], locker = locker, guard = g)]
+async fn async_set_traced(locker: &Locker, x: u32, y: u32) -> Result<String, LockError> {
+    tracing::info!(target: "observe_tracing", "in the async set body");
+    let tokens: Vec<String> = g
+        .names()
+        .map(|n| g.fencing_token_of(n).unwrap().to_string())
+        .collect();
+    Ok(tokens.join(", "))
+}
+
+#[redis_lock(name = ["tset:{x}", "tset:{y}"], locker = locker, guard = g)]
+fn sync_set_traced(locker: &Locker, x: u32, y: u32) -> Result<String, LockError> {
+    tracing::info!(target: "observe_tracing", "in the sync set body");
+    let tokens: Vec<String> = g
+        .names()
+        .map(|n| g.fencing_token_of(n).unwrap().to_string())
+        .collect();
+    Ok(tokens.join(", "))
+}
+
+/// The body of a function annotated with a set runs in a `hold` span
+/// whose `lock` lists the names and `fencing_tokens` their tokens, in the
+/// same order; its acquisition is an `acquire` span with an outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_body_runs_in_a_hold_span_with_its_fencing_tokens() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let first = async_set_traced(&locker, 1, 2).await.unwrap();
+    let second = tokio::task::spawn_blocking({
+        let locker = locker.clone();
+        move || sync_set_traced(&locker, 1, 2).unwrap()
+    })
+    .await
+    .unwrap();
+
+    let names = ["tset:1", "tset:2"];
+    let holds = closed_set("hold", &names, 2);
+    let mut tokens: Vec<&str> = holds
+        .iter()
+        .map(|h| h.field("fencing_tokens").expect("fencing_tokens"))
+        .collect();
+    tokens.sort_unstable();
+    let mut expected = vec![first.as_str(), second.as_str()];
+    expected.sort_unstable();
+    assert_eq!(tokens, expected, "{holds:#?}");
+    for message in ["in the async set body", "in the sync set body"] {
+        let event = seen()
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.what == "event" && s.name == message)
+            .cloned()
+            .unwrap_or_else(|| panic!("no event {message:?}"));
+        let (name, fields) = event.scope.first().expect("the event is in a span");
+        assert_eq!(name, "hold", "{event:#?}");
+        assert!(fields.contains_key("fencing_tokens"), "{event:#?}");
+    }
+    for span in closed_set("acquire", &names, 2) {
+        assert_eq!(span.field("outcome"), Some("acquired"), "{span:#?}");
+    }
+}
+
+/// A name of a renewed set deleted under it: a loss warning of that name,
+/// as for a single lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_name_of_a_set_is_a_warning_event_of_that_name() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let guard = locker
+        .lock_all(["tset:lost:a", "tset:lost:b"])
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key("tset:lost:b"))
+        .query(&mut server.client())
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the renewal sees the loss");
+    assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
+    eventually(Duration::from_secs(5), || !events("tset:lost:b").is_empty());
+    let losses: Vec<Seen> = events("tset:lost:b")
+        .into_iter()
+        .filter(|e| e.name.starts_with("lock lost"))
+        .collect();
+    assert_eq!(losses.len(), 1, "{losses:#?}");
+    assert_eq!(losses[0].level, tracing::Level::WARN);
+    assert_eq!(losses[0].field("reason"), Some("taken"));
+    assert!(
+        events("tset:lost:a")
+            .iter()
+            .all(|e| !e.name.starts_with("lock lost")),
+        "the other name is not lost"
+    );
+    drop(guard);
 }
 
 // ---- What is never recorded ------------------------------------------------

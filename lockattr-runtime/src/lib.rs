@@ -36,6 +36,14 @@
 //! re-enters a lock its caller holds acquires nothing: it has a `hold` span,
 //! no `acquire` span.
 //!
+//! A lock set ([`Locker::lock_all`], `name = [..]`) has the same spans: one
+//! `acquire` whose `lock` lists its names in the order they are taken in
+//! (`account:1, account:2`), ending `acquired` (a set takes all its names
+//! in one last attempt, never by a hand-over), `timeout`, `error` or
+//! `cancelled`; and a `hold` span whose `lock` lists the names and
+//! `fencing_tokens` their tokens in the same order (`12, 7`: text, so a
+//! field of its own). A lost name is a loss event of that name.
+//!
 //! The spans are DEBUG because there is one per lock taken and one per
 //! locked call: the detail of a request's trace, not news. A service that
 //! logs at INFO sees none of them, and pays nothing for them. What needs
@@ -84,6 +92,14 @@
 //!   part before its first `:` (`order` for `order:7`), or the whole name
 //!   when it has none. Callers whose names have no `:` and are many
 //!   (`lock(user_id.to_string())`) must set `kind`.
+//! - A lock set: one label for its acquisition and every name it holds.
+//!   `name = ["account:{from}", "account:{to}"]`: the names as written,
+//!   `[account:{from}, account:{to}]`; [`Locker::lock_all`]:
+//!   [`LockSetBuilder::kind`], or else its names' kinds sorted without
+//!   repeats, in brackets (`[account]`, `[account, order]`). A set counts
+//!   one acquisition and one wait, in a series of its own (see
+//!   [`LockSetBuilder::kind`] for why); each name it holds counts in
+//!   `lockattr_held_locks` and `lockattr_hold_seconds`.
 //!
 //! A nested call that re-enters its caller's lock records nothing: it
 //! acquires nothing and releases nothing.

@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::backend::lockset::{self as set, SetGrant, SetRequest};
 use crate::backend::{Backend, Grant};
 use crate::guard::Lease;
-use crate::observe::Kind;
+use crate::observe::{Acquiring, Kind};
 use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockGuard, Locker, io};
 
 impl Locker {
@@ -148,9 +148,19 @@ impl LockSetBuilder<'_> {
         self
     }
 
-    /// The kind of every name, for metrics, as
-    /// [`LockBuilder::kind`](crate::LockBuilder::kind) (default: each
-    /// name's part before its first `:`).
+    /// The `lock` label of the set's metrics (the `metrics` feature), as
+    /// [`LockBuilder::kind`](crate::LockBuilder::kind) is a lock's.
+    ///
+    /// A set has one label, for its acquisition (one wait, one
+    /// acquisition, one timeout per call, not one per name) and for every
+    /// name it holds (held locks, hold times, losses). By default it is the
+    /// distinct kinds of its names (each name's part before its first
+    /// `:`), sorted, in brackets: `[account]` for `account:1` and
+    /// `account:2`, `[account, order]` for `order:7` and `account:1`. A
+    /// set's wait is for all of its names at once, so it is a series of
+    /// its own rather than a wait of each name's kind: counted per name,
+    /// one caller's wait would count several times and skew the quantiles
+    /// of the single locks of those kinds.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
@@ -178,15 +188,21 @@ impl LockSetBuilder<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(self) -> Result<LockSetGuard, LockError> {
-        let (request, leases) = self.prepare()?;
-        let span = span(&request.names);
-        if io::can_run_here() {
-            take(request, leases, io::CallerGone::never())
-                .instrument(span)
-                .await
-        } else {
-            io::run_watched(|gone| take(request, leases, gone).instrument(span)).await
-        }
+        let (acquiring, prepared) = self.start();
+        let outcome = match prepared {
+            Ok((request, leases)) => {
+                let span = acquiring.span().clone();
+                if io::can_run_here() {
+                    take(request, leases, io::CallerGone::never())
+                        .instrument(span)
+                        .await
+                } else {
+                    io::run_watched(|gone| take(request, leases, gone).instrument(span)).await
+                }
+            }
+            Err(e) => Err(e),
+        };
+        acquiring.finish_set(outcome)
     }
 
     /// [`acquire`](Self::acquire) for synchronous code: blocks the calling
@@ -199,19 +215,36 @@ impl LockSetBuilder<'_> {
     /// # Ok(()) }
     /// ```
     pub fn acquire_blocking(self) -> Result<LockSetGuard, LockError> {
-        let (request, leases) = self.prepare()?;
-        let span = span(&request.names);
-        let mut guard =
-            io::run_blocking(take(request, leases, io::CallerGone::never()).instrument(span))?;
+        let (acquiring, prepared) = self.start();
+        let outcome = prepared.and_then(|(request, leases)| {
+            let span = acquiring.span().clone();
+            io::run_blocking(take(request, leases, io::CallerGone::never()).instrument(span))
+        });
+        let mut guard = acquiring.finish_set(outcome)?;
         for member in &mut guard.members {
             member.set_blocking();
         }
         Ok(guard)
     }
 
+    /// Opens the set's `acquire` span (its `lock` lists the names in the
+    /// order they are taken in, or as given when the request is refused)
+    /// and checks the request; the set counts as waiting from here.
+    fn start(mut self) -> (Acquiring, Result<(SetRequest, Vec<Lease>), LockError>) {
+        let kind = Kind::of_set(self.kind.take(), &self.names);
+        let given = self.names.clone();
+        match self.prepare(kind.clone()) {
+            Ok((request, leases)) => (
+                Acquiring::start(&request.names.join(", "), kind),
+                Ok((request, leases)),
+            ),
+            Err(e) => (Acquiring::start(&given.join(", "), kind), Err(e)),
+        }
+    }
+
     /// Checks the request: every name's lease (as a single lock's), in the
     /// order the names are taken in, and the request for the backend.
-    fn prepare(self) -> Result<(SetRequest, Vec<Lease>), LockError> {
+    fn prepare(self, kind: Kind) -> Result<(SetRequest, Vec<Lease>), LockError> {
         let LockSetBuilder {
             locker,
             names,
@@ -219,7 +252,7 @@ impl LockSetBuilder<'_> {
             acquire_timeout,
             renew,
             renew_for,
-            kind,
+            kind: _,
         } = self;
         if names.is_empty() {
             return Err(LockError::invalid(
@@ -249,7 +282,7 @@ impl LockSetBuilder<'_> {
             if let Some(renew_for) = renew_for {
                 builder = builder.renew_for(renew_for);
             }
-            let (lease, w) = builder.checked(Kind::of(kind.clone(), name))?;
+            let (lease, w) = builder.checked(kind.clone())?;
             wait = w;
             leases.push(lease);
         }
@@ -267,10 +300,6 @@ impl LockSetBuilder<'_> {
         };
         Ok((request, leases))
     }
-}
-
-fn span(names: &[String]) -> tracing::Span {
-    tracing::debug_span!(target: "lockattr", "acquire", lock = %names.join(", "))
 }
 
 /// Runs the acquisition and makes the guard in the same future, so that a
@@ -345,6 +374,11 @@ impl LockSetGuard {
     /// The leases, for the reentry scope of an annotated body.
     pub(crate) fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
         self.members.iter().map(LockGuard::lease)
+    }
+
+    /// Each name with its fencing token, in the order they were taken in.
+    pub(crate) fn members(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.members.iter().map(|g| (g.name(), g.fencing_token()))
     }
 
     /// True when this guard releases its locks (it is not a reentry).

@@ -36,8 +36,7 @@ impl Held {
     }
 
     fn hold_span(&self) -> tracing::Span {
-        let names: Vec<&str> = self.guard.names().collect();
-        tracing::debug_span!(target: "lockattr", "hold", lock = %names.join(", "))
+        crate::observe::set_hold_span(self.guard.members())
     }
 }
 
