@@ -117,9 +117,10 @@ pub(crate) fn default_label() -> String {
     name
 }
 
-/// `<host>\n<pid>\n<label>\n<since ms>` to a [`Holder`].
-fn parse_holder(who: &str) -> Option<Holder> {
-    let mut parts = who.splitn(4, '\n');
+/// `<host>\n<pid>\n<label>\n<since ms>` to a [`Holder`] (what follows
+/// another line break is ignored).
+pub(crate) fn parse_holder(who: &str) -> Option<Holder> {
+    let mut parts = who.split('\n');
     let host = parts.next()?.to_owned();
     let pid = parts.next()?.parse().ok()?;
     let label = parts.next()?.to_owned();
@@ -144,7 +145,7 @@ fn info(name: String, seen: Seen) -> LockInfo {
 
 /// The `SCAN MATCH` pattern of the lock keys whose names match the glob
 /// `pattern`: the prefix taken literally, the name as its key spells it.
-fn key_pattern(prefix: &str, pattern: &str) -> String {
+pub(crate) fn key_pattern(prefix: &str, pattern: &str) -> String {
     let mut out = String::with_capacity(prefix.len() + pattern.len() + 2);
     for c in prefix.chars() {
         glob_literal(&mut out, c);
@@ -188,7 +189,7 @@ fn name_literal(out: &mut String, c: char) {
     }
 }
 
-fn glob_literal(out: &mut String, c: char) {
+pub(crate) fn glob_literal(out: &mut String, c: char) {
     if matches!(c, '*' | '?' | '[' | ']' | '\\') {
         out.push('\\');
     }
@@ -196,7 +197,7 @@ fn glob_literal(out: &mut String, c: char) {
 }
 
 /// The lock name of a lock key under `prefix`; `None` for another key.
-fn name_of(prefix: &str, key: &str) -> Option<String> {
+pub(crate) fn name_of(prefix: &str, key: &str) -> Option<String> {
     let spelled = key
         .strip_prefix(prefix)?
         .strip_prefix('{')?
@@ -221,7 +222,7 @@ fn name_of(prefix: &str, key: &str) -> Option<String> {
 }
 
 impl Locker {
-    fn keys_of(&self, name: &str) -> Result<Keys, LockError> {
+    pub(crate) fn keys_of(&self, name: &str) -> Result<Keys, LockError> {
         if name.is_empty() {
             return Err(LockError::invalid(
                 "lock name",
@@ -429,17 +430,42 @@ async fn force(
     let Some(who) = inner.backend.force_unlock(keys, expected).await? else {
         return Ok(false);
     };
-    let from = parse_holder(&who).map_or_else(|| "unknown".to_owned(), |h| h.to_string());
-    tracing::warn!(
-        target: "lockattr",
-        lock = %name,
-        holder = %from,
-        forced_by = %inner.label,
-        host = %gethostname::gethostname().to_string_lossy(),
-        pid = std::process::id(),
-        "lock force-unlocked"
-    );
+    forced_event(inner, name, &who, None);
     Ok(true)
+}
+
+/// The `warn` event of a forced unlock of lock `name` (or of the permit
+/// with `fencing_token` of semaphore `name`) taken from `who`.
+pub(crate) fn forced_event(
+    inner: &crate::inner::Inner,
+    name: &str,
+    who: &str,
+    permit: Option<u64>,
+) {
+    let from = parse_holder(who).map_or_else(|| "unknown".to_owned(), |h| h.to_string());
+    let host = gethostname::gethostname();
+    let host = host.to_string_lossy();
+    match permit {
+        None => tracing::warn!(
+            target: "lockattr",
+            lock = %name,
+            holder = %from,
+            forced_by = %inner.label,
+            host = %host,
+            pid = std::process::id(),
+            "lock force-unlocked"
+        ),
+        Some(fencing_token) => tracing::warn!(
+            target: "lockattr",
+            lock = %name,
+            fencing_token,
+            holder = %from,
+            forced_by = %inner.label,
+            host = %host,
+            pid = std::process::id(),
+            "semaphore permit force-released"
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -476,6 +502,9 @@ mod tests {
             SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)
         );
         assert_eq!(parse_holder(""), None);
+        // A permit's value adds its fencing token on a line of its own.
+        let permit = parse_holder("web-1\n4242\nbilling\n1700000000123\n17").unwrap();
+        assert_eq!(permit, holder);
         assert!(check_label("a\nb").is_err());
         assert!(check_label(&"x".repeat(101)).is_err());
         assert!(holder_record("l").ends_with(&format!("\n{}\nl", std::process::id())));

@@ -121,6 +121,7 @@ mod observe;
 mod reentry;
 mod rwlock;
 mod semaphore;
+mod semaphore_inspect;
 mod watchdog;
 
 #[doc(hidden)]
@@ -145,3 +146,4 @@ pub use locker::{
 pub use lockset::{LockSetBuilder, LockSetGuard};
 pub use lost::LostReason;
 pub use semaphore::MAX_PERMITS;
+pub use semaphore_inspect::{PermitInfo, SemaphoreInfo};

@@ -90,11 +90,14 @@ fn force_call(keys: &Keys, notify: bool, expected: u64) -> redis::ScriptInvocati
     invocation
 }
 
+/// What a scan keeps of a key: a name, `None` to skip it.
+pub(crate) type Keep<'a> = dyn Fn(&str) -> Option<String> + Send + Sync + 'a;
+
 /// `SCAN` with `MATCH pattern` until done or `limit` keys, on one server;
 /// the keys that are lock keys (not the fence, queue... of a lock).
 async fn scan_one(
     node: &SingleNode,
-    pattern: &str,
+    (pattern, keep): (&str, &Keep<'_>),
     limit: usize,
     out: &mut BTreeSet<String>,
 ) -> Result<(), LockError> {
@@ -109,10 +112,11 @@ async fn scan_one(
             .arg(1000);
         let (next, keys): (u64, Vec<String>) = node.run_command(&command).await?;
         for key in keys {
-            if out.len() >= limit {
+            let Some(item) = keep(&key) else { continue };
+            if out.len() >= limit && !out.contains(&item) {
                 return Ok(());
             }
-            out.insert(key);
+            out.insert(item);
         }
         if next == 0 {
             return Ok(());
@@ -156,6 +160,19 @@ impl Backend {
         pattern: &str,
         limit: usize,
     ) -> Result<BTreeSet<String>, LockError> {
+        self.scan(pattern, limit, &|key| Some(key.to_owned())).await
+    }
+
+    /// What `keep` makes of the keys matching `pattern` (a `SCAN MATCH`
+    /// glob over keys; a key it makes nothing of is skipped), each once, at
+    /// most `limit` of them, from every master.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+        keep: &Keep<'_>,
+    ) -> Result<BTreeSet<String>, LockError> {
+        let pattern = (pattern, keep);
         let mut out = BTreeSet::new();
         match self {
             Backend::Single(node) => scan_one(node, pattern, limit, &mut out).await?,

@@ -8,7 +8,12 @@
 //! script call):
 //!
 //! - `lockattr:{gpu}:sem:permit:0` .. `:permit:2`: the permits, each a lock
-//!   key of its own (`<token>\n<holder>\n<since>`, with its holder's lease);
+//!   key of its own (`<token>\n<holder>\n<since>`, with its holder's lease),
+//!   followed by `\n<fencing token>` once [`ACQUIRE`] has given the holder
+//!   its token (a release's hand-over writes the value without it; the
+//!   waiter's next [`ACQUIRE`] adds it): what [`INSPECT`] reports and
+//!   [`FORCE_RELEASE`] checks, since the fence counter is shared by all
+//!   permits;
 //! - `lockattr:{gpu}:sem:fence`: the fencing counter, one for all permits,
 //!   so tokens increase across the holders of the name;
 //! - `lockattr:{gpu}:sem:queue` and `:sem:waiters`: the waiters, oldest
@@ -172,6 +177,15 @@ local function hand(i, waiter, lease, who)
   redis.call('set', KEYS[4 + i], waiter .. '\n' .. who .. '\n' .. string.format('%d', now()), 'PX', lease)
   redis.call('publish', channel, string.format('%s:%d:%d', waiter, fence, lease))
 end
+-- Frees permit `i` as a release does: to the oldest waiter, or deleted.
+local function free_permit(i)
+  local waiter, wlease, wwho = next_waiter()
+  if waiter then
+    hand(i, waiter, wlease, wwho)
+  else
+    redis.call('del', KEYS[4 + i])
+  end
+end
 "
         )
     };
@@ -227,6 +241,7 @@ if not channel then
   return redis.error_reply('ERR lockattr: the channel is missing')
 end
 local token = ARGV[1]
+local FIVE_LINES = '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)'
 local recorded = redis.call('get', KEYS[4])
 if recorded and recorded ~= string.format('%d', permits) then
   return {-1, tonumber(recorded) or -1}
@@ -253,7 +268,7 @@ for i = 1, permits do
         owns_lua!("value", "token"),
         r" then
     local fence = next_fence(lease + retention)
-    redis.call('pexpire', KEYS[4 + i], lease)
+    redis.call('set', KEYS[4 + i], (string.match(value, FIVE_LINES) or value) .. '\n' .. string.format('%d', fence), 'PX', lease)
     if queued == '1' then
       unqueue()
     end
@@ -286,7 +301,7 @@ if not mine and #free > 0 then
 end
 if mine then
   local fence = next_fence(lease + retention)
-  redis.call('set', KEYS[4 + mine], token .. '\n' .. who .. '\n' .. since, 'PX', lease)
+  redis.call('set', KEYS[4 + mine], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence), 'PX', lease)
   unqueue()
   remember()
   return {1, fence, mine - 1}
@@ -334,12 +349,7 @@ for i = 1, permits do
   if ",
     owns_lua!("value", "token"),
     r" then
-    local waiter, wlease, wwho = next_waiter()
-    if waiter then
-      hand(i, waiter, wlease, wwho)
-    else
-      redis.call('del', KEYS[4 + i])
-    end
+    free_permit(i)
     return 1
   end
 end
@@ -352,6 +362,204 @@ return 0
 
 /// [`GIVE_BACK_LUA`] as a script.
 pub(crate) static GIVE_BACK: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_LUA));
+
+/// What an operator sees of a semaphore ([`Locker::inspect_semaphore`](crate::Locker::inspect_semaphore)).
+///
+/// KEYS: as [`ACQUIRE`], with one key per permit the caller knows of (none
+/// on a first call). Returns `{recorded permits or -1, waiters queued,
+/// permits, oldest waiters}`: `permits` has one entry per permit key, 0
+/// when free, else `{<holder>\n<since>, pttl, fencing token or -1, sha1 of
+/// the owner token}` (as the lock's `INSPECT`; the owner token itself
+/// never leaves Redis); `oldest waiters` the first 100 of the queue, each
+/// `<holder>\n<queued at>`.
+pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
+    Script::new(
+        r"
+local recorded = tonumber(redis.call('get', KEYS[4])) or -1
+local held = {}
+for i = 5, #KEYS do
+  local value = redis.call('get', KEYS[i])
+  if value then
+    local token, who, fence = string.match(value, '^([^\n]*)\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)\n?(%d*)$')
+    if not token then
+      token, who, fence = value, '', ''
+    end
+    held[#held + 1] = {who, redis.call('pttl', KEYS[i]), fence ~= '' and fence or '-1', redis.sha1hex(token)}
+  else
+    held[#held + 1] = 0
+  end
+end
+local oldest = {}
+for _, waiter in ipairs(redis.call('lrange', KEYS[2], 0, 99)) do
+  local entry = redis.call('hget', KEYS[3], waiter)
+  local queued_at, who
+  if entry then
+    queued_at, who = string.match(entry, '^%d+:%d+:(%d+):(.*)$')
+  end
+  if who then
+    oldest[#oldest + 1] = who .. '\n' .. queued_at
+  end
+end
+return {recorded, redis.call('hlen', KEYS[3]), held, oldest}
+",
+    )
+});
+
+/// Frees the permit held with a fencing token, whoever holds it: an
+/// operator's forced release ([`Locker::force_unlock_permit`](crate::Locker::force_unlock_permit)).
+/// As a release does, the permit goes to the oldest waiter (with a new
+/// fencing token) or is deleted; its holder's next renewal finds it gone.
+///
+/// KEYS: as [`ACQUIRE`]. ARGV: the fencing token (1 to 2^53 - 1),
+/// retention in ms, the number of permits, the channel. Returns `{1,
+/// <holder>\n<since>}` of the holder it was taken from, or 0 when no
+/// permit is held with that token (freed, or handed on meanwhile).
+pub(crate) static FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
+    Script::new(concat!(
+        ms_arg_lua!("retention", "ARGV[2]", "0"),
+        permits_arg_lua!("ARGV[3]"),
+        r"
+local expected = tonumber(ARGV[1])
+if not expected or expected ~= math.floor(expected) or expected < 1 or expected >= 9007199254740992 then
+  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 1 to 2^53 - 1')
+end
+local channel = ARGV[4]
+if not channel then
+  return redis.error_reply('ERR lockattr: the channel is missing')
+end
+",
+        helpers_lua!(),
+        r"
+for i = 1, permits do
+  local value = redis.call('get', KEYS[4 + i])
+  local who, fence
+  if value then
+    who, fence = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)\n(%d+)$')
+  end
+  if fence and tonumber(fence) == expected then
+    free_permit(i)
+    return {1, who}
+  end
+end
+return 0
+",
+    ))
+});
+
+/// One permit as [`INSPECT`] saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct PermitSeen {
+    /// The permit's index.
+    pub(crate) index: u32,
+    /// What a lock's inspection sees of it (`fence`: the permit's own
+    /// fencing token, when recorded; `waiters`: always 0).
+    pub(crate) seen: super::inspect::Seen,
+}
+
+/// What [`INSPECT`] saw of a semaphore.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SemaphoreSeen {
+    /// The permits callers asked for, when recorded.
+    pub(crate) recorded: Option<u32>,
+    /// Callers queued.
+    pub(crate) waiters: usize,
+    /// The permits held, by index.
+    pub(crate) held: Vec<PermitSeen>,
+    /// The oldest waiters, `<holder>\n<queued at>`.
+    pub(crate) oldest: Vec<String>,
+}
+
+impl redis::FromRedisValue for SemaphoreSeen {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (recorded, waiters, permits, oldest): (i64, i64, Vec<redis::Value>, Vec<String>) =
+            redis::FromRedisValue::from_redis_value(v)?;
+        let mut held = Vec::new();
+        for (index, permit) in permits.into_iter().enumerate() {
+            if let redis::Value::Int(0) = permit {
+                continue;
+            }
+            let (who, ttl, fence, owner): (String, i64, String, String) =
+                redis::FromRedisValue::from_redis_value(permit)?;
+            held.push(PermitSeen {
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                seen: super::inspect::Seen {
+                    who,
+                    ttl: Duration::from_millis(u64::try_from(ttl).unwrap_or(0)),
+                    fence: fence.parse::<u64>().ok(),
+                    waiters: 0,
+                    owner,
+                },
+            });
+        }
+        Ok(SemaphoreSeen {
+            recorded: u32::try_from(recorded).ok().filter(|&n| n > 0),
+            waiters: usize::try_from(waiters).unwrap_or(0),
+            held,
+            oldest,
+        })
+    }
+}
+
+/// [`FORCE_RELEASE`]'s answer: the holder it was taken from.
+struct Released(Option<String>);
+
+impl redis::FromRedisValue for Released {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            redis::Value::Int(0) => Ok(Released(None)),
+            v => {
+                let (_, who): (i64, String) = redis::FromRedisValue::from_redis_value(v)?;
+                Ok(Released(Some(who)))
+            }
+        }
+    }
+}
+
+/// Reads the semaphore whose name gave `keys` (as [`Keys::new`] made
+/// them), with `permits` permit keys (0: only its record and queue).
+pub(crate) async fn inspect(
+    backend: &super::Backend,
+    keys: &Keys,
+    permits: u32,
+) -> Result<SemaphoreSeen, LockError> {
+    let mut keys = keys.clone();
+    let permits = Permits::make(&mut keys, permits);
+    let invocation = permits.invocation(&INSPECT, &keys);
+    match backend {
+        super::Backend::Single(node) => node.run_script(&invocation).await,
+        super::Backend::Cluster(nodes) => nodes.run_script(&invocation).await,
+        super::Backend::Redlock(_) => Ok(SemaphoreSeen::default()),
+    }
+    .map_err(unauthenticated)
+}
+
+/// Frees the permit held with `fencing_token` of the semaphore whose name
+/// gave `keys`, which has `permits` permits; the holder it was taken from
+/// (`<host>\n<pid>\n<label>\n<since>`), `None` when no permit is held
+/// with that token. Sent once: a second run could free the next holder's
+/// permit.
+pub(crate) async fn force_release(
+    backend: &super::Backend,
+    keys: &Keys,
+    permits: u32,
+    fencing_token: u64,
+) -> Result<Option<String>, LockError> {
+    let mut keys = keys.clone();
+    let permits = Permits::make(&mut keys, permits);
+    let mut invocation = permits.invocation(&FORCE_RELEASE, &keys);
+    invocation
+        .arg(fencing_token)
+        .arg(whole_millis(keys.fence_retention))
+        .arg(permits.slots.len())
+        .arg(&keys.channel);
+    let released: Released = match backend {
+        super::Backend::Single(node) => node.run_once(&invocation).await,
+        super::Backend::Cluster(nodes) => nodes.run_script(&invocation).await,
+        super::Backend::Redlock(_) => return Ok(None),
+    }
+    .map_err(unauthenticated)?;
+    Ok(released.0)
+}
 
 /// What one [`ACQUIRE`] call found.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,237 @@
+//! For operators, semaphores: who holds each permit and who waits
+//! (`Locker::inspect_semaphore`), which semaphores are in use
+//! (`Locker::semaphores`), and freeing a stuck permit by its fencing token
+//! (`Locker::force_unlock_permit`), against a real redis-server. The owner
+//! token never shows in what they return.
+
+mod support;
+
+use std::time::{Duration, SystemTime};
+
+use lockattr::{LockError, Locker};
+use support::{RedisServer, eventually};
+
+fn labelled(server: &RedisServer, label: &str) -> Locker {
+    Locker::builder(server.url()).label(label).build().unwrap()
+}
+
+/// Waits until `n` callers are queued on semaphore `name`.
+fn queued(server: &RedisServer, name: &str, n: i64) -> bool {
+    let key = format!("lockattr:{{{name}}}:sem:queue");
+    eventually(Duration::from_secs(5), || {
+        redis::cmd("LLEN")
+            .arg(&key)
+            .query::<i64>(&mut server.client())
+            .unwrap()
+            == n
+    })
+    .is_some()
+}
+
+#[tokio::test]
+async fn an_unused_semaphore_has_no_info() {
+    let server = RedisServer::start();
+    let ops = labelled(&server, "ops");
+    assert_eq!(ops.inspect_semaphore("gpu").await.unwrap(), None);
+    assert_eq!(ops.inspect_semaphore_blocking("gpu").unwrap(), None);
+    assert!(ops.semaphores("*", 10).await.unwrap().is_empty());
+    assert!(matches!(
+        ops.inspect_semaphore("").await,
+        Err(LockError::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        ops.force_unlock_permit("gpu", 0).await,
+        Err(LockError::InvalidInput { .. })
+    ));
+    assert!(!ops.force_unlock_permit("gpu", 7).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permit_names_its_holder_and_token_and_the_waiters_show() {
+    let server = RedisServer::start();
+    let workers = labelled(&server, "render-worker");
+    let ops = labelled(&server, "ops");
+    let before = SystemTime::now() - Duration::from_secs(2);
+    let a = workers
+        .semaphore("gpu", 3)
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let b = workers.semaphore("gpu", 3).acquire().await.unwrap();
+
+    let info = ops.inspect_semaphore("gpu").await.unwrap().expect("in use");
+    assert_eq!(info.name, "gpu");
+    assert_eq!(info.permits, 3);
+    assert_eq!(info.waiters, 0);
+    assert!(info.waiting.is_empty());
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    let mut tokens: Vec<u64> = info.holders.iter().map(|p| p.fencing_token).collect();
+    tokens.sort_unstable();
+    let mut expected = vec![a.fencing_token(), b.fencing_token()];
+    expected.sort_unstable();
+    assert_eq!(tokens, expected);
+    for permit in &info.holders {
+        assert!(permit.permit < 3);
+        assert!(permit.ttl > Duration::from_secs(5), "{permit:?}");
+        let who = permit.holder.clone().expect("recorded");
+        assert_eq!(who.label, "render-worker");
+        assert_eq!(who.pid, std::process::id());
+        assert!(who.since >= before, "{who:?}");
+    }
+    // No owner token in what is returned.
+    for key in server.keys("lockattr:{gpu}:sem:permit:*") {
+        let value = server.get(&key).unwrap();
+        let token = value.lines().next().unwrap();
+        assert_eq!(token.len(), 32, "{value:?}");
+        assert!(!format!("{info:?}").contains(token));
+    }
+
+    // Full: a third and a fourth caller; the fourth waits.
+    let c = workers.semaphore("gpu", 3).acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let waiters = labelled(&server, "late-worker");
+        async move {
+            waiters
+                .semaphore("gpu", 3)
+                .acquire_timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    assert!(queued(&server, "gpu", 1));
+    let info = ops.inspect_semaphore_blocking("gpu").unwrap().unwrap();
+    assert_eq!(info.holders.len(), 3);
+    assert_eq!(info.waiters, 1);
+    assert_eq!(info.waiting.len(), 1);
+    assert_eq!(info.waiting[0].label, "late-worker");
+
+    // Listed, with a lock of another name apart, and matched by pattern.
+    let lock = workers.lock("gpu-lock").acquire().await.unwrap();
+    let listed = ops.semaphores("*", 100).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].name, "gpu");
+    assert_eq!(listed[0].holders.len(), 3);
+    assert_eq!(ops.semaphores_blocking("g?u", 100).unwrap().len(), 1);
+    assert!(ops.semaphores("cpu*", 100).await.unwrap().is_empty());
+    let locks = ops.locks("*", 100).await.unwrap();
+    assert_eq!(locks.len(), 1, "permits are not listed as locks: {locks:?}");
+
+    // A release hands the permit to the waiter, whose token then shows.
+    a.release().await.unwrap();
+    let d = waiter.await.unwrap().unwrap();
+    let info = ops.inspect_semaphore("gpu").await.unwrap().unwrap();
+    assert_eq!(info.waiters, 0);
+    assert!(
+        info.holders
+            .iter()
+            .any(|p| p.fencing_token == d.fencing_token()
+                && p.holder.as_ref().unwrap().label == "late-worker"),
+        "{info:?}"
+    );
+    for guard in [b, c, d] {
+        guard.release().await.unwrap();
+    }
+    lock.release().await.unwrap();
+    assert_eq!(ops.inspect_semaphore("gpu").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_permit_goes_to_the_oldest_waiter_and_its_holder_turns_lost() {
+    let server = RedisServer::start();
+    let workers = labelled(&server, "stuck-worker");
+    let ops = labelled(&server, "ops");
+    let stuck = workers
+        .semaphore("slots", 1)
+        .expire(Duration::from_secs(1))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let waiters = labelled(&server, "next-worker");
+        async move {
+            waiters
+                .semaphore("slots", 1)
+                .acquire_timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    assert!(queued(&server, "slots", 1));
+    let info = ops.inspect_semaphore("slots").await.unwrap().unwrap();
+    let token = info.holders[0].fencing_token;
+    assert_eq!(token, stuck.fencing_token());
+
+    // A token no permit holds frees nothing.
+    assert!(!ops.force_unlock_permit("slots", token + 100).await.unwrap());
+    assert!(!stuck.is_lost());
+
+    assert!(ops.force_unlock_permit("slots", token).await.unwrap());
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is handed the permit")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > token);
+    let lost = tokio::time::timeout(Duration::from_secs(5), stuck.lost())
+        .await
+        .expect("the renewal finds the permit gone");
+    assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
+    // Done once: the same token again frees nothing (the permit changed
+    // hands), the new holder keeps it.
+    assert!(
+        !ops.force_unlock_permit_blocking("slots", token).unwrap(),
+        "changed hands"
+    );
+    let info = ops.inspect_semaphore("slots").await.unwrap().unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].fencing_token, next.fencing_token());
+    assert_eq!(
+        info.holders[0].holder.as_ref().unwrap().label,
+        "next-worker"
+    );
+    next.release().await.unwrap();
+    drop(stuck);
+}
+
+#[tokio::test]
+async fn a_forced_permit_with_nobody_waiting_is_freed() {
+    let server = RedisServer::start();
+    let workers = labelled(&server, "w");
+    let ops = labelled(&server, "ops");
+    let guard = workers.semaphore("pool", 2).acquire().await.unwrap();
+    let token = guard.fencing_token();
+    assert!(ops.force_unlock_permit("pool", token).await.unwrap());
+    assert_eq!(ops.inspect_semaphore("pool").await.unwrap(), None);
+    assert!(server.keys("lockattr:{pool}:sem:permit:*").is_empty());
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::NotOwned { .. })
+    ));
+}
+
+/// The record of the number of permits expires `fence_retention` after
+/// the last acquisition; a permit held longer is still found, its count
+/// the highest permit held plus one.
+#[tokio::test]
+async fn a_permit_outliving_its_record_is_still_found() {
+    let server = RedisServer::start();
+    let workers = labelled(&server, "w");
+    let ops = labelled(&server, "ops");
+    let _first = workers.semaphore("old", 4).acquire().await.unwrap();
+    let second = workers.semaphore("old", 4).acquire().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("lockattr:{old}:sem:permits")
+        .query(&mut server.client())
+        .unwrap();
+    let info = ops.inspect_semaphore("old").await.unwrap().unwrap();
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    assert_eq!(info.permits, 2);
+    assert!(
+        ops.force_unlock_permit("old", second.fencing_token())
+            .await
+            .unwrap()
+    );
+    assert_eq!(ops.semaphores("o*", 10).await.unwrap()[0].holders.len(), 1);
+}
