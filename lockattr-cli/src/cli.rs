@@ -55,11 +55,11 @@ pub struct Connection {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List held locks: NAME, HOLDER, SINCE, TTL, WAITERS, FENCE.
+    /// List held locks: NAME, HOLDER, SINCE, TTL, WAITERS, FENCE; then semaphores in use.
     Ls(LsArgs),
-    /// Show one lock in detail (exit 1 when it is free).
+    /// Show one lock in detail, or the semaphore of that name (exit 1 when neither is held).
     Show(ShowArgs),
-    /// Free a lock whoever holds it (asks first; exit 1 when it was free).
+    /// Free a lock whoever holds it, or a semaphore's permit (asks first; exit 1 when free).
     Unlock(UnlockArgs),
     /// A live table of held locks with their waiters and hand-overs per second.
     Watch(WatchArgs),
@@ -95,8 +95,13 @@ pub struct ShowArgs {
 /// `lockattr unlock`.
 #[derive(Debug, Args)]
 pub struct UnlockArgs {
-    /// The lock's name.
+    /// The lock's name (or a semaphore's: then one permit is freed).
     pub name: String,
+
+    /// For a semaphore: the fencing token of the permit to free (from
+    /// `show`); needed when more than one permit is held.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fencing_token: Option<u64>,
 
     /// Do not ask; needed when standard input is not a terminal.
     #[arg(long, short = 'f')]

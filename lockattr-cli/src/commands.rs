@@ -1,15 +1,18 @@
 //! The commands, on the runtime's public API: `Locker::inspect`, `locks`
-//! and `force_unlock`.
+//! and `force_unlock` for locks; `inspect_semaphore`, `semaphores` and
+//! `force_unlock_permit` for semaphores.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Instant, SystemTime};
 
-use lockattr_runtime::{LockInfo, Locker};
+use lockattr_runtime::{Holder, LockInfo, Locker, SemaphoreInfo};
 
 use crate::cli::{Cli, Command, LsArgs, ShowArgs, Target, UnlockArgs, WatchArgs};
 use crate::exit::{Exit, Failure, redact};
 use crate::format;
-use crate::view::{HolderView, LockJson, LockView, to_json};
+use crate::view::{
+    HolderView, ItemJson, LockJson, LockView, PermitView, SemaphoreJson, SemaphoreView, to_json,
+};
 use crate::watch::{self, HandOvers, RefreshJson, Settings, Snapshot};
 
 /// Runs the command `cli` names, connecting to `target`; `secrets` are
@@ -29,6 +32,16 @@ pub async fn run(cli: Cli, target: Target, secrets: &[String]) -> Result<Exit, F
     }
 }
 
+/// The plain values of a holder the runtime reported.
+fn holder_view(h: &Holder) -> HolderView {
+    HolderView {
+        host: h.host.clone(),
+        pid: h.pid,
+        label: h.label.clone(),
+        since: h.since,
+    }
+}
+
 /// The plain values of a lock the runtime reported.
 fn view(info: &LockInfo) -> LockView {
     LockView {
@@ -36,12 +49,27 @@ fn view(info: &LockInfo) -> LockView {
         ttl: info.ttl,
         fencing_token: info.fencing_token,
         waiters: info.waiters,
-        holder: info.holder.as_ref().map(|h| HolderView {
-            host: h.host.clone(),
-            pid: h.pid,
-            label: h.label.clone(),
-            since: h.since,
-        }),
+        holder: info.holder.as_ref().map(holder_view),
+    }
+}
+
+/// The plain values of a semaphore the runtime reported.
+fn semaphore_view(info: &SemaphoreInfo) -> SemaphoreView {
+    SemaphoreView {
+        name: info.name.clone(),
+        permits: info.permits,
+        holders: info
+            .holders
+            .iter()
+            .map(|p| PermitView {
+                permit: p.permit,
+                ttl: p.ttl,
+                fencing_token: p.fencing_token,
+                holder: p.holder.as_ref().map(holder_view),
+            })
+            .collect(),
+        waiters: info.waiters,
+        waiting: info.waiting.iter().map(holder_view).collect(),
     }
 }
 
@@ -59,20 +87,51 @@ async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
         .iter()
         .map(view)
         .collect();
+    let semaphores: Vec<SemaphoreView> = locker
+        .semaphores(&args.pattern, limit)
+        .await?
+        .iter()
+        .map(semaphore_view)
+        .collect();
     if args.json {
-        let items: Vec<LockJson> = locks.iter().map(LockJson::held).collect();
+        let items: Vec<ItemJson> = locks
+            .iter()
+            .map(|l| ItemJson::Lock(LockJson::held(l)))
+            .chain(
+                semaphores
+                    .iter()
+                    .map(|s| ItemJson::Semaphore(SemaphoreJson::of(s))),
+            )
+            .collect();
         print(&(to_json(&items) + "\n"))?;
     } else {
-        print(&format::ls_table(&locks, SystemTime::now()))?;
+        print(&format::ls_table_with(
+            &locks,
+            &semaphores,
+            SystemTime::now(),
+        ))?;
     }
     if locks.len() >= limit {
         eprintln!("lockattr: listed the first {limit} locks (--limit); there may be more");
+    }
+    if semaphores.len() >= limit {
+        eprintln!("lockattr: listed the first {limit} semaphores (--limit); there may be more");
     }
     Ok(Exit::Ok)
 }
 
 async fn show(locker: &Locker, args: ShowArgs) -> Result<Exit, Failure> {
     let lock = locker.inspect(&args.name).await?.as_ref().map(view);
+    if lock.is_none()
+        && let Some(sem) = in_use(locker, &args.name).await?
+    {
+        if args.json {
+            print(&(to_json(&SemaphoreJson::of(&sem)) + "\n"))?;
+        } else {
+            print(&format::show_semaphore(&sem, SystemTime::now()))?;
+        }
+        return Ok(Exit::Ok);
+    }
     if args.json {
         let json = match &lock {
             Some(lock) => LockJson::held(lock),
@@ -89,9 +148,22 @@ async fn show(locker: &Locker, args: ShowArgs) -> Result<Exit, Failure> {
     })
 }
 
+/// The semaphore `name` when it is in use (`None` as well on a Locker
+/// that has no semaphores, a Redlock: the commands then see locks only).
+async fn in_use(locker: &Locker, name: &str) -> Result<Option<SemaphoreView>, Failure> {
+    match locker.inspect_semaphore(name).await {
+        Ok(sem) => Ok(sem.as_ref().map(semaphore_view)),
+        Err(lockattr_runtime::LockError::InvalidInput { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
     let name = format::printable(&args.name).into_owned();
     let Some(lock) = locker.inspect(&args.name).await?.as_ref().map(view) else {
+        if let Some(sem) = in_use(locker, &args.name).await? {
+            return unlock_permit(locker, &args, sem).await;
+        }
         print(&format!("Lock `{name}` is not held: nothing to unlock.\n"))?;
         return Ok(Exit::NotFound);
     };
@@ -130,6 +202,84 @@ async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
     } else {
         print(&format!(
             "Lock `{name}` was freed or changed hands in the meantime: nothing unlocked; look again.\n"
+        ))?;
+        Ok(Exit::NotFound)
+    }
+}
+
+/// `unlock` of a semaphore: frees the permit `--fencing-token` names (or
+/// the only one held), asking first unless `--force`.
+async fn unlock_permit(
+    locker: &Locker,
+    args: &UnlockArgs,
+    sem: SemaphoreView,
+) -> Result<Exit, Failure> {
+    let name = format::printable(&args.name).into_owned();
+    print(&format::show_semaphore(&sem, SystemTime::now()))?;
+    let permit = match (args.fencing_token, sem.holders.as_slice()) {
+        (Some(token), held) => match held.iter().find(|p| p.fencing_token == token) {
+            Some(permit) => permit.clone(),
+            None => {
+                print(&format!(
+                    "No permit of semaphore `{name}` is held with fencing token {token}: \
+                     nothing unlocked; look again.\n"
+                ))?;
+                return Ok(Exit::NotFound);
+            }
+        },
+        (None, [one]) => one.clone(),
+        (None, []) => {
+            print(&format!(
+                "Semaphore `{name}` has no permit held: nothing to unlock.\n"
+            ))?;
+            return Ok(Exit::NotFound);
+        }
+        (None, held) => {
+            return Err(Failure::usage(format!(
+                "semaphore `{name}` has {} permits held: choose one with --fencing-token",
+                held.len()
+            )));
+        }
+    };
+    if permit.fencing_token == 0 {
+        return Err(Failure::new(format!(
+            "permit {} of semaphore `{name}` is being handed to a waiter; look again",
+            permit.permit
+        )));
+    }
+    if !args.force {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::usage(format!(
+                "not force-unlocking a permit of `{name}`: standard input is not a terminal to \
+                 ask on; pass --force to unlock without asking"
+            )));
+        }
+        let holder = permit
+            .holder
+            .as_ref()
+            .map_or_else(|| "an unknown holder".into(), format::holder);
+        if !confirm(&format!(
+            "Force-release permit {} of semaphore {name} held by {holder}? [y/N] ",
+            permit.permit
+        ))? {
+            print(&format!("Left the permit of `{name}` held.\n"))?;
+            return Ok(Exit::Ok);
+        }
+    }
+    if locker
+        .force_unlock_permit(&args.name, permit.fencing_token)
+        .await?
+    {
+        print(&format!(
+            "Force-released permit {} of semaphore `{name}` (fencing token {} was held).\n",
+            permit.permit, permit.fencing_token
+        ))?;
+        Ok(Exit::Ok)
+    } else {
+        print(&format!(
+            "Permit {} of semaphore `{name}` was freed or changed hands in the meantime: \
+             nothing unlocked; look again.\n",
+            permit.permit
         ))?;
         Ok(Exit::NotFound)
     }

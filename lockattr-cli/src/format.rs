@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::view::{HolderView, LockView};
+use crate::view::{HolderView, LockView, SemaphoreView};
 
 /// A duration in at most two units, cut (never rounded) so that a lease is
 /// never overstated: `0ms`, `850ms`, `9.4s`, `42s`, `3m12s`, `2h05m`,
@@ -141,10 +141,119 @@ pub fn ls_row(lock: &LockView, now: SystemTime) -> Vec<String> {
     ]
 }
 
-/// The table of `ls`.
-pub fn ls_table(locks: &[LockView], now: SystemTime) -> String {
-    let rows: Vec<Vec<String>> = locks.iter().map(|l| ls_row(l, now)).collect();
+/// The cells of one semaphore under [`LS_HEADER`]: its name marked
+/// `(semaphore held/permits)`, its holder when one permit is held (else
+/// how many), the age of its oldest hold, the shortest time left, its
+/// waiters, and its holders' fencing tokens.
+pub fn ls_semaphore_row(sem: &SemaphoreView, now: SystemTime) -> Vec<String> {
+    let name = format!(
+        "{} (semaphore {}/{})",
+        printable(&sem.name),
+        sem.holders.len(),
+        sem.permits
+    );
+    let who = match sem.holders.as_slice() {
+        [one] => one.holder.as_ref().map_or_else(|| "-".into(), holder),
+        many => format!("{} holders", many.len()),
+    };
+    let oldest = sem
+        .holders
+        .iter()
+        .filter_map(|p| p.holder.as_ref())
+        .map(|h| age(h.since, now))
+        .max()
+        .map_or_else(|| "-".into(), duration);
+    let ttl = sem
+        .holders
+        .iter()
+        .map(|p| p.ttl)
+        .min()
+        .map_or_else(|| "-".into(), duration);
+    let fences: Vec<String> = sem
+        .holders
+        .iter()
+        .map(|p| p.fencing_token.to_string())
+        .collect();
+    vec![
+        name,
+        who,
+        oldest,
+        ttl,
+        sem.waiters.to_string(),
+        if fences.is_empty() {
+            "-".into()
+        } else {
+            fences.join(",")
+        },
+    ]
+}
+
+/// The table of `ls` with semaphores: the locks' rows, then the
+/// semaphores'.
+pub fn ls_table_with(locks: &[LockView], semaphores: &[SemaphoreView], now: SystemTime) -> String {
+    let rows: Vec<Vec<String>> = locks
+        .iter()
+        .map(|l| ls_row(l, now))
+        .chain(semaphores.iter().map(|s| ls_semaphore_row(s, now)))
+        .collect();
     table(&LS_HEADER, &rows)
+}
+
+/// The lines of `show` for a semaphore in use: its permits, then one
+/// block per held permit and the oldest waiters.
+pub fn show_semaphore(sem: &SemaphoreView, now: SystemTime) -> String {
+    let mut out = String::new();
+    let pairs = [
+        ("name", printable(&sem.name).into_owned()),
+        ("kind", "semaphore".to_owned()),
+        (
+            "permits",
+            format!("{} held of {}", sem.holders.len(), sem.permits),
+        ),
+        ("waiters", sem.waiters.to_string()),
+    ];
+    for (key, value) in pairs {
+        let _ = writeln!(out, "{:<9} {value}", format!("{key}:"));
+    }
+    let rows: Vec<Vec<String>> = sem
+        .holders
+        .iter()
+        .map(|p| {
+            vec![
+                p.permit.to_string(),
+                p.holder.as_ref().map_or_else(|| "-".into(), holder),
+                p.holder.as_ref().map_or_else(
+                    || "-".into(),
+                    |h| {
+                        format!(
+                            "{} ({} ago)",
+                            utc(h.since, true),
+                            duration(age(h.since, now))
+                        )
+                    },
+                ),
+                duration(p.ttl),
+                p.fencing_token.to_string(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push('\n');
+        out.push_str(&table(
+            &["PERMIT", "HOLDER", "SINCE", "TTL", "FENCE"],
+            &rows,
+        ));
+    }
+    if !sem.waiting.is_empty() {
+        let rows: Vec<Vec<String>> = sem
+            .waiting
+            .iter()
+            .map(|h| vec![holder(h), format!("{} ago", duration(age(h.since, now)))])
+            .collect();
+        out.push('\n');
+        out.push_str(&table(&["WAITING", "QUEUED"], &rows));
+    }
+    out
 }
 
 /// The `key: value` lines of `show` (`lock` is `None` when the lock is free).
@@ -267,7 +376,7 @@ mod tests {
             ls_row(&unknown, since),
             ["order:7", "-", "-", "9.5s", "2", "42"]
         );
-        let text = ls_table(&[lock], since);
+        let text = ls_table_with(&[lock], &[], since);
         let mut lines = text.lines();
         assert_eq!(
             lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
@@ -296,6 +405,43 @@ mod tests {
              ttl:           9.5s (9500 ms)\n\
              fencing token: 42\n\
              waiters:       2\n"
+        );
+    }
+
+    #[test]
+    fn semaphores_in_ls_and_show() {
+        let sem = crate::view::tests::semaphore("gpu");
+        let since = sem.holders[0].holder.as_ref().unwrap().since;
+        let now = since + Duration::from_secs(3);
+        assert_eq!(
+            ls_semaphore_row(&sem, now),
+            [
+                "gpu (semaphore 2/3)",
+                "2 holders",
+                "3.0s",
+                "1.2s",
+                "1",
+                "41,43"
+            ]
+        );
+        let text = ls_table_with(&[held("order:7", 42)], &[sem.clone()], now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[1].starts_with("order:7 "), "{text}");
+        assert!(lines[2].starts_with("gpu (semaphore 2/3)"), "{text}");
+        assert_eq!(
+            show_semaphore(&sem, now),
+            "name:     gpu\n\
+             kind:     semaphore\n\
+             permits:  2 held of 3\n\
+             waiters:  1\n\
+             \n\
+             PERMIT  HOLDER              SINCE                                   TTL   FENCE\n\
+             0       billing@web-1:4242  2023-11-14 22:13:20.123 UTC (3.0s ago)  9.5s  41\n\
+             2       -                   -                                       1.2s  43\n\
+             \n\
+             WAITING             QUEUED\n\
+             billing@web-1:4242  3.0s ago\n"
         );
     }
 

@@ -95,6 +95,116 @@ impl LockJson {
     }
 }
 
+/// One held permit of a semaphore.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PermitView {
+    /// The permit's index.
+    pub permit: u32,
+    /// Time left of the lease.
+    pub ttl: Duration,
+    /// The holder's fencing token (0: being handed over).
+    pub fencing_token: u64,
+    /// Who holds it, when recorded.
+    pub holder: Option<HolderView>,
+}
+
+/// A semaphore in use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SemaphoreView {
+    /// The semaphore's name.
+    pub name: String,
+    /// Its number of permits.
+    pub permits: u32,
+    /// The permits held, by index.
+    pub holders: Vec<PermitView>,
+    /// Callers queued for a permit.
+    pub waiters: usize,
+    /// The oldest of them (`since`: when each queued).
+    pub waiting: Vec<HolderView>,
+}
+
+/// The JSON object of a semaphore (`show --json` of a semaphore, items of
+/// `ls --json` with `"kind": "semaphore"`; a lock's object has no `kind`).
+#[derive(Debug, Serialize)]
+pub struct SemaphoreJson {
+    /// The semaphore's name.
+    pub name: String,
+    /// Always `"semaphore"`.
+    pub kind: &'static str,
+    /// Whether a permit is held.
+    pub held: bool,
+    /// Its number of permits.
+    pub permits: u32,
+    /// How many are held.
+    pub held_permits: usize,
+    /// Callers queued for a permit.
+    pub waiters: usize,
+    /// The held permits.
+    pub holders: Vec<PermitJson>,
+    /// The oldest waiters (`since_ms`: when each queued).
+    pub waiting: Vec<HolderJson>,
+}
+
+/// The JSON object of a held permit.
+#[derive(Debug, Serialize)]
+pub struct PermitJson {
+    /// The permit's index.
+    pub permit: u32,
+    /// Milliseconds left of the lease.
+    pub ttl_ms: u64,
+    /// The holder's fencing token.
+    pub fencing_token: u64,
+    /// The holder; `null` when not recorded.
+    pub holder: Option<HolderJson>,
+}
+
+impl HolderJson {
+    /// The JSON of a holder.
+    pub fn of(h: &HolderView) -> HolderJson {
+        HolderJson {
+            host: h.host.clone(),
+            pid: h.pid,
+            label: h.label.clone(),
+            since_ms: epoch_millis(h.since),
+        }
+    }
+}
+
+impl SemaphoreJson {
+    /// A semaphore in use.
+    pub fn of(view: &SemaphoreView) -> SemaphoreJson {
+        SemaphoreJson {
+            name: view.name.clone(),
+            kind: "semaphore",
+            held: !view.holders.is_empty(),
+            permits: view.permits,
+            held_permits: view.holders.len(),
+            waiters: view.waiters,
+            holders: view
+                .holders
+                .iter()
+                .map(|p| PermitJson {
+                    permit: p.permit,
+                    ttl_ms: millis(p.ttl),
+                    fencing_token: p.fencing_token,
+                    holder: p.holder.as_ref().map(HolderJson::of),
+                })
+                .collect(),
+            waiting: view.waiting.iter().map(HolderJson::of).collect(),
+        }
+    }
+}
+
+/// An item of `ls --json`: a lock's object or a semaphore's.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ItemJson {
+    /// A lock.
+    Lock(LockJson),
+    /// A semaphore.
+    Semaphore(SemaphoreJson),
+}
+
 /// Whole milliseconds of `d`, saturating.
 pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -175,6 +285,54 @@ pub(crate) mod tests {
         let value: Value =
             serde_json::from_str(&to_json(&LockJson::held(&held("x", token)))).unwrap();
         assert_eq!(value["fencing_token"].as_u64(), Some(token));
+    }
+
+    /// A semaphore of 3 permits, 2 held, 1 waiting, for the tests.
+    pub(crate) fn semaphore(name: &str) -> SemaphoreView {
+        let who = held("x", 1).holder.unwrap();
+        SemaphoreView {
+            name: name.into(),
+            permits: 3,
+            holders: vec![
+                PermitView {
+                    permit: 0,
+                    ttl: Duration::from_millis(9_500),
+                    fencing_token: 41,
+                    holder: Some(who.clone()),
+                },
+                PermitView {
+                    permit: 2,
+                    ttl: Duration::from_millis(1_200),
+                    fencing_token: 43,
+                    holder: None,
+                },
+            ],
+            waiters: 1,
+            waiting: vec![who],
+        }
+    }
+
+    #[test]
+    fn semaphore_json_has_exactly_the_documented_fields() {
+        let value: Value =
+            serde_json::from_str(&to_json(&SemaphoreJson::of(&semaphore("gpu")))).unwrap();
+        let who = json!({"host": "web-1", "pid": 4242, "label": "billing", "since_ms": 1_700_000_000_123_u64});
+        assert_eq!(
+            value,
+            json!({
+                "name": "gpu",
+                "kind": "semaphore",
+                "held": true,
+                "permits": 3,
+                "held_permits": 2,
+                "waiters": 1,
+                "holders": [
+                    {"permit": 0, "ttl_ms": 9500, "fencing_token": 41, "holder": who},
+                    {"permit": 2, "ttl_ms": 1200, "fencing_token": 43, "holder": null},
+                ],
+                "waiting": [who],
+            })
+        );
     }
 
     #[test]

@@ -592,3 +592,216 @@ fn ctrl_c_ends_watch_with_exit_0() {
     let output = wait_child(child, Duration::from_secs(10));
     assert_eq!(output.status.code(), Some(0), "{output:?}");
 }
+
+// ---- Semaphores ------------------------------------------------------------
+
+/// Takes a permit of semaphore `name` (of `permits`) for 30 s.
+fn take_permit(locker: &Locker, name: &str, permits: u32) -> LockGuard {
+    locker
+        .semaphore(name, permits)
+        .expire(Duration::from_secs(30))
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking()
+        .unwrap_or_else(|e| panic!("take a permit of {name}: {e}"))
+}
+
+/// A thread queued for a permit of `name` (for up to 20 s).
+fn queue_permit_waiter(
+    locker: &Locker,
+    name: &str,
+    permits: u32,
+) -> mpsc::Receiver<Result<LockGuard, LockError>> {
+    let (send, receive) = mpsc::channel();
+    let (locker, name) = (locker.clone(), name.to_owned());
+    std::thread::spawn(move || {
+        let result = locker
+            .semaphore(&name, permits)
+            .expire(Duration::from_secs(30))
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire_blocking();
+        let _ = send.send(result);
+    });
+    receive
+}
+
+#[test]
+fn ls_and_show_report_a_semaphores_permits_holders_and_waiters() {
+    let server = RedisServer::start();
+    let workers = locker(&server, "gpu-worker");
+    let lock = take(&workers, "order:1");
+    let permits: Vec<LockGuard> = (0..2).map(|_| take_permit(&workers, "gpu", 2)).collect();
+    let waiter = queue_permit_waiter(&locker(&server, "late"), "gpu", 2);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            lockattr(&server, &["show", "gpu", "--json"]).json()["waiters"] == 1
+        }),
+        "the waiter never queued"
+    );
+
+    // ls: the lock's row as before, then the semaphore's, marked.
+    let run = lockattr(&server, &["ls"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{run:?}");
+    assert!(lines[1].starts_with("order:1 "), "{run:?}");
+    assert!(
+        lines[2].starts_with("gpu (semaphore 2/2)  2 holders"),
+        "{run:?}"
+    );
+    let mut tokens: Vec<u64> = permits.iter().map(LockGuard::fencing_token).collect();
+    tokens.sort_unstable();
+    let listed = format!("{},{}", tokens[0], tokens[1]);
+    let other = format!("{},{}", tokens[1], tokens[0]);
+    assert!(
+        lines[2].ends_with(&listed) || lines[2].ends_with(&other),
+        "{run:?}"
+    );
+
+    // ls --json: the lock's object unchanged, the semaphore's with a kind.
+    let items = lockattr(&server, &["ls", "--json"]).json();
+    let items = items.as_array().unwrap();
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0]["name"], "order:1");
+    assert!(items[0].get("kind").is_none(), "{items:?}");
+    assert_eq!(items[1]["name"], "gpu");
+    assert_eq!(items[1]["kind"], "semaphore");
+    assert_eq!(items[1]["permits"], 2);
+    assert_eq!(items[1]["held_permits"], 2);
+    assert_eq!(items[1]["waiters"], 1);
+    let mut shown: Vec<u64> = items[1]["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["fencing_token"].as_u64().unwrap())
+        .collect();
+    shown.sort_unstable();
+    assert_eq!(shown, tokens);
+    for permit in items[1]["holders"].as_array().unwrap() {
+        assert_eq!(permit["holder"]["label"], "gpu-worker");
+        assert_eq!(permit["holder"]["pid"], std::process::id());
+        assert!(permit["ttl_ms"].as_u64().is_some_and(|t| t <= 30_000));
+    }
+    assert_eq!(items[1]["waiting"][0]["label"], "late");
+    // A pattern selects semaphores as it does locks.
+    let run = lockattr(&server, &["ls", "order:*", "--json"]);
+    assert_eq!(run.json().as_array().unwrap().len(), 1);
+
+    // show: the permits, one line each, and the waiter.
+    let run = lockattr(&server, &["show", "gpu"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("kind:     semaphore"), "{run:?}");
+    assert!(run.stdout.contains("permits:  2 held of 2"), "{run:?}");
+    assert!(run.stdout.contains("PERMIT  HOLDER"), "{run:?}");
+    assert!(run.stdout.contains("late@"), "{run:?}");
+    for token in &tokens {
+        assert!(run.stdout.contains(&token.to_string()), "{run:?}");
+    }
+    // The lock of the same kind of name is still shown as before.
+    let run = lockattr(&server, &["show", "order:1", "--json"]);
+    assert_eq!(
+        run.json()["fencing_token"].as_u64(),
+        Some(lock.fencing_token())
+    );
+
+    drop(permits);
+    let next = waiter
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter returned")
+        .expect("the waiter got a permit");
+    drop(next);
+    assert!(
+        eventually(Duration::from_secs(10), || lockattr(
+            &server,
+            &["show", "gpu"]
+        )
+        .code
+            == 1),
+        "the semaphore is free again: show exits 1"
+    );
+}
+
+#[test]
+fn unlock_frees_the_permit_named_by_its_fencing_token() {
+    let server = RedisServer::start();
+    let stuck = locker(&server, "stuck-worker");
+    let first = take_permit(&stuck, "pool", 2);
+    let second = take_permit(&stuck, "pool", 2);
+    let waiter = queue_permit_waiter(&locker(&server, "next-worker"), "pool", 2);
+    assert!(eventually(Duration::from_secs(10), || {
+        lockattr(&server, &["show", "pool", "--json"]).json()["waiters"] == 1
+    }));
+
+    // Two held: which one must be said.
+    let run = lockattr(&server, &["unlock", "pool", "--force"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--fencing-token"), "{run:?}");
+    // A token no permit holds: nothing freed, exit 1.
+    let wrong = (first.fencing_token().max(second.fencing_token()) + 1000).to_string();
+    let run = lockattr(
+        &server,
+        &["unlock", "pool", "--force", "--fencing-token", &wrong],
+    );
+    assert_eq!(run.code, 1, "{run:?}");
+    // Without --force and no terminal: refused, nothing freed.
+    let token = first.fencing_token().to_string();
+    let run = lockattr(&server, &["unlock", "pool", "--fencing-token", &token]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--force"), "{run:?}");
+    assert!(!first.is_lost());
+
+    let run = lockattr(
+        &server,
+        &["unlock", "pool", "--force", "--fencing-token", &token],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .contains(&format!("fencing token {token} was held")),
+        "{run:?}"
+    );
+    let next = waiter
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter returned")
+        .expect("the waiter got the freed permit");
+    assert!(next.fencing_token() > first.fencing_token());
+    assert!(first.release_blocking().unwrap_err().is_not_owned());
+    // Again with the same token: it changed hands, exit 1.
+    let run = lockattr(
+        &server,
+        &["unlock", "pool", "--force", "--fencing-token", &token],
+    );
+    assert_eq!(run.code, 1, "{run:?}");
+
+    // One permit held: no token needed.
+    drop(next);
+    let run = lockattr(&server, &["unlock", "pool", "--force"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(second.release_blocking().unwrap_err().is_not_owned());
+    let run = lockattr(&server, &["unlock", "pool", "--force"]);
+    assert_eq!(run.code, 1, "{run:?}");
+}
+
+#[test]
+fn semaphores_are_listed_without_the_password() {
+    let password = "sem-pass-7731";
+    let server = RedisServer::start_with(&["--requirepass", password]);
+    let url = server.url_with_password(password);
+    let workers = Locker::builder(&url).label("w").build().unwrap();
+    let _permit = take_permit(&workers, "secret-sem", 3);
+    for args in [
+        &["ls"][..],
+        &["ls", "--json"][..],
+        &["show", "secret-sem"][..],
+        &["show", "secret-sem", "--json"][..],
+    ] {
+        let mut all = vec!["--url", url.as_str()];
+        all.extend_from_slice(args);
+        let run = run_command(command(&all));
+        assert_eq!(run.code, 0, "{args:?}: {run:?}");
+        assert!(run.stdout.contains("secret-sem"), "{run:?}");
+        assert!(
+            !run.stdout.contains(password) && !run.stderr.contains(password),
+            "{run:?}"
+        );
+    }
+}
