@@ -20,7 +20,8 @@ pub const URL_ENV: &str = "REDIS_URL";
     about = "List, inspect, watch and force-unlock lockattr's Redis locks",
     long_about = "List, inspect, watch and force-unlock the Redis locks of lockattr \
                   (#[redis_lock] and lockattr_runtime::Locker).\n\n\
-                  Exit codes: 0 done, 1 not found (a free lock), 2 error.",
+                  Semaphores show in `ls` and `show`; `unlock` frees one of their permits.\n\n\
+                  Exit codes: 0 done, 1 not found (a free lock or semaphore), 2 error.",
     max_term_width = 100
 )]
 pub struct Cli {

@@ -57,6 +57,7 @@
 //! | `could not renew the lock; retrying` | DEBUG | `lock`, `error` | a renewal of the lock failed; it is retried while the lease lasts |
 //! | `could not renew locks; retrying` | WARN | `error`, `leases` | the first failed renewal round of an outage (`lock renewals reach Redis again` at INFO when it ends) |
 //! | `lock force-unlocked` | WARN | `lock`, `holder`, `forced_by` (the forcing Locker's [label](LockerBuilder::label)), `host`, `pid` | [`Locker::force_unlock`] freed a held lock |
+//! | `semaphore permit force-released` | WARN | `lock` (the semaphore), `fencing_token`, `holder`, `forced_by`, `host`, `pid` | [`Locker::force_unlock_permit`] freed a held permit |
 //!
 //! Events of other failures (a release that could not be sent, a waiter
 //! that cannot reach Redis) carry `error`, and `lock` where there is one.
