@@ -424,7 +424,7 @@ mod tests {
                 "41,43"
             ]
         );
-        let text = ls_table_with(&[held("order:7", 42)], &[sem.clone()], now);
+        let text = ls_table_with(&[held("order:7", 42)], std::slice::from_ref(&sem), now);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[1].starts_with("order:7 "), "{text}");
