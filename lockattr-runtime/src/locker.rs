@@ -1303,7 +1303,7 @@ impl LockBuilder<'_> {
             crate::semaphore::check(&mut keys, permits, &inner.backend)?;
         }
         if let Some(mode) = self.rw {
-            crate::rwlock::check(mode)?;
+            crate::rwlock::check(&mut keys, mode, &inner.backend)?;
         }
         let token = new_token()?;
         let report = Report::new(self.name.clone(), kind);
@@ -1366,6 +1366,11 @@ async fn acquire(
     (lease, wait): (Lease, Duration),
     gone: io::CallerGone,
 ) -> Result<(LockGuard, bool), LockError> {
+    if lease.keys.rw.is_some() {
+        let (lease, grant) = crate::rwlock::acquire(lease, wait, gone).await?;
+        let handed = grant.handed;
+        return Ok((granted(lease, grant), handed));
+    }
     if lease.keys.permits > 0 {
         let (lease, grant) = crate::semaphore::acquire(lease, wait, gone).await?;
         let handed = grant.handed;
