@@ -205,8 +205,14 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
     }
     assert_eq!(server.keys("lockattr:{h}:rw:read:*").len(), 3);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!second_writer.is_finished(), "the writer entered with readers");
-    assert!(!late_reader.is_finished(), "a reader passed the queued writer");
+    assert!(
+        !second_writer.is_finished(),
+        "the writer entered with readers"
+    );
+    assert!(
+        !late_reader.is_finished(),
+        "a reader passed the queued writer"
+    );
 
     // The last reader's release hands over to the writer.
     let last = guards.pop().unwrap();
@@ -214,7 +220,10 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
         guard.release().await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!second_writer.is_finished(), "the writer entered with a reader");
+    assert!(
+        !second_writer.is_finished(),
+        "the writer entered with a reader"
+    );
     let released = Instant::now();
     last.release().await.unwrap();
     let (at, writer) = tokio::time::timeout(Duration::from_secs(2), second_writer)
@@ -271,7 +280,10 @@ async fn acquire_timeouts_are_honoured_both_ways() {
         .acquire()
         .await;
     let waited = asked.elapsed();
-    assert!(matches!(reader, Err(LockError::Timeout { .. })), "{reader:?}");
+    assert!(
+        matches!(reader, Err(LockError::Timeout { .. })),
+        "{reader:?}"
+    );
     assert!(
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
         "{waited:?}"
@@ -287,7 +299,10 @@ async fn acquire_timeouts_are_honoured_both_ways() {
         .acquire()
         .await;
     let waited = asked.elapsed();
-    assert!(matches!(writer, Err(LockError::Timeout { .. })), "{writer:?}");
+    assert!(
+        matches!(writer, Err(LockError::Timeout { .. })),
+        "{writer:?}"
+    );
     assert!(
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
         "{waited:?}"
@@ -315,7 +330,10 @@ fn sync_acquire_blocking_works() {
         .write_lock("s")
         .acquire_timeout(Duration::ZERO)
         .acquire_blocking();
-    assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
     a.release_blocking().unwrap();
     // Dropping a guard releases it.
     drop(b);
@@ -360,7 +378,10 @@ async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
         .acquire_timeout(Duration::from_millis(200))
         .acquire()
         .await;
-    assert!(matches!(writer, Err(LockError::Timeout { .. })), "{writer:?}");
+    assert!(
+        matches!(writer, Err(LockError::Timeout { .. })),
+        "{writer:?}"
+    );
     // The renewed reader's key taken away: its lost signal fires.
     let _: () = redis::cmd("DEL")
         .arg(&keys[0])

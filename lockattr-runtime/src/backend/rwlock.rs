@@ -463,7 +463,7 @@ fn acquire_invocation<'a>(
 ) -> ScriptInvocation<'a> {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| whole_millis(d));
+        .map_or(0, whole_millis);
     let side = match rw.mode {
         RwMode::Read => 'r',
         RwMode::Write => 'w',
