@@ -743,3 +743,225 @@ impl Drop for Owed<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The scripts called directly on a private redis-server: a bad
+    //! argument is an error and changes nothing; a reader's release hands
+    //! the lock to the queued writer, never its own key; a writer's release
+    //! admits the readers before the next writer; dead entries are skipped.
+
+    use std::collections::BTreeMap;
+
+    use redis::Connection;
+
+    use super::*;
+    use crate::backend::test_server::Server;
+
+    fn snapshot(con: &mut Connection) -> BTreeMap<String, Vec<u8>> {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+        keys.into_iter()
+            .map(|key| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+                (key, dump)
+            })
+            .collect()
+    }
+
+    fn keys_for(mode: RwMode) -> (Keys, RwKeys) {
+        let mut keys = Keys::new("t:", "rw", Duration::from_secs(60));
+        RwKeys::make(&mut keys, mode);
+        let rw = keys.rw.clone().unwrap();
+        (keys, rw)
+    }
+
+    /// Queues `token` as a waiter on `side` (`r` or `w`), live for a minute
+    /// (or dead when `live` is false).
+    fn enqueue(con: &mut Connection, keys: &Keys, token: &str, side: char, live: bool) {
+        let deadline = if live { "99999999999999" } else { "1" };
+        let _: () = redis::pipe()
+            .cmd("RPUSH")
+            .arg(&keys.queue)
+            .arg(token)
+            .cmd("HSET")
+            .arg(&keys.waiters)
+            .arg(token)
+            .arg(format!("{deadline}:4000:1:{side}:{token}"))
+            .query(con)
+            .unwrap();
+    }
+
+    fn take(con: &mut Connection, mode: RwMode, token: &str, wait: Duration) -> Vec<i64> {
+        let (keys, rw) = keys_for(mode);
+        acquire_invocation(&keys, &rw, (token, Duration::from_secs(5), wait, false))
+            .invoke(con)
+            .unwrap()
+    }
+
+    fn release(con: &mut Connection, mode: RwMode, token: &str) -> redis::Value {
+        let (keys, rw) = keys_for(mode);
+        release_invocation(&keys, &rw, token, 0)
+            .invoke(con)
+            .unwrap()
+    }
+
+    fn queue(con: &mut Connection) -> Vec<String> {
+        let (keys, _) = keys_for(RwMode::Read);
+        redis::cmd("LRANGE")
+            .arg(&keys.queue)
+            .arg(0)
+            .arg(-1)
+            .query(con)
+            .unwrap()
+    }
+
+    fn exists(con: &mut Connection, key: &str) -> bool {
+        redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1
+    }
+
+    #[test]
+    fn the_scripts_check_their_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, rw) = keys_for(RwMode::Read);
+        assert_eq!(take(&mut con, RwMode::Read, "a", Duration::ZERO)[0], 1);
+        enqueue(&mut con, &keys, "q", 'w', true);
+        let before = snapshot(&mut con);
+        let all = [
+            rw.write.as_str(),
+            &rw.readers,
+            &keys.fence,
+            &keys.queue,
+            &keys.waiters,
+        ];
+        let mut refused = |script: &Script, keys: &[&str], args: &[&str]| {
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(*key);
+            }
+            for arg in args {
+                invocation.arg(*arg);
+            }
+            let answer: redis::RedisResult<redis::Value> = invocation.invoke(&mut con);
+            assert!(answer.is_err(), "{args:?} accepted: {answer:?}");
+            assert_eq!(before, snapshot(&mut con), "{args:?} wrote");
+        };
+        for bad in ["", "x", "-1", "1.5", "nan", "inf", "2592000001"] {
+            refused(
+                &ACQUIRE,
+                &all,
+                &["n", &format!("r:{bad}:60000:0:1:h"), "1000"],
+            );
+            refused(
+                &ACQUIRE,
+                &all,
+                &["n", &format!("w:1000:{bad}:0:1:h"), "1000"],
+            );
+            refused(&ACQUIRE, &all, &["n", "r:1000:60000:0:1:h", bad]);
+            let reader = rw.holder_key("a");
+            let mut six = all.to_vec();
+            six.push(&reader);
+            refused(&RELEASE, &six, &["a", "c", "0", bad, "0", "0"]);
+        }
+        let reader = rw.holder_key("a");
+        let mut six = all.to_vec();
+        six.push(&reader);
+        for bad in ["", "x", "-1", "1.5", "nan", "inf", "9007199254740992"] {
+            refused(&RELEASE, &six, &["a", "c", "0", "60000", bad, "0"]);
+        }
+        // Not a side; not the write key first; not the caller's reader key.
+        refused(&ACQUIRE, &all, &["n", "x:1000:60000:0:1:h", "1000"]);
+        let mut shifted = all.to_vec();
+        shifted.rotate_left(1);
+        refused(&ACQUIRE, &shifted, &["n", "r:1000:60000:0:1:h", "1000"]);
+        let other = rw.holder_key("someone-else");
+        let mut six = all.to_vec();
+        six.push(&other);
+        refused(&RELEASE, &six, &["a", "c", "0", "60000", "0", "0"]);
+    }
+
+    #[test]
+    fn a_readers_release_hands_the_lock_to_the_queued_writer() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, rw) = keys_for(RwMode::Read);
+        let fence_before = take(&mut con, RwMode::Write, "w0", Duration::ZERO)[1];
+        release(&mut con, RwMode::Write, "w0");
+        assert_eq!(
+            take(&mut con, RwMode::Read, "r1", Duration::ZERO),
+            [1, fence_before]
+        );
+        assert_eq!(take(&mut con, RwMode::Read, "r2", Duration::ZERO)[0], 1);
+        // A writer queues; a newcomer reader does not pass it.
+        assert_eq!(
+            take(&mut con, RwMode::Write, "w1", Duration::from_secs(60))[0],
+            0
+        );
+        assert_eq!(take(&mut con, RwMode::Read, "r3", Duration::ZERO)[0], 0);
+        assert_eq!(release(&mut con, RwMode::Read, "r1"), redis::Value::Int(1));
+        assert!(!exists(&mut con, &rw.write));
+        let mut listener = server.try_connect().unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe(&keys.channel).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let notice = release(&mut con, RwMode::Read, "r2");
+        let notice: String = redis::FromRedisValue::from_redis_value(notice).unwrap();
+        assert!(notice.starts_with("w1:"), "{notice:?}");
+        let heard: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        assert_eq!(heard, notice);
+        let value: String = redis::cmd("GET").arg(&rw.write).query(&mut con).unwrap();
+        assert!(value.starts_with("w1\n"), "{value:?}");
+        assert!(!exists(&mut con, &rw.holder_key("w1")));
+        assert!(queue(&mut con).is_empty());
+        // Asked again, the writer finds it, with a token past the last.
+        let reply = take(&mut con, RwMode::Write, "w1", Duration::ZERO);
+        assert_eq!(reply[0], 1);
+        assert!(reply[1] > fence_before);
+    }
+
+    #[test]
+    fn a_writers_release_admits_the_leading_live_readers() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, rw) = keys_for(RwMode::Read);
+        let written = take(&mut con, RwMode::Write, "w0", Duration::ZERO)[1];
+        enqueue(&mut con, &keys, "dead", 'w', false);
+        enqueue(&mut con, &keys, "r1", 'r', true);
+        enqueue(&mut con, &keys, "r2", 'r', true);
+        enqueue(&mut con, &keys, "w1", 'w', true);
+        enqueue(&mut con, &keys, "r3", 'r', true);
+        let mut listener = server.try_connect().unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe(&keys.channel).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        release(&mut con, RwMode::Write, "w0");
+        for reader in ["r1", "r2"] {
+            let heard: String = pubsub.get_message().unwrap().get_payload().unwrap();
+            assert!(
+                heard.starts_with(&format!("{reader}:{written}:")),
+                "{heard:?}"
+            );
+            assert!(exists(&mut con, &rw.holder_key(reader)));
+        }
+        assert!(!exists(&mut con, &rw.write));
+        assert_eq!(queue(&mut con), ["w1", "r3"]);
+        let members: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(&rw.readers)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(members.len(), 2, "{members:?}");
+        // A reader whose key is gone is dropped from the set.
+        let _: () = redis::cmd("DEL")
+            .arg(rw.holder_key("r1"))
+            .query(&mut con)
+            .unwrap();
+        release(&mut con, RwMode::Read, "r2");
+        let value: String = redis::cmd("GET").arg(&rw.write).query(&mut con).unwrap();
+        assert!(value.starts_with("w1\n"), "{value:?}");
+        assert!(!exists(&mut con, &rw.readers));
+    }
+}

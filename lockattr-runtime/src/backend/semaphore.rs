@@ -505,7 +505,8 @@ pub(super) fn unauthenticated(e: LockError) -> LockError {
     }
 }
 
-/// A semaphore request refused for want of authentication.
+/// A semaphore or read-write lock request refused for want of
+/// authentication.
 #[derive(Debug)]
 struct NoAuth(String);
 
@@ -513,9 +514,9 @@ impl std::fmt::Display for NoAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "NOAUTH: the server requires authentication (it answered a semaphore request sent \
-             before authenticating with `{}`); put the user and password in the URL: \
-             redis://user:password@host:port/",
+            "NOAUTH: the server requires authentication (it answered a semaphore or read-write \
+             lock request sent before authenticating with `{}`); put the user and password in \
+             the URL: redis://user:password@host:port/",
             self.0
         )
     }
