@@ -473,3 +473,72 @@ async fn a_lock_a_semaphore_and_a_read_write_lock_of_one_name_are_independent() 
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_hold_at_least_keeps_a_writer_out_until_then() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let reader = locker
+        .read_lock("hold")
+        .expire(LONG)
+        .hold_at_least(Duration::from_millis(800))
+        .acquire()
+        .await
+        .unwrap();
+    let taken = Instant::now();
+    reader.release().await.unwrap();
+    let writer = write(&locker, "hold").await;
+    let waited = taken.elapsed();
+    assert!(
+        waited >= Duration::from_millis(750) && waited < Duration::from_secs(3),
+        "the writer got in after {waited:?}, the reader held at least 800 ms"
+    );
+    writer.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_reader_releases_its_share() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let panicking = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let _guard = read(&locker, "p").await;
+            panic!("the reader fails");
+        })
+    };
+    assert!(panicking.await.is_err());
+    let asked = Instant::now();
+    let writer = locker
+        .write_lock("p")
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    // Released on the way out, not at the 30 s lease's end.
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    writer.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_reading_its_own_name_waits_for_itself() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let writer = write(&locker, "own").await;
+    // Not re-entered: the read side waits for the writer, here until its
+    // acquire timeout.
+    let nested = locker
+        .read_lock("own")
+        .acquire_timeout(Duration::from_millis(200))
+        .acquire()
+        .await;
+    assert!(
+        matches!(nested, Err(LockError::Timeout { .. })),
+        "{nested:?}"
+    );
+    writer.release().await.unwrap();
+}
