@@ -52,7 +52,10 @@ impl Locker {
     /// A semaphore and a lock of the same name are independent (their keys
     /// differ): taking one does not exclude the other. A semaphore is never
     /// re-entered: a nested call on it takes a permit of its own.
-    /// `Locker::inspect` and `force_unlock` see locks only.
+    /// `Locker::inspect` and `force_unlock` see locks only; a semaphore's
+    /// operators use [`inspect_semaphore`](Locker::inspect_semaphore),
+    /// [`semaphores`](Locker::semaphores) and
+    /// [`force_unlock_permit`](Locker::force_unlock_permit).
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
