@@ -717,6 +717,50 @@ async fn a_lost_name_of_a_set_is_a_warning_event_of_that_name() {
     drop(guard);
 }
 
+/// A forced release of a semaphore's permit is a warning under `lockattr`
+/// naming the semaphore, the permit's fencing token and who forced it,
+/// never the holder's owner token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_permit_release_is_a_warning_event() {
+    capture();
+    let server = RedisServer::start();
+    let holder = locker(&server)
+        .semaphore("traced-sem", 2)
+        .acquire()
+        .await
+        .unwrap();
+    let key = server
+        .keys("lockattr:{traced-sem}:sem:permit:*")
+        .pop()
+        .expect("a permit key");
+    let token = server.owner(&key).expect("held");
+    let operator = Locker::builder(server.url())
+        .label("ops-console")
+        .build()
+        .unwrap();
+    assert!(
+        operator
+            .force_unlock_permit("traced-sem", holder.fencing_token())
+            .await
+            .unwrap()
+    );
+    let forced: Vec<Seen> = events("traced-sem")
+        .into_iter()
+        .filter(|e| e.name == "semaphore permit force-released")
+        .collect();
+    assert_eq!(forced.len(), 1, "{forced:#?}");
+    assert_eq!(forced[0].level, tracing::Level::WARN);
+    assert_eq!(forced[0].target, "lockattr");
+    assert_eq!(forced[0].field("forced_by"), Some("ops-console"));
+    let fence = holder.fencing_token().to_string();
+    assert_eq!(forced[0].field("fencing_token"), Some(fence.as_str()));
+    assert!(
+        forced[0].fields.values().all(|v| !v.contains(&token)),
+        "{forced:#?}"
+    );
+    drop(holder);
+}
+
 // ---- What is never recorded ------------------------------------------------
 
 #[redis_lock(name = "secret:{id}", locker = locker, guard = g)]

@@ -9,6 +9,7 @@ mod support;
 use std::time::{Duration, SystemTime};
 
 use lockattr::{LockError, Locker};
+use support::cluster::Cluster;
 use support::{RedisServer, eventually};
 
 fn labelled(server: &RedisServer, label: &str) -> Locker {
@@ -234,4 +235,36 @@ async fn a_permit_outliving_its_record_is_still_found() {
             .unwrap()
     );
     assert_eq!(ops.semaphores("o*", 10).await.unwrap()[0].holders.len(), 1);
+}
+
+/// On a 3-master Cluster: semaphores on every master are listed (the scan
+/// reaches each master), inspected and force-released on the master of
+/// their hash tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_semaphores_are_found_on_every_master() {
+    let cluster = Cluster::start();
+    let locker = cluster.locker();
+    let names = cluster.name_per_master("pool");
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(locker.semaphore(name, 2).acquire().await.unwrap());
+    }
+    let listed = locker.semaphores("pool*", 100).await.unwrap();
+    let listed_names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
+    let mut expected: Vec<&str> = names.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(listed_names, expected);
+    for info in &listed {
+        assert_eq!((info.permits, info.holders.len()), (2, 1), "{info:?}");
+    }
+    let (name, guard) = (&names[1], &guards[1]);
+    let info = locker.inspect_semaphore(name).await.unwrap().unwrap();
+    assert_eq!(info.holders[0].fencing_token, guard.fencing_token());
+    assert!(
+        locker
+            .force_unlock_permit(name, guard.fencing_token())
+            .await
+            .unwrap()
+    );
+    assert_eq!(locker.inspect_semaphore(name).await.unwrap(), None);
 }
