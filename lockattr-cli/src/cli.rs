@@ -62,7 +62,7 @@ pub enum Command {
     Show(ShowArgs),
     /// Free a lock whoever holds it, or a semaphore's permit (asks first; exit 1 when free).
     Unlock(UnlockArgs),
-    /// A live table of held locks with their waiters and hand-overs per second.
+    /// A live table of held locks with their waiters and hand-overs per second, then semaphores.
     Watch(WatchArgs),
 }
 

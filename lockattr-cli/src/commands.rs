@@ -325,12 +325,16 @@ async fn watch(locker: &Locker, args: WatchArgs, secrets: &[String]) -> Result<E
         let result = tokio::select! {
             biased;
             () = &mut ctrl_c => return Ok(Exit::Ok),
-            result = locker.locks(&args.pattern, settings.limit) => result,
+            result = refresh(locker, &args.pattern, settings.limit) => result,
         };
         let now = SystemTime::now();
-        let (locks, failure) = match result {
-            Ok(infos) => (infos.iter().map(view).collect(), None),
-            Err(err) => (Vec::new(), Some(redact(&err.to_string(), secrets))),
+        let (locks, semaphores, failure) = match result {
+            Ok((locks, semaphores)) => (locks, semaphores, None),
+            Err(err) => (
+                Vec::new(),
+                Vec::new(),
+                Some(redact(&err.to_string(), secrets)),
+            ),
         };
         let rates;
         let snapshot = match &failure {
@@ -339,7 +343,7 @@ async fn watch(locker: &Locker, args: WatchArgs, secrets: &[String]) -> Result<E
                 // Refreshes start `interval` apart (or later, when one
                 // takes longer): rates are counted between their starts.
                 rates = hand_overs.update(&locks, started);
-                Snapshot::Locks(&locks, &rates)
+                Snapshot::Locks(&locks, &rates, &semaphores)
             }
         };
         if args.json {
@@ -361,6 +365,27 @@ async fn watch(locker: &Locker, args: WatchArgs, secrets: &[String]) -> Result<E
             () = tokio::time::sleep_until(next) => {}
         }
     }
+}
+
+/// One refresh of `watch`: the held locks, then the semaphores in use.
+async fn refresh(
+    locker: &Locker,
+    pattern: &str,
+    limit: usize,
+) -> Result<(Vec<LockView>, Vec<SemaphoreView>), lockattr_runtime::LockError> {
+    let locks = locker
+        .locks(pattern, limit)
+        .await?
+        .iter()
+        .map(view)
+        .collect();
+    let semaphores = locker
+        .semaphores(pattern, limit)
+        .await?
+        .iter()
+        .map(semaphore_view)
+        .collect();
+    Ok((locks, semaphores))
 }
 
 /// Writes `text` to stdout in one piece. A closed pipe (`lockattr ls |

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use crate::format;
-use crate::view::{LockJson, LockView, epoch_millis};
+use crate::view::{LockJson, LockView, SemaphoreJson, SemaphoreView, epoch_millis};
 
 /// ANSI: cursor to the top left corner, then clear the screen.
 pub const CLEAR: &str = "\x1b[H\x1b[2J";
@@ -80,8 +80,10 @@ pub const HEADER: [&str; 7] = [
 /// What one refresh found.
 #[derive(Debug)]
 pub enum Snapshot<'a> {
-    /// The held locks, and their hand-overs per second.
-    Locks(&'a [LockView], &'a [Option<f64>]),
+    /// The held locks, their hand-overs per second, and the semaphores in
+    /// use (shown after the locks, without a rate: their fencing counter
+    /// is shared by their permits).
+    Locks(&'a [LockView], &'a [Option<f64>], &'a [SemaphoreView]),
     /// The refresh failed (the message is shown and the next refresh tries again).
     Failed(&'a str),
 }
@@ -113,13 +115,18 @@ pub fn frame(settings: &Settings<'_>, snapshot: &Snapshot<'_>, now: SystemTime) 
         Snapshot::Failed(message) => {
             out.push_str(&format!("\nlockattr: {message}\n"));
         }
-        Snapshot::Locks(locks, rates) => {
-            let more = if locks.len() >= settings.limit {
+        Snapshot::Locks(locks, rates, semaphores) => {
+            let more = if locks.len() >= settings.limit || semaphores.len() >= settings.limit {
                 " (the --limit; there may be more)"
             } else {
                 ""
             };
-            out.push_str(&format!("  {} held{more}\n\n", locks.len()));
+            let sems = if semaphores.is_empty() {
+                String::new()
+            } else {
+                format!(", {} semaphores in use", semaphores.len())
+            };
+            out.push_str(&format!("  {} held{sems}{more}\n\n", locks.len()));
             let rows: Vec<Vec<String>> = locks
                 .iter()
                 .zip(rates.iter())
@@ -128,6 +135,11 @@ pub fn frame(settings: &Settings<'_>, snapshot: &Snapshot<'_>, now: SystemTime) 
                     row.push(rate.map_or_else(|| "-".into(), |r| format!("{r:.1}")));
                     row
                 })
+                .chain(semaphores.iter().map(|sem| {
+                    let mut row = format::ls_semaphore_row(sem, now);
+                    row.push("-".into());
+                    row
+                }))
                 .collect();
             out.push_str(&format::table(&HEADER, &rows));
         }
@@ -147,6 +159,10 @@ pub struct RefreshJson {
     pub locks: Option<Vec<WatchedJson>>,
     /// Why the refresh failed; `null` when it did not.
     pub error: Option<String>,
+    /// The semaphores in use, as `show --json` of a semaphore; left out
+    /// when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub semaphores: Vec<SemaphoreJson>,
 }
 
 /// A lock in [`RefreshJson`]: the object of `show --json` and its hand-overs.
@@ -168,8 +184,9 @@ impl RefreshJson {
                 time_ms,
                 locks: None,
                 error: Some((*message).to_owned()),
+                semaphores: Vec::new(),
             },
-            Snapshot::Locks(locks, rates) => RefreshJson {
+            Snapshot::Locks(locks, rates, semaphores) => RefreshJson {
                 time_ms,
                 locks: Some(
                     locks
@@ -182,6 +199,7 @@ impl RefreshJson {
                         .collect(),
                 ),
                 error: None,
+                semaphores: semaphores.iter().map(SemaphoreJson::of).collect(),
             },
         }
     }
@@ -192,6 +210,33 @@ mod tests {
     use super::*;
     use crate::view::tests::held;
     use crate::view::to_json;
+
+    #[test]
+    fn semaphores_follow_the_locks_without_a_rate() {
+        let locks = [held("order:7", 42)];
+        let sems = [crate::view::tests::semaphore("gpu")];
+        let now = locks[0].holder.as_ref().unwrap().since;
+        let text = frame(
+            &settings(false),
+            &Snapshot::Locks(&locks, &[None], &sems),
+            now,
+        );
+        assert!(text.contains("1 held, 1 semaphores in use"), "{text}");
+        let last = text.lines().last().unwrap();
+        assert!(last.starts_with("gpu (semaphore 2/3)"), "{text}");
+        assert!(last.ends_with("41,43  -"), "{text}");
+        let json = to_json(&RefreshJson::of(
+            &Snapshot::Locks(&locks, &[None], &sems),
+            now,
+        ));
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["semaphores"][0]["kind"], "semaphore");
+        let json = to_json(&RefreshJson::of(
+            &Snapshot::Locks(&locks, &[None], &[]),
+            now,
+        ));
+        assert!(!json.contains("semaphores"), "{json}");
+    }
 
     #[test]
     fn rates_from_token_increases() {
@@ -243,7 +288,7 @@ mod tests {
         let since = locks[0].holder.as_ref().unwrap().since;
         let text = frame(
             &settings(true),
-            &Snapshot::Locks(&locks, &[Some(2.5)]),
+            &Snapshot::Locks(&locks, &[Some(2.5)], &[]),
             since,
         );
         assert!(text.starts_with(CLEAR));
@@ -260,7 +305,11 @@ mod tests {
     fn other_outputs_get_plain_frames() {
         let locks = [held("order:7", 42)];
         let now = SystemTime::now();
-        let text = frame(&settings(false), &Snapshot::Locks(&locks, &[None]), now);
+        let text = frame(
+            &settings(false),
+            &Snapshot::Locks(&locks, &[None], &[]),
+            now,
+        );
         assert!(!text.contains('\x1b'));
         assert!(text.starts_with('\n'));
         let row = text.lines().find(|l| l.starts_with("order:7")).unwrap();
@@ -275,7 +324,7 @@ mod tests {
         settings.limit = 1;
         let text = frame(
             &settings,
-            &Snapshot::Locks(&locks, &[None]),
+            &Snapshot::Locks(&locks, &[None], &[]),
             SystemTime::now(),
         );
         assert!(text.contains("--limit"));
@@ -296,7 +345,7 @@ mod tests {
     fn json_lines() {
         let locks = [held("a", 1)];
         let line = to_json(&RefreshJson::of(
-            &Snapshot::Locks(&locks, &[Some(1.5)]),
+            &Snapshot::Locks(&locks, &[Some(1.5)], &[]),
             std::time::UNIX_EPOCH + Duration::from_millis(5),
         ));
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();

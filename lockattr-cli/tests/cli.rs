@@ -805,3 +805,33 @@ fn semaphores_are_listed_without_the_password() {
         );
     }
 }
+
+#[test]
+fn watch_shows_semaphores_after_the_locks() {
+    let server = RedisServer::start();
+    let workers = locker(&server, "watched");
+    let _lock = take(&workers, "w:1");
+    let _permit = take_permit(&workers, "w-sem", 3);
+    let run = lockattr(&server, &["watch", "--count", "1"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.contains("1 held, 1 semaphores in use"),
+        "{run:?}"
+    );
+    let rows: Vec<&str> = run
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("NAME"))
+        .skip(1)
+        .collect();
+    assert_eq!(rows.len(), 2, "{run:?}");
+    assert!(rows[0].starts_with("w:1 "), "{run:?}");
+    assert!(rows[1].starts_with("w-sem (semaphore 1/3)"), "{run:?}");
+
+    let run = lockattr(&server, &["watch", "--count", "1", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let line = run.json();
+    assert_eq!(line["locks"][0]["name"], "w:1");
+    assert_eq!(line["semaphores"][0]["name"], "w-sem");
+    assert_eq!(line["semaphores"][0]["held_permits"], 1);
+}
