@@ -263,3 +263,43 @@ async fn the_operator_calls_with_the_readmes_additions() {
     let err = app.locks("acl:*", 10).await.unwrap_err();
     assert!(matches!(err, LockError::Redis { .. }), "{err}");
 }
+
+/// The operator's semaphore calls need `+lrange` on top (the README says
+/// so): with it they run; without it, a clear refusal.
+#[tokio::test]
+async fn the_operator_semaphore_calls_with_the_readmes_additions() {
+    let server = RedisServer::start();
+    restricted_user(&server, "app", "app-pw");
+    restricted_user(&server, "ops", "ops-pw");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("ops")
+        .arg("+hlen")
+        .arg("+scan")
+        .query(&mut server.client())
+        .unwrap();
+    let app = Locker::new(user_url(&server, "app", "app-pw")).unwrap();
+    let ops = Locker::new(user_url(&server, "ops", "ops-pw")).unwrap();
+    let guard = app.semaphore("acl:gpu", 2).acquire().await.unwrap();
+    let err = ops.inspect_semaphore("acl:gpu").await.unwrap_err();
+    assert!(matches!(err, LockError::Redis { .. }), "{err}");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("ops")
+        .arg("+lrange")
+        .query(&mut server.client())
+        .unwrap();
+    let info = ops
+        .inspect_semaphore("acl:gpu")
+        .await
+        .unwrap_or_else(|e| panic!("inspect_semaphore: {e}; refused: {}", refused(&server)))
+        .expect("in use");
+    assert_eq!(info.holders[0].fencing_token, guard.fencing_token());
+    assert_eq!(ops.semaphores("acl:*", 10).await.unwrap().len(), 1);
+    assert!(
+        ops.force_unlock_permit("acl:gpu", guard.fencing_token())
+            .await
+            .unwrap()
+    );
+    assert!(guard.release().await.is_err(), "it was forced");
+}
