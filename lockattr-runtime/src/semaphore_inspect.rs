@@ -104,18 +104,16 @@ async fn count(inner: &Inner, keys: &Keys) -> Result<(u32, SemaphoreSeen), LockE
         glob_literal(&mut pattern, c);
     }
     pattern.push_str(":sem:permit:*");
+    // The permit indexes found, as text (what a scan keeps).
     let keep = |key: &str| -> Option<String> {
         let index: u32 = key.rsplit_once(":sem:permit:")?.1.parse().ok()?;
-        Some(format!("{index:>10}"))
+        Some(index.to_string())
     };
     let found = inner
         .backend
         .scan(&pattern, MAX_PERMITS as usize, &keep)
         .await?;
-    let highest = found
-        .iter()
-        .filter_map(|i| i.trim().parse::<u32>().ok())
-        .max();
+    let highest = found.iter().filter_map(|i| i.parse::<u32>().ok()).max();
     Ok((highest.map_or(0, |i| (i + 1).min(MAX_PERMITS)), first))
 }
 
