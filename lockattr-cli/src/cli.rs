@@ -91,6 +91,10 @@ pub struct ShowArgs {
     /// Print one JSON object: name, held, ttl_ms, fencing_token, waiters, holder.
     #[arg(long)]
     pub json: bool,
+
+    /// Look at the semaphore of that name only, even when a lock of the same name is held.
+    #[arg(long)]
+    pub semaphore: bool,
 }
 
 /// `lockattr unlock`.
@@ -103,6 +107,10 @@ pub struct UnlockArgs {
     /// `show`); needed when more than one permit is held.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub fencing_token: Option<u64>,
+
+    /// Free a permit of the semaphore of that name, even when a lock of the same name is held.
+    #[arg(long)]
+    pub semaphore: bool,
 
     /// Do not ask; needed when standard input is not a terminal.
     #[arg(long, short = 'f')]

@@ -121,16 +121,32 @@ async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
 }
 
 async fn show(locker: &Locker, args: ShowArgs) -> Result<Exit, Failure> {
+    if args.semaphore {
+        let Some(sem) = in_use(locker, &args.name).await? else {
+            let name = format::printable(&args.name);
+            if args.json {
+                let free = SemaphoreView {
+                    name: args.name.clone(),
+                    permits: 0,
+                    holders: Vec::new(),
+                    waiters: 0,
+                    waiting: Vec::new(),
+                };
+                print(&(to_json(&SemaphoreJson::of(&free)) + "\n"))?;
+            } else {
+                print(&format!(
+                    "Semaphore `{name}` has no permit held and no waiter.\n"
+                ))?;
+            }
+            return Ok(Exit::NotFound);
+        };
+        return show_semaphore(&sem, args.json);
+    }
     let lock = locker.inspect(&args.name).await?.as_ref().map(view);
     if lock.is_none()
         && let Some(sem) = in_use(locker, &args.name).await?
     {
-        if args.json {
-            print(&(to_json(&SemaphoreJson::of(&sem)) + "\n"))?;
-        } else {
-            print(&format::show_semaphore(&sem, SystemTime::now()))?;
-        }
-        return Ok(Exit::Ok);
+        return show_semaphore(&sem, args.json);
     }
     if args.json {
         let json = match &lock {
@@ -148,6 +164,16 @@ async fn show(locker: &Locker, args: ShowArgs) -> Result<Exit, Failure> {
     })
 }
 
+/// Prints a semaphore in use (`show`).
+fn show_semaphore(sem: &SemaphoreView, json: bool) -> Result<Exit, Failure> {
+    if json {
+        print(&(to_json(&SemaphoreJson::of(sem)) + "\n"))?;
+    } else {
+        print(&format::show_semaphore(sem, SystemTime::now()))?;
+    }
+    Ok(Exit::Ok)
+}
+
 /// The semaphore `name` when it is in use (`None` as well on a Locker
 /// that has no semaphores, a Redlock: the commands then see locks only).
 async fn in_use(locker: &Locker, name: &str) -> Result<Option<SemaphoreView>, Failure> {
@@ -160,6 +186,15 @@ async fn in_use(locker: &Locker, name: &str) -> Result<Option<SemaphoreView>, Fa
 
 async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
     let name = format::printable(&args.name).into_owned();
+    if args.semaphore {
+        let Some(sem) = in_use(locker, &args.name).await? else {
+            print(&format!(
+                "Semaphore `{name}` has no permit held: nothing to unlock.\n"
+            ))?;
+            return Ok(Exit::NotFound);
+        };
+        return unlock_permit(locker, &args, sem).await;
+    }
     let Some(lock) = locker.inspect(&args.name).await?.as_ref().map(view) else {
         if let Some(sem) = in_use(locker, &args.name).await? {
             return unlock_permit(locker, &args, sem).await;

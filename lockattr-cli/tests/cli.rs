@@ -835,3 +835,36 @@ fn watch_shows_semaphores_after_the_locks() {
     assert_eq!(line["semaphores"][0]["name"], "w-sem");
     assert_eq!(line["semaphores"][0]["held_permits"], 1);
 }
+
+#[test]
+fn semaphore_selects_the_semaphore_of_a_name_a_lock_also_holds() {
+    let server = RedisServer::start();
+    let workers = locker(&server, "both");
+    let lock = take(&workers, "dual");
+    let permit = take_permit(&workers, "dual", 2);
+
+    // Without the flag: the lock, as before.
+    let shown = lockattr(&server, &["show", "dual", "--json"]).json();
+    assert_eq!(shown["fencing_token"].as_u64(), Some(lock.fencing_token()));
+    assert!(shown.get("kind").is_none());
+    // With it: the semaphore.
+    let run = lockattr(&server, &["show", "dual", "--semaphore", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let shown = run.json();
+    assert_eq!(shown["kind"], "semaphore");
+    assert_eq!(
+        shown["holders"][0]["fencing_token"].as_u64(),
+        Some(permit.fencing_token())
+    );
+    let run = lockattr(&server, &["unlock", "dual", "--semaphore", "--force"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("Force-released permit"), "{run:?}");
+    assert!(permit.release_blocking().unwrap_err().is_not_owned());
+    // The lock is untouched; the semaphore is free now.
+    lock.release_blocking().expect("still the holder");
+    let run = lockattr(&server, &["show", "dual", "--semaphore", "--json"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.json()["held"], false);
+    let run = lockattr(&server, &["unlock", "dual", "--semaphore", "--force"]);
+    assert_eq!(run.code, 1, "{run:?}");
+}
