@@ -1,7 +1,8 @@
 //! Parsing the options of `#[redis_lock(...)]`.
 //!
 //! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g,
-//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s", renew_for = "1h"`.
+//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s", renew_for = "1h",
+//! mode = "read"`.
 //! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
 //! and all mistakes found in one pass, each at its own token.
 
@@ -14,7 +15,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 use crate::duration::DurationArg;
 
 /// The options this attribute knows, for messages.
-pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard, renew, renew_for, on_lost, reentrant, hold_at_least, permits";
+pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard, renew, renew_for, on_lost, reentrant, hold_at_least, permits, mode";
 
 /// The options that stand alone as `true` (`renew` means `renew = true`).
 const FLAGS: [&str; 2] = ["renew", "reentrant"];
@@ -49,6 +50,9 @@ pub(crate) struct Options {
     pub(crate) renew_for: Option<DurationArg>,
     /// `permits = N`: a semaphore of N permits (see `crate::semaphore`).
     pub(crate) permits: Option<crate::semaphore::PermitsArg>,
+    /// `mode = "read"` or `"write"`: a side of a read-write lock (see
+    /// `crate::rwmode`).
+    pub(crate) mode: Option<crate::rwmode::ModeArg>,
 }
 
 /// What an annotated function does when its lock is lost mid-body.
@@ -116,6 +120,8 @@ impl Parse for Parsed {
                         key.span(),
                         format!("`on_lost` needs a mode: {ON_LOST_CHOICES}"),
                     )
+                } else if name == "mode" {
+                    crate::rwmode::needs_value(&key)
                 } else if VALID.split(", ").any(|v| v == name) {
                     syn::Error::new(
                         key.span(),
@@ -170,6 +176,13 @@ impl Parse for Parsed {
                 },
                 "permits" => match crate::semaphore::PermitsArg::parse(value) {
                     Ok(permits) => options.permits.replace(permits).is_some(),
+                    Err(e) => {
+                        push(e);
+                        false
+                    }
+                },
+                "mode" => match crate::rwmode::ModeArg::parse(&key, value) {
+                    Ok(mode) => options.mode.replace(mode).is_some(),
                     Err(e) => {
                         push(e);
                         false

@@ -115,11 +115,15 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     } else {
         quote!(::lockattr::__private::acquire_blocking(#locker_var, #name_arg, #options))
     };
-    let acquire = match &plan.permits {
-        Some(permits) => {
+    // `permits` and `mode` never come together (see `crate::rwmode::check`).
+    let acquire = match (&plan.permits, plan.mode) {
+        (Some(permits), _) => {
             crate::semaphore::acquire(is_async, (&locker_var, &name_var), permits, &options)
         }
-        None => acquire,
+        (None, Some(mode)) => {
+            crate::rwmode::acquire(is_async, mode, (&locker_var, &name_var), &options)
+        }
+        (None, None) => acquire,
     };
     // Locker (user's or default), then name, then acquire; every failure
     // ends up in one `Result`, so a wrong return type is reported once.

@@ -17,6 +17,7 @@ mod attr;
 mod derive;
 mod duration;
 mod expand;
+mod rwmode;
 mod semaphore;
 mod set;
 mod validate;
