@@ -139,3 +139,99 @@ fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
         }
     });
 }
+
+/// Script calls (EVALSHA and EVAL) completed on every master so far.
+fn script_calls(cluster: &Cluster) -> u64 {
+    cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            let calls = n.completed_calls();
+            calls.get("evalsha").copied().unwrap_or(0) + calls.get("eval").copied().unwrap_or(0)
+        })
+        .sum()
+}
+
+#[test]
+fn a_prefix_with_a_hash_tag_puts_a_set_in_one_slot_and_one_script() {
+    let cluster = Cluster::start();
+    let names = cluster.name_per_master("tagged");
+    let rt = support::multi_thread();
+    rt.block_on(async {
+        // Under the default prefix the names are on three masters: three
+        // script calls take the set.
+        let plain = cluster.locker();
+        plain
+            .lock_all(&names)
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let before = script_calls(&cluster);
+        let guard = plain.lock_all(&names).acquire().await.unwrap();
+        assert_eq!(script_calls(&cluster) - before, 3, "one call per slot");
+        guard.release().await.unwrap();
+
+        // A Locker whose prefix has a hash tag keeps every key of its locks
+        // in that tag's slot: one script call takes the set.
+        let tagged = lockattr::Locker::cluster_builder(cluster.urls())
+            .prefix("bank:{transfers}:")
+            .build()
+            .unwrap();
+        tagged
+            .lock_all(&names)
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let before = script_calls(&cluster);
+        let guard = tagged.lock_all(&names).acquire().await.unwrap();
+        assert_eq!(script_calls(&cluster) - before, 1, "one call for the set");
+        let master = cluster.master_of("{transfers}");
+        for name in &names {
+            let key = format!("bank:{{transfers}}:{{{name}}}");
+            assert!(
+                cluster.nodes[master].exists(&key),
+                "{key} on the tag's master"
+            );
+            assert!(guard.fencing_token_of(name).is_some());
+        }
+        // The operator's view finds them under the prefix.
+        let mut listed: Vec<String> = tagged
+            .locks("*", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|info| info.name)
+            .collect();
+        listed.sort();
+        let mut expected = names.clone();
+        expected.sort();
+        assert_eq!(listed, expected);
+        // It excludes a single-name caller of the same Locker prefix, and
+        // not one under another prefix (another lock altogether).
+        let err = tagged
+            .lock(&names[2])
+            .acquire_timeout(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err:?}");
+        plain
+            .lock(&names[2])
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        for name in &names {
+            assert!(!cluster.nodes[master].exists(&format!("bank:{{transfers}}:{{{name}}}")));
+        }
+    });
+}

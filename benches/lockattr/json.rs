@@ -244,6 +244,66 @@ fn table_json(r: &Report) -> Json {
     )
 }
 
+/// Rows 10 and 11: the other lock kinds.
+fn kinds_json(r: &Report) -> Json {
+    let k = &r.kinds;
+    let pair = |i: usize, base: usize, base_name: &'static str| {
+        Json::Obj(vec![
+            ("median_us", Json::num(k.pair_us[i])),
+            ("rtt", Json::num(k.pair_us[i] / k.rtt_us)),
+            ("baseline", Json::str(base_name)),
+            ("ratio_to_baseline", Json::num(k.pair_ratio(i, base))),
+        ])
+    };
+    Json::Obj(vec![
+        (
+            "what",
+            Json::str(
+                "lockattr only. Acquire + release, uncontended, interleaved per iteration (order rotating) with a raw PING (rtt_us) and the baselines; and READERS tasks holding one name READ_HOLD each, read side against write side, blocks A B B A",
+            ),
+        ),
+        ("iterations", Json::num(k.iterations as f64)),
+        ("rtt_us", Json::num(k.rtt_us)),
+        ("lock", pair(targets::LOCK, targets::LOCK, "a lock")),
+        (
+            "two_locks_in_a_row",
+            pair(targets::TWO_LOCKS, targets::LOCK, "a lock"),
+        ),
+        (
+            "set_of_two_names",
+            Json::Obj(vec![
+                (
+                    "acquire_release",
+                    pair(targets::SET, targets::TWO_LOCKS, "two locks in a row"),
+                ),
+                ("target", target_json(targets::set_of_two(r))),
+            ]),
+        ),
+        ("read", pair(targets::READ, targets::LOCK, "a lock")),
+        ("write", pair(targets::WRITE, targets::LOCK, "a lock")),
+        (
+            "semaphore_permit",
+            pair(targets::PERMIT, targets::LOCK, "a lock"),
+        ),
+        (
+            "readers_sharing",
+            Json::Obj(vec![
+                ("tasks", Json::num(crate::scenarios::kinds::READERS as f64)),
+                (
+                    "hold_ms",
+                    Json::num(crate::scenarios::kinds::READ_HOLD.as_secs_f64() * 1e3),
+                ),
+                ("seconds_per_side", Json::num(k.shared_seconds)),
+                ("read_holds_per_s", Json::num(k.shared_per_s[0])),
+                ("write_holds_per_s", Json::num(k.shared_per_s[1])),
+                ("read_most_inside", Json::num(k.most_inside[0] as f64)),
+                ("write_most_inside", Json::num(k.most_inside[1] as f64)),
+                ("target", target_json(targets::readers_share(r))),
+            ]),
+        ),
+    ])
+}
+
 /// The JSON record of a run.
 pub fn to_json(r: &Report) -> Json {
     let rtt = r.rtt_us;
@@ -524,6 +584,7 @@ pub fn to_json(r: &Report) -> Json {
                         ),
                     ]),
                 ),
+                ("kinds", kinds_json(r)),
             ]),
         ),
         ("table", table_json(r)),

@@ -27,6 +27,10 @@
 //! 8. Redlock on 5 servers: acquire + release and hand-over.
 //! 9. Redis Cluster, 3 masters: acquire + release, hand-over and pub/sub
 //!    messages per release (lockattr only).
+//! 10. Lock kinds (lockattr only): a set of two names, a read, a write and a
+//!     semaphore permit, against a plain lock and two locks in a row.
+//! 11. Readers sharing: 16 tasks holding the read side against the write
+//!     side (lockattr only).
 //!
 //! Output: a table on stdout, `docs/bench/results.json`,
 //! `docs/bench/chart.svg` and the README's table (with `--quick`: JSON and
@@ -266,30 +270,36 @@ async fn run_all(servers: &Servers, plan: &Plan) -> Res<Report> {
     let url = &servers.single.url;
 
     eprintln!(
-        "[1-2/9] RTT and uncontended acquire + release ({} iterations)",
+        "[1-2/11] RTT and uncontended acquire + release ({} iterations)",
         plan.iterations
     );
     scenarios::uncontended::uncontended(url, plan, &mut report).await?;
     eprintln!(
-        "[3/9] hand-over across processes ({} rounds per library)",
+        "[3/11] hand-over across processes ({} rounds per library)",
         plan.handoff_rounds
     );
     scenarios::handoff::single(url, plan, &mut report).await?;
-    eprintln!("[4/9] contended: {CONTEND_PROCESSES} processes");
+    eprintln!("[4/11] contended: {CONTEND_PROCESSES} processes");
     scenarios::contended::processes(url, plan, &mut report).await?;
-    eprintln!("[5/9] contended: {ONE_PROCESS_TASKS} tasks in one process");
+    eprintln!("[5/11] contended: {ONE_PROCESS_TASKS} tasks in one process");
     scenarios::contended::tasks(url, plan, &mut report).await?;
-    eprintln!("[6/9] many locks: {MANY_TASKS} tasks");
+    eprintln!("[6/11] many locks: {MANY_TASKS} tasks");
     scenarios::many::many_locks(url, servers.single.pid(), plan, &mut report).await?;
     eprintln!(
-        "[7/9] macro overhead ({} iterations)",
+        "[7/11] macro overhead ({} iterations)",
         plan.macro_iterations
     );
     scenarios::many::macro_overhead(url, plan, &mut report).await?;
-    eprintln!("[8/9] Redlock on {} servers", servers.redlock.len());
+    eprintln!("[8/11] Redlock on {} servers", servers.redlock.len());
     scenarios::deployments::redlock(servers, plan, &mut report).await?;
-    eprintln!("[9/9] Redis Cluster, {} masters", servers.cluster.len());
+    eprintln!("[9/11] Redis Cluster, {} masters", servers.cluster.len());
     scenarios::deployments::cluster(servers, plan, &mut report).await?;
+    eprintln!(
+        "[10-11/11] lock kinds ({} iterations) and {} readers sharing",
+        plan.iterations,
+        scenarios::kinds::READERS
+    );
+    scenarios::kinds::kinds(url, plan, &mut report).await?;
     report.load[1] = util::load_average();
     Ok(report)
 }

@@ -183,6 +183,22 @@ pub fn rows(r: &Report) -> Vec<Row> {
     let overhead = targets::macro_overhead_pct(r);
     let cpu = |who: usize| [0, 1].map(|lib| fmt_num(r.many_cpu_us_per_pair[lib][who], 1));
     let [redis_l, redis_r] = cpu(0);
+    let k = &r.kinds;
+    // Row 10: `µs (RTT; ratio x base)` in the lockattr column (the ratio
+    // column is lockattr / rslock, and rslock has none of these kinds).
+    let kind_row = |metric: &'static str, i: usize, base: usize| {
+        Row::info(
+            "10 kinds",
+            metric,
+            format!(
+                "{} ({}; {}×)",
+                fmt_num(k.pair_us[i], 1),
+                fmt_num(k.pair_us[i] / k.rtt_us, 2),
+                fmt_num(k.pair_ratio(i, base), 2)
+            ),
+            none(),
+        )
+    };
     let [bench_l, bench_r] = cpu(1);
     vec![
         Row {
@@ -284,6 +300,57 @@ pub fn rows(r: &Report) -> Vec<Row> {
             none(),
         )
         .in_readme(),
+        kind_row(
+            "set of 2 names, acq+rel, µs (RTT; × two locks in a row)",
+            targets::SET,
+            targets::TWO_LOCKS,
+        )
+        .checked(targets::set_of_two(r)),
+        kind_row(
+            "two locks in a row, acq+rel, µs (RTT; × a lock)",
+            targets::TWO_LOCKS,
+            targets::LOCK,
+        ),
+        kind_row(
+            "read lock, acq+rel, µs (RTT; × a lock)",
+            targets::READ,
+            targets::LOCK,
+        )
+        .in_readme(),
+        kind_row(
+            "write lock, acq+rel, µs (RTT; × a lock)",
+            targets::WRITE,
+            targets::LOCK,
+        ),
+        kind_row(
+            "semaphore of 4, a permit, acq+rel, µs (RTT; × a lock)",
+            targets::PERMIT,
+            targets::LOCK,
+        )
+        .in_readme(),
+        Row::info(
+            "10 kinds",
+            "a plain lock, acq+rel, µs (RTT)",
+            in_rtt(k.pair_us[targets::LOCK], k.rtt_us),
+            none(),
+        ),
+        Row::info(
+            "11 16 readers, 1 name",
+            "holds/s (2 ms each): read side; write side",
+            format!(
+                "{}; {}",
+                fmt_num(k.shared_per_s[0], 0),
+                fmt_num(k.shared_per_s[1], 0)
+            ),
+            none(),
+        )
+        .checked(targets::readers_share(r)),
+        Row::info(
+            "11 16 readers, 1 name",
+            "most inside at once: read side; write side",
+            format!("{}; {}", k.most_inside[0], k.most_inside[1]),
+            none(),
+        ),
     ]
 }
 

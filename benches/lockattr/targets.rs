@@ -120,6 +120,36 @@ pub fn redlock_handoff(r: &Report) -> Target {
     }
 }
 
+/// Row 10: a set of two names against two locks taken one after the other.
+pub fn set_of_two(r: &Report) -> Target {
+    Target {
+        text: "<= 1.0x two locks in a row",
+        met: r.kinds.pair_ratio(SET, TWO_LOCKS) <= 1.0,
+    }
+}
+
+/// Row 11: readers share the lock.
+pub fn readers_share(r: &Report) -> Target {
+    let k = &r.kinds;
+    Target {
+        text: ">= 4x the write side, and more than one inside at once",
+        met: ratio(k.shared_per_s[0], k.shared_per_s[1]) >= 4.0 && k.most_inside[0] > 1,
+    }
+}
+
+/// Indices into row 10's `pair_us`.
+pub const LOCK: usize = 0;
+/// See [`LOCK`].
+pub const TWO_LOCKS: usize = 1;
+/// See [`LOCK`].
+pub const SET: usize = 2;
+/// See [`LOCK`].
+pub const READ: usize = 3;
+/// See [`LOCK`].
+pub const WRITE: usize = 4;
+/// See [`LOCK`].
+pub const PERMIT: usize = 5;
+
 /// `met` or `missed`.
 pub fn met_word(met: bool) -> &'static str {
     if met { "met" } else { "missed" }

@@ -162,6 +162,9 @@ pub(crate) struct Keys {
     /// A semaphore's number of permits (its `lock` is then the key of the
     /// permit held); 0 for a lock.
     pub(crate) permits: u32,
+    /// A read-write lock's side and keys (its `lock` is then the key the
+    /// holder holds: the writer's, or the reader's own); `None` otherwise.
+    pub(crate) rw: Option<crate::backend::rwlock::RwKeys>,
 }
 
 impl Keys {
@@ -187,6 +190,7 @@ impl Keys {
             holder: Arc::from(""),
             barge: Duration::ZERO,
             permits: 0,
+            rw: None,
         }
     }
 }

@@ -797,12 +797,28 @@ impl LockerBuilder {
         self
     }
 
-    /// The prefix of every Redis key (default `"lockattr:"`). It may not
-    /// contain `{` or `}`, which would break the keys' Redis Cluster hash tag.
+    /// The prefix of every Redis key (default `"lockattr:"`).
+    ///
+    /// On a Redis Cluster every key of a lock carries the lock's name as its
+    /// hash tag (`lockattr:{order:7}`, `lockattr:{order:7}:fence`, ...), so
+    /// locks spread over the masters and a lock's keys share one slot. A
+    /// prefix may instead carry a hash tag of its own, one non-empty `{tag}`
+    /// (`"bank:{transfers}:"`): then every key of this Locker's locks is in
+    /// that tag's slot, on one master, and a [set of
+    /// names](Locker::lock_all) is taken by one script call instead of one
+    /// per slot. Any other `{` or `}` in a prefix is refused: an empty or
+    /// unclosed tag would split a lock's keys over several slots. Every
+    /// process that shares locks must use the same prefix.
     ///
     /// ```
     /// # use lockattr_runtime::Locker;
+    /// let related = Locker::cluster_builder(["redis://127.0.0.1:7000/"])
+    ///     .prefix("bank:{transfers}:")
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(related.prefix(), "bank:{transfers}:");
     /// assert!(Locker::builder("redis://127.0.0.1/").prefix("a{b").build().is_err());
+    /// assert!(Locker::builder("redis://127.0.0.1/").prefix("a{}:").build().is_err());
     /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -848,13 +864,7 @@ impl LockerBuilder {
     /// assert!(err.to_string().contains("response timeout"));
     /// ```
     pub fn build(self) -> Result<Locker, LockError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(LockError::invalid(
-                "key prefix",
-                "it may not contain `{` or `}`: the lock name is put between braces to keep \
-                 all keys of a lock in one Redis Cluster slot",
-            ));
-        }
+        check_prefix(&self.prefix)?;
         for (what, value) in [
             ("connect timeout", Some(self.timeouts.connect)),
             ("response timeout", Some(self.timeouts.response)),
@@ -1303,7 +1313,7 @@ impl LockBuilder<'_> {
             crate::semaphore::check(&mut keys, permits, &inner.backend)?;
         }
         if let Some(mode) = self.rw {
-            crate::rwlock::check(mode)?;
+            crate::rwlock::check(&mut keys, mode, &inner.backend)?;
         }
         let token = new_token()?;
         let report = Report::new(self.name.clone(), kind);
@@ -1323,6 +1333,28 @@ impl LockBuilder<'_> {
         };
         Ok((lease, wait))
     }
+}
+
+/// Accepts a key prefix without braces, or with one non-empty hash tag
+/// (`"bank:{transfers}:"`): with either, all keys of a lock share a slot.
+fn check_prefix(prefix: &str) -> Result<(), LockError> {
+    let braces = prefix.matches(['{', '}']).count();
+    let tag = prefix
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag);
+    if braces == 0 || (braces == 2 && tag.is_some_and(|tag| !tag.is_empty())) {
+        return Ok(());
+    }
+    Err(LockError::invalid(
+        "key prefix",
+        format!(
+            "{prefix:?} has braces that are not one non-empty hash tag: a prefix may hold one \
+             `{{tag}}` (as in \"bank:{{transfers}}:\", to keep all of a Locker's locks in one \
+             Redis Cluster slot) and no other `{{` or `}}`; an empty or unclosed tag would split \
+             a lock's keys over several slots"
+        ),
+    ))
 }
 
 /// `renew` and `renew_for` as set on a builder: whether the lease is
@@ -1366,6 +1398,11 @@ async fn acquire(
     (lease, wait): (Lease, Duration),
     gone: io::CallerGone,
 ) -> Result<(LockGuard, bool), LockError> {
+    if lease.keys.rw.is_some() {
+        let (lease, grant) = crate::rwlock::acquire(lease, wait, gone).await?;
+        let handed = grant.handed;
+        return Ok((granted(lease, grant), handed));
+    }
     if lease.keys.permits > 0 {
         let (lease, grant) = crate::semaphore::acquire(lease, wait, gone).await?;
         let handed = grant.handed;
@@ -1456,6 +1493,17 @@ pub(crate) fn new_token() -> Result<String, LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_holds_no_braces_or_one_hash_tag() {
+        for ok in ["", "lockattr:", "bank:{transfers}:", "{t}", "a:{x y}:b"] {
+            assert!(check_prefix(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["a{b", "a}b", "{}:", "a}{b}", "{a}{b}", "{a}}", "}{", "{{a}"] {
+            let err = check_prefix(bad).unwrap_err().to_string();
+            assert!(err.contains("hash tag"), "{bad:?}: {err}");
+        }
+    }
 
     #[test]
     fn tokens_are_128_random_bits() {

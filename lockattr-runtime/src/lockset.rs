@@ -27,7 +27,9 @@ impl Locker {
     /// on one server one script takes every name or none, so two callers
     /// locking `{a, b}` and `{b, a}` cannot deadlock. On a Redis Cluster the
     /// names are taken slot by slot in a fixed order, and what was taken is
-    /// given back when a later slot is busy. A Redlock Locker refuses sets
+    /// given back when a later slot is busy; a Locker whose
+    /// [prefix](crate::LockerBuilder::prefix) carries a hash tag keeps all
+    /// its names in one slot, taken by one script. A Redlock Locker refuses sets
     /// ([`LockError::InvalidInput`]). See [`LockSetGuard`] for what the
     /// guard offers.
     ///

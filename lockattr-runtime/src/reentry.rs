@@ -40,6 +40,7 @@ tokio::task_local! {
 fn same(lease: &Lease, locker: &Inner, name: &str) -> bool {
     lease.name == name
         && lease.keys.permits == 0
+        && lease.keys.rw.is_none()
         && lease.locker.prefix == locker.prefix
         && lease.locker.backend.server() == locker.backend.server()
 }

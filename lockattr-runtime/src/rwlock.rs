@@ -1,7 +1,15 @@
 //! Read-write locks: many readers or one writer of one name
-//! ([`Locker::read_lock`], [`Locker::write_lock`]).
+//! ([`Locker::read_lock`], [`Locker::write_lock`]). The Redis side, keys
+//! and protocol are in `backend::rwlock`.
 
-use crate::{LockBuilder, LockError, Locker};
+use std::time::Duration;
+
+use crate::backend::queue::Queued;
+use crate::backend::rwlock::{self as redis_side, RwKeys};
+use crate::backend::{Backend, Grant, LockRequest};
+use crate::guard::Lease;
+use crate::key::Keys;
+use crate::{LockBuilder, LockError, Locker, io};
 
 /// Which side of a read-write lock a request takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,13 +22,48 @@ pub(crate) enum RwMode {
 
 impl Locker {
     /// A request to read under the read-write lock `name`: any number of
-    /// readers hold it at once, and none while a writer holds it.
+    /// readers hold it at once, across all processes using the same Redis
+    /// and prefix, and none while a writer holds it.
+    ///
+    /// The builder and the guard are a lock's: `expire`, `acquire_timeout`,
+    /// `renew`, `renew_for`, `hold_at_least` and `kind` mean the same per
+    /// reader, and [`LockGuard`](crate::LockGuard) releases, renews,
+    /// extends and reports a loss exactly as for a lock. Each reader has its
+    /// own owner token and lease: a crashed reader's share is free when its
+    /// lease ends.
+    ///
+    /// Writer-preferring: a reader does not get in while a writer waits, so
+    /// a stream of readers does not starve writers. A writer's release hands
+    /// the lock at once to every reader queued before the next writer, each
+    /// woken through pub/sub.
+    ///
+    /// A reader's [`fencing_token`](crate::LockGuard::fencing_token) is the
+    /// token of the last write of the name (the last [`write_lock`]
+    /// granted), or 0 when none is known: the name was never written, or
+    /// its counter expired `fence_retention` after the last lease.
+    ///
+    /// At acquire, one server (Sentinel included) and a Redis Cluster are
+    /// supported; a Redlock Locker refuses with [`LockError::InvalidInput`].
+    /// A read-write lock shares no key with the lock or the semaphore of the
+    /// same name, and does not exclude them. It is never re-entered: a
+    /// nested call takes a hold of its own, so a writer that takes the read
+    /// side of its own name in a nested call waits for itself (until its
+    /// acquire timeout).
+    ///
+    /// [`write_lock`]: Locker::write_lock
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
     /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
-    /// let reading = locker.read_lock("catalog").acquire().await?;
-    /// // ... read the catalog ...
+    /// let reading = locker
+    ///     .read_lock("catalog")
+    ///     .expire(Duration::from_secs(30))
+    ///     .renew(true)
+    ///     .acquire()
+    ///     .await?;
+    /// let version = reading.fencing_token(); // the last write's token
+    /// // ... read the catalog, with other readers ...
     /// reading.release().await?;
     /// # Ok(()) }
     /// ```
@@ -31,13 +74,31 @@ impl Locker {
     }
 
     /// A request to write under the read-write lock `name`: held by this
-    /// writer alone, with no reader.
+    /// writer alone, with no reader and no other writer.
+    ///
+    /// The builder and the guard are a lock's (see [`read_lock`] for what
+    /// holds of both sides). A writer waits for the readers inside to
+    /// leave, keeping new readers out meanwhile; the last reader's release
+    /// hands it the lock and wakes it through pub/sub. Waiting writers are
+    /// served first come, first served. Writers' fencing tokens increase
+    /// with every write of the name.
+    ///
+    /// One server (Sentinel included) and a Redis Cluster are supported; a
+    /// Redlock Locker refuses with [`LockError::InvalidInput`].
+    ///
+    /// [`read_lock`]: Locker::read_lock
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
+    /// # use std::time::Duration;
     /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
-    /// let writing = locker.write_lock("catalog").acquire().await?;
-    /// // ... change the catalog ...
+    /// let writing = locker
+    ///     .write_lock("catalog")
+    ///     .acquire_timeout(Duration::from_secs(60))
+    ///     .acquire()
+    ///     .await?;
+    /// let token = writing.fencing_token(); // larger than every write before
+    /// // ... change the catalog, alone ...
     /// writing.release().await?;
     /// # Ok(()) }
     /// ```
@@ -48,10 +109,53 @@ impl Locker {
     }
 }
 
-/// Checks a read-write request.
-pub(crate) fn check(_mode: RwMode) -> Result<(), LockError> {
-    Err(LockError::invalid(
-        "read-write lock",
-        "read-write locks are not available yet",
-    ))
+/// Checks a read-write request and makes its keys: refused on a Redlock.
+pub(crate) fn check(keys: &mut Keys, mode: RwMode, backend: &Backend) -> Result<(), LockError> {
+    if let Backend::Redlock(_) = backend {
+        return Err(LockError::invalid(
+            "read-write lock",
+            "read-write locks need one server or a Redis Cluster: a Redlock Locker would have to \
+             count readers and hand the lock over by majority across independent masters, which \
+             is not supported; use a Locker on one server (or Sentinel) or a Cluster for \
+             read-write locks",
+        ));
+    }
+    RwKeys::make(keys, mode);
+    Ok(())
+}
+
+/// Takes the side of `lease` for its lease, waiting up to `wait`; the
+/// lease, now keyed by the key it holds, and the grant.
+pub(crate) async fn acquire(
+    mut lease: Lease,
+    wait: Duration,
+    gone: io::CallerGone,
+) -> Result<(Lease, Grant), LockError> {
+    let Some(rw) = lease.keys.rw.clone() else {
+        return Err(LockError::invalid(
+            "read-write lock",
+            "not a read-write lock request",
+        ));
+    };
+    let backend = match &lease.locker.backend {
+        Backend::Single(node) => Queued::Single(node),
+        Backend::Cluster(nodes) => Queued::Cluster(nodes),
+        Backend::Redlock(_) => {
+            return Err(LockError::invalid(
+                "read-write lock",
+                "read-write locks are not supported on a Redlock Locker",
+            ));
+        }
+    };
+    let request = LockRequest {
+        locker: &lease.locker,
+        name: &lease.name,
+        keys: &lease.keys,
+        token: lease.token.clone(),
+        expire: lease.expire,
+        wait,
+    };
+    let grant = redis_side::acquire(backend, request, &rw, gone).await?;
+    lease.keys.lock = rw.holder_key(&grant.token);
+    Ok((lease, grant))
 }

@@ -3,6 +3,7 @@
 pub mod contended;
 pub mod deployments;
 pub mod handoff;
+pub mod kinds;
 pub mod many;
 pub mod uncontended;
 
@@ -56,6 +57,8 @@ pub struct Report {
     pub cluster: Deployment,
     /// Row 9: pub/sub messages per release.
     pub pubsub: PubSub,
+    /// Rows 10 and 11: the other lock kinds (lockattr only).
+    pub kinds: kinds::Kinds,
     /// rslock's retry settings as its `Debug` output shows them.
     pub rslock_defaults_seen: (Option<u32>, Option<String>),
     /// The checkout when the run started (the code that `cargo bench` built).

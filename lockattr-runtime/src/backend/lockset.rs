@@ -16,7 +16,9 @@
 //! key); when a group is busy, the groups already taken are given back in
 //! the same attempt before it waits. Nothing is held while waiting, so this
 //! stays deadlock-free too. (Every key of a name carries the whole name as
-//! its hash tag, so two names share a slot only by chance.)
+//! its hash tag, so two names share a slot only by chance, unless the
+//! Locker's prefix carries a hash tag: then all its names share that slot
+//! and a set is one group.)
 //!
 //! # Waiting
 //!

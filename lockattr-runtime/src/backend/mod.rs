@@ -14,6 +14,7 @@ pub(crate) mod queue;
 pub(crate) mod redlock;
 #[macro_use]
 pub(crate) mod scripts;
+pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 mod single;
 pub(crate) mod source;

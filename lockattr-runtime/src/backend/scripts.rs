@@ -677,6 +677,10 @@ pub(crate) fn release(
     fencing_token: u64,
     notify: bool,
 ) -> ScriptInvocation<'static> {
+    if let Some(rw) = &keys.rw {
+        // A read-write lock's release never hands a reader's key on.
+        return super::rwlock::release_invocation(keys, rw, token, fencing_token);
+    }
     let mut invocation = RELEASE.prepare_invoke();
     invocation
         .key(&keys.lock)
@@ -697,6 +701,9 @@ pub(crate) fn release(
 /// a server that never saw the script, where EVALSHA would only say
 /// NOSCRIPT long after anyone listened.
 pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
+    if let Some(rw) = &keys.rw {
+        return super::rwlock::give_back_eval(keys, rw, token);
+    }
     redis::cmd("EVAL")
         .arg(RELEASE_LUA)
         .arg(4)

@@ -436,14 +436,14 @@ pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> red
     cmd
 }
 
-fn whole_millis(d: Duration) -> u64 {
+pub(super) fn whole_millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl SingleNode {
     /// Sends an acquisition (safe to repeat); when its answer is not read,
     /// `give_back` follows it on the same connection.
-    async fn run_acquisition<T: redis::FromRedisValue>(
+    pub(super) async fn run_acquisition<T: redis::FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
         give_back: redis::Cmd,
@@ -493,7 +493,7 @@ impl Queued<'_> {
 /// authenticated, and a semaphore's requests are longer (a key per
 /// permit): a URL without the password is then answered with a protocol
 /// error instead of NOAUTH. Says what it means.
-fn unauthenticated(e: LockError) -> LockError {
+pub(super) fn unauthenticated(e: LockError) -> LockError {
     match e {
         LockError::Redis { server, source } if source.to_string().contains("unauthenticated") => {
             LockError::Redis {
@@ -505,7 +505,8 @@ fn unauthenticated(e: LockError) -> LockError {
     }
 }
 
-/// A semaphore request refused for want of authentication.
+/// A semaphore or read-write lock request refused for want of
+/// authentication.
 #[derive(Debug)]
 struct NoAuth(String);
 
@@ -513,9 +514,9 @@ impl std::fmt::Display for NoAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "NOAUTH: the server requires authentication (it answered a semaphore request sent \
-             before authenticating with `{}`); put the user and password in the URL: \
-             redis://user:password@host:port/",
+            "NOAUTH: the server requires authentication (it answered a semaphore or read-write \
+             lock request sent before authenticating with `{}`); put the user and password in \
+             the URL: redis://user:password@host:port/",
             self.0
         )
     }
@@ -680,7 +681,7 @@ pub(crate) async fn acquire(
     }
 }
 
-fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Instant {
+pub(super) fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Instant {
     let mut at = recheck;
     if let Some(lease) = lease {
         at = at.min(soon_after(lease));

@@ -1,0 +1,184 @@
+//! Read-write locks across OS processes: the test re-executes its own test
+//! binary as child processes (`--exact <worker>`).
+//!
+//! - 4 children each read and write many times; inside, each counts itself
+//!   on a separate store server (readers and writers, checked and counted
+//!   in one script call), pauses, counts itself out. Several readers must
+//!   be seen inside at once, never a writer with anyone else.
+//! - A child takes the read side and is SIGKILLed while holding it: its
+//!   share is free when its lease ends, not before.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use lockattr::Locker;
+use support::{RedisServer, child_test, wait_child};
+
+const CHILDREN: usize = 4;
+const ITERATIONS: usize = 24;
+/// Where the lock server is, for a child.
+const LOCK_URL: &str = "LOCKATTR_RW_LOCK_URL";
+/// Where the store server is, for a child.
+const STORE_URL: &str = "LOCKATTR_RW_STORE_URL";
+/// What a child prints when its loop is done.
+const DONE: &str = "LOCKATTR_RW_CHILD_DONE";
+/// What the holding child prints once it holds the read side.
+const HOLDING: &str = "LOCKATTR_RW_HOLDING";
+
+/// Counts a reader (`r`) or a writer (`w`) in: notes a breach of the
+/// rule (a writer with anyone, a reader with a writer) and the most readers.
+const ENTER: &str = r"
+local readers = tonumber(redis.call('get', 'readers') or 0)
+local writers = tonumber(redis.call('get', 'writers') or 0)
+if ARGV[1] == 'w' then
+  if readers > 0 or writers > 0 then redis.call('incr', 'breaches') end
+  redis.call('incr', 'writers')
+else
+  if writers > 0 then redis.call('incr', 'breaches') end
+  readers = redis.call('incr', 'readers')
+  if readers > tonumber(redis.call('get', 'most') or 0) then redis.call('set', 'most', readers) end
+end
+return 1
+";
+
+#[test]
+fn child_worker() {
+    let (Ok(lock_url), Ok(store_url)) = (std::env::var(LOCK_URL), std::env::var(STORE_URL)) else {
+        return;
+    };
+    let locker = Locker::new(&lock_url).unwrap();
+    let mut store = redis::Client::open(store_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let enter = redis::Script::new(ENTER);
+    for i in 0..ITERATIONS {
+        let writing = i % 4 == 3;
+        let request = if writing {
+            locker.write_lock("catalog")
+        } else {
+            locker.read_lock("catalog")
+        };
+        let guard = request
+            .expire(Duration::from_secs(30))
+            .acquire_timeout(Duration::from_secs(60))
+            .acquire_blocking()
+            .unwrap();
+        let _: i64 = enter
+            .arg(if writing { "w" } else { "r" })
+            .invoke(&mut store)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(if writing { 2 } else { 15 }));
+        let counter = if writing { "writers" } else { "readers" };
+        let _: i64 = redis::cmd("DECR").arg(counter).query(&mut store).unwrap();
+        guard.release_blocking().unwrap();
+    }
+    println!("{DONE} {}", std::process::id());
+}
+
+#[test]
+fn processes_share_reads_and_exclude_writes() {
+    let locks = RedisServer::start();
+    let store = RedisServer::start();
+    let (lock_url, store_url) = (locks.url(), store.url());
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|_| {
+            child_test(
+                "child_worker",
+                &[
+                    (LOCK_URL, lock_url.as_str()),
+                    (STORE_URL, store_url.as_str()),
+                ],
+            )
+            .spawn()
+            .expect("spawn child test process")
+        })
+        .collect();
+    for child in children {
+        let pid = child.id();
+        let output = wait_child(child, Duration::from_secs(120));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && stdout.contains(&format!("{DONE} {pid}")),
+            "child {pid} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            output.status
+        );
+    }
+    assert_eq!(store.get("breaches"), None, "a writer was not alone");
+    let most: i64 = store.get("most").unwrap().parse().unwrap();
+    assert!(most >= 2, "readers of different processes never overlapped");
+    assert_eq!(store.get("readers").as_deref(), Some("0"));
+    assert_eq!(store.get("writers").as_deref(), Some("0"));
+    assert!(locks.keys("lockattr:{catalog}:rw:read:*").is_empty());
+    assert!(!locks.exists("lockattr:{catalog}:rw:write"));
+}
+
+/// Takes the read side with a 2 s lease, says so, and sleeps until killed.
+#[test]
+fn child_reader() {
+    let (Ok(lock_url), Err(_)) = (std::env::var(LOCK_URL), std::env::var(STORE_URL)) else {
+        return;
+    };
+    let locker = Locker::new(&lock_url).unwrap();
+    let _guard = locker
+        .read_lock("killed")
+        .expire(Duration::from_secs(2))
+        .acquire_blocking()
+        .unwrap();
+    println!("{HOLDING}");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn a_killed_readers_share_is_free_when_its_lease_ends() {
+    let locks = RedisServer::start();
+    let url = locks.url();
+    let mut child = child_test("child_reader", &[(LOCK_URL, url.as_str())])
+        .spawn()
+        .expect("spawn child test process");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the child ended before holding the read side")
+            .unwrap();
+        if line.contains(HOLDING) {
+            break;
+        }
+    }
+    let held = Instant::now();
+    // SIGKILL: no release, no Drop.
+    child.kill().unwrap();
+    let _ = wait_child(child, Duration::from_secs(10));
+    let locker = Locker::new(&url).unwrap();
+    // Another reader is not kept out meanwhile.
+    let reader = locker
+        .read_lock("killed")
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking()
+        .unwrap();
+    reader.release_blocking().unwrap();
+    let busy = locker
+        .write_lock("killed")
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking();
+    assert!(busy.is_err(), "the writer got in before the lease ended");
+    let guard = locker
+        .write_lock("killed")
+        .acquire_timeout(Duration::from_secs(10))
+        .acquire_blocking()
+        .unwrap();
+    let waited = held.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1_900),
+        "taken after {waited:?}, before the 2 s lease ended"
+    );
+    assert!(
+        waited < Duration::from_secs(4),
+        "taken only after {waited:?}"
+    );
+    guard.release_blocking().unwrap();
+}
