@@ -441,3 +441,52 @@ async fn a_dropped_future_gives_the_hold_back() {
     write_once(&locker).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+// ---- Never re-entered ----
+
+/// A writer's nested read of its own name: a hold of its own, so it waits
+/// on the writer (here not at all: `acquire_time = 0`).
+#[redis_lock(name = "nested", mode = "write", expire = 30, locker = locker)]
+async fn write_then_read(locker: &Locker) -> Result<Result<(), Error>, Error> {
+    Ok(nested_read(locker).await)
+}
+
+#[redis_lock(name = "nested", mode = "read", expire = 30, acquire_time = 0, locker = locker)]
+async fn nested_read(locker: &Locker) -> Result<(), Error> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_writers_nested_read_of_its_own_name_waits() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let nested = write_then_read(&locker).await.unwrap();
+    assert!(
+        matches!(&nested, Err(Error::Lock(e)) if e.is_timeout()),
+        "the nested read got in beside its writer: {nested:?}"
+    );
+    assert!(holds(&server, "nested").is_empty());
+}
+
+/// A lock of the same name inside a read hold is a lock of its own (a
+/// read-write lock shares no key with it), not a reentry into the read hold.
+#[redis_lock(name = "mixed", mode = "read", locker = locker)]
+async fn read_then_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
+    plain_lock(locker, server).await
+}
+
+/// Whether the plain lock's own key is held.
+#[redis_lock(name = "mixed", locker = locker)]
+async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
+    Ok(server.exists("lockattr:{mixed}"))
+}
+
+#[tokio::test]
+async fn a_lock_inside_a_read_hold_of_the_same_name_is_taken() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let took_lock = read_then_lock(&locker, &server).await.unwrap();
+    assert!(took_lock, "the lock re-entered the read hold");
+    assert!(!server.exists("lockattr:{mixed}"));
+    assert!(holds(&server, "mixed").is_empty());
+}
