@@ -154,9 +154,7 @@ async fn an_async_write_excludes_a_read_and_another_write() {
     };
     let second = {
         let (locker, inside) = (locker.clone(), inside.clone());
-        tokio::spawn(async move {
-            write_doc(&locker, &inside, Duration::ZERO).await.unwrap()
-        })
+        tokio::spawn(async move { write_doc(&locker, &inside, Duration::ZERO).await.unwrap() })
     };
     let first_done = first.await.unwrap();
     let (read_done, second_done) = (reader.await.unwrap(), second.await.unwrap());
@@ -278,7 +276,10 @@ async fn the_guard_gives_the_fencing_token() {
     let locker = Locker::new(server.url()).unwrap();
     let first = write_token(&locker, 1).await.unwrap();
     let second = write_token(&locker, 1).await.unwrap();
-    assert!(second > first, "writers' tokens do not grow: {first}, {second}");
+    assert!(
+        second > first,
+        "writers' tokens do not grow: {first}, {second}"
+    );
     // A reader is given the last write's token.
     assert_eq!(read_token(&locker, 1).await.unwrap(), second);
     let locker_sync = locker.clone();
@@ -286,7 +287,10 @@ async fn the_guard_gives_the_fencing_token() {
         .await
         .unwrap()
         .unwrap();
-    assert!(third > second, "writers' tokens do not grow: {second}, {third}");
+    assert!(
+        third > second,
+        "writers' tokens do not grow: {second}, {third}"
+    );
     assert_eq!(read_token(&locker, 1).await.unwrap(), third);
     assert!(holds(&server, "fenced:1").is_empty());
 }
@@ -374,7 +378,9 @@ async fn a_panic_gives_the_hold_back() {
     };
     assert!(task.await.unwrap_err().is_panic());
     // The async path's Drop schedules the release.
-    let freed = eventually(Duration::from_secs(5), || holds(&server, "panics").is_empty());
+    let freed = eventually(Duration::from_secs(5), || {
+        holds(&server, "panics").is_empty()
+    });
     assert!(freed.is_some(), "the writer's hold outlived its panic");
 
     let locker_sync = locker.clone();
@@ -388,7 +394,10 @@ async fn a_panic_gives_the_hold_back() {
     .unwrap();
     assert!(panicked);
     // A sync hold is given back before the panic leaves the function.
-    assert!(holds(&server, "panics").is_empty(), "the reader's hold outlived its panic");
+    assert!(
+        holds(&server, "panics").is_empty(),
+        "the reader's hold outlived its panic"
+    );
     // And the name is free at once: with `acquire_time = 0`, the writer
     // only reaches its panic if it got in.
     let again = tokio::spawn(async move { write_and_panic(&locker).await }).await;
@@ -434,7 +443,9 @@ async fn a_dropped_future_gives_the_hold_back() {
         assert!(waited.is_ok(), "the reader never got in");
         assert_eq!(holds(&server, "dropped").len(), 1);
     } // the reader's future is dropped mid-body
-    let freed = eventually(Duration::from_secs(5), || holds(&server, "dropped").is_empty());
+    let freed = eventually(Duration::from_secs(5), || {
+        holds(&server, "dropped").is_empty()
+    });
     assert!(freed.is_some(), "the reader's hold outlived its future");
     // A writer gets in well before the reader's 30 s lease would end.
     let started = Instant::now();

@@ -67,7 +67,11 @@ impl ModeArg {
             // is right or close, only the quotes are missing.
             Expr::Path(ExprPath {
                 path, qself: None, ..
-            }) if path.segments.last().is_some_and(|s| suggest(&s.ident.to_string()).is_some()) => {
+            }) if path
+                .segments
+                .last()
+                .is_some_and(|s| suggest(&s.ident.to_string()).is_some()) =>
+            {
                 let word = path
                     .segments
                     .last()
@@ -253,11 +257,7 @@ pub(crate) fn acquire(
     };
     let function = Ident::new(function, Span::call_site());
     let call = quote!(::lockattr::__private::#function(#locker, #name, #options));
-    if is_async {
-        quote!(#call.await)
-    } else {
-        call
-    }
+    if is_async { quote!(#call.await) } else { call }
 }
 
 #[cfg(test)]
@@ -294,7 +294,10 @@ mod tests {
             ("\"writer\"", "write"),
         ] {
             let e = parse(value).unwrap_err();
-            assert!(e.contains(&format!("did you mean `mode = \"{meant}\"`")), "{value}: {e}");
+            assert!(
+                e.contains(&format!("did you mean `mode = \"{meant}\"`")),
+                "{value}: {e}"
+            );
         }
     }
 
@@ -335,9 +338,7 @@ mod tests {
         assert!(call(true, RwMode::Read).ends_with(".await"));
         assert!(call(false, RwMode::Read).contains("__private::acquire_read_blocking(l,"));
         assert!(call(true, RwMode::Write).contains("__private::acquire_write(l,"));
-        assert!(
-            call(false, RwMode::Write).contains("__private::acquire_write_blocking(l,")
-        );
+        assert!(call(false, RwMode::Write).contains("__private::acquire_write_blocking(l,"));
         assert!(!call(false, RwMode::Write).ends_with(".await"));
     }
 
