@@ -52,6 +52,12 @@
 //! mid-body, the guard's Drop schedules the release. The user's block is
 //! kept whole, so its items and imports stay its own; our locals use
 //! mixed-site spans, so the body cannot see them.
+//!
+//! A semaphore (`permits = N`) or a side of a read-write lock
+//! (`mode = "read"` / `"write"`) expands the same, with another acquire
+//! call: `acquire_semaphore(locker, name, N, options)`,
+//! `acquire_read(locker, name, options)` or `acquire_write(..)` (and their
+//! `_blocking` forms); see [`crate::semaphore`] and [`crate::rwmode`].
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};

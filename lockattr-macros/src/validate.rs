@@ -534,6 +534,60 @@ mod tests {
     }
 
     #[test]
+    fn a_read_write_hold_is_planned_without_reentry() {
+        use crate::rwmode::RwMode;
+        let function: syn::ItemFn =
+            syn::parse_str("async fn f(id: u64) -> Result<(), E> { Ok(()) }").unwrap();
+        for (options, mode) in [
+            ("name = \"x:{id}\", mode = \"read\"", RwMode::Read),
+            (
+                "mode = \"write\", reentrant = false, hold_at_least = 1",
+                RwMode::Write,
+            ),
+        ] {
+            let Parsed { options, errors } = syn::parse_str(options).unwrap();
+            assert!(errors.is_none());
+            let plan = plan(options, &function).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(plan.mode, Some(mode));
+            assert!(!plan.reentrant);
+            assert!(plan.permits.is_none());
+        }
+        let Parsed { options, .. } = syn::parse_str("name = \"x\"").unwrap();
+        assert_eq!(
+            plan(options, &function)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .mode,
+            None
+        );
+    }
+
+    #[test]
+    fn mode_is_refused_with_a_semaphore_a_set_and_reentry() {
+        let function: syn::ItemFn = syn::parse_str("fn f() -> Result<(), E> { Ok(()) }").unwrap();
+        for (options, expected) in [
+            (
+                "name = \"x\", permits = 2, mode = \"read\"",
+                "cannot go with `permits`",
+            ),
+            ("name = [\"a\", \"b\"], mode = \"write\"", "several names"),
+            (
+                "name = \"x\", mode = \"read\", reentrant",
+                "cannot go with `mode`",
+            ),
+        ] {
+            let Parsed { options, errors } = syn::parse_str(options).unwrap();
+            assert!(errors.is_none());
+            let e = match plan(options, &function) {
+                Ok(_) => panic!("{expected}: accepted"),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains(expected), "{e}");
+            // On a sync function, `reentrant` with `mode` is one error, not two.
+            assert!(!e.contains("needs an `async fn`"), "{e}");
+        }
+    }
+
+    #[test]
     fn finds_captures() {
         assert_eq!(captures("order:{order_id}").unwrap(), ["order_id"]);
         assert_eq!(captures("{a}:{b:>5}").unwrap(), ["a", "b"]);
