@@ -1,7 +1,8 @@
 //! `#[redis_lock(mode = "read")]` and `mode = "write"` on sync and async
-//! functions: readers overlap, a writer is alone; the guard's fencing
-//! token; the hold is given back on every way out (a value, `?`, a panic,
-//! a dropped future).
+//! functions and methods: readers overlap, a writer is alone; the guard's
+//! fencing token; the hold is given back on every way out (a value, `?`, a
+//! panic, a dropped future); never re-entered; `hold_at_least` and `renew`
+//! as for a lock.
 
 mod support;
 
@@ -500,4 +501,84 @@ async fn a_lock_inside_a_read_hold_of_the_same_name_is_taken() {
     assert!(took_lock, "the lock re-entered the read hold");
     assert!(!server.exists("lockattr:{mixed}"));
     assert!(holds(&server, "mixed").is_empty());
+}
+
+// ---- The other options work as for a lock ----
+
+/// Kept at least 500 ms after it was taken, though the body is quick.
+#[redis_lock(name = "held", mode = "write", expire = 5, hold_at_least = "500ms", locker = locker)]
+fn write_and_hold(locker: &Locker) -> Result<(), Error> {
+    Ok(())
+}
+
+#[redis_lock(name = "held", mode = "write", acquire_time = 0, locker = locker)]
+async fn write_at_once(locker: &Locker) -> Result<(), Error> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_at_least_keeps_a_writer_after_its_body() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let locker_sync = locker.clone();
+    tokio::task::spawn_blocking(move || write_and_hold(&locker_sync))
+        .await
+        .unwrap()
+        .unwrap();
+    let pttl = server.pttl("lockattr:{held}:rw:write");
+    assert!(
+        pttl > 0 && pttl <= 500,
+        "the writer's key is not kept for the rest of the hold: PTTL {pttl}"
+    );
+    let refused = write_at_once(&locker).await;
+    assert!(
+        matches!(&refused, Err(Error::Lock(e)) if e.is_timeout()),
+        "a writer got in during the hold: {refused:?}"
+    );
+    let freed = eventually(Duration::from_secs(5), || holds(&server, "held").is_empty());
+    assert!(freed.is_some(), "the hold did not end");
+    write_at_once(&locker).await.unwrap();
+}
+
+/// A reader whose 300 ms lease is renewed through an 900 ms body.
+#[redis_lock(name = "renewed", mode = "read", expire = "300ms", renew, locker = locker, guard = g)]
+async fn read_long(locker: &Locker) -> Result<bool, Error> {
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    Ok(!g.is_lost())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_keeps_a_reader_past_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    assert!(read_long(&locker).await.unwrap(), "the reader was lost");
+    assert!(holds(&server, "renewed").is_empty());
+}
+
+#[derive(lockattr::LockKey)]
+#[lock_key(prefix = "shelf")]
+struct Shelf {
+    #[lock_key]
+    id: u64,
+    locker: Locker,
+}
+
+impl Shelf {
+    /// Named after `self`: "shelf:<id>".
+    #[redis_lock(mode = "read", acquire_time = 5, locker = &self.locker, guard = g)]
+    async fn count(&self, server: &RedisServer) -> Result<usize, Error> {
+        assert_eq!(g.name(), format!("shelf:{}", self.id));
+        Ok(holds(server, &format!("shelf:{}", self.id)).len())
+    }
+}
+
+#[tokio::test]
+async fn a_method_reads_under_its_own_key() {
+    let server = RedisServer::start();
+    let shelf = Shelf {
+        id: 4,
+        locker: Locker::new(server.url()).unwrap(),
+    };
+    assert_eq!(shelf.count(&server).await.unwrap(), 1);
+    assert!(holds(&server, "shelf:4").is_empty());
 }
