@@ -63,38 +63,30 @@ impl ModeArg {
                 }),
                 other => Err(syn::Error::new(lit.span(), unknown(other))),
             },
-            // `mode = read`, `mode = Shared`, `mode = RwMode::Read`: the word
-            // is right or close, only the quotes are missing.
-            Expr::Path(ExprPath {
-                path, qself: None, ..
-            }) if path
-                .segments
-                .last()
-                .is_some_and(|s| suggest(&s.ident.to_string()).is_some()) =>
-            {
-                let word = path
-                    .segments
-                    .last()
-                    .map(|s| s.ident.to_string())
-                    .unwrap_or_default();
-                let meant = suggest(&word).map_or("read", RwMode::as_str);
-                Err(syn::Error::new_spanned(
-                    path,
-                    format!(
-                        "`mode` takes a string literal, chosen at compile time: `mode = \"{meant}\"`"
+            _ => {
+                // `mode = read`, `mode = Shared`, `mode = RwMode::Read`: the
+                // word is right or close, only the quotes are missing.
+                let meant = match &value {
+                    Expr::Path(ExprPath {
+                        path, qself: None, ..
+                    }) => path
+                        .segments
+                        .last()
+                        .and_then(|s| suggest(&s.ident.to_string())),
+                    _ => None,
+                };
+                let message = match meant {
+                    Some(meant) => format!(
+                        "`mode` takes a string literal, chosen at compile time: `mode = \"{}\"`",
+                        meant.as_str()
                     ),
-                ))
+                    None => {
+                        format!("`mode` takes a string literal, chosen at compile time: {CHOICES}")
+                    }
+                };
+                Err(syn::Error::new_spanned(&value, message))
             }
-            _ => Err(syn::Error::new_spanned(
-                &value,
-                format!("`mode` takes a string literal, chosen at compile time: {CHOICES}"),
-            )),
         }
-    }
-
-    /// Where errors about this option point: `mode = "..."` as written.
-    fn span_tokens(&self) -> &TokenStream {
-        &self.written
     }
 }
 
@@ -213,14 +205,14 @@ pub(crate) fn check(
 ) {
     if permits {
         push(syn::Error::new_spanned(
-            mode.span_tokens(),
+            &mode.written,
             "`mode` cannot go with `permits`: a semaphore has no read side, every holder takes \
              one of its permits; remove `mode` for a semaphore, or `permits` for a read-write lock",
         ));
     }
     if set {
         push(syn::Error::new_spanned(
-            mode.span_tokens(),
+            &mode.written,
             "`mode` is not supported with several names (`name = [..]`): a set takes every name \
              as an exclusive lock, in one step, and has no read side; lock the set without `mode`, \
              or take each name's read-write lock in an annotated function of its own, nesting \
