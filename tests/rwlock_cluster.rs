@@ -114,3 +114,36 @@ async fn a_read_write_lock_on_a_cluster() {
     assert_eq!(reader.fencing_token(), written);
     reader.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_with_a_hash_tag_keeps_reader_keys_in_its_slot() {
+    let cluster = Cluster::start();
+    let urls: Vec<String> = cluster.nodes.iter().map(RedisServer::url).collect();
+    let locker = Locker::cluster_builder(urls)
+        .prefix("shop:{catalog}:")
+        .build()
+        .unwrap();
+    let a = locker.read_lock("items").acquire().await.unwrap();
+    let b = locker.read_lock("items").acquire().await.unwrap();
+    let holding: Vec<usize> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.keys("shop:{catalog}:{items}:rw:read:*").len())
+        .collect();
+    assert!(holding.contains(&2), "{holding:?}");
+    let busy = locker
+        .write_lock("items")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(busy.is_err(), "{busy:?}");
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let w = locker
+        .write_lock("items")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
+    w.release().await.unwrap();
+}

@@ -45,7 +45,8 @@ impl Locker {
     /// At acquire, one server (Sentinel included) and a Redis Cluster are
     /// supported; a Redlock Locker refuses with [`LockError::InvalidInput`].
     /// A read-write lock shares no key with the lock or the semaphore of the
-    /// same name, and does not exclude them. It is never re-entered: a
+    /// same name, and does not exclude them (`Locker::inspect` and
+    /// `force_unlock` see locks only). It is never re-entered: a
     /// nested call takes a hold of its own, so a writer that takes the read
     /// side of its own name in a nested call waits for itself (until its
     /// acquire timeout).

@@ -54,6 +54,9 @@
 //! hands the lock to the waiting writer. A caller that waits is queued
 //! and told how long until the first holder's lease ends, to ask again then
 //! (a crashed holder).
+//!
+//! Each call reads every reader's key (to drop the dead), so it costs
+//! O(readers) inside Redis; a waiter asks once a second, and at hand-overs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,46 @@
+//! Read-write locks through Redis Sentinel: a Locker made with
+//! `Locker::sentinel` keeps readers and the writer on the master the
+//! sentinels name, and the last reader's release hands over to the writer.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockattr::Locker;
+use support::sentinel::SentinelSet;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_through_sentinel() {
+    let set = SentinelSet::start("lockattr-rw");
+    let master = set.master_port();
+    let locker = Locker::sentinel(&set.name, set.sentinel_urls()).unwrap();
+    let other = Locker::sentinel(&set.name, set.sentinel_urls()).unwrap();
+    let a = locker.read_lock("catalog").acquire().await.unwrap();
+    let b = other.read_lock("catalog").acquire().await.unwrap();
+    assert_eq!(
+        set.keys_on(master, "lockattr:{catalog}:rw:read:*").len(),
+        2,
+        "the readers are not on the master"
+    );
+    let writer = tokio::spawn(async move {
+        let guard = other
+            .write_lock("catalog")
+            .acquire_timeout(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!writer.is_finished(), "the writer entered with readers");
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let released = Instant::now();
+    let (at, guard) = tokio::time::timeout(Duration::from_secs(2), writer)
+        .await
+        .expect("the writer was not handed the lock")
+        .unwrap();
+    assert!(at.duration_since(released) < Duration::from_millis(800));
+    assert!(set.exists_on(master, "lockattr:{catalog}:rw:write"));
+    guard.release().await.unwrap();
+}
