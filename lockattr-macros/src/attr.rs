@@ -118,7 +118,7 @@ impl Parse for Parsed {
                 push(if name == "on_lost" {
                     syn::Error::new(
                         key.span(),
-                        format!("`on_lost` needs a mode: {ON_LOST_CHOICES}"),
+                        format!("`on_lost` needs a value: {ON_LOST_CHOICES}"),
                     )
                 } else if name == "mode" {
                     crate::rwmode::needs_value(&key)
@@ -226,7 +226,7 @@ fn flag(name: &str, value: &Expr) -> syn::Result<bool> {
     ))
 }
 
-/// The modes of `on_lost`, for messages.
+/// The values of `on_lost`, for messages.
 const ON_LOST_CHOICES: &str = "`on_lost = \"abort\"` (stop the body at once) or `on_lost = \"error\"` \
                                (let it finish, then return the loss as an error)";
 
@@ -241,7 +241,7 @@ fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
     {
         return Err(syn::Error::new_spanned(
             ident,
-            format!("the mode is a string: `on_lost = \"{ident}\"`"),
+            format!("`on_lost` takes a string: `on_lost = \"{ident}\"`"),
         ));
     }
     match &value {
@@ -252,7 +252,7 @@ fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
             "error" => Ok((OnLost::Error, lit.span())),
             other => Err(syn::Error::new(
                 lit.span(),
-                format!("unknown `on_lost` mode \"{other}\"; use {CHOICES}"),
+                format!("unknown `on_lost` value \"{other}\"; use {CHOICES}"),
             )),
         },
         _ => Err(syn::Error::new_spanned(
