@@ -36,6 +36,7 @@
 //! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger. Async functions only: sync ones never re-enter, and `reentrant = true` on one is a compile error; see [Reentrancy](#reentrancy) | `true` for an `async fn` |
 //! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner; same forms as `expire`, not zero, no longer than the lease; see [Scheduled jobs](#scheduled-jobs) | none |
 //! | `permits` | a semaphore of this many permits instead of a lock: an integer literal from 1 to 256, or a `u32` expression; not with `reentrant`; see [Semaphores](#semaphores) | none: a lock |
+//! | `mode` | a side of a read-write lock instead of a lock: `"read"` (held with other readers, never with a writer) or `"write"` (held alone); a string literal; not with `permits`, several names or `reentrant`; see [Read-write locks](#read-write-locks) | none: a lock |
 //!
 //! Literal durations and format strings are checked at compile time.
 //!
@@ -286,6 +287,42 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Read-write locks
+//!
+//! `mode = "read"` lets any number of calls hold the name at once, none
+//! while a `mode = "write"` call holds it; a writer is alone. The rest of
+//! the attribute is a lock's: the name, `expire`, `renew`, `renew_for`,
+//! `hold_at_least`, `on_lost`, `guard` and `locker` work as they do there,
+//! on sync and async functions. [`Locker::read_lock`] and
+//! [`Locker::write_lock`] are the builder forms. A writer's guard has a
+//! fencing token of its own; a reader's is the last write's. A read-write
+//! hold is never re-entered: a nested call takes a hold of its own, so a
+//! writer that reads its own name in a nested call waits on itself (call an
+//! un-annotated function from the body instead). One server and a Redis
+//! Cluster are supported, a Redlock Locker refuses read-write locks.
+//!
+//! ```no_run
+//! use lockattr::{LockError, redis_lock};
+//!
+//! #[redis_lock(name = "catalog:{shop}", mode = "read", expire = 30, renew)]
+//! async fn show(shop: u64, item: u64) -> Result<(), LockError> {
+//!     Ok(()) // with other readers of this shop's catalog, never with a writer
+//! }
+//!
+//! #[redis_lock(name = "catalog:{shop}", mode = "write", expire = 30, guard = g)]
+//! fn reprice(shop: u64) -> Result<u64, LockError> {
+//!     Ok(g.fencing_token()) // alone: no reader, no other writer
+//! }
+//! ```
+//!
+//! `mode` takes `"read"` or `"write"` only, and not with `permits`, several
+//! names or `reentrant`; a near miss names the mode meant:
+//!
+//! ```compile_fail
+//! #[lockattr::redis_lock(name = "catalog", mode = "shared")] // did you mean `mode = "read"`?
+//! fn show() -> Result<(), lockattr::LockError> { Ok(()) }
+//! ```
+//!
 //! # Redlock, Redis Cluster, Sentinel, TLS
 //!
 //! `locker = ...` takes any [`Locker`]: one server ([`Locker::new`]),
@@ -372,6 +409,21 @@
 /// ```no_run
 /// #[lockattr::redis_lock(name = "report:{day}", expire = "2m", acquire_time = 0)]
 /// fn build_report(day: u32) -> Result<(), lockattr::LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// `mode = "read"` / `mode = "write"` takes a side of a read-write lock
+/// instead (see [Read-write locks](crate#read-write-locks)):
+///
+/// ```no_run
+/// #[lockattr::redis_lock(name = "catalog", mode = "read")] // with other readers
+/// async fn show(item: u64) -> Result<(), lockattr::LockError> {
+///     Ok(())
+/// }
+///
+/// #[lockattr::redis_lock(name = "catalog", mode = "write")] // alone
+/// async fn reprice(item: u64) -> Result<(), lockattr::LockError> {
 ///     Ok(())
 /// }
 /// ```

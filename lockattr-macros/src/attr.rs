@@ -1,7 +1,8 @@
 //! Parsing the options of `#[redis_lock(...)]`.
 //!
 //! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g,
-//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s", renew_for = "1h"`.
+//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s", renew_for = "1h",
+//! mode = "read"`.
 //! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
 //! and all mistakes found in one pass, each at its own token.
 
@@ -14,7 +15,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 use crate::duration::DurationArg;
 
 /// The options this attribute knows, for messages.
-pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard, renew, renew_for, on_lost, reentrant, hold_at_least, permits";
+pub(crate) const VALID: &str = "name, expire, acquire_time, locker, guard, renew, renew_for, on_lost, reentrant, hold_at_least, permits, mode";
 
 /// The options that stand alone as `true` (`renew` means `renew = true`).
 const FLAGS: [&str; 2] = ["renew", "reentrant"];
@@ -49,6 +50,9 @@ pub(crate) struct Options {
     pub(crate) renew_for: Option<DurationArg>,
     /// `permits = N`: a semaphore of N permits (see `crate::semaphore`).
     pub(crate) permits: Option<crate::semaphore::PermitsArg>,
+    /// `mode = "read"` or `"write"`: a side of a read-write lock (see
+    /// `crate::rwmode`).
+    pub(crate) mode: Option<crate::rwmode::ModeArg>,
 }
 
 /// What an annotated function does when its lock is lost mid-body.
@@ -114,8 +118,10 @@ impl Parse for Parsed {
                 push(if name == "on_lost" {
                     syn::Error::new(
                         key.span(),
-                        format!("`on_lost` needs a mode: {ON_LOST_CHOICES}"),
+                        format!("`on_lost` needs a value: {ON_LOST_CHOICES}"),
                     )
+                } else if name == "mode" {
+                    crate::rwmode::needs_value(&key)
                 } else if VALID.split(", ").any(|v| v == name) {
                     syn::Error::new(
                         key.span(),
@@ -175,6 +181,13 @@ impl Parse for Parsed {
                         false
                     }
                 },
+                "mode" => match crate::rwmode::ModeArg::parse(&key, value) {
+                    Ok(mode) => options.mode.replace(mode).is_some(),
+                    Err(e) => {
+                        push(e);
+                        false
+                    }
+                },
                 "on_lost" => match on_lost(value) {
                     Ok(mode) => options.on_lost.replace(mode).is_some(),
                     Err(e) => {
@@ -213,7 +226,7 @@ fn flag(name: &str, value: &Expr) -> syn::Result<bool> {
     ))
 }
 
-/// The modes of `on_lost`, for messages.
+/// The values of `on_lost`, for messages.
 const ON_LOST_CHOICES: &str = "`on_lost = \"abort\"` (stop the body at once) or `on_lost = \"error\"` \
                                (let it finish, then return the loss as an error)";
 
@@ -228,7 +241,7 @@ fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
     {
         return Err(syn::Error::new_spanned(
             ident,
-            format!("the mode is a string: `on_lost = \"{ident}\"`"),
+            format!("`on_lost` takes a string: `on_lost = \"{ident}\"`"),
         ));
     }
     match &value {
@@ -239,7 +252,7 @@ fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
             "error" => Ok((OnLost::Error, lit.span())),
             other => Err(syn::Error::new(
                 lit.span(),
-                format!("unknown `on_lost` mode \"{other}\"; use {CHOICES}"),
+                format!("unknown `on_lost` value \"{other}\"; use {CHOICES}"),
             )),
         },
         _ => Err(syn::Error::new_spanned(

@@ -52,6 +52,12 @@
 //! mid-body, the guard's Drop schedules the release. The user's block is
 //! kept whole, so its items and imports stay its own; our locals use
 //! mixed-site spans, so the body cannot see them.
+//!
+//! A semaphore (`permits = N`) or a side of a read-write lock
+//! (`mode = "read"` / `"write"`) expands the same, with another acquire
+//! call: `acquire_semaphore(locker, name, N, options)`,
+//! `acquire_read(locker, name, options)` or `acquire_write(..)` (and their
+//! `_blocking` forms); see [`crate::semaphore`] and [`crate::rwmode`].
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -115,11 +121,15 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     } else {
         quote!(::lockattr::__private::acquire_blocking(#locker_var, #name_arg, #options))
     };
-    let acquire = match &plan.permits {
-        Some(permits) => {
+    // `permits` and `mode` never come together (see `crate::rwmode::check`).
+    let acquire = match (&plan.permits, plan.mode) {
+        (Some(permits), _) => {
             crate::semaphore::acquire(is_async, (&locker_var, &name_var), permits, &options)
         }
-        None => acquire,
+        (None, Some(mode)) => {
+            crate::rwmode::acquire(is_async, mode, (&locker_var, &name_var), &options)
+        }
+        (None, None) => acquire,
     };
     // Locker (user's or default), then name, then acquire; every failure
     // ends up in one `Result`, so a wrong return type is reported once.

@@ -17,6 +17,7 @@ mod attr;
 mod derive;
 mod duration;
 mod expand;
+mod rwmode;
 mod semaphore;
 mod set;
 mod validate;
@@ -27,6 +28,20 @@ use quote::ToTokens;
 /// Takes a Redis lock around the function's body. See the `lockattr` crate.
 ///
 /// `reentrant` is for `async fn`s only; sync functions never re-enter.
+///
+/// `mode = "read"` or `mode = "write"` takes a side of a read-write lock
+/// instead of a lock: readers hold the name together, a writer alone. The
+/// expansion is the lock's with `acquire_read` or `acquire_write` in place
+/// of `acquire`; `mode` is refused with `permits`, several names
+/// (`name = [..]`) and `reentrant` (a read-write hold is never re-entered).
+///
+/// ```text
+/// #[redis_lock(name = "catalog:{shop}", mode = "read", expire = 30)]
+/// async fn show(shop: u64) -> Result<(), LockError> { Ok(()) }
+///
+/// #[redis_lock(name = "catalog:{shop}", mode = "write", guard = g)]
+/// fn reprice(shop: u64) -> Result<u64, LockError> { Ok(g.fencing_token()) }
+/// ```
 #[proc_macro_attribute]
 pub fn redis_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let item2 = proc_macro2::TokenStream::from(item.clone());

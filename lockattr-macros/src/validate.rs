@@ -12,6 +12,7 @@ use syn::{FnArg, Ident, ItemFn, LitStr, Pat, PatIdent, ReturnType, Type};
 
 use crate::attr::{NameArg, OnLost, Options};
 use crate::duration::DurationArg;
+use crate::rwmode::RwMode;
 
 /// The longest lease accepted, as the runtime's `MAX_EXPIRE` (30 days).
 const MAX_EXPIRE_NANOS: u64 = 30 * 24 * 3600 * 1_000_000_000;
@@ -50,6 +51,8 @@ pub(crate) struct Plan {
     pub(crate) set: bool,
     /// A semaphore's number of permits (`permits = N`): a `u32` expression.
     pub(crate) permits: Option<TokenStream>,
+    /// A side of a read-write lock (`mode = "read"` or `"write"`).
+    pub(crate) mode: Option<RwMode>,
 }
 
 /// Collects errors so that one pass reports them all.
@@ -158,8 +161,10 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         ));
     }
 
+    // With `mode`, `reentrant` is refused whatever the function (see below).
     if let Some((true, written)) = &options.reentrant
         && sig.asyncness.is_none()
+        && options.mode.is_none()
     {
         errors.push(syn::Error::new_spanned(
             written,
@@ -181,6 +186,15 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
     }
     if set && let Some(permits) = &options.permits {
         errors.push(crate::set::permits_refused(permits));
+    }
+    if let Some(mode) = &options.mode {
+        crate::rwmode::check(
+            mode,
+            options.permits.is_some(),
+            set,
+            options.reentrant.as_ref(),
+            &mut |e| errors.push(e),
+        );
     }
     // Input: `name = "order:{order_id}"`. Output: `"order:{order_id}"`; the
     // function's path when the name comes from a value.
@@ -274,13 +288,17 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
                 .renew
                 .as_ref()
                 .map_or(options.renew_for.is_some(), |(on, _)| *on),
-            // Async functions re-enter unless told not to; sync ones never.
-            reentrant: sig.asyncness.is_some() && options.reentrant.is_none_or(|(on, _)| on),
+            // Async functions re-enter unless told not to; sync ones never,
+            // nor does a read-write hold.
+            reentrant: sig.asyncness.is_some()
+                && options.mode.is_none()
+                && options.reentrant.is_none_or(|(on, _)| on),
             on_lost: options.on_lost.map(|(mode, _)| mode),
             return_span,
             nameable_return,
             set,
             permits: options.permits.map(|p| p.to_tokens()),
+            mode: options.mode.map(|m| m.mode),
         }),
     }
 }
@@ -513,6 +531,60 @@ mod tests {
             reentrant("name = \"x\", reentrant = false", asynchronous),
             Ok(false)
         );
+    }
+
+    #[test]
+    fn a_read_write_hold_is_planned_without_reentry() {
+        use crate::rwmode::RwMode;
+        let function: syn::ItemFn =
+            syn::parse_str("async fn f(id: u64) -> Result<(), E> { Ok(()) }").unwrap();
+        for (options, mode) in [
+            ("name = \"x:{id}\", mode = \"read\"", RwMode::Read),
+            (
+                "mode = \"write\", reentrant = false, hold_at_least = 1",
+                RwMode::Write,
+            ),
+        ] {
+            let Parsed { options, errors } = syn::parse_str(options).unwrap();
+            assert!(errors.is_none());
+            let plan = plan(options, &function).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(plan.mode, Some(mode));
+            assert!(!plan.reentrant);
+            assert!(plan.permits.is_none());
+        }
+        let Parsed { options, .. } = syn::parse_str("name = \"x\"").unwrap();
+        assert_eq!(
+            plan(options, &function)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .mode,
+            None
+        );
+    }
+
+    #[test]
+    fn mode_is_refused_with_a_semaphore_a_set_and_reentry() {
+        let function: syn::ItemFn = syn::parse_str("fn f() -> Result<(), E> { Ok(()) }").unwrap();
+        for (options, expected) in [
+            (
+                "name = \"x\", permits = 2, mode = \"read\"",
+                "cannot go with `permits`",
+            ),
+            ("name = [\"a\", \"b\"], mode = \"write\"", "several names"),
+            (
+                "name = \"x\", mode = \"read\", reentrant",
+                "cannot go with `mode`",
+            ),
+        ] {
+            let Parsed { options, errors } = syn::parse_str(options).unwrap();
+            assert!(errors.is_none());
+            let e = match plan(options, &function) {
+                Ok(_) => panic!("{expected}: accepted"),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains(expected), "{e}");
+            // On a sync function, `reentrant` with `mode` is one error, not two.
+            assert!(!e.contains("needs an `async fn`"), "{e}");
+        }
     }
 
     #[test]

@@ -33,6 +33,18 @@ async fn with_guard(user: Arc<User>) -> Result<u64, LockError> {
     Ok(g.fencing_token() + user.id)
 }
 
+#[redis_lock(name = "catalog", mode = "read", guard = g, renew)]
+async fn reading(user: Arc<User>) -> Result<u64, LockError> {
+    tokio::task::yield_now().await;
+    Ok(g.fencing_token() + user.id)
+}
+
+#[redis_lock(name = "catalog", mode = "write", on_lost = "abort", renew)]
+async fn writing(id: u64) -> Result<u64, LockError> {
+    tokio::task::yield_now().await;
+    Ok(id)
+}
+
 struct Service {
     locks: Arc<Locker>,
 }
@@ -52,6 +64,8 @@ fn main() {
         assert_send(by_format(1));
         assert_send(by_key(User { id: 1 }));
         assert_send(with_guard(Arc::new(User { id: 1 })));
+        assert_send(reading(Arc::new(User { id: 1 })));
+        assert_send(writing(1));
         let service = Service {
             locks: Arc::new(LOCKER.clone()),
         };

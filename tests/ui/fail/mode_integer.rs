@@ -1,0 +1,8 @@
+use lockattr::{LockError, redis_lock};
+
+#[redis_lock(name = "catalog", mode = 1)]
+async fn read_catalog() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
