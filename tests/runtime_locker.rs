@@ -314,8 +314,8 @@ async fn custom_prefix_is_used_for_every_key() {
 }
 
 #[test]
-fn prefix_with_braces_is_refused() {
-    for prefix in ["a{b", "a}b", "{", "}", "app:{tag}:"] {
+fn prefix_with_braces_is_refused_unless_one_hash_tag() {
+    for prefix in ["a{b", "a}b", "{", "}", "app:{}:", "app:{a}{b}:"] {
         let err = Locker::builder("redis://127.0.0.1:1/")
             .prefix(prefix)
             .build()
@@ -326,13 +326,17 @@ fn prefix_with_braces_is_refused() {
         }
         assert!(err.to_string().contains("prefix"), "{err}");
     }
-    // The empty prefix has no braces: accepted.
-    assert!(
-        Locker::builder("redis://127.0.0.1:1/")
-            .prefix("")
-            .build()
-            .is_ok()
-    );
+    // No braces (the empty prefix included), or one non-empty hash tag:
+    // accepted.
+    for prefix in ["", "app:{tag}:"] {
+        assert!(
+            Locker::builder("redis://127.0.0.1:1/")
+                .prefix(prefix)
+                .build()
+                .is_ok(),
+            "{prefix:?}"
+        );
+    }
 }
 
 #[test]
