@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
+use lockattr::Locker;
 
 use super::Report;
 use crate::util::{connect, median, timed, us};
@@ -76,10 +76,6 @@ impl Kinds {
     }
 }
 
-fn lock_error(e: LockError) -> Box<dyn std::error::Error + Send + Sync> {
-    e.into()
-}
-
 /// Rows 10 and 11 on the single server.
 pub async fn kinds(url: &str, plan: &Plan, report: &mut Report) -> Res<()> {
     let locker = Locker::new(url)?;
@@ -91,45 +87,50 @@ pub async fn kinds(url: &str, plan: &Plan, report: &mut Report) -> Res<()> {
             let took = timed(async {
                 match op {
                     Op::RawPing => redis::cmd("PING").query_async::<()>(&mut raw).await?,
-                    Op::Lock => request(locker.lock("bench:kinds:lock"))
-                        .acquire()
-                        .await?
-                        .release()
-                        .await
-                        .map_err(lock_error)?,
+                    Op::Lock => {
+                        request(locker.lock("bench:kinds:lock"))
+                            .acquire()
+                            .await?
+                            .release()
+                            .await?
+                    }
                     Op::TwoLocks => {
                         let a = request(locker.lock("bench:kinds:two:a")).acquire().await?;
                         let b = request(locker.lock("bench:kinds:two:b")).acquire().await?;
                         b.release().await?;
                         a.release().await?
                     }
-                    Op::Set => locker
-                        .lock_all(["bench:kinds:set:a", "bench:kinds:set:b"])
-                        .expire(EXPIRE)
-                        .acquire_timeout(ACQUIRE_TIMEOUT)
-                        .acquire()
-                        .await?
-                        .release()
-                        .await
-                        .map_err(lock_error)?,
-                    Op::Read => request(locker.read_lock("bench:kinds:rw"))
-                        .acquire()
-                        .await?
-                        .release()
-                        .await
-                        .map_err(lock_error)?,
-                    Op::Write => request(locker.write_lock("bench:kinds:rw"))
-                        .acquire()
-                        .await?
-                        .release()
-                        .await
-                        .map_err(lock_error)?,
-                    Op::Permit => request(locker.semaphore("bench:kinds:sem", PERMITS))
-                        .acquire()
-                        .await?
-                        .release()
-                        .await
-                        .map_err(lock_error)?,
+                    Op::Set => {
+                        locker
+                            .lock_all(["bench:kinds:set:a", "bench:kinds:set:b"])
+                            .expire(EXPIRE)
+                            .acquire_timeout(ACQUIRE_TIMEOUT)
+                            .acquire()
+                            .await?
+                            .release()
+                            .await?
+                    }
+                    Op::Read => {
+                        request(locker.read_lock("bench:kinds:rw"))
+                            .acquire()
+                            .await?
+                            .release()
+                            .await?
+                    }
+                    Op::Write => {
+                        request(locker.write_lock("bench:kinds:rw"))
+                            .acquire()
+                            .await?
+                            .release()
+                            .await?
+                    }
+                    Op::Permit => {
+                        request(locker.semaphore("bench:kinds:sem", PERMITS))
+                            .acquire()
+                            .await?
+                            .release()
+                            .await?
+                    }
                 }
                 Ok(())
             })
