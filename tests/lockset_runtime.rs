@@ -394,15 +394,6 @@ async fn a_dropped_acquisition_leaves_nothing_held() {
     }
 }
 
-#[test]
-fn a_redlock_refuses_sets() {
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let locker = Locker::redlock(servers.iter().map(|s| s.url())).unwrap();
-    let err = locker.lock_all(["a", "b"]).acquire_blocking().unwrap_err();
-    assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
-    assert!(err.to_string().contains("Redlock"), "{err}");
-}
-
 /// Three tasks hand `q:a` from one to the next without a pause (each
 /// queues again right after its release), so `q:a` is never free; a set
 /// `{q:a, q:b}` still gets in, once it has joined `q:a`'s queue, well

@@ -6,6 +6,8 @@
 
 mod support;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -683,6 +685,28 @@ async fn requests_cut_off_by_the_node_timeout_never_stand_in_the_lockers_own_way
 /// requests still run, in order.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contenders_over_links_that_keep_timing_out_never_overlap() {
+    contend_over_jittery_links(|_| None).await;
+}
+
+/// The same with sets: `{x, y}` against `{y, x}`. Each node takes the whole
+/// set or none; a set cut off on some nodes is given back there, after
+/// its request. Never two holders of a name, and no deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossed_sets_over_links_that_keep_timing_out_never_overlap() {
+    contend_over_jittery_links(|t| {
+        Some(if t < 2 {
+            ["cut-x", "cut-y"]
+        } else {
+            ["cut-y", "cut-x"]
+        })
+    })
+    .await;
+}
+
+/// Four tasks of two hurried Lockers over jittery links take, five times
+/// each, the lock `cut-contended`, or the set `set_of(task)` when there is
+/// one, and count who is inside.
+async fn contend_over_jittery_links(set_of: fn(usize) -> Option<[&'static str; 2]>) {
     let (_nodes, proxies) = behind_proxies(5, Duration::ZERO);
     let lockers = [hurried(&proxies), hurried(&proxies)];
     for locker in &lockers {
@@ -697,19 +721,39 @@ async fn contenders_over_links_that_keep_timing_out_never_overlap() {
             let (inside, overlaps) = (inside.clone(), overlaps.clone());
             tokio::spawn(async move {
                 for _ in 0..5 {
-                    let guard = locker
-                        .lock("cut-contended")
-                        .expire(Duration::from_secs(2))
-                        .acquire_timeout(Duration::from_secs(20))
-                        .acquire()
-                        .await
-                        .unwrap();
+                    let (expire, wait) = (Duration::from_secs(2), Duration::from_secs(20));
+                    let release: Pin<Box<dyn Future<Output = ()> + Send>> = match set_of(t) {
+                        None => {
+                            let guard = locker
+                                .lock("cut-contended")
+                                .expire(expire)
+                                .acquire_timeout(wait)
+                                .acquire()
+                                .await
+                                .unwrap();
+                            Box::pin(async move {
+                                let _ = guard.release().await;
+                            })
+                        }
+                        Some(names) => {
+                            let guard = locker
+                                .lock_all(names)
+                                .expire(expire)
+                                .acquire_timeout(wait)
+                                .acquire()
+                                .await
+                                .unwrap();
+                            Box::pin(async move {
+                                let _ = guard.release().await;
+                            })
+                        }
+                    };
                     if inside.fetch_add(1, Ordering::SeqCst) > 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    let _ = guard.release().await;
+                    release.await;
                 }
             })
         })

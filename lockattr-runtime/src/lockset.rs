@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::backend::Grant;
 use crate::backend::lockset::{self as set, SetGrant, SetRequest};
-use crate::backend::{Backend, Grant};
 use crate::guard::Lease;
 use crate::observe::{Acquiring, Kind};
 use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockGuard, Locker, io};
@@ -29,16 +29,20 @@ impl Locker {
     /// names are taken slot by slot in a fixed order, and what was taken is
     /// given back when a later slot is busy; a Locker whose
     /// [prefix](crate::LockerBuilder::prefix) carries a hash tag keeps all
-    /// its names in one slot, taken by one script. A Redlock Locker refuses sets
-    /// ([`LockError::InvalidInput`]). See [`LockSetGuard`] for what the
-    /// guard offers.
+    /// its names in one slot, taken by one script. On a Redlock each node
+    /// takes every name or none in one script, and the set is held when a
+    /// majority of the nodes took it (a split vote is given back and tried
+    /// again, as for one name). See [`LockSetGuard`] for what the guard
+    /// offers.
     ///
-    /// A waiting set tries again at every release of one of its names (and
-    /// once a second); after a second it also joins the FIFO queue of a
+    /// On one server and a Cluster, a waiting set tries again at every
+    /// release of one of its names (and once a second); after a second it also joins the FIFO queue of a
     /// busy name, and when that name is handed to it while another is
     /// still busy, it gives the name back at once and queues again. So a
     /// stream of single-name hand-overs delays a set but cannot keep it out
-    /// for good, and the set never holds part of itself while it waits.
+    /// for good, and the set never holds part of itself while it waits. A
+    /// Redlock has no queues: a waiting set tries again at the first
+    /// release notice of any of its names from any node.
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
@@ -179,9 +183,10 @@ impl LockSetBuilder<'_> {
     ///
     /// [`LockError::Timeout`] (its `name` lists the set) when some name
     /// stayed busy; [`LockError::InvalidInput`] for an empty set, an empty
-    /// name, a bad lease or timeout (as [`LockBuilder::acquire`](crate::LockBuilder::acquire)),
-    /// or a Redlock Locker. Connection errors are retried within the
-    /// acquire timeout. Dropping the future is safe: what an attempt took
+    /// name, a bad lease or timeout (as [`LockBuilder::acquire`](crate::LockBuilder::acquire)).
+    /// Connection errors are retried within the acquire timeout; on a
+    /// Redlock, [`LockError::NoQuorum`] when a majority of the nodes could
+    /// not be reached or do not vote yet. Dropping the future is safe: what an attempt took
     /// or registered is given back.
     ///
     /// ```no_run
@@ -261,9 +266,6 @@ impl LockSetBuilder<'_> {
                 "lock set",
                 "it names no lock; give `lock_all` at least one name",
             ));
-        }
-        if let Backend::Redlock(_) = locker.inner.backend {
-            return Err(set::redlock_refused());
         }
         let mut unique: Vec<String> = Vec::with_capacity(names.len());
         for name in names {

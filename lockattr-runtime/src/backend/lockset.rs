@@ -49,6 +49,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::queue::{RECHECK, retryable};
+use super::redlock::{self, set::SetOnNodes};
 use super::scripts::{max_ms, ms_arg_lua, owns_lua};
 use super::{
     Backend, Backoff, ClusterNodes, FALLBACK_PAUSE, RETRY_MAX, SingleNode, Wake, Wakeups, millis,
@@ -244,7 +245,7 @@ return deleted
 pub(crate) static GIVE_BACK_SET: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_SET_LUA));
 
 /// An [`ACQUIRE_SET`] call for the names of `group`.
-fn acquire_call(
+pub(crate) fn acquire_call(
     group: &[&Keys],
     token: &str,
     expire: Duration,
@@ -281,7 +282,7 @@ fn acquire_call(
 }
 
 /// A [`GIVE_BACK_SET`] call for the names of `group`.
-fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
+pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
     let mut invocation = GIVE_BACK_SET.prepare_invoke();
     for keys in group {
         invocation
@@ -300,7 +301,7 @@ fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
 
 /// [`give_back_call`] as an EVAL with the source (see
 /// `scripts::give_back`): it may run on a server that never saw the script.
-fn give_back_eval(group: &[&Keys], token: &str) -> redis::Cmd {
+pub(crate) fn give_back_eval(group: &[&Keys], token: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(GIVE_BACK_SET_LUA).arg(group.len() * 4);
     for keys in group {
@@ -361,7 +362,9 @@ impl<'a> Target<'a> {
         match backend {
             Backend::Single(node) => Ok(Target::Single(node)),
             Backend::Cluster(nodes) => Ok(Target::Cluster(nodes)),
-            Backend::Redlock(_) => Err(redlock_refused()),
+            Backend::Redlock(_) => Err(LockError::Runtime {
+                reason: "a lock set on a Redlock is taken by `redlock::set`".into(),
+            }),
         }
     }
 
@@ -402,16 +405,6 @@ impl<'a> Target<'a> {
     }
 }
 
-/// The error of [`Locker::lock_all`](crate::Locker::lock_all) on a Redlock.
-pub(crate) fn redlock_refused() -> LockError {
-    LockError::invalid(
-        "lock set",
-        "several names at once are not supported on a Redlock Locker: a majority of nodes \
-         would have to grant every name, and a split vote leaves names taken on a minority; \
-         lock the names one by one in a fixed order, or use one server or a Redis Cluster",
-    )
-}
-
 /// A set to take.
 pub(crate) struct SetRequest {
     pub(crate) locker: Arc<Inner>,
@@ -433,8 +426,8 @@ pub(crate) struct SetGrant {
     pub(crate) token: String,
 }
 
-/// What one attempt at the whole set found.
-enum Tried {
+/// What one attempt at the whole set (or a group of it) found.
+pub(crate) enum Tried {
     Taken(Vec<u64>),
     /// Busy, with the longest time left seen.
     Busy(Duration),
@@ -472,29 +465,40 @@ async fn attempt(
     let mut fences = Vec::new();
     for (taken, group) in groups.iter().enumerate() {
         let reply = target.take(group, token, expire, wait, queue).await?;
-        match reply.first() {
-            Some(1) if reply.len() == group.len() + 1 => {
-                fences.extend(reply[1..].iter().map(|&f| u64::try_from(f).unwrap_or(0)));
-            }
-            Some(0) if reply.len() == 2 => {
+        match Tried::from_reply(&reply, group.len())? {
+            Tried::Taken(group_fences) => fences.extend(group_fences),
+            busy @ Tried::Busy(_) => {
                 for group in &groups[..taken] {
                     target.give_back(group, token).await?;
                 }
-                let ms = u64::try_from(reply[1]).unwrap_or(0);
-                return Ok(Tried::Busy(Duration::from_millis(ms)));
-            }
-            _ => {
-                return Err(LockError::Runtime {
-                    reason: format!(
-                        "Redis answered a lock set attempt with {} values for {} names",
-                        reply.len(),
-                        group.len()
-                    ),
-                });
+                return Ok(busy);
             }
         }
     }
     Ok(Tried::Taken(fences))
+}
+
+impl Tried {
+    /// The answer of [`ACQUIRE_SET`] for a group of `names` names.
+    pub(crate) fn from_reply(reply: &[i64], names: usize) -> Result<Tried, LockError> {
+        match reply.first() {
+            Some(1) if reply.len() == names + 1 => Ok(Tried::Taken(
+                reply[1..]
+                    .iter()
+                    .map(|&f| u64::try_from(f).unwrap_or(0))
+                    .collect(),
+            )),
+            Some(0) if reply.len() == 2 => Ok(Tried::Busy(Duration::from_millis(
+                u64::try_from(reply[1]).unwrap_or(0),
+            ))),
+            _ => Err(LockError::Runtime {
+                reason: format!(
+                    "Redis answered a lock set attempt with {} values for {names} names",
+                    reply.len()
+                ),
+            }),
+        }
+    }
 }
 
 /// Tokens owed a give-back: dropped with any left (a cancelled or failed
@@ -502,6 +506,7 @@ async fn attempt(
 struct Owed {
     locker: Arc<Inner>,
     keys: Vec<Keys>,
+    expire: Duration,
     tokens: Vec<String>,
 }
 
@@ -513,7 +518,16 @@ impl Drop for Owed {
         }
         let locker = self.locker.clone();
         let keys = std::mem::take(&mut self.keys);
+        let expire = self.expire;
         let spawned = io::spawn(async move {
+            if let Backend::Redlock(nodes) = &locker.backend {
+                for token in tokens {
+                    nodes
+                        .give_back_set(&keys, &token, expire, &nodes.every_node())
+                        .await;
+                }
+                return;
+            }
             let Ok(target) = Target::of(&locker.backend) else {
                 return;
             };
@@ -558,6 +572,22 @@ pub(crate) async fn acquire(
         expire,
         wait,
     } = request;
+    let mut owed = Owed {
+        locker: locker.clone(),
+        keys: keys.clone(),
+        expire,
+        tokens: Vec::new(),
+    };
+    if let Backend::Redlock(nodes) = &locker.backend {
+        let set = SetOnNodes {
+            keys: &keys,
+            name: &names.join(", "),
+            token,
+            expire,
+            wait,
+        };
+        return redlock::set::acquire(nodes, set, &mut owed.tokens, gone).await;
+    }
     let target = Target::of(&locker.backend)?;
     let by_group: Vec<Vec<&Keys>> = groups(target, &keys)
         .into_iter()
@@ -568,11 +598,6 @@ pub(crate) async fn acquire(
         .checked_add(wait)
         .unwrap_or(now + crate::locker::MAX_EXPIRE);
     let wakeups = target.wakeups();
-    let mut owed = Owed {
-        locker: locker.clone(),
-        keys: keys.clone(),
-        tokens: Vec::new(),
-    };
     let mut stale: Vec<String> = Vec::new();
     let mut waiters: Vec<super::wake::Waiter> = Vec::new();
     let mut retry = Backoff::new(RETRY_MAX);

@@ -73,6 +73,8 @@ use crate::inner::Inner;
 use crate::key::Keys;
 use crate::{LockError, io};
 
+pub(crate) mod set;
+
 /// The shortest default node timeout.
 const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
 
@@ -105,12 +107,14 @@ pub(crate) enum NoVote {
     Unknown(String),
 }
 
-/// What the nodes said to one acquisition attempt.
-#[derive(Debug, Default)]
-pub(crate) struct Votes {
+/// What the nodes said to one acquisition attempt; `F` is what a node that
+/// granted it reports: its fencing counter (`u64`), or one per name for a
+/// set (`Vec<u64>`).
+#[derive(Debug)]
+pub(crate) struct Votes<F = u64> {
     /// The nodes that granted the lock (voting or not), with their fencing
     /// counters.
-    pub(crate) granted: Vec<(usize, u64)>,
+    pub(crate) granted: Vec<(usize, F)>,
     /// How many of them vote: known, and old enough.
     pub(crate) voters: usize,
     /// The nodes among them that do not vote, and why.
@@ -124,6 +128,51 @@ pub(crate) struct Votes {
     /// Nodes whose TLS handshake failed on a certificate: they will not
     /// answer by waiting.
     pub(crate) refused: usize,
+}
+
+impl<F> Default for Votes<F> {
+    fn default() -> Self {
+        Votes {
+            granted: Vec::new(),
+            voters: 0,
+            not_voting: Vec::new(),
+            answered: 0,
+            held_for: None,
+            first_error: None,
+            refused: 0,
+        }
+    }
+}
+
+impl<F> Votes<F> {
+    /// Node `i` granted it with `counters`; `vote` says whether it counts.
+    fn grant(&mut self, i: usize, counters: F, vote: Result<(), NoVote>) {
+        self.answered += 1;
+        self.granted.push((i, counters));
+        match vote {
+            Ok(()) => self.voters += 1,
+            Err(why) => self.not_voting.push((i, why)),
+        }
+    }
+
+    /// A node said another owner holds it, for `left` if it said so.
+    fn held(&mut self, left: Option<Duration>) {
+        self.answered += 1;
+        if let Some(left) = left {
+            self.held_for = Some(self.held_for.map_or(left, |h| h.min(left)));
+        }
+    }
+
+    /// A node did not answer.
+    fn failed(&mut self, e: LockError) {
+        if e.is_tls_refusal() {
+            self.refused += 1;
+            // The most useful failure to show.
+            self.first_error = Some(e);
+        } else {
+            self.first_error.get_or_insert(e);
+        }
+    }
 }
 
 /// The clock drift allowance of a lease: 1% of it plus 2 ms. A lease is
@@ -436,28 +485,10 @@ impl Redlock {
         {
             match answer {
                 Ok(Attempt::Acquired { fencing_token }) => {
-                    votes.answered += 1;
-                    votes.granted.push((i, fencing_token));
-                    match self.votes(i, &self.counted()) {
-                        Ok(()) => votes.voters += 1,
-                        Err(why) => votes.not_voting.push((i, why)),
-                    }
+                    votes.grant(i, fencing_token, self.votes(i, &self.counted()));
                 }
-                Ok(Attempt::Held { expires_in }) => {
-                    votes.answered += 1;
-                    if let Some(left) = expires_in {
-                        votes.held_for = Some(votes.held_for.map_or(left, |h| h.min(left)));
-                    }
-                }
-                Err(e) => {
-                    if e.is_tls_refusal() {
-                        votes.refused += 1;
-                        // The most useful failure to show.
-                        votes.first_error = Some(e);
-                    } else {
-                        votes.first_error.get_or_insert(e);
-                    }
-                }
+                Ok(Attempt::Held { expires_in }) => votes.held(expires_in),
+                Err(e) => votes.failed(e),
             }
         }
         Ok((
@@ -519,12 +550,18 @@ impl Redlock {
                 |node| node.raise_fence(keys, token, top),
             )
             .await;
+        self.confirmed(raised).then_some(top)
+    }
+
+    /// Whether a majority of voters answered a fence write-back saying
+    /// they still hold the lock.
+    fn confirmed(&self, raised: Vec<(usize, Result<bool, LockError>)>) -> bool {
         let counted = self.counted();
-        let confirmed = raised
+        raised
             .into_iter()
             .filter(|(i, owned)| matches!(owned, Ok(true)) && self.votes(*i, &counted).is_ok())
-            .count();
-        (confirmed >= self.quorum).then_some(top)
+            .count()
+            >= self.quorum
     }
     /// Releases on the nodes in `which` (an acquisition that failed) and
     /// waits for their answers within the node timeout; the releases still
@@ -537,14 +574,12 @@ impl Redlock {
         which: &[usize],
     ) {
         let limit = self.timeout(expire);
+        let (keys, token): (Arc<Keys>, Arc<str>) = (Arc::new(keys.clone()), Arc::from(token));
         let requests = self
-            .start_uncut(
-                which,
-                limit,
-                |node, keys, token| async move { node.release(&keys, &token, 0, false).await },
-                keys,
-                token,
-            )
+            .start_uncut(which, limit, |node| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move { node.release(&keys, &token, 0, false).await }
+            })
             .await;
         self.gather(requests, which, limit, |_, _| false).await;
     }
@@ -581,14 +616,14 @@ impl Redlock {
     }
 
     /// The error for an acquisition that answered nodes could not grant.
-    pub(crate) fn unreachable(&self, name: &str, votes: Votes) -> LockError {
+    pub(crate) fn unreachable<F>(&self, name: &str, votes: Votes<F>) -> LockError {
         self.no_quorum(name, votes.answered, votes.first_error)
     }
 
     /// The error for an acquisition kept from a majority by nodes that
     /// granted it but do not vote: too recently restarted, or of unknown
     /// restart time.
-    pub(crate) fn too_young(&self, name: &str, votes: &Votes) -> LockError {
+    pub(crate) fn too_young<F>(&self, name: &str, votes: &Votes<F>) -> LockError {
         let young = votes
             .not_voting
             .iter()
@@ -668,16 +703,12 @@ impl Redlock {
     ) -> Result<Released, LockError> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
         let limit = self.timeout(expire);
+        let (keys, token): (Arc<Keys>, Arc<str>) = (Arc::new(keys.clone()), Arc::from(token));
         let requests = self
-            .start_uncut(
-                &all,
-                limit,
-                |node, keys, token| async move {
-                    node.release(&keys, &token, fencing_token, true).await
-                },
-                keys,
-                token,
-            )
+            .start_uncut(&all, limit, |node| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move { node.release(&keys, &token, fencing_token, true).await }
+            })
             .await;
         let mut owned = 0;
         let answers = self
@@ -716,20 +747,17 @@ impl Redlock {
         &self,
         which: &[usize],
         limit: Duration,
-        op: impl Fn(Arc<SingleNode>, Arc<Keys>, Arc<str>) -> F,
-        keys: &Keys,
-        token: &str,
+        op: impl Fn(Arc<SingleNode>) -> F,
     ) -> Requests<T>
     where
         F: Future<Output = Result<T, LockError>> + Send + 'static,
         T: Send + 'static,
     {
         let ready = self.ready(which, limit).await;
-        let (keys, token): (Arc<Keys>, Arc<str>) = (Arc::new(keys.clone()), Arc::from(token));
         self.start_each(
             which.iter().copied().zip(ready),
             limit.max(self.timeouts.response),
-            |node| op(node, keys.clone(), token.clone()),
+            op,
         )
     }
 
@@ -1127,24 +1155,14 @@ pub(crate) async fn acquire(
     lease: LockRequest<'_>,
     mut gone: io::CallerGone,
 ) -> Result<Grant, LockError> {
-    let wait = lease.wait;
-    let now = Instant::now();
-    let deadline = now
-        .checked_add(wait)
-        .unwrap_or(now + crate::locker::MAX_EXPIRE);
     let expire = lease.expire;
     let trusted = expire.saturating_sub(drift(expire));
     let mut token = lease.token;
-    let mut waiters: Option<Vec<Waiter>> = None;
-    let mut splits = 0;
-    let mut outage = Backoff::new(RETRY_MAX);
+    let mut retry = Retry::new(lease.wait, expire);
     loop {
-        if let Some(list) = waiters.as_mut() {
-            // Notices heard before this attempt are answered by it.
-            list.retain_mut(Waiter::drain);
-        }
+        retry.drain();
         let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
+        let left = retry.left(sent);
         let (votes, late) = nodes.attempt(lease.keys, &token, expire).await?;
         let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
         let mut give_back = GiveBackOnDrop {
@@ -1185,54 +1203,128 @@ pub(crate) async fn acquire(
         // The next attempt is another owner: whatever of this one is still
         // on its way can never be taken for it.
         token = crate::locker::new_token()?;
-        let mut wake_at = deadline;
+        retry
+            .after(
+                nodes,
+                votes,
+                lease.name,
+                &[&lease.keys.channel],
+                &token,
+                left,
+                &mut gone,
+            )
+            .await?;
+    }
+}
+
+/// How an acquisition on a Redlock waits between its attempts (see
+/// [`acquire`]).
+pub(crate) struct Retry {
+    wait: Duration,
+    deadline: Instant,
+    expire: Duration,
+    /// Subscribed to the release notices of every node, after the first
+    /// attempt that found the lock held.
+    waiters: Option<Vec<Waiter>>,
+    /// Split votes in a row.
+    splits: u32,
+    /// Attempts in a row that fewer than a majority answered.
+    outage: Backoff,
+}
+
+impl Retry {
+    /// For a caller who waits up to `wait` for a lease of `expire`.
+    pub(crate) fn new(wait: Duration, expire: Duration) -> Retry {
+        let now = Instant::now();
+        Retry {
+            wait,
+            deadline: now
+                .checked_add(wait)
+                .unwrap_or(now + crate::locker::MAX_EXPIRE),
+            expire,
+            waiters: None,
+            splits: 0,
+            outage: Backoff::new(RETRY_MAX),
+        }
+    }
+
+    /// Before an attempt: the notices heard so far are answered by it.
+    pub(crate) fn drain(&mut self) {
+        if let Some(list) = self.waiters.as_mut() {
+            list.retain_mut(Waiter::drain);
+        }
+    }
+
+    /// The time left to wait, at `now`.
+    pub(crate) fn left(&self, now: Instant) -> Duration {
+        self.deadline.saturating_duration_since(now)
+    }
+
+    /// After an attempt that failed with `votes` (its nodes given back),
+    /// `left` before the deadline when it was sent: waits until the next
+    /// attempt is worth making, or says why there is none. `channels` are
+    /// the release channels of the names, `token` the next attempt's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn after<F>(
+        &mut self,
+        nodes: &Redlock,
+        votes: Votes<F>,
+        name: &str,
+        channels: &[&str],
+        token: &str,
+        left: Duration,
+        gone: &mut io::CallerGone,
+    ) -> Result<(), LockError> {
+        let mut wake_at = self.deadline;
         if votes.answered < nodes.quorum() {
             // Certificates refused on too many nodes for a majority: waiting
             // cannot help.
             if left.is_zero() || nodes.nodes.len() - votes.refused < nodes.quorum() {
-                return Err(nodes.unreachable(lease.name, votes));
+                return Err(nodes.unreachable(name, votes));
             }
-            wake_at = wake_at.min(Instant::now() + outage.next());
-            tokio::select! {
-                () = tokio::time::sleep_until(wake_at.into()) => {}
-                () = gone.wait() => return Err(LockError::Runtime {
+            wake_at = wake_at.min(Instant::now() + self.outage.next());
+            return tokio::select! {
+                () = tokio::time::sleep_until(wake_at.into()) => Ok(()),
+                () = gone.wait() => Err(LockError::Runtime {
                     reason: "the caller stopped waiting".into(),
                 }),
-            }
-            continue;
+            };
         }
-        outage.reset();
+        self.outage.reset();
         if left.is_zero() {
             if votes.granted.len() >= nodes.quorum() && votes.voters < nodes.quorum() {
-                return Err(nodes.too_young(lease.name, &votes));
+                return Err(nodes.too_young(name, &votes));
             }
             return Err(LockError::Timeout {
-                name: lease.name.to_owned(),
-                waited: wait,
+                name: name.to_owned(),
+                waited: self.wait,
             });
         }
-        if waiters.is_none() {
+        let Some(waiters) = self.waiters.as_mut() else {
             // Subscribed only now: the lock may have been freed before.
-            waiters = Some(nodes.register(&lease.keys.channel, &token, expire).await);
-            continue;
-        }
+            let mut waiters = Vec::new();
+            for channel in channels {
+                waiters.extend(nodes.register(channel, token, self.expire).await);
+            }
+            self.waiters = Some(waiters);
+            return Ok(());
+        };
         if let Some(held) = votes.held_for {
             wake_at = wake_at.min(soon_after(held));
         }
         if votes.granted.is_empty() {
-            splits = 0;
+            self.splits = 0;
         } else {
-            splits += 1;
-            wake_at = wake_at.min(Instant::now() + split_pause(splits));
+            self.splits += 1;
+            wake_at = wake_at.min(Instant::now() + split_pause(self.splits));
         }
-        let waiters = waiters.as_deref_mut().unwrap_or_default();
         if waiters.is_empty() {
             wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
         }
         tokio::select! {
-            () = any_notice(waiters) => {}
-            () = tokio::time::sleep_until(wake_at.into()) => {}
-            () = gone.wait() => return Err(LockError::Runtime {
+            () = any_notice(waiters) => Ok(()),
+            () = tokio::time::sleep_until(wake_at.into()) => Ok(()),
+            () = gone.wait() => Err(LockError::Runtime {
                 reason: "the caller stopped waiting".into(),
             }),
         }

@@ -1,0 +1,296 @@
+//! `Locker::lock_all` on a Redlock of five (or three) redis-servers of our
+//! own: each node takes every name or none, a majority holds the set,
+//! release frees every node; crossed sets never overlap nor deadlock; a
+//! set never keeps part of itself; per-name fencing tokens; wake-up on
+//! release; dead, restarted and cancelled cases.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker};
+use support::{RedisServer, eventually, lock_key};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn nodes(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+/// A Redlock Locker over fresh servers (restarted-node delays off: they
+/// are all young).
+fn fresh(nodes: &[RedisServer]) -> Locker {
+    Locker::redlock_builder(nodes.iter().map(RedisServer::url))
+        .delay_restarted_nodes(false)
+        .build()
+        .unwrap()
+}
+
+/// The owner of `name` on each node.
+fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
+    nodes.iter().map(|n| n.owner(&lock_key(name))).collect()
+}
+
+fn free_everywhere(nodes: &[RedisServer], names: &[&str]) -> bool {
+    names
+        .iter()
+        .all(|name| owners(nodes, name).iter().all(Option::is_none))
+}
+
+#[tokio::test]
+async fn a_set_is_taken_whole_on_every_node_and_released_on_every_node() {
+    let nodes = nodes(5);
+    let locker = fresh(&nodes);
+    let guard = locker
+        .lock_all(["acct:1", "acct:2"])
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let (one, two) = (owners(&nodes, "acct:1"), owners(&nodes, "acct:2"));
+    // On each node, both names or neither, under one owner.
+    assert_eq!(one, two);
+    let owner = one[0].clone().expect("node 1 took the set");
+    assert!(
+        one.iter().filter(|o| o.as_deref() == Some(&*owner)).count() >= 3,
+        "{one:?}"
+    );
+    assert!(nodes[0].pttl(&lock_key("acct:1")) > 20_000);
+    guard.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || free_everywhere(
+            &nodes,
+            &["acct:1", "acct:2"]
+        ))
+        .is_some(),
+        "{:?} {:?}",
+        owners(&nodes, "acct:1"),
+        owners(&nodes, "acct:2")
+    );
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_per_name_across_sets_and_single_locks() {
+    let nodes = nodes(5);
+    let locker = fresh(&nodes);
+    let first = locker.lock_all(["f:a", "f:b"]).acquire().await.unwrap();
+    let (a1, b1) = (
+        first.fencing_token_of("f:a").unwrap(),
+        first.fencing_token_of("f:b").unwrap(),
+    );
+    first.release().await.unwrap();
+    let single = locker.lock("f:a").acquire().await.unwrap();
+    let a2 = single.fencing_token();
+    assert!(a2 > a1, "{a2} after {a1}");
+    single.release().await.unwrap();
+    let again = locker.lock_all(["f:b", "f:a"]).acquire().await.unwrap();
+    assert!(again.fencing_token_of("f:a").unwrap() > a2);
+    assert!(again.fencing_token_of("f:b").unwrap() > b1);
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_set_with_one_name_held_elsewhere_takes_none_of_its_names() {
+    let nodes = nodes(5);
+    let (mine, other) = (fresh(&nodes), fresh(&nodes));
+    let b = other.lock("p:b").expire(LONG).acquire().await.unwrap();
+    let err = mine
+        .lock_all(["p:a", "p:b", "p:c"])
+        .acquire_timeout(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert!(
+        free_everywhere(&nodes, &["p:a", "p:c"]),
+        "a failed set kept a name: {:?} {:?}",
+        owners(&nodes, "p:a"),
+        owners(&nodes, "p:c")
+    );
+    b.release().await.unwrap();
+    // Free now: taken at once.
+    mine.lock_all(["p:a", "p:b", "p:c"])
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Two Lockers, four tasks: two lock `{x, y}` and two `{y, x}`, ten times
+/// each, with a short hold. Nobody is ever inside twice on a name, and
+/// everyone finishes (no deadlock, no starvation within the acquire time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossed_sets_never_overlap_and_never_deadlock() {
+    let nodes = nodes(5);
+    let lockers = [fresh(&nodes), fresh(&nodes)];
+    let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let locker = lockers[t % 2].clone();
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            let names = if t < 2 {
+                ["c:x", "c:y"]
+            } else {
+                ["c:y", "c:x"]
+            };
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = locker
+                        .lock_all(names)
+                        .expire(Duration::from_secs(5))
+                        .acquire_timeout(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    for name in inside.iter() {
+                        if name.fetch_add(1, Ordering::SeqCst) > 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    for name in inside.iter() {
+                        name.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("a contender never finished")
+            .unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert!(
+        eventually(Duration::from_secs(2), || free_everywhere(
+            &nodes,
+            &["c:x", "c:y"]
+        ))
+        .is_some()
+    );
+}
+
+/// A set waiting for a name held for 30 s gets in at its release, not at
+/// the end of the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_waiter_wakes_at_the_release_of_any_of_its_names() {
+    let nodes = nodes(5);
+    let (holder, waiter) = (fresh(&nodes), fresh(&nodes));
+    let held = holder.lock("w:b").expire(LONG).acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock_all(["w:a", "w:b"])
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (Instant::now(), guard.map(|g| g.names().count()))
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(free_everywhere(&nodes, &["w:a"]), "the waiter holds w:a");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (taken, names) = waiting.await.unwrap();
+    assert_eq!(names.unwrap(), 2);
+    let after = taken.duration_since(released);
+    assert!(
+        after < Duration::from_secs(2),
+        "taken {after:?} after the release"
+    );
+}
+
+#[tokio::test]
+async fn a_minority_down_does_not_stop_a_set_and_a_majority_down_is_no_quorum() {
+    let mut nodes = nodes(5);
+    let locker = fresh(&nodes);
+    locker.ping().await.unwrap();
+    nodes[0].kill();
+    nodes[1].kill();
+    let guard = locker
+        .lock_all(["d:a", "d:b"])
+        .acquire_timeout(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(owners(&nodes[2..], "d:a"), owners(&nodes[2..], "d:b"));
+    guard.release().await.unwrap();
+    nodes[2].kill();
+    let err = locker
+        .lock_all(["d:a", "d:b"])
+        .acquire_timeout(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::NoQuorum { .. }), "{err:?}");
+    assert!(
+        free_everywhere(&nodes[3..], &["d:a", "d:b"]),
+        "a set without a majority kept its names"
+    );
+}
+
+/// Nodes that have kept their data for less than the Locker's max lease
+/// do not vote for a set either: taken on every node, it is given back,
+/// and the error says why.
+#[tokio::test]
+async fn young_nodes_do_not_vote_for_a_set() {
+    let nodes = nodes(3);
+    let locker = Locker::redlock_builder(nodes.iter().map(RedisServer::url))
+        .max_lease(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let err = locker
+        .lock_all(["y:a", "y:b"])
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::NoQuorum { .. }), "{err:?}");
+    assert!(err.to_string().contains("max_lease"), "{err}");
+    assert!(
+        eventually(Duration::from_secs(2), || free_everywhere(
+            &nodes,
+            &["y:a", "y:b"]
+        ))
+        .is_some()
+    );
+}
+
+/// A set waiter whose caller stops waiting leaves nothing behind, and the
+/// blocking path takes a set too.
+#[test]
+fn a_cancelled_set_leaves_nothing_and_the_blocking_path_works() {
+    let nodes = nodes(3);
+    let locker = fresh(&nodes);
+    let runtime = support::multi_thread();
+    let held = locker.lock("x:b").expire(LONG).acquire_blocking().unwrap();
+    runtime.block_on(async {
+        let waiting = locker
+            .lock_all(["x:a", "x:b"])
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), waiting)
+                .await
+                .is_err()
+        );
+    });
+    held.release_blocking().unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || free_everywhere(
+            &nodes,
+            &["x:a", "x:b"]
+        ))
+        .is_some()
+    );
+    let guard = locker.lock_all(["x:a", "x:b"]).acquire_blocking().unwrap();
+    assert_eq!(owners(&nodes, "x:a"), owners(&nodes, "x:b"));
+    assert!(owners(&nodes, "x:a").iter().all(Option::is_some));
+    guard.release_blocking().unwrap();
+}
