@@ -47,8 +47,9 @@
 //! `name = [..]` takes every name or none, so callers locking the same
 //! names in different orders cannot deadlock; the guard is a
 //! [`LockSetGuard`] with each name's own fencing token. The builder is
-//! [`Locker::lock_all`]. Not on a Redlock; see the README's "Several names
-//! at once" for fairness, reentrancy and Redis Cluster.
+//! [`Locker::lock_all`]. One server, Redis Cluster and Redlock all take
+//! sets; see the README's "Several names at once" for fairness, reentrancy
+//! and how each deployment takes them.
 //!
 //! ```no_run
 //! use lockattr::{redis_lock, LockError};

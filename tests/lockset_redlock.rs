@@ -6,11 +6,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
+use lockattr::{LockError, LockSetGuard, Locker, redis_lock};
 use support::{RedisServer, eventually, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -293,4 +293,59 @@ fn a_cancelled_set_leaves_nothing_and_the_blocking_path_works() {
     assert_eq!(owners(&nodes, "x:a"), owners(&nodes, "x:b"));
     assert!(owners(&nodes, "x:a").iter().all(Option::is_some));
     guard.release_blocking().unwrap();
+}
+
+static ATTR_LOCKER: OnceLock<Locker> = OnceLock::new();
+
+fn attr_locker() -> &'static Locker {
+    ATTR_LOCKER.get().expect("set by the test")
+}
+
+/// Moves one unit between two accounts on the Redlock, holding both.
+#[redis_lock(name = ["acct:{from}", "acct:{to}"], locker = attr_locker(), expire = 5, acquire_time = 20, guard = g)]
+async fn transfer(from: u64, to: u64, inside: &AtomicUsize) -> Result<u64, LockError> {
+    let g: &LockSetGuard = g;
+    let token = g.fencing_token_of(&format!("acct:{from}")).unwrap();
+    assert_eq!(
+        inside.fetch_add(1, Ordering::SeqCst),
+        0,
+        "two transfers at once"
+    );
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+    let _ = to;
+    Ok(token)
+}
+
+/// The attribute on a Redlock Locker: crossed transfers never overlap,
+/// and every name is free afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_takes_sets_on_a_redlock() {
+    let nodes = nodes(3);
+    assert!(ATTR_LOCKER.set(fresh(&nodes)).is_ok());
+    let inside = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let inside = inside.clone();
+            tokio::spawn(async move {
+                let mut tokens = Vec::new();
+                for _ in 0..5 {
+                    let (from, to) = if t % 2 == 0 { (1, 2) } else { (2, 1) };
+                    tokens.push(transfer(from, to, &inside).await.unwrap());
+                }
+                tokens
+            })
+        })
+        .collect();
+    for task in tasks {
+        let tokens = task.await.unwrap();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || free_everywhere(
+            &nodes,
+            &["acct:1", "acct:2"]
+        ))
+        .is_some()
+    );
 }
