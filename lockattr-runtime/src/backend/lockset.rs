@@ -20,6 +20,10 @@
 //! Locker's prefix carries a hash tag: then all its names share that slot
 //! and a set is one group.)
 //!
+//! On a Redlock each node takes the whole set in one [`ACQUIRE_SET`] call,
+//! and a majority of nodes holds it: see `redlock::set`. The waiting
+//! described below is for one server and a Cluster.
+//!
 //! # Waiting
 //!
 //! A set waiter enters its token in the waiters hash of each name

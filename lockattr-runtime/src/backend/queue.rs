@@ -19,7 +19,7 @@
 //! Within its acquire time a waiter rides out a Redis restart, a dropped
 //! connection or a server that answers too late: it tries again after a
 //! pause that starts at a few milliseconds and doubles up to
-//! [`RETRY_MAX`](super::RETRY_MAX) (jittered, so that the waiters of many processes do not
+//! [`RETRY_MAX`] (jittered, so that the waiters of many processes do not
 //! come back in step), until its deadline; at the deadline it returns the
 //! last connection error. A caller with an acquire time of zero asked for
 //! one attempt and gets the error at once.
