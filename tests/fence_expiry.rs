@@ -206,3 +206,90 @@ async fn old_counters_are_evicted_under_volatile_lru() {
         "no counter was evicted"
     );
 }
+
+/// A lock renewed far past its first lease plus the retention keeps its
+/// counter: the operator still sees the holder's own fencing token, and a
+/// forced unlock that names it frees that holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_lock_keeps_its_counter_and_its_token() {
+    let server = RedisServer::start();
+    let locker = locker(&server, RETENTION);
+    let guard = locker
+        .lock("renewed")
+        .expire(Duration::from_millis(400))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    // Five leases plus the retention later, the watchdog still holds it.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(!guard.is_lost());
+    let fence = server.pttl("lockattr:{renewed}:fence");
+    assert!(fence > 300, "the counter runs out under its holder: PTTL {fence}");
+    let seen = locker.inspect("renewed").await.unwrap().unwrap();
+    assert_eq!(seen.fencing_token, guard.fencing_token());
+    assert!(
+        locker
+            .force_unlock_if("renewed", guard.fencing_token())
+            .await
+            .unwrap(),
+        "the holder's own token did not free it"
+    );
+    assert_eq!(locker.inspect("renewed").await.unwrap(), None);
+}
+
+/// A lock taken again soon after a release, with a lease longer than its
+/// counter has left, makes the counter outlive that lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retaken_lock_keeps_its_counter_for_its_whole_lease() {
+    let server = RedisServer::start();
+    let locker = locker(&server, Duration::from_millis(600));
+    let first = locker.lock("again").acquire().await.unwrap();
+    first.release().await.unwrap();
+    // The counter has about 0.6 s left; the next lease is 3 s.
+    let guard = locker
+        .lock("again")
+        .expire(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    let fence = server.pttl("lockattr:{again}:fence");
+    assert!(
+        fence >= 3_000,
+        "the counter expires before the lease ends: PTTL {fence}"
+    );
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let seen = locker.inspect("again").await.unwrap().unwrap();
+    assert_eq!(seen.fencing_token, guard.fencing_token());
+    guard.release().await.unwrap();
+}
+
+/// The operator reads a holder's fencing token from the holder's own
+/// value: with the counter gone (evicted, or deleted by hand), `inspect`
+/// still shows it, and a forced unlock that names it frees that holder.
+#[tokio::test]
+async fn the_operator_finds_a_holder_by_its_own_token_without_the_counter() {
+    let server = RedisServer::start();
+    let locker = locker(&server, RETENTION);
+    let guard = locker.lock("gone").acquire().await.unwrap();
+    let mut con = server.client();
+    let _: () = redis::cmd("DEL")
+        .arg("lockattr:{gone}:fence")
+        .query(&mut con)
+        .unwrap();
+    let seen = locker.inspect("gone").await.unwrap().unwrap();
+    assert_eq!(seen.fencing_token, guard.fencing_token());
+    assert!(
+        !locker
+            .force_unlock_if("gone", guard.fencing_token() + 1)
+            .await
+            .unwrap()
+    );
+    assert!(
+        locker
+            .force_unlock_if("gone", guard.fencing_token())
+            .await
+            .unwrap()
+    );
+    assert!(guard.release().await.unwrap_err().is_not_owned());
+}

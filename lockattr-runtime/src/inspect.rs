@@ -38,7 +38,9 @@ pub struct LockInfo {
     /// Time left of the holder's lease (on a Redlock: how long a majority
     /// still holds it).
     pub ttl: Duration,
-    /// The holder's fencing token (0 when its counter is gone).
+    /// The holder's fencing token, as the holder's own stored value carries
+    /// it (0 for a lock taken by an older version of this library, which
+    /// did not store it).
     pub fencing_token: u64,
     /// Callers queued for it (always 0 on a Redlock, whose waiters do not
     /// queue).

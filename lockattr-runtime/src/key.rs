@@ -168,6 +168,16 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
+    /// The kind's index of its holders that a renewal of this hold updates
+    /// (a read-write lock's readers, for a reader); the holder key itself
+    /// when the kind keeps none.
+    pub(crate) fn index(&self) -> &str {
+        self.rw
+            .as_ref()
+            .and_then(|rw| rw.index())
+            .unwrap_or(&self.lock)
+    }
+
     pub(crate) fn new(prefix: &str, name: &str, fence_retention: Duration) -> Keys {
         let mut lock = String::with_capacity(prefix.len() + name.len() + 2);
         lock.push_str(prefix);

@@ -259,7 +259,7 @@ async fn renew(
     let renewals: Vec<Renewal<'_>> = batch
         .iter()
         .map(|(_, lease, period)| Renewal {
-            key: &lease.keys.lock,
+            keys: &lease.keys,
             token: &lease.token,
             lease: period.map(|_| lease.expire),
             expire: lease.expire,

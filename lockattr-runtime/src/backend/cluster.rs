@@ -298,18 +298,13 @@ impl ClusterNodes {
             .min(self.limit());
         let mut slots: HashMap<Slot, Vec<usize>> = HashMap::new();
         for (i, lease) in leases.iter().enumerate() {
-            slots.entry(Slot::for_key(lease.key)).or_default().push(i);
+            slots.entry(Slot::for_key(&lease.keys.lock)).or_default().push(i);
         }
         let calls = slots.into_values().map(|members| {
             let mut connection = connection.clone();
             async move {
-                let mut invocation = scripts::RENEW.prepare_invoke();
-                for &i in &members {
-                    invocation
-                        .key(leases[i].key)
-                        .arg(leases[i].token)
-                        .arg(leases[i].lease.map_or(0, millis));
-                }
+                let batch: Vec<&Renewal<'_>> = members.iter().map(|&i| &leases[i]).collect();
+                let invocation = scripts::renew(&batch);
                 let left: Result<Vec<i64>, LockError> = self
                     .within(limit, invocation.invoke_async(&mut connection))
                     .await;

@@ -91,8 +91,9 @@ pub(crate) struct Grant {
 /// One lease in a [`Backend::renew`] batch.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Renewal<'a> {
-    /// The lock's key.
-    pub(crate) key: &'a str,
+    /// The keys of the hold: its holder key, and those the renewal keeps
+    /// alive with it (fence counter, index of holders).
+    pub(crate) keys: &'a Keys,
     /// Its owner's token.
     pub(crate) token: &'a str,
     /// The lease to raise it to; `None` only reads the time left.

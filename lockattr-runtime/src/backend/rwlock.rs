@@ -105,6 +105,15 @@ impl RwKeys {
         keys.rw = Some(rw);
     }
 
+    /// The index of readers that a reader's renewal updates; `None` for a
+    /// writer.
+    pub(crate) fn index(&self) -> Option<&str> {
+        match self.mode {
+            RwMode::Write => None,
+            RwMode::Read => Some(&self.readers),
+        }
+    }
+
     /// The key `token` holds on this side: the writer's, or its own reader
     /// key.
     pub(crate) fn holder_key(&self, token: &str) -> String {

@@ -88,14 +88,13 @@ macro_rules! ms_arg_lua {
 /// not step back and a name is taken less than a million times a second. A
 /// microsecond count stays below 2^53, so Lua's doubles hold it exactly.
 ///
-/// A counter made here expires `$ttl` ms from now (the lease it is taken
-/// for plus the retention); an existing one keeps its time to live (INCR
-/// does not change it), which a release that deletes the lock sets to the
-/// retention. So a counter never lives longer than the retention after the
-/// last lease of its lock ended, and an acquisition costs no extra command.
-/// A counter may expire while a lock renewed or extended far past its first
-/// lease is still held: the next token then starts from the clock, which
-/// keeps it larger.
+/// The counter then lives at least `$ttl` ms more (the lease it is taken
+/// for plus the retention): a new one is written with it, an existing one
+/// whose time to live is shorter is raised to it, never lowered (a
+/// semaphore's counter serves longer leases of other permits). Renewal,
+/// `extend` and `hold_at_least` raise it the same way, so a counter never
+/// expires while a hold it counted is alive, and never lives longer than
+/// the retention after the last one ended.
 ///
 /// Lua statements that set the local `fence` (declared by the caller),
 /// spliced into the scripts (inline rather than a Lua function, which each
@@ -112,6 +111,15 @@ if fence == 1 then
   redis.call('set', ",
             $key,
             r", string.format('%d', fence), 'PX', ",
+            $ttl,
+            r")
+elseif redis.call('pttl', ",
+            $key,
+            ") < ",
+            $ttl,
+            " then\n  redis.call('pexpire', ",
+            $key,
+            ", ",
             $ttl,
             r")
 end
@@ -143,8 +151,78 @@ macro_rules! owns_lua {
     };
 }
 
+/// A Lua expression: the fencing token that the holder value `$value` (a
+/// local, a string) carries, or `nil` when it carries none (written by an
+/// older version). Every holder's value is
+/// `<token>\n<host>\n<pid>\n<label>\n<since ms>\n<fencing token>`, written
+/// whole by whoever grants the hold (an acquisition or a hand-over), and
+/// operator calls read a holder's token here, never from the counter.
+macro_rules! holder_fence_lua {
+    ($value:literal) => {
+        concat!(
+            "tonumber(string.match(",
+            $value,
+            r", '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n(%d+)'))"
+        )
+    };
+}
+
+/// Lua statements that make the fence counter `$key` live at least `$ttl`
+/// ms more (never shorter): whatever grants or extends a hold keeps the
+/// counter for the hold plus the retention, so a holder's token can never
+/// be handed out again while it holds. A counter that is gone stays gone.
+macro_rules! keep_fence_lua {
+    ($key:literal, $ttl:literal) => {
+        concat!(
+            "if redis.call('pttl', ",
+            $key,
+            ") < ",
+            $ttl,
+            " then redis.call('pexpire', ",
+            $key,
+            ", ",
+            $ttl,
+            ") end\n"
+        )
+    };
+}
+
+/// Lua statements run when a hold's time left becomes `$ttl` ms (a local;
+/// renewal, `extend`, `hold_at_least`): the fence counter `$fence` lives
+/// at least the hold plus the local `retention`, and the kind's index of
+/// holders `$index` (a sorted set scored by each holder's end, such as a
+/// read-write lock's readers; the holder's own key when the kind has none)
+/// records the new end of `$token` and lives at least as long. So no key
+/// of a kind expires under a hold that is renewed, whatever the kind.
+macro_rules! keep_hold_lua {
+    ($holder:literal, $fence:literal, $index:literal, $token:literal, $ttl:literal) => {
+        concat!(
+            "local hold_end = ",
+            $ttl,
+            " + retention\n",
+            keep_fence_lua!($fence, "hold_end"),
+            "if ",
+            $index,
+            " ~= ",
+            $holder,
+            " then\n",
+            "  local t = redis.call('time')\n",
+            "  redis.call('zadd', ",
+            $index,
+            ", math.floor(tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000) + ",
+            $ttl,
+            ", ",
+            $token,
+            ")\n",
+            "  ",
+            keep_fence_lua!($index, $ttl),
+            "end\n"
+        )
+    };
+}
+
 // For the scripts of several names at once (`super::lockset`).
-pub(crate) use {max_ms, ms_arg_lua, owns_lua};
+pub(crate) use {holder_fence_lua, keep_fence_lua, keep_hold_lua, max_ms, ms_arg_lua, owns_lua};
 
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
@@ -195,19 +273,19 @@ end
         ms_arg_lua!("retention", "retention_arg", "0"),
         ms_arg_lua!("wait", "ARGV[3]", "0"),
         r"
-local fence
-if redis.call('set', KEYS[1], ARGV[1] .. '\n' .. who .. '\n' .. since, 'NX', 'PX', lease) then
-  local ok = redis.pcall('incr', KEYS[2])
-  if type(ok) == 'table' and ok.err then
-    redis.call('del', KEYS[1])
-    return ok
-  end
-  fence = ok
-  if fence == 1 then
-    local now = redis.call('time')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('set', KEYS[2], string.format('%d', fence), 'PX', lease + retention)
-  end
+local counter = redis.call('get', KEYS[2])
+local fence = tonumber(counter)
+if counter and (not fence or fence ~= math.floor(fence) or fence < 0) then
+  return redis.error_reply('ERR lockattr: the fence counter ' .. KEYS[2] .. ' holds a foreign value')
+end
+if fence then
+  fence = fence + 1
+else
+  local now = redis.call('time')
+  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
+if redis.call('set', KEYS[1], ARGV[1] .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence), 'NX', 'PX', lease) then
+  redis.call('set', KEYS[2], string.format('%d', fence), 'PX', lease + retention)
   if queued == '1' and redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
     redis.call('lrem', KEYS[3], 0, ARGV[1])
   end
@@ -218,13 +296,25 @@ if ",
         owns_lua!("holder", "ARGV[1]"),
         r" then
   redis.call('pexpire', KEYS[1], lease)
-  fence = tonumber(redis.call('get', KEYS[2]))
+  fence = ",
+        holder_fence_lua!("holder"),
+        r"
   if fence then
-    redis.call('pexpire', KEYS[2], lease + retention)
+",
+        keep_fence_lua!("KEYS[2]", "lease + retention"),
+        r"
   else
+    fence = tonumber(redis.call('get', KEYS[2]))
+    if fence then
+",
+        keep_fence_lua!("KEYS[2]", "lease + retention"),
+        r"
+    else
 ",
         next_fence_lua!("KEYS[2]", "lease + retention"),
         r"
+    end
+    redis.call('append', KEYS[1], string.format('\n%d', fence))
   end
   return {1, fence}
 end
@@ -327,7 +417,8 @@ while true do
 ",
             next_fence_lua!("KEYS[2]", "lease + retention"),
             r"
-      redis.call('set', KEYS[1], waiter .. '\n' .. who .. '\n' .. now_ms, 'PX', lease)
+      local kind_fields = value and string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*(\n.*)$') or ''
+      redis.call('set', KEYS[1], waiter .. '\n' .. who .. '\n' .. now_ms .. '\n' .. string.format('%d', fence) .. kind_fields, 'PX', lease)
       local notice = string.format('%s:%d:%d', waiter, fence, lease)
       redis.call('publish', ",
             $channel,
@@ -425,7 +516,8 @@ end
 /// KEYS: lock, fence, queue, waiters. ARGV: the lock's channel, `1` to
 /// publish a release notice when nobody is queued (Redlock) or `0`, how
 /// long the fence counter outlives a lease in ms, and the fencing token the
-/// holder must have (0: any holder).
+/// holder must have (0: any holder), as the holder's own value carries it
+/// (never the counter, which may have moved on or be gone).
 /// Returns 0 when the lock was free (or held under another token), or `{1, <holder>\n<since>}` of the
 /// owner it took the lock from (never the owner token).
 pub(crate) static FORCE_UNLOCK: Lazy<Script> = Lazy::new(|| {
@@ -440,7 +532,9 @@ local value = redis.call('get', KEYS[1])
 if not value then
   return 0
 end
-if expected > 0 and tonumber(redis.call('get', KEYS[2])) ~= expected then
+if expected > 0 and ",
+        holder_fence_lua!("value"),
+        r" ~= expected then
   return 0
 end
 local sep = string.find(value, '\n', 1, true)
@@ -459,12 +553,14 @@ return {1, forced}
 
 /// What [`INSPECT`] tells of one lock on one server.
 ///
-/// KEYS: lock, fence, waiters. Returns `{<holder>\n<since> or '', pttl,
-/// fence counter or -1, waiters queued, sha1 of the owner token}`, or 0
+/// KEYS: lock, fence, waiters. Returns `{<holder>\n<since>[\n<fencing
+/// token>] or '', pttl, the holder's fencing token as its value carries it
+/// or -1 (a value written by an older version), waiters queued, sha1 of
+/// the owner token}`, or 0
 /// when the lock is free. The owner token itself never leaves Redis: its
 /// hash only tells owners apart (a Redlock's majority view).
 pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local value = redis.call('get', KEYS[1])
 if not value then
@@ -473,10 +569,12 @@ end
 local sep = string.find(value, '\n', 1, true)
 local token = sep and string.sub(value, 1, sep - 1) or value
 local who = sep and string.sub(value, sep + 1) or ''
-local fence = tonumber(redis.call('get', KEYS[2])) or -1
+local fence = ",
+        holder_fence_lua!("value"),
+        r" or -1
 return {who, redis.call('pttl', KEYS[1]), string.format('%d', fence), redis.call('hlen', KEYS[3]), redis.sha1hex(token)}
 ",
-    )
+    ))
 });
 
 /// [`RELEASE_LUA`] as a script.
@@ -486,8 +584,12 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA))
 /// left in ms, -1 when the token does not own the lock, or -2 (and changes
 /// nothing) when the lease would have more than the max lease left.
 ///
-/// KEYS: lock key. ARGV: token, ms, mode, max lease in ms, and for `hold`
-/// the lock's channel. Modes:
+/// KEYS: the holder key, its fence counter, and its kind's index of holders
+/// (the holder key again when the kind keeps none; see [`keep_hold_lua!`]).
+/// ARGV: token, ms, mode, max lease in ms, how long the fence counter
+/// outlives the lease in ms, and for `hold` the lock's channel. Whatever
+/// the mode, the counter and the index then live at least as long as the
+/// new lease (plus the retention for the counter). Modes:
 /// - `set`: the lease becomes ms (safe to repeat);
 /// - `hold`: as `set`, then publishes `-:0:<ms>` on the channel, which
 ///   names no waiter and tells every waiter when the lock now ends (a
@@ -502,12 +604,16 @@ pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         ms_arg_lua!("ms", "ARGV[2]", "1"),
         ms_arg_lua!("max", "ARGV[4]", "1"),
+        ms_arg_lua!("retention", "ARGV[5]", "0"),
         r"
 local mode = ARGV[3]
 if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' and mode ~= 'hold' then
   return redis.error_reply('ERR lockattr: the mode must be add, set, raise or hold')
 end
-if mode == 'hold' and not ARGV[5] then
+if #KEYS ~= 3 then
+  return redis.error_reply('ERR lockattr: the keys must be the holder, its fence counter and its index')
+end
+if mode == 'hold' and not ARGV[6] then
   return redis.error_reply('ERR lockattr: the mode hold needs the lock channel')
 end
 local value = redis.call('get', KEYS[1])
@@ -532,8 +638,11 @@ if ttl > max then
   return -2
 end
 redis.call('pexpire', KEYS[1], ttl)
+",
+        keep_hold_lua!("KEYS[1]", "KEYS[2]", "KEYS[3]", "ARGV[1]", "ttl"),
+        r"
 if mode == 'hold' then
-  redis.call('publish', ARGV[5], string.format('-:0:%d', ttl))
+  redis.call('publish', ARGV[6], string.format('-:0:%d', ttl))
 end
 return ttl
 ",
@@ -542,20 +651,25 @@ return ttl
 
 /// Renews many leases in one call (the watchdog's batch).
 ///
-/// KEYS: lock keys. ARGV: for each key, its owner's token and the lease in
-/// ms. A lease is raised to that many ms if it has less left; it is never
+/// KEYS: for each hold, its holder key, fence counter and index (as
+/// [`EXTEND`]'s). ARGV: how long a fence counter outlives a lease in ms,
+/// then for each hold its owner's token and the lease in ms. A raised lease
+/// keeps the hold's counter and index alive with it (see [`keep_hold_lua!`]).
+/// A lease is raised to that many ms if it has less left; it is never
 /// shortened (an owner may have extended it further), and 0 only reads it.
 /// Returns, per key, the time left in ms, or -1 when the token does not own
 /// the lock: a deleted or taken lock is never brought back. Safe to repeat.
 pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
+        r"",
+        ms_arg_lua!("retention", "ARGV[1]", "0"),
         r"
-if #ARGV ~= 2 * #KEYS then
-  return redis.error_reply('ERR lockattr: a token and a lease for each key')
+if #KEYS % 3 ~= 0 or #ARGV ~= 1 + 2 * #KEYS / 3 then
+  return redis.error_reply('ERR lockattr: three keys (holder, fence counter, index) and a token and a lease for each hold')
 end
 local lease = {}
-for i = 1, #KEYS do
-  local ms = tonumber(ARGV[2 * i])
+for i = 1, #KEYS / 3 do
+  local ms = tonumber(ARGV[2 * i + 1])
   if not ms or ms ~= math.floor(ms) or ms < 0 or ms > ",
         max_ms!(),
         r" then
@@ -566,8 +680,9 @@ for i = 1, #KEYS do
   lease[i] = ms
 end
 local left = {}
-for i, key in ipairs(KEYS) do
-  local value, token = redis.call('get', key), ARGV[2 * i - 1]
+for i = 1, #KEYS / 3 do
+  local key, token = KEYS[3 * i - 2], ARGV[2 * i]
+  local value = redis.call('get', key)
   if ",
         owns_lua!("value", "token"),
         r" then
@@ -576,6 +691,9 @@ for i, key in ipairs(KEYS) do
     if ttl < ms then
       redis.call('pexpire', key, ms)
       ttl = ms
+",
+        keep_hold_lua!("key", "KEYS[3 * i - 1]", "KEYS[3 * i]", "token", "ttl"),
+        r"
     end
     left[i] = ttl
   else
@@ -611,9 +729,13 @@ if not ",
         r" then
   return 0
 end
+local left = math.max(redis.call('pttl', KEYS[1]), 1)
 if (tonumber(redis.call('get', KEYS[2])) or 0) < token then
-  local left = math.max(redis.call('pttl', KEYS[1]), 1)
   redis.call('set', KEYS[2], string.format('%d', token), 'PX', left + retention)
+end
+local head, rest = string.match(value, '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)\n%d+(.*)$')
+if head then
+  redis.call('set', KEYS[1], head .. string.format('\n%d', token) .. rest, 'PX', left)
 end
 return 1
 ",
@@ -732,12 +854,33 @@ pub(crate) fn extend(
     let mut invocation = EXTEND.prepare_invoke();
     invocation
         .key(&keys.lock)
+        .key(&keys.fence)
+        .key(keys.index())
         .arg(token)
         .arg(ms)
         .arg(mode)
-        .arg(millis(max_lease));
+        .arg(millis(max_lease))
+        .arg(whole_millis(keys.fence_retention));
     if mode == "hold" {
         invocation.arg(&keys.channel);
+    }
+    invocation
+}
+
+/// A [`RENEW`] call for a batch of holds (of one Locker: one retention).
+pub(crate) fn renew(leases: &[&super::Renewal<'_>]) -> ScriptInvocation<'static> {
+    let mut invocation = RENEW.prepare_invoke();
+    let retention = leases
+        .first()
+        .map_or(Duration::ZERO, |l| l.keys.fence_retention);
+    invocation.arg(whole_millis(retention));
+    for lease in leases {
+        invocation
+            .key(&lease.keys.lock)
+            .key(&lease.keys.fence)
+            .key(lease.keys.index())
+            .arg(lease.token)
+            .arg(lease.lease.map_or(0, millis));
     }
     invocation
 }
@@ -1015,7 +1158,7 @@ mod tests {
         let server = Server::start();
         let mut con = server.connect();
         let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str()];
+        let k = [held.lock.as_str(), &held.fence, &held.lock];
         let channel = held.channel.as_str();
         for mode in ["add", "set", "raise", "hold"] {
             for bad in NOT_MS.iter().chain(&["0"]) {
@@ -1024,7 +1167,7 @@ mod tests {
                     &mut con,
                     &EXTEND,
                     &k,
-                    &["holder", bad, mode, "60000", channel],
+                    &["holder", bad, mode, "60000", "60000", channel],
                     &call,
                 );
                 let call = format!("EXTEND {mode} with max {bad:?}");
@@ -1032,16 +1175,34 @@ mod tests {
                     &mut con,
                     &EXTEND,
                     &k,
-                    &["holder", "1000", mode, bad, channel],
+                    &["holder", "1000", mode, bad, "60000", channel],
                     &call,
                 );
             }
+            for bad in NOT_MS {
+                let call = format!("EXTEND {mode} with retention {bad:?}");
+                refused(
+                    &mut con,
+                    &EXTEND,
+                    &k,
+                    &["holder", "1000", mode, "60000", bad, channel],
+                    &call,
+                );
+            }
+            let call = format!("EXTEND {mode} with the holder key alone");
+            refused(
+                &mut con,
+                &EXTEND,
+                &k[..1],
+                &["holder", "1000", mode, "60000", "60000", channel],
+                &call,
+            );
         }
         refused(
             &mut con,
             &EXTEND,
             &k,
-            &["holder", "1000", "hold", "60000"],
+            &["holder", "1000", "hold", "60000", "60000"],
             "EXTEND hold without a channel",
         );
         for mode in ["", "ADD", "replace"] {
@@ -1050,7 +1211,7 @@ mod tests {
                 &mut con,
                 &EXTEND,
                 &k,
-                &["holder", "1000", mode, "60000"],
+                &["holder", "1000", mode, "60000", "60000"],
                 &call,
             );
         }
@@ -1105,7 +1266,14 @@ mod tests {
             .arg(3_000)
             .query(&mut con)
             .unwrap();
-        let k = [held.lock.as_str(), &other.lock];
+        let k = [
+            held.lock.as_str(),
+            &held.fence,
+            &held.lock,
+            &other.lock,
+            &other.fence,
+            &other.lock,
+        ];
         for bad in NOT_MS {
             // The first lease alone would be renewed: it must not be.
             let call = format!("RENEW with a second lease of {bad:?}");
@@ -1113,7 +1281,7 @@ mod tests {
                 &mut con,
                 &RENEW,
                 &k,
-                &["holder", "20000", "other", bad],
+                &["60000", "holder", "20000", "other", bad],
                 &call,
             );
         }
@@ -1121,8 +1289,20 @@ mod tests {
             &mut con,
             &RENEW,
             &k,
-            &["holder", "20000", "other"],
+            &["60000", "holder", "20000", "other"],
             "RENEW short of a lease",
+        );
+        for bad in NOT_MS {
+            let call = format!("RENEW with retention {bad:?}");
+            let args = [*bad, "holder", "20000", "other", "20000"];
+            refused(&mut con, &RENEW, &k, &args, &call);
+        }
+        refused(
+            &mut con,
+            &RENEW,
+            &k[..4],
+            &["60000", "holder", "20000", "other", "20000"],
+            "RENEW with a key short",
         );
     }
 

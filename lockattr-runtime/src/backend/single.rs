@@ -448,13 +448,7 @@ impl SingleNode {
         &self,
         leases: &[Renewal<'_>],
     ) -> Result<Vec<Option<Duration>>, LockError> {
-        let mut invocation = scripts::RENEW.prepare_invoke();
-        for lease in leases {
-            invocation
-                .key(lease.key)
-                .arg(lease.token)
-                .arg(lease.lease.map_or(0, millis));
-        }
+        let invocation = scripts::renew(&leases.iter().collect::<Vec<_>>());
         let left: Vec<i64> = self.send(Request::Script(&invocation), None).await?;
         if left.len() != leases.len() {
             return Err(LockError::Runtime {
