@@ -542,3 +542,70 @@ async fn a_writer_reading_its_own_name_waits_for_itself() {
     );
     writer.release().await.unwrap();
 }
+
+/// A reader released within its `hold_at_least` keeps its share until the
+/// hold ends, then nothing of the lock stays: the index of readers expires
+/// with the hold, without another call on the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_released_within_its_hold_leaves_no_key_behind() {
+    let server = RedisServer::start();
+    let locker = Locker::builder(server.url())
+        .fence_retention(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    for n in 0..20 {
+        let reader = locker
+            .read_lock(format!("report:{n}"))
+            .expire(Duration::from_millis(600))
+            .hold_at_least(Duration::from_millis(400))
+            .acquire()
+            .await
+            .unwrap();
+        reader.release().await.unwrap();
+    }
+    // The holds keep the readers' shares: a writer waits for them.
+    let busy = locker
+        .write_lock("report:0")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let left = server.keys("lockattr:*");
+    assert!(left.is_empty(), "keys stay after the holds: {left:?}");
+}
+
+/// Every key of a read-write lock expires: after the readers' and the
+/// writer's leases plus the retention, none is left, whichever side held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_readers_and_writers_leave_no_key_behind() {
+    let server = RedisServer::start();
+    let locker = Locker::builder(server.url())
+        .fence_retention(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let mut guards = Vec::new();
+    for n in 0..20 {
+        let name = format!("page:{n}");
+        let side = if n % 2 == 0 {
+            locker.read_lock(&name)
+        } else {
+            locker.write_lock(&name)
+        };
+        guards.push(
+            side.expire(Duration::from_millis(300))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    // As a crashed holder would: no release, no Drop.
+    std::mem::forget(guards);
+    for key in server.keys("lockattr:*") {
+        let ttl = server.pttl(&key);
+        assert!((0..=500).contains(&ttl), "{key} has PTTL {ttl}");
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let left = server.keys("lockattr:*");
+    assert!(left.is_empty(), "keys stay after the leases: {left:?}");
+}

@@ -7,6 +7,8 @@
 //!   be seen inside at once, never a writer with anyone else.
 //! - A child takes the read side and is SIGKILLed while holding it: its
 //!   share is free when its lease ends, not before.
+//! - A child takes the read side of 50 names and is SIGKILLed: once their
+//!   leases and the retention are over, no key of any of them is left.
 
 mod support;
 
@@ -26,6 +28,8 @@ const STORE_URL: &str = "LOCKATTR_RW_STORE_URL";
 const DONE: &str = "LOCKATTR_RW_CHILD_DONE";
 /// What the holding child prints once it holds the read side.
 const HOLDING: &str = "LOCKATTR_RW_HOLDING";
+/// Set for the child that reads many names.
+const MANY: &str = "LOCKATTR_RW_MANY";
 
 /// Counts a reader (`r`) or a writer (`w`) in: notes a breach of the
 /// rule (a writer with anyone, a reader with a writer) and the most readers.
@@ -119,7 +123,11 @@ fn processes_share_reads_and_exclude_writes() {
 /// Takes the read side with a 2 s lease, says so, and sleeps until killed.
 #[test]
 fn child_reader() {
-    let (Ok(lock_url), Err(_)) = (std::env::var(LOCK_URL), std::env::var(STORE_URL)) else {
+    let (Ok(lock_url), Err(_), Err(_)) = (
+        std::env::var(LOCK_URL),
+        std::env::var(STORE_URL),
+        std::env::var(MANY),
+    ) else {
         return;
     };
     let locker = Locker::new(&lock_url).unwrap();
@@ -181,4 +189,63 @@ fn a_killed_readers_share_is_free_when_its_lease_ends() {
         "taken only after {waited:?}"
     );
     guard.release_blocking().unwrap();
+}
+
+/// Takes the read side of `report:0` .. `report:49` with a 300 ms lease,
+/// says so, and sleeps until killed.
+#[test]
+fn child_reader_of_many() {
+    let (Ok(lock_url), Ok(_)) = (std::env::var(LOCK_URL), std::env::var(MANY)) else {
+        return;
+    };
+    let locker = Locker::builder(&lock_url)
+        .fence_retention(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let guards: Vec<_> = (0..50)
+        .map(|n| {
+            locker
+                .read_lock(format!("report:{n}"))
+                .expire(Duration::from_millis(300))
+                .acquire_blocking()
+                .unwrap()
+        })
+        .collect();
+    println!("{HOLDING}");
+    std::thread::sleep(Duration::from_secs(60));
+    drop(guards);
+}
+
+#[test]
+fn killed_readers_of_many_names_leave_no_key_behind() {
+    let locks = RedisServer::start();
+    let url = locks.url();
+    let mut child = child_test(
+        "child_reader_of_many",
+        &[(LOCK_URL, url.as_str()), (MANY, "1")],
+    )
+    .spawn()
+    .expect("spawn child test process");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the child ended before holding the read sides")
+            .unwrap();
+        if line.contains(HOLDING) {
+            break;
+        }
+    }
+    // SIGKILL: no release, no Drop.
+    child.kill().unwrap();
+    let _ = wait_child(child, Duration::from_secs(10));
+    // Past every lease (300 ms) plus the retention (200 ms).
+    std::thread::sleep(Duration::from_millis(1_000));
+    let left = locks.keys("lockattr:*");
+    assert!(
+        left.is_empty(),
+        "{} keys of dead readers stay: {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
 }

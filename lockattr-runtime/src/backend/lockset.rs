@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use super::queue::{RECHECK, retryable};
 use super::redlock::{self, set::SetOnNodes};
-use super::scripts::{max_ms, ms_arg_lua, owns_lua};
+use super::scripts::{holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
 use super::{
     Backend, Backoff, ClusterNodes, FALLBACK_PAUSE, RETRY_MAX, SingleNode, Wake, Wakeups, millis,
     soon_after,
@@ -174,13 +174,10 @@ if busy >= 0 then
 end
 local fences = {1}
 for i = 1, #KEYS, 4 do
-  local fence
-  if redis.call('get', KEYS[i]) then
-    fence = tonumber(redis.call('get', KEYS[i + 1]))
-    if fence then
-      redis.call('pexpire', KEYS[i + 1], lease + retention)
-    end
-  end
+  local held = redis.call('get', KEYS[i])
+  local fence = held and ",
+        holder_fence_lua!("held"),
+        r"
   if not fence then
     local ok = redis.pcall('incr', KEYS[i + 1])
     if type(ok) == 'table' and ok.err then
@@ -193,11 +190,14 @@ for i = 1, #KEYS, 4 do
       redis.call('set', KEYS[i + 1], string.format('%d', fence), 'PX', lease + retention)
     end
   end
+",
+        keep_fence_lua!("KEYS[i + 1]", "lease + retention"),
+        r"
   fences[#fences + 1] = fence
 end
-local value = ARGV[1] .. '\n' .. who .. '\n' .. since
+local value = ARGV[1] .. '\n' .. who .. '\n' .. since .. '\n'
 for i = 1, #KEYS, 4 do
-  redis.call('set', KEYS[i], value, 'PX', lease)
+  redis.call('set', KEYS[i], value .. string.format('%d', fences[(i + 3) / 4 + 1]), 'PX', lease)
   if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 and ARGV[4] == '1' then
     redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
   end

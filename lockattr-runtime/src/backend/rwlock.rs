@@ -7,15 +7,23 @@
 //! these keys, all under one hash tag (one Cluster slot, one script call):
 //!
 //! - `lockattr:{catalog}:rw:write`: the writer, a lock key
-//!   (`<token>\n<holder>\n<since>`, with the writer's lease);
+//!   (`<token>\n<holder>\n<since>\n<fencing token>`, with the writer's
+//!   lease);
 //! - `lockattr:{catalog}:rw:read:<token>`: one lock key per reader, with
-//!   that reader's lease;
-//! - `lockattr:{catalog}:rw:readers`: the set of the readers' tokens. A
-//!   member whose key is gone (a reader whose lease ran out) is dropped by
-//!   the next script call on the name; the set has no expiry of its own (a
-//!   reader's lease is renewed on its own key), so the tokens of crashed
-//!   readers stay in it until the next call on the name, and the set is
-//!   deleted by Redis once empty;
+//!   that reader's lease (its value as the writer's, with the fencing token
+//!   it was granted);
+//! - `lockattr:{catalog}:rw:reading`: the index of the readers, a sorted
+//!   set of their tokens scored by the end of each one's lease (by the
+//!   server's clock, never before its key's own end). Whatever extends a
+//!   reader's lease (renewal, `extend`, `hold_at_least`) moves its score and
+//!   keeps the index alive at least that long, so the index expires with
+//!   its last reader, crashed or not; a member whose score has passed (a
+//!   reader whose lease ran out) is dropped by the next script call. Each
+//!   call counts the live readers and finds the first to end in O(log R),
+//!   whatever their number. (Versions before it kept a plain set at
+//!   `:rw:readers`, without a time to live; the scripts still count the
+//!   readers in it while one exists, during a rolling deploy, and never
+//!   write it.)
 //! - `lockattr:{catalog}:rw:fence`: the fencing counter, incremented by
 //!   writers only; a reader is granted its current value (the last write's
 //!   token, 0 when none is known) and keeps it for its lease plus the
@@ -55,8 +63,8 @@
 //! and told how long until the first holder's lease ends, to ask again then
 //! (a crashed holder).
 //!
-//! Each call reads every reader's key (to drop the dead), so it costs
-//! O(readers) inside Redis; a waiter asks once a second, and at hand-overs.
+//! A call costs the same inside Redis whatever the number of readers (see
+//! the index above); a waiter asks once a second, and at hand-overs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,7 +107,7 @@ impl RwKeys {
         let rw = RwKeys {
             mode,
             write: format!("{base}:write"),
-            readers: format!("{base}:readers"),
+            readers: format!("{base}:reading"),
         };
         keys.lock = rw.write.clone();
         keys.rw = Some(rw);
@@ -141,6 +149,12 @@ local channel = base .. ':wake'
 local function read_key(t)
   return base .. ':read:' .. t
 end
+-- The set of readers an older version kept (no time to live, a scan per
+-- call): read while a rolling deploy runs both versions, never written.
+local legacy = base .. ':readers'
+if KEYS[2] == legacy then
+  return redis.error_reply('ERR lockattr: the second key must be the readers index')
+end
 local now_ms
 local function now()
   if not now_ms then
@@ -150,14 +164,10 @@ local function now()
   return now_ms
 end
 local function next_fence(ttl)
-  local fence = redis.call('incr', KEYS[3])
-  if fence == 1 then
-    local t = redis.call('time')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('set', KEYS[3], string.format('%d', fence), 'PX', ttl)
-  elseif redis.call('pttl', KEYS[3]) < ttl then
-    redis.call('pexpire', KEYS[3], ttl)
-  end
+  local fence
+",
+            next_fence_lua!("KEYS[3]", "ttl"),
+            r"
   return fence
 end
 -- The last write's token (0: none known), kept for a reader's lease.
@@ -166,22 +176,40 @@ local function read_fence(lease)
   if not fence then
     return 0
   end
-  if redis.call('pttl', KEYS[3]) < lease + retention then
-    redis.call('pexpire', KEYS[3], lease + retention)
-  end
+",
+        keep_fence_lua!("KEYS[3]", "lease + retention"),
+        r"
   return fence
 end
--- The live readers (the dead dropped): how many, the shortest time left.
+-- Writes the reader `t`'s key and enters it in the index of readers,
+-- scored by the end of its lease (never before the key's own end), which
+-- lives as long as its longest reader.
+local function add_reader(t, value, lease)
+  redis.call('set', read_key(t), value, 'PX', lease)
+  redis.call('zadd', KEYS[2], now() + lease, t)
+",
+        keep_fence_lua!("KEYS[2]", "lease"),
+        r"
+end
+-- The live readers: how many, the shortest time left (-1: none). The
+-- index drops the readers whose lease ended, so a call costs the same
+-- whatever their number.
 local function readers()
-  local n, first = 0, -1
-  for _, t in ipairs(redis.call('smembers', KEYS[2])) do
-    local left = redis.call('pttl', read_key(t))
-    if left == -2 then
-      redis.call('srem', KEYS[2], t)
-    else
-      n = n + 1
-      if left >= 0 and (first < 0 or left < first) then
-        first = left
+  redis.call('zremrangebyscore', KEYS[2], '-inf', '(' .. now())
+  local n, first = redis.call('zcard', KEYS[2]), -1
+  if n > 0 then
+    first = tonumber(redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')[2]) - now()
+  end
+  if redis.call('exists', legacy) == 1 then
+    for _, t in ipairs(redis.call('smembers', legacy)) do
+      local left = redis.call('pttl', read_key(t))
+      if left == -2 then
+        redis.call('srem', legacy, t)
+      else
+        n = n + 1
+        if left >= 0 and (first < 0 or left < first) then
+          first = left
+        end
       end
     end
   end
@@ -229,12 +257,11 @@ local function admit(writer_held, nreaders)
     local fence
     if side == 'w' then
       fence = next_fence(lease + retention)
-      redis.call('set', KEYS[1], value, 'PX', lease)
+      redis.call('set', KEYS[1], value .. string.format('\n%d', fence), 'PX', lease)
       writer_held = true
     else
       fence = read_fence(lease)
-      redis.call('set', read_key(waiter), value, 'PX', lease)
-      redis.call('sadd', KEYS[2], waiter)
+      add_reader(waiter, value .. string.format('\n%d', fence), lease)
       nreaders = nreaders + 1
     end
     local notice = string.format('%s:%d:%d', waiter, fence, lease)
@@ -293,15 +320,20 @@ local function held()
   end
   redis.call('pexpire', mine_key, lease)
   unqueue()
+  local fence = ",
+        holder_fence_lua!("value"),
+        r"
   if side == 'r' then
-    redis.call('sadd', KEYS[2], token)
-    return {1, read_fence(lease)}
+    redis.call('zadd', KEYS[2], now() + lease, token)
+",
+        keep_fence_lua!("KEYS[2]", "lease"),
+        r"
+    return {1, fence or read_fence(lease)}
   end
-  local fence = tonumber(redis.call('get', KEYS[3]))
   if fence then
-    if redis.call('pttl', KEYS[3]) < lease + retention then
-      redis.call('pexpire', KEYS[3], lease + retention)
-    end
+",
+        keep_fence_lua!("KEYS[3]", "lease + retention"),
+        r"
   else
     fence = next_fence(lease + retention)
   end
@@ -321,13 +353,15 @@ if reply then
 end
 if not writer_held and (side == 'r' or nreaders == 0)
     and redis.call('hexists', KEYS[5], token) == 0 and not head() then
-  local value = token .. '\n' .. who .. '\n' .. since
-  redis.call('set', mine_key, value, 'PX', lease)
+  local value = token .. '\n' .. who .. '\n' .. since .. '\n'
   if side == 'r' then
-    redis.call('sadd', KEYS[2], token)
-    return {1, read_fence(lease)}
+    local fence = read_fence(lease)
+    add_reader(token, value .. string.format('%d', fence), lease)
+    return {1, fence}
   end
-  return {1, next_fence(lease + retention)}
+  local fence = next_fence(lease + retention)
+  redis.call('set', mine_key, value .. string.format('%d', fence), 'PX', lease)
+  return {1, fence}
 end
 if wait > 0 then
   if redis.call('hexists', KEYS[5], token) == 0 then
@@ -394,7 +428,8 @@ if not ",
     redis.call('lrem', KEYS[4], 0, token)
   end
   if not writing then
-    redis.call('srem', KEYS[2], token)
+    redis.call('zrem', KEYS[2], token)
+    redis.call('srem', legacy, token)
     return 2
   end
   if granted > 0 then
@@ -409,7 +444,8 @@ redis.call('del', key)
 if writing then
   redis.call('pexpire', KEYS[3], retention)
 else
-  redis.call('srem', KEYS[2], token)
+  redis.call('zrem', KEYS[2], token)
+  redis.call('srem', legacy, token)
 end
 local nreaders = readers()
 local first = admit(redis.call('exists', KEYS[1]) == 1, nreaders)
@@ -961,14 +997,24 @@ mod tests {
         }
         assert!(!exists(&mut con, &rw.write));
         assert_eq!(queue(&mut con), ["w1", "r3"]);
-        let members: Vec<String> = redis::cmd("SMEMBERS")
+        let members: Vec<String> = redis::cmd("ZRANGE")
             .arg(&rw.readers)
+            .arg(0)
+            .arg(-1)
             .query(&mut con)
             .unwrap();
         assert_eq!(members.len(), 2, "{members:?}");
-        // A reader whose key is gone is dropped from the set.
-        let _: () = redis::cmd("DEL")
+        let ttl: i64 = redis::cmd("PTTL").arg(&rw.readers).query(&mut con).unwrap();
+        assert!((1..=4_000).contains(&ttl), "readers index PTTL {ttl}");
+        // A reader whose lease ended (its key gone, its end passed) is
+        // dropped from the index.
+        let _: () = redis::pipe()
+            .cmd("DEL")
             .arg(rw.holder_key("r1"))
+            .cmd("ZADD")
+            .arg(&rw.readers)
+            .arg(1)
+            .arg("r1")
             .query(&mut con)
             .unwrap();
         release(&mut con, RwMode::Read, "r2");

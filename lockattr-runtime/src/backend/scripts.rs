@@ -222,7 +222,7 @@ macro_rules! keep_hold_lua {
 }
 
 // For the scripts of several names at once (`super::lockset`).
-pub(crate) use {holder_fence_lua, keep_fence_lua, keep_hold_lua, max_ms, ms_arg_lua, owns_lua};
+pub(crate) use {holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
 
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
