@@ -1,5 +1,5 @@
 //! The commands, on the runtime's public API: `Locker::inspect`, `locks`
-//! and `force_unlock` for locks; `inspect_semaphore`, `semaphores` and
+//! and `force_unlock_if` for locks; `inspect_semaphore`, `semaphores` and
 //! `force_unlock_permit` for semaphores.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -203,6 +203,17 @@ async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
         return Ok(Exit::NotFound);
     };
     print(&format::show(&args.name, Some(&lock), SystemTime::now()))?;
+    // A holder is freed only by the fencing token its own value shows, so
+    // that a lock that changed hands meanwhile is left to its new holder:
+    // never unconditionally.
+    if lock.fencing_token == 0 {
+        return Err(Failure::new(format!(
+            "not force-unlocking `{name}`: its holder's value carries no fencing token (it was \
+             taken by a version of lockattr older than this tool), so this tool cannot make sure \
+             it frees the holder shown and no later one; the lock frees itself when its lease \
+             ends, or call `Locker::force_unlock` from code that knows the holder is gone"
+        )));
+    }
     if !args.force {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::usage(format!(
@@ -221,13 +232,9 @@ async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
     }
     // Only the holder shown (and confirmed): a lock that changed hands
     // meanwhile is left to its new holder.
-    let freed = if lock.fencing_token > 0 {
-        locker
-            .force_unlock_if(&args.name, lock.fencing_token)
-            .await?
-    } else {
-        locker.force_unlock(&args.name).await?
-    };
+    let freed = locker
+        .force_unlock_if(&args.name, lock.fencing_token)
+        .await?;
     if freed {
         print(&format!(
             "Force-unlocked `{name}` (fencing token {} was held).\n",
@@ -278,7 +285,9 @@ async fn unlock_permit(
     };
     if permit.fencing_token == 0 {
         return Err(Failure::new(format!(
-            "permit {} of semaphore `{name}` is being handed to a waiter; look again",
+            "not force-releasing permit {} of semaphore `{name}`: its holder's value carries no \
+             fencing token (it was taken by a version of lockattr older than this tool); the \
+             permit frees itself when its lease ends",
             permit.permit
         )));
     }

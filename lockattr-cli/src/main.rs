@@ -33,7 +33,7 @@
 //! `lockattr: <message>`, never with the password of a URL.
 //!
 //! The tool reads and frees locks through the public API of
-//! [`lockattr_runtime::Locker`] (`locks`, `inspect`, `force_unlock`), so it
+//! [`lockattr_runtime::Locker`] (`locks`, `inspect`, `force_unlock_if`), so it
 //! sees what the library's own clients write.
 
 mod cli;

@@ -343,6 +343,39 @@ fn unlock_force_frees_a_held_lock_and_the_waiter_gets_it() {
     assert!(guard.release_blocking().unwrap_err().is_not_owned());
 }
 
+/// The holder is freed by the fencing token its own value carries, even
+/// when the lock's counter is gone (expired under a long hold, or evicted);
+/// a holder whose value carries none (written by an older version) is
+/// never freed unconditionally: the tool refuses and leaves it held.
+#[test]
+fn unlock_frees_only_by_the_token_the_holder_shows() {
+    let server = RedisServer::start();
+    let holder = locker(&server, "long-job");
+    let guard = take(&holder, "nightly");
+    server.raw("DEL lockattr:{nightly}:fence").unwrap();
+    let run = lockattr(&server, &["unlock", "nightly", "--force"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .contains(&format!("fencing token {} was held", guard.fencing_token())),
+        "{run:?}"
+    );
+    assert!(guard.release_blocking().unwrap_err().is_not_owned());
+
+    // A holder of an older version: owner token, host, pid, label, since.
+    server
+        .raw("SET lockattr:{legacy} \"old\\nhost\\n7\\nold-app\\n1700000000000\" PX 30000")
+        .unwrap();
+    let run = lockattr(&server, &["unlock", "legacy", "--force"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("no fencing token"), "{run:?}");
+    assert_eq!(
+        server.raw("EXISTS lockattr:{legacy}").unwrap(),
+        ":1\r\n",
+        "freed unconditionally"
+    );
+}
+
 #[test]
 fn unlock_of_a_free_lock_exits_1() {
     let server = RedisServer::start();
