@@ -14,11 +14,13 @@ use crate::key::Keys;
 /// One server's view of one held lock.
 #[derive(Debug, Clone)]
 pub(crate) struct Seen {
-    /// `<host>\n<pid>\n<label>\n<since ms>` (empty: not recorded).
+    /// `<host>\n<pid>\n<label>\n<since ms>`, then `\n<fencing token>`
+    /// (empty: not recorded).
     pub(crate) who: String,
     /// Time left of the lease.
     pub(crate) ttl: Duration,
-    /// The lock's fence counter (the holder's fencing token), if any.
+    /// The holder's fencing token, as its own value carries it (`None`:
+    /// written by an older version, which did not store it).
     pub(crate) fence: Option<u64>,
     /// Callers queued for it.
     pub(crate) waiters: usize,
@@ -304,11 +306,12 @@ impl ClusterNodes {
     }
 }
 
-/// The holder's fencing token among the counters of the nodes that hold
-/// its lock: the one most of them have, the larger on a tie. Its
-/// acquisition wrote its token to every node that had answered it; a node
-/// that granted it after the acquisition was done may show another counter
-/// for a moment (it is then raised to the token, or gives the lock back).
+/// The holder's fencing token among the tokens that the nodes holding its
+/// lock carry in their values: the one most of them have, the larger on a
+/// tie. Its acquisition wrote its token to every node that had answered
+/// it; a node that granted it after the acquisition was done may show
+/// another token for a moment (it is then raised to the token, or gives
+/// the lock back).
 fn holders_fence(counters: impl Iterator<Item = u64>) -> Option<u64> {
     let mut counters: Vec<u64> = counters.collect();
     counters.sort_unstable();
