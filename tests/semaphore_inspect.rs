@@ -213,8 +213,9 @@ async fn a_forced_permit_with_nobody_waiting_is_freed() {
 }
 
 /// The record of the number of permits expires `fence_retention` after
-/// the last acquisition; a permit held longer is still found, its count
-/// the highest permit held plus one.
+/// the last acquisition; a permit held longer is still found, and the
+/// number is the one its value records (or, for a value of an older
+/// version that records none, the highest permit held plus one).
 #[tokio::test]
 async fn a_permit_outliving_its_record_is_still_found() {
     let server = RedisServer::start();
@@ -226,6 +227,20 @@ async fn a_permit_outliving_its_record_is_still_found() {
         .arg("lockattr:{old}:sem:permits")
         .query(&mut server.client())
         .unwrap();
+    let info = ops.inspect_semaphore("old").await.unwrap().unwrap();
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    assert_eq!(info.permits, 4);
+    // Values as an older version wrote them: no number recorded.
+    for key in server.keys("lockattr:{old}:sem:permit:*") {
+        let value = server.get(&key).unwrap();
+        let (older, _) = value.rsplit_once('\n').unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(older)
+            .arg("KEEPTTL")
+            .query(&mut server.client())
+            .unwrap();
+    }
     let info = ops.inspect_semaphore("old").await.unwrap().unwrap();
     assert_eq!(info.holders.len(), 2, "{info:?}");
     assert_eq!(info.permits, 2);

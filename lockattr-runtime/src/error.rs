@@ -132,26 +132,46 @@ pub enum LockError {
 
     /// A semaphore was asked for with another number of permits than the
     /// one it is in use with (see [`Locker::semaphore`](crate::Locker::semaphore)).
-    /// Nothing was taken.
+    /// Nothing was taken, and the caller did not wait.
+    ///
+    /// A semaphore is in use with a number while any of its permits is
+    /// held (every held permit records the number it was taken with, kept
+    /// through renewal, `extend` and hand-overs to waiters), while callers
+    /// wait for a permit, and for a short while after the last permit was
+    /// taken (a record of the number expires the longer of that permit's
+    /// lease plus the Locker's `fence_retention`, and that caller's wait,
+    /// after it was taken). A caller asking for fewer permits than the
+    /// semaphore has is refused as well when the only permits held are
+    /// beyond its number.
     ///
     /// ```
     /// # use lockattr_runtime::LockError;
     /// let err = LockError::PermitsMismatch { name: "gpu".into(), permits: 4, recorded: 3 };
     /// assert!(err.to_string().contains("3 permits"));
+    /// let unknown = LockError::PermitsMismatch { name: "gpu".into(), permits: 2, recorded: -1 };
+    /// assert!(unknown.to_string().contains("another number of permits"));
     /// ```
     #[error(
-        "semaphore `{}` is in use with {recorded} permits, and this caller asked for {permits}; \
-         give every caller of one name the same `permits`, or use another name for the new count \
-         (the record expires `fence_retention` after the last permit is given back)",
-        Shown(name)
+        "semaphore `{}` is in use with {}, and this caller asked for {permits}; give every caller \
+         of one name the same `permits`, or use another name for the new count (the number holds \
+         while any permit is held or waited for, and a lease plus `fence_retention` after the last \
+         permit was taken)",
+        Shown(name),
+        if *recorded > 0 {
+            format!("{recorded} permits")
+        } else {
+            "another number of permits".to_owned()
+        }
     )]
     PermitsMismatch {
         /// The semaphore's name (not the Redis key).
         name: String,
         /// The number of permits this caller asked for.
         permits: u32,
-        /// The number the semaphore is in use with (-1 when the record
-        /// in Redis is not a number).
+        /// The number the semaphore is in use with, as a held permit or
+        /// the record in Redis says; -1 when that is not known (a permit
+        /// beyond this caller's number held by an older version of
+        /// lockattr, or a record that is not a number).
         recorded: i64,
     },
 }

@@ -41,9 +41,12 @@ impl Locker {
     /// - `permits` must be from 1 to [`MAX_PERMITS`]; otherwise
     ///   [`LockError::InvalidInput`].
     /// - Every caller of one name must ask for the same number:
-    ///   [`LockError::PermitsMismatch`] otherwise, while the name is in use
-    ///   (held, waited for, or given back less than the Locker's
-    ///   `fence_retention` ago).
+    ///   [`LockError::PermitsMismatch`] otherwise, at once and taking
+    ///   nothing, while the name is in use: while any permit is held (each
+    ///   held permit records the number, through renewal, `extend` and
+    ///   hand-overs), waited for, or taken less than a lease plus the
+    ///   Locker's `fence_retention` ago. A caller asking for fewer permits
+    ///   is refused too when the only permits held are beyond its number.
     /// - One server (Sentinel included) and a Redis Cluster are supported:
     ///   all of a semaphore's keys share one hash tag. A Redlock Locker
     ///   refuses with [`LockError::InvalidInput`]: counting permits by

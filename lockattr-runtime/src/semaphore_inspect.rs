@@ -38,9 +38,11 @@ use crate::{Holder, LockError, Locker, MAX_PERMITS, io};
 pub struct SemaphoreInfo {
     /// The semaphore's name (as given to [`Locker::semaphore`]).
     pub name: String,
-    /// How many permits it has, as its callers asked for them. Recorded
-    /// while permits are taken and for the Locker's `fence_retention`
-    /// after; when that record is gone, the highest permit held plus one.
+    /// How many permits it has, as its callers asked for them: every held
+    /// permit records the number, and so does a record kept while callers
+    /// take permits and wait. When neither tells (permits held by an older
+    /// version of lockattr, after the record expired), the highest permit
+    /// held plus one.
     pub permits: u32,
     /// The permits held, by permit index.
     pub holders: Vec<PermitInfo>,
@@ -73,8 +75,11 @@ pub struct PermitInfo {
     pub permit: u32,
     /// Time left of the holder's lease.
     pub ttl: Duration,
-    /// The holder's fencing token; 0 for a moment after a release handed
-    /// the permit to a waiter, until that waiter has read its token.
+    /// The holder's fencing token, the one to pass to
+    /// [`Locker::force_unlock_permit`] (a permit handed to a waiter has the
+    /// token of the hand-over at once, whether or not that waiter is still
+    /// alive to read it); 0 only for a permit taken by an older version of
+    /// lockattr, which did not record it.
     pub fencing_token: u64,
     /// Who holds it; `None` when not recorded.
     pub holder: Option<Holder>,
@@ -91,9 +96,9 @@ fn checked(locker: &Locker, name: &str) -> Result<Keys, LockError> {
     locker.keys_of(name)
 }
 
-/// The number of permits of the semaphore at `keys`: its record, or the
-/// highest permit key found plus one (0: none held); with what the first
-/// look saw.
+/// How many permit keys of the semaphore at `keys` to look at: its
+/// record of the number of permits, or the highest permit key found plus
+/// one (0: none held); with what the first look saw.
 async fn count(inner: &Inner, keys: &Keys) -> Result<(u32, SemaphoreSeen), LockError> {
     let first = sem::inspect(&inner.backend, keys, 0).await?;
     if let Some(recorded) = first.recorded {
@@ -133,6 +138,16 @@ async fn look(
     if seen.held.is_empty() && seen.waiters == 0 {
         return Ok(None);
     }
+    // Without the record, the number the held permits record.
+    let permits = match seen.recorded {
+        Some(_) => permits,
+        None => seen
+            .held
+            .iter()
+            .filter_map(|p| p.permits)
+            .max()
+            .map_or(permits, |n| n.clamp(permits, MAX_PERMITS)),
+    };
     let holders = seen
         .held
         .into_iter()
@@ -209,9 +224,10 @@ impl Locker {
     /// The semaphore `name` ([`Locker::semaphore`]): its number of
     /// permits, who holds each held permit (host, pid, label, since, time
     /// left, fencing token) and who waits; `None` when no permit is held
-    /// and nobody waits. Two round trips (a third, a `SCAN`, in the rare
-    /// case where the record of its number of permits has expired while a
-    /// permit is still held). A Redlock Locker, which has no semaphores,
+    /// and nobody waits. Two round trips (a third, a `SCAN`, when the
+    /// record of its number of permits has expired while a permit is still
+    /// held: its holders renewed it past the record, or nobody took a
+    /// permit for a while). A Redlock Locker, which has no semaphores,
     /// fails with [`LockError::InvalidInput`].
     ///
     /// A semaphore and a lock of the same name are apart: this never

@@ -831,7 +831,7 @@ mod tests {
         let taken: Vec<i64> = ACQUIRE_SET
             .key(&keys[..])
             .arg("tok")
-            .arg("10000:1000:1:h")
+            .arg("10000:1000:1:h\n1\nl")
             .arg(0)
             .arg("0")
             .arg("c1")
@@ -856,7 +856,7 @@ mod tests {
         let again: Vec<i64> = ACQUIRE_SET
             .key(&keys[..])
             .arg("tok")
-            .arg("10000:1000:1:h")
+            .arg("10000:1000:1:h\n1\nl")
             .arg(0)
             .arg("0")
             .arg("c1")

@@ -345,18 +345,24 @@ return {0, redis.call('pttl', KEYS[1])}
 macro_rules! hand_over_lua {
     () => {
         concat!(
-            "local channel, notify = ARGV[2], ARGV[3]\n",
-            hand_over_body_lua!("channel", "notify", "barge"),
+            "local channel, notify, shared = ARGV[2], ARGV[3], ARGV[7] == '1'\n",
+            hand_over_body_lua!("channel", "notify", "barge", "shared"),
         )
     };
 }
 
 /// The statements of [`hand_over_lua!`], with the channel and the notify
-/// flag in the Lua locals named `$channel` and `$notify`; `retention` is a
-/// checked local. Ends by returning from the enclosing function: the notice
-/// published for the waiter handed the lock, or 1 when it was deleted.
+/// flag in the Lua locals named `$channel` and `$notify`, and `$shared` a
+/// Lua expression, true when the fence counter is shared with other live
+/// holders (a semaphore's permits): a deletion then only raises the
+/// counter's time to live to the retention, never lowers it under them.
+/// `retention` is a checked local, and `value` the released holder value
+/// (its fields after the fencing token go with a hand-over: a kind's own,
+/// such as a permit's count). Ends by returning from the enclosing
+/// function: the notice published for the waiter handed the lock, or 1
+/// when it was deleted.
 macro_rules! hand_over_body_lua {
-    ($channel:literal, $notify:literal, $barge:literal) => {
+    ($channel:literal, $notify:literal, $barge:literal, $shared:literal) => {
         concat!(
             r"
 local now_ms
@@ -437,7 +443,15 @@ while true do
   end
 end
 redis.call('del', KEYS[1])
-redis.call('pexpire', KEYS[2], retention)
+if ",
+            $shared,
+            r" then
+",
+            keep_fence_lua!("KEYS[2]", "retention"),
+            r"
+else
+  redis.call('pexpire', KEYS[2], retention)
+end
 if ",
             $notify,
             r" == '1' or set_waiting then
@@ -461,8 +475,11 @@ return 1
 /// KEYS: lock, fence, queue, waiters. ARGV: token, channel, `1` to publish
 /// `-:0:0` on the channel when the lock is deleted (nobody queued; the
 /// release notice of a Redlock, whose waiters do not queue) or `0`, how
-/// long the fence counter outlives a lease in ms, and the fencing token the
-/// token was granted (0: none). `-:0:0` is also published when the lock is
+/// long the fence counter outlives a lease in ms, the fencing token the
+/// token was granted (0: none), the barging window in ms (see
+/// `Fairness`), and `1` when the fence counter is shared with other live
+/// holders (a semaphore's permits; a deletion then never shortens it) or
+/// `0`. `-:0:0` is also published when the lock is
 /// deleted and the queue held the marker `-` (never a token): callers
 /// waiting for several names at once (`lockset`) put it there, at the
 /// end, to hear when the lock is freed. A hand-over to a queued waiter
@@ -542,7 +559,7 @@ local forced = sep and string.sub(value, sep + 1) or ''
 local function release()
   local channel, notify = ARGV[1], ARGV[2]
 ",
-        hand_over_body_lua!("channel", "notify", "0"),
+        hand_over_body_lua!("channel", "notify", "0", "false"),
         r"
 end
 release()
@@ -814,7 +831,8 @@ pub(crate) fn release(
         .arg(if notify { "1" } else { "0" })
         .arg(whole_millis(keys.fence_retention))
         .arg(fencing_token)
-        .arg(whole_millis(keys.barge));
+        .arg(whole_millis(keys.barge))
+        .arg(if keys.permits > 0 { "1" } else { "0" });
     invocation
 }
 

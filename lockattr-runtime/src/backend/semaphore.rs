@@ -8,20 +8,38 @@
 //! script call):
 //!
 //! - `lockattr:{gpu}:sem:permit:0` .. `:permit:2`: the permits, each a lock
-//!   key of its own (`<token>\n<holder>\n<since>`, with its holder's lease),
-//!   followed by `\n<fencing token>` once [`ACQUIRE`] has given the holder
-//!   its token (a release's hand-over writes the value without it; the
-//!   waiter's next [`ACQUIRE`] adds it): what [`INSPECT`] reports and
-//!   [`FORCE_RELEASE`] checks, since the fence counter is shared by all
-//!   permits;
+//!   key of its own, with its holder's lease. Its value is a lock holder's
+//!   (`<owner token>\n<host>\n<pid>\n<label>\n<since ms>\n<fencing
+//!   token>`, whoever wrote it: [`ACQUIRE`], a release's or [`ACQUIRE`]'s
+//!   hand-over to a waiter) followed by `\n<permits>`, the number of
+//!   permits of the semaphore. [`INSPECT`] reports the fencing token and the
+//!   number from there, and [`FORCE_RELEASE`] checks the token there, since
+//!   the fence counter is shared by all permits. A release's hand-over
+//!   copies the lines after the fencing token into the value it writes, so
+//!   every held permit carries the number for as long as it is held,
+//!   however often it is renewed, extended or handed on;
 //! - `lockattr:{gpu}:sem:fence`: the fencing counter, one for all permits,
 //!   so tokens increase across the holders of the name;
 //! - `lockattr:{gpu}:sem:queue` and `:sem:waiters`: the waiters, oldest
 //!   first, as for a lock;
 //! - `lockattr:{gpu}:sem:wake`: the channel hand-overs are told on;
-//! - `lockattr:{gpu}:sem:permits`: how many permits the callers asked for,
-//!   kept while permits are taken and waited for, and `fence_retention`
-//!   after that: a caller asking for another number is refused.
+//! - `lockattr:{gpu}:sem:permits`: the record of the number of permits,
+//!   written when a permit is taken or a caller queues, for the longer of
+//!   the caller's lease plus `fence_retention` and its wait (renewal does
+//!   not keep it). It tells the number to a caller whose own permit keys
+//!   do not (none held, or held only beyond its number), without looking
+//!   at every permit.
+//!
+//! A caller asking for another number than the semaphore's is refused
+//! ([`ACQUIRE`] answers `{-1, number}`) when a permit it looks at records
+//! another number, or the record does. A caller asking for fewer permits
+//! than a semaphore in use does not look at the permits beyond its number:
+//! when none of its own permits records a number and the record is gone,
+//! [`ACQUIRE`] answers `{-2}` without writing anything, and the caller asks
+//! again with the keys of all [`MAX_PERMITS`] permits, one request more
+//! only after the record expired (a name unused for a while, or holders
+//! renewed past it). A permit held beyond the caller's number is then
+//! refused too.
 //!
 //! A plain lock's keys are `lockattr:{gpu}` and `lockattr:{gpu}:<fence,
 //! queue, waiters, wake>`: a lock and a semaphore of the same name never
@@ -46,8 +64,9 @@
 //! running out and the next request.
 //!
 //! A waiter told of a hand-over asks once more to learn which permit it was
-//! given: that answer carries a new fencing token (larger than the one in
-//! the notice, and larger than every token handed out before).
+//! given: that answer carries the fencing token the hand-over wrote into
+//! the permit's value (the one in the notice), so the operator and the
+//! holder name the hold by one token from the moment it is written.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,6 +96,8 @@ macro_rules! max_permits {
 /// number, next to the lock-shaped [`Keys`] its holders' guards use.
 #[derive(Debug, Clone)]
 pub(crate) struct Permits {
+    /// `<base>:sem`, what every key of the semaphore starts with.
+    base: String,
     /// `<base>:sem:permits`: the number of permits callers asked for.
     record: String,
     /// `<base>:sem:permit:<i>`, one per permit.
@@ -101,6 +122,7 @@ impl Permits {
         }
         Permits {
             record: format!("{base}:permits"),
+            base,
             slots,
         }
     }
@@ -122,14 +144,49 @@ impl Permits {
         }
         invocation
     }
+
+    /// As [`invocation`](Self::invocation), followed by the keys of the
+    /// permits beyond this number, up to [`MAX_PERMITS`]: for an
+    /// [`ACQUIRE`] that looks at every permit.
+    fn invocation_of_every<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
+        let mut invocation = self.invocation(script, keys);
+        for i in self.slots.len()..MAX_PERMITS as usize {
+            invocation.key(format!("{}:permit:{i}", self.base));
+        }
+        invocation
+    }
 }
 
-/// Lua shared by [`ACQUIRE`] and [`GIVE_BACK`]: KEYS are fence, queue,
-/// waiters, record and the permits; the locals `permits` (checked against
-/// the number of keys), `retention` and `channel` must be set first.
+/// Lua that defines the functions `permits_of(value)`, the number of
+/// permits a permit's value records (its line after the fencing token), or
+/// `nil` when it records none (written by an older version), and
+/// `kind_fields(value)`, the lines of a value after its fencing token
+/// (`'\n<permits>'`; `''` when none), which a hand-over copies.
+macro_rules! permit_fields_lua {
+    () => {
+        r"
+local function permits_of(value)
+  local line = string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)')
+  if line and string.match(line, '^%d+$') then
+    return tonumber(line)
+  end
+  return nil
+end
+local function kind_fields(value)
+  return string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*(\n.*)$') or ''
+end
+"
+    };
+}
+
+/// Lua shared by [`ACQUIRE`], [`GIVE_BACK`] and [`FORCE_RELEASE`]: KEYS
+/// are fence, queue, waiters, record and the permits; the locals `permits`
+/// (checked against the number of keys), `retention` and `channel` must be
+/// set first.
 macro_rules! helpers_lua {
     () => {
         concat!(
+            permit_fields_lua!(),
             r"
 local now_ms
 local function now()
@@ -140,14 +197,10 @@ local function now()
   return now_ms
 end
 local function next_fence(ttl)
-  local fence = redis.call('incr', KEYS[1])
-  if fence == 1 then
-    local t = redis.call('time')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('set', KEYS[1], string.format('%d', fence), 'PX', ttl)
-  elseif redis.call('pttl', KEYS[1]) < ttl then
-    redis.call('pexpire', KEYS[1], ttl)
-  end
+  local fence
+",
+            next_fence_lua!("KEYS[1]", "ttl"),
+            r"
   return fence
 end
 -- The oldest queued waiter whose deadline has not passed, taken out of the
@@ -171,17 +224,21 @@ local function next_waiter()
     end
   end
 end
--- Gives permit `i` to a waiter and tells it, as a release does.
-local function hand(i, waiter, lease, who)
+-- Gives permit `i` to a waiter and tells it, as a release does: the value
+-- is a holder's with its fencing token (what an operator reads and frees
+-- it by), then `fields` (`kind_fields` of the value released, or the
+-- number of permits).
+local function hand(i, waiter, lease, who, fields)
   local fence = next_fence(lease + retention)
-  redis.call('set', KEYS[4 + i], waiter .. '\n' .. who .. '\n' .. string.format('%d', now()), 'PX', lease)
+  redis.call('set', KEYS[4 + i], waiter .. '\n' .. who .. '\n' .. string.format('%d', now()) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
   redis.call('publish', channel, string.format('%s:%d:%d', waiter, fence, lease))
 end
--- Frees permit `i` as a release does: to the oldest waiter, or deleted.
-local function free_permit(i)
+-- Frees permit `i`, whose value is `value`, as a release does: to the
+-- oldest waiter (keeping the value's number of permits), or deleted.
+local function free_permit(i, value)
   local waiter, wlease, wwho = next_waiter()
   if waiter then
-    hand(i, waiter, wlease, wwho)
+    hand(i, waiter, wlease, wwho, kind_fields(value))
   else
     redis.call('del', KEYS[4 + i])
   end
@@ -192,16 +249,22 @@ end
 }
 
 /// Lua that sets `permits` from `$arg`, or returns an error unless it is a
-/// whole number from 1 to [`MAX_PERMITS`] with one key per permit.
+/// whole number from 1 to [`MAX_PERMITS`] and there are `$keys` keys (a Lua
+/// expression of `permits`: one key per permit after the four others).
 macro_rules! permits_arg_lua {
     ($arg:literal) => {
+        permits_arg_lua!($arg, "4 + permits")
+    };
+    ($arg:literal, $keys:literal) => {
         concat!(
             "local permits = tonumber(",
             $arg,
             r")
 if not permits or permits ~= math.floor(permits) or permits < 1 or permits > ",
             max_permits!(),
-            r" or #KEYS ~= 4 + permits then
+            " or #KEYS ~= ",
+            $keys,
+            r" then
   return redis.error_reply('ERR lockattr: permits must be a whole number from 1 to ",
             max_permits!(),
             r", with one key per permit')
@@ -213,16 +276,23 @@ end
 
 /// Takes a permit, or queues the caller.
 ///
-/// KEYS: fence, queue, waiters, record, then one key per permit. ARGV:
-/// token, `<lease ms>:<retention ms>:<queued>:<since>:<holder>` (as
+/// KEYS: fence, queue, waiters, record, then one key per permit, or (when
+/// asked to look at every permit) the keys of all [`MAX_PERMITS`] permits,
+/// the caller's first. ARGV: token,
+/// `<lease ms>:<retention ms>:<queued>:<since>:<holder>` (as
 /// [`ACQUIRE`](super::scripts::ACQUIRE) of a lock), how long the caller
 /// will wait in ms (0: it will not, and leaves the queue), the number of
-/// permits, the channel.
+/// permits, the channel, and `1` to look at every permit (`0` or none: the
+/// caller's permits only).
 ///
 /// Returns `{1, fencing token, permit index}` when the token holds a
 /// permit, `{0, pttl of the permit that ends first or -1}` when it does
-/// not, and `{-1, recorded permits}` (nothing written) when the semaphore
-/// is in use with another number of permits.
+/// not, `{-1, the semaphore's number of permits or -1}` (nothing written)
+/// when the semaphore is in use with another number of permits (a permit
+/// looked at records another number, or the record does, or a permit
+/// beyond the caller's number is held), and `{-2, 0}` (nothing written)
+/// when none of the caller's permits records the number and the record is
+/// gone: ask again looking at every permit.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         r"
@@ -234,7 +304,15 @@ end
         ms_arg_lua!("lease", "lease_arg", "1"),
         ms_arg_lua!("retention", "retention_arg", "0"),
         ms_arg_lua!("wait", "ARGV[3]", "0"),
-        permits_arg_lua!("ARGV[4]"),
+        "local MAX_PERMITS = ",
+        max_permits!(),
+        r"
+local every = ARGV[6] == '1'
+if ARGV[6] and ARGV[6] ~= '0' and not every then
+  return redis.error_reply('ERR lockattr: the sixth argument must be 0 or 1')
+end
+",
+        permits_arg_lua!("ARGV[4]", "(every and 4 + MAX_PERMITS or 4 + permits)"),
         r"
 local channel = ARGV[5]
 if not channel then
@@ -242,10 +320,7 @@ if not channel then
 end
 local token = ARGV[1]
 local FIVE_LINES = '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)'
-local recorded = redis.call('get', KEYS[4])
-if recorded and recorded ~= string.format('%d', permits) then
-  return {-1, tonumber(recorded) or -1}
-end
+local number = '\n' .. string.format('%d', permits)
 ",
         helpers_lua!(),
         r"
@@ -262,13 +337,28 @@ local function unqueue()
 end
 local free = {}
 local first_end = -1
+-- A permit records this number of permits, or another.
+local known, other = false, nil
 for i = 1, permits do
   local value = redis.call('get', KEYS[4 + i])
   if ",
         owns_lua!("value", "token"),
         r" then
-    local fence = next_fence(lease + retention)
-    redis.call('set', KEYS[4 + i], (string.match(value, FIVE_LINES) or value) .. '\n' .. string.format('%d', fence), 'PX', lease)
+    -- A hand-over (or a retry whose answer was lost): the token its value
+    -- carries stands, so an operator who saw it can still name it.
+    local fence = ",
+        holder_fence_lua!("value"),
+        r"
+    if fence and permits_of(value) then
+      redis.call('pexpire', KEYS[4 + i], lease)
+",
+        keep_fence_lua!("KEYS[1]", "lease + retention"),
+        r"
+    else
+      fence = fence or next_fence(lease + retention)
+      local fields = permits_of(value) and kind_fields(value) or number
+      redis.call('set', KEYS[4 + i], (string.match(value, FIVE_LINES) or value) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
+    end
     if queued == '1' then
       unqueue()
     end
@@ -276,12 +366,38 @@ for i = 1, permits do
     return {1, fence, i - 1}
   end
   if value then
+    local n = permits_of(value)
+    if n == permits then
+      known = true
+    elseif n and not other then
+      other = n
+    end
     local left = redis.call('pttl', KEYS[4 + i])
     if first_end < 0 or left < first_end then
       first_end = left
     end
   else
     free[#free + 1] = i
+  end
+end
+if other then
+  return {-1, other}
+end
+local recorded = redis.call('get', KEYS[4])
+if recorded and recorded ~= string.format('%d', permits) then
+  return {-1, tonumber(recorded) or -1}
+end
+if not recorded and not known and permits < MAX_PERMITS then
+  -- Holders of a semaphore of more permits may hold only permits beyond
+  -- this caller's number.
+  if not every then
+    return {-2, 0}
+  end
+  for i = permits + 1, MAX_PERMITS do
+    local value = redis.call('get', KEYS[4 + i])
+    if value then
+      return {-1, permits_of(value) or -1}
+    end
   end
 end
 local mine
@@ -293,7 +409,7 @@ while #free > 0 and not drained do
   elseif waiter == token and not mine then
     mine = table.remove(free, 1)
   else
-    hand(table.remove(free, 1), waiter, wlease, wwho)
+    hand(table.remove(free, 1), waiter, wlease, wwho, number)
   end
 end
 if not mine and #free > 0 then
@@ -301,7 +417,7 @@ if not mine and #free > 0 then
 end
 if mine then
   local fence = next_fence(lease + retention)
-  redis.call('set', KEYS[4 + mine], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence), 'PX', lease)
+  redis.call('set', KEYS[4 + mine], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence) .. number, 'PX', lease)
   unqueue()
   remember()
   return {1, fence, mine - 1}
@@ -349,7 +465,7 @@ for i = 1, permits do
   if ",
     owns_lua!("value", "token"),
     r" then
-    free_permit(i)
+    free_permit(i, value)
     return 1
   end
 end
@@ -369,22 +485,25 @@ pub(crate) static GIVE_BACK: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_L
 /// on a first call). Returns `{recorded permits or -1, waiters queued,
 /// permits, oldest waiters}`: `permits` has one entry per permit key, 0
 /// when free, else `{<holder>\n<since>, pttl, fencing token or -1, sha1 of
-/// the owner token}` (as the lock's `INSPECT`; the owner token itself
-/// never leaves Redis); `oldest waiters` the first 100 of the queue, each
-/// `<holder>\n<queued at>`.
+/// the owner token, the number of permits its value records or -1}` (as
+/// the lock's `INSPECT`, the token and the number as the permit's value
+/// carries them; the owner token itself never leaves Redis); `oldest
+/// waiters` the first 100 of the queue, each `<holder>\n<queued at>`.
 pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
-    Script::new(
+    Script::new(concat!(
+        permit_fields_lua!(),
         r"
 local recorded = tonumber(redis.call('get', KEYS[4])) or -1
 local held = {}
 for i = 5, #KEYS do
   local value = redis.call('get', KEYS[i])
   if value then
-    local token, who, fence = string.match(value, '^([^\n]*)\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)\n?(%d*)$')
-    if not token then
-      token, who, fence = value, '', ''
-    end
-    held[#held + 1] = {who, redis.call('pttl', KEYS[i]), fence ~= '' and fence or '-1', redis.sha1hex(token)}
+    local token = string.match(value, '^[^\n]*')
+    local who = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)') or ''
+    local fence = ",
+        holder_fence_lua!("value"),
+        r"
+    held[#held + 1] = {who, redis.call('pttl', KEYS[i]), fence and string.format('%d', fence) or '-1', redis.sha1hex(token), permits_of(value) or -1}
   else
     held[#held + 1] = 0
   end
@@ -402,7 +521,7 @@ for _, waiter in ipairs(redis.call('lrange', KEYS[2], 0, 99)) do
 end
 return {recorded, redis.call('hlen', KEYS[3]), held, oldest}
 ",
-    )
+    ))
 });
 
 /// Frees the permit held with a fencing token, whoever holds it: an
@@ -410,10 +529,12 @@ return {recorded, redis.call('hlen', KEYS[3]), held, oldest}
 /// As a release does, the permit goes to the oldest waiter (with a new
 /// fencing token) or is deleted; its holder's next renewal finds it gone.
 ///
-/// KEYS: as [`ACQUIRE`]. ARGV: the fencing token (1 to 2^53 - 1),
-/// retention in ms, the number of permits, the channel. Returns `{1,
-/// <holder>\n<since>}` of the holder it was taken from, or 0 when no
-/// permit is held with that token (freed, or handed on meanwhile).
+/// KEYS: as [`ACQUIRE`]. ARGV: the fencing token (1 to 2^53 - 1, as the
+/// permit's value carries it), retention in ms, the number of permits, the
+/// channel. A waiter handed the permit gets the value's number of permits
+/// with it. Returns `{1, <holder>\n<since>}` of the holder it was taken
+/// from, or 0 when no permit is held with that token (freed, or handed on
+/// meanwhile).
 pub(crate) static FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
         ms_arg_lua!("retention", "ARGV[2]", "0"),
@@ -432,12 +553,11 @@ end
         r"
 for i = 1, permits do
   local value = redis.call('get', KEYS[4 + i])
-  local who, fence
-  if value then
-    who, fence = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)\n(%d+)$')
-  end
-  if fence and tonumber(fence) == expected then
-    free_permit(i)
+  if value and ",
+        holder_fence_lua!("value"),
+        r" == expected then
+    local who = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)') or ''
+    free_permit(i, value)
     return {1, who}
   end
 end
@@ -454,6 +574,8 @@ pub(crate) struct PermitSeen {
     /// What a lock's inspection sees of it (`fence`: the permit's own
     /// fencing token, when recorded; `waiters`: always 0).
     pub(crate) seen: super::inspect::Seen,
+    /// The number of permits the permit's value records, if any.
+    pub(crate) permits: Option<u32>,
 }
 
 /// What [`INSPECT`] saw of a semaphore.
@@ -478,7 +600,7 @@ impl redis::FromRedisValue for SemaphoreSeen {
             if let redis::Value::Int(0) = permit {
                 continue;
             }
-            let (who, ttl, fence, owner): (String, i64, String, String) =
+            let (who, ttl, fence, owner, recorded): (String, i64, String, String, i64) =
                 redis::FromRedisValue::from_redis_value(permit)?;
             held.push(PermitSeen {
                 index: u32::try_from(index).unwrap_or(u32::MAX),
@@ -489,6 +611,7 @@ impl redis::FromRedisValue for SemaphoreSeen {
                     waiters: 0,
                     owner,
                 },
+                permits: u32::try_from(recorded).ok().filter(|&n| n > 0),
             });
         }
         Ok(SemaphoreSeen {
@@ -568,8 +691,11 @@ enum Answer {
     Taken { fencing_token: u64, slot: usize },
     /// Every permit is taken; the first ends in this much time (if known).
     Busy { first_end: Option<Duration> },
-    /// The semaphore is in use with this many permits.
+    /// The semaphore is in use with this many permits (-1: not known).
     Mismatch { recorded: i64 },
+    /// Nothing tells the number of permits without looking at every
+    /// permit: ask again, looking at every one.
+    LookAtEvery,
 }
 
 impl Answer {
@@ -582,6 +708,7 @@ impl Answer {
             [-1, recorded, ..] => Answer::Mismatch {
                 recorded: *recorded,
             },
+            [-2, ..] => Answer::LookAtEvery,
             [_, left, ..] => Answer::Busy {
                 first_end: u64::try_from(*left).ok().map(Duration::from_millis),
             },
@@ -590,15 +717,21 @@ impl Answer {
     }
 }
 
+/// An [`ACQUIRE`] call; with `every`, looking at every permit.
 fn acquire_invocation<'a>(
     permits: &Permits,
     keys: &Keys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
+    every: bool,
 ) -> ScriptInvocation<'a> {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let mut invocation = permits.invocation(&ACQUIRE, keys);
+    let mut invocation = if every {
+        permits.invocation_of_every(&ACQUIRE, keys)
+    } else {
+        permits.invocation(&ACQUIRE, keys)
+    };
     invocation
         .arg(token)
         .arg(format!(
@@ -610,7 +743,8 @@ fn acquire_invocation<'a>(
         ))
         .arg(whole_millis(wait))
         .arg(permits.slots.len())
-        .arg(&keys.channel);
+        .arg(&keys.channel)
+        .arg(u8::from(every));
     invocation
 }
 
@@ -670,8 +804,9 @@ impl Queued<'_> {
         permits: &Permits,
         keys: &Keys,
         attempt: (&str, Duration, Duration, bool),
+        every: bool,
     ) -> Result<Answer, LockError> {
-        let invocation = acquire_invocation(permits, keys, attempt);
+        let invocation = acquire_invocation(permits, keys, attempt, every);
         let reply: Result<Vec<i64>, LockError> = match self {
             Queued::Single(node) => {
                 node.run_acquisition(&invocation, give_back_eval(permits, keys, attempt.0))
@@ -770,6 +905,8 @@ pub(crate) async fn acquire(
     let mut polling_until: Option<Instant> = None;
     // A hand-over was heard: the next answer is the permit.
     let mut handed = false;
+    // The last answer said to look at every permit.
+    let mut every = false;
     loop {
         if let Err(e) = owed.settle(backend).await {
             retry.pause(e, deadline, &mut gone).await?;
@@ -779,11 +916,25 @@ pub(crate) async fn acquire(
         let left = deadline.saturating_duration_since(sent);
         let queued = owed.queued.as_deref() == Some(token.as_str());
         owed.sending = Some(token.clone());
+        let looked_at_every = std::mem::take(&mut every);
         let attempt = backend
-            .try_permit(permits, keys, (&token, expire, left, queued))
+            .try_permit(
+                permits,
+                keys,
+                (&token, expire, left, queued),
+                looked_at_every,
+            )
             .await;
         owed.sending = None;
         let first_end = match attempt {
+            // Nothing was written: at once, the same request looking at
+            // every permit.
+            Ok(Answer::LookAtEvery) if !looked_at_every => {
+                every = true;
+                continue;
+            }
+            // Not an answer a look at every permit gives.
+            Ok(Answer::LookAtEvery) => None,
             Ok(Answer::Taken {
                 fencing_token,
                 slot,
@@ -1022,7 +1173,7 @@ mod tests {
             .cmd("HSET")
             .arg(&keys.waiters)
             .arg("waiter")
-            .arg("99999999999999:4000:1:w")
+            .arg("99999999999999:4000:1:host\n7\nw")
             .query(con)
             .unwrap();
         (keys, permits)
@@ -1101,6 +1252,19 @@ mod tests {
             &ACQUIRE,
             &["n", "1000:60000:0:1", "1000", "2", channel],
         );
+        // Looking at every permit: 0 or 1, and then every permit's key.
+        for bad in ["", "2", "x", "true"] {
+            refused(
+                &all,
+                &ACQUIRE,
+                &["n", "1000:60000:0:1:h", "1000", "2", channel, bad],
+            );
+        }
+        refused(
+            &all,
+            &ACQUIRE,
+            &["n", "1000:60000:0:1:h", "1000", "2", channel, "1"],
+        );
     }
 
     #[test]
@@ -1115,6 +1279,7 @@ mod tests {
             &permits,
             &three,
             ("n", Duration::from_secs(1), Duration::from_secs(1), false),
+            false,
         )
         .invoke(&mut con)
         .unwrap();
@@ -1158,6 +1323,7 @@ mod tests {
                 Duration::from_secs(1),
                 false,
             ),
+            false,
         )
         .invoke(&mut con)
         .unwrap();
@@ -1166,12 +1332,19 @@ mod tests {
             .arg(permits.slot(1).unwrap())
             .query(&mut con)
             .unwrap();
-        assert!(value.starts_with("waiter\nw\n"), "{value:?}");
         let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
         assert!(
             notice.starts_with("waiter:") && notice.ends_with(":4000"),
             "{notice:?}"
         );
+        // A holder's value, with the notice's fencing token and the number
+        // of permits.
+        let lines: Vec<&str> = value.split('\n').collect();
+        assert_eq!(lines.len(), 7, "{value:?}");
+        assert_eq!(lines[..4], ["waiter", "host", "7", "w"], "{value:?}");
+        assert!(lines[4].parse::<u64>().is_ok(), "{value:?}");
+        assert_eq!(lines[5], notice.split(':').nth(1).unwrap(), "{value:?}");
+        assert_eq!(lines[6], "2", "{value:?}");
         // The newcomer is queued now, with an expiry on every key.
         let queue: Vec<String> = redis::cmd("LRANGE")
             .arg(&keys.queue)
@@ -1183,17 +1356,19 @@ mod tests {
         for (key, (_, expires)) in snapshot(&mut con) {
             assert!(expires, "{key} has no expiry");
         }
-        // Asked again, the waiter finds its permit, with a new fencing token.
+        // Asked again, the waiter finds its permit, with the fencing token
+        // its value carries since the hand-over.
         let reply: Vec<i64> = acquire_invocation(
             &permits,
             &keys,
             ("waiter", Duration::from_secs(1), Duration::ZERO, false),
+            false,
         )
         .invoke(&mut con)
         .unwrap();
         let handed: i64 = notice.split(':').nth(1).unwrap().parse().unwrap();
         assert_eq!((reply[0], reply[2]), (1, 1));
-        assert!(reply[1] > handed);
+        assert_eq!(reply[1], handed);
         // Its give-back hands the permit to the newcomer.
         let given: i64 = give_back_invocation(&permits, &keys, "waiter")
             .invoke(&mut con)
@@ -1204,5 +1379,114 @@ mod tests {
             .query(&mut con)
             .unwrap();
         assert!(value.starts_with("newcomer\n"), "{value:?}");
+        assert!(value.ends_with("\n2"), "{value:?}");
+    }
+
+    fn get(con: &mut Connection, key: &str) -> Option<String> {
+        redis::cmd("GET").arg(key).query(con).unwrap()
+    }
+
+    /// A caller asking for fewer permits than a semaphore whose record is
+    /// gone and whose holders are all beyond that number is told to look at
+    /// every permit (nothing written), and is then refused.
+    #[test]
+    fn a_caller_asking_fewer_looks_at_every_permit() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let mut five = Keys::new("t:", "s", Duration::from_secs(60));
+        let five = Permits::make(&mut five, 5);
+        let mut two = Keys::new("t:", "s", Duration::from_secs(60));
+        two.holder = Arc::from("h\np\nl");
+        let permits = Permits::make(&mut two, 2);
+        let attempt = ("n", Duration::from_secs(1), Duration::from_secs(1), false);
+        for (held, answer) in [
+            ("holder\nh\np\nl\n1\n7\n5", [-1, 5]),
+            // Written by an older version: no number.
+            ("holder\nh\np\nl\n1\n7", [-1, -1]),
+        ] {
+            let _: () = redis::cmd("SET")
+                .arg(five.slot(3).unwrap())
+                .arg(held)
+                .arg("PX")
+                .arg(5_000)
+                .query(&mut con)
+                .unwrap();
+            let before = snapshot(&mut con);
+            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
+                .invoke(&mut con)
+                .unwrap();
+            assert_eq!(reply, [-2, 0]);
+            assert_eq!(before, snapshot(&mut con));
+            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
+                .invoke(&mut con)
+                .unwrap();
+            assert_eq!(reply, answer);
+            assert_eq!(before, snapshot(&mut con));
+        }
+        // Nothing held beyond: granted, with the number recorded.
+        let _: () = redis::cmd("DEL")
+            .arg(five.slot(3).unwrap())
+            .query(&mut con)
+            .unwrap();
+        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!((reply[0], reply[2]), (1, 0), "{reply:?}");
+        let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
+        assert!(value.ends_with(&format!("\n{}\n2", reply[1])), "{value:?}");
+        assert_eq!(get(&mut con, &permits.record).as_deref(), Some("2"));
+        // A caller of 5 sees the number in the permit, record or none.
+        let _: () = redis::cmd("DEL")
+            .arg(&permits.record)
+            .query(&mut con)
+            .unwrap();
+        let other = ("o", attempt.1, attempt.2, false);
+        let reply: Vec<i64> = acquire_invocation(&five, &two, other, false)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(reply, [-1, 2]);
+        // A caller of 2 is served without looking further.
+        let reply: Vec<i64> =
+            acquire_invocation(&permits, &two, ("m", attempt.1, attempt.2, false), false)
+                .invoke(&mut con)
+                .unwrap();
+        assert_eq!((reply[0], reply[2]), (1, 1), "{reply:?}");
+    }
+
+    /// An operator's forced release finds the token in the permit's value,
+    /// whatever follows it, and hands the permit on with those lines.
+    #[test]
+    fn a_forced_permit_keeps_its_fields_when_handed_on() {
+        let server = Server::start();
+        let mut con = server.try_connect().unwrap();
+        let (keys, permits) = setup(&mut con);
+        let _: () = redis::cmd("SET")
+            .arg(permits.slot(0).unwrap())
+            .arg("holder\nh\np\nl\n1\n42\n2\nmore")
+            .arg("PX")
+            .arg(5_000)
+            .query(&mut con)
+            .unwrap();
+        let seen: SemaphoreSeen = permits
+            .invocation(&INSPECT, &keys)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(seen.held.len(), 1, "{seen:?}");
+        let permit = &seen.held[0];
+        assert_eq!(permit.seen.who, "h\np\nl\n1");
+        assert_eq!((permit.seen.fence, permit.permits), (Some(42), Some(2)));
+        let mut force = permits.invocation(&FORCE_RELEASE, &keys);
+        force.arg(42).arg(60_000).arg(2).arg(&keys.channel);
+        let released: Released = force.invoke(&mut con).unwrap();
+        assert_eq!(released.0.as_deref(), Some("h\np\nl\n1"));
+        let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
+        let lines: Vec<&str> = value.split('\n').collect();
+        assert_eq!(lines.len(), 8, "{value:?}");
+        assert_eq!(lines[..4], ["waiter", "host", "7", "w"], "{value:?}");
+        assert!(lines[5].parse::<u64>().unwrap() > 42, "{value:?}");
+        assert_eq!(&lines[6..], ["2", "more"], "{value:?}");
+        // The token no permit holds any more frees nothing.
+        let released: Released = force.invoke(&mut con).unwrap();
+        assert_eq!(released.0, None);
     }
 }
