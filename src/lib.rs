@@ -33,7 +33,7 @@
 //! | `renew` | renew the lease while the body runs (`renew`, `renew = true`); see [Long work](#long-work-renewal-and-the-lost-signal) | off |
 //! | `renew_for` | renew, but for at most this long after the lock was taken; then the lease runs out on its own and the guard turns lost (`on_lost` applies). Same forms as `expire`; turns `renew` on; not zero, not over 30 days, not with `renew = false`; see [Capping renewal](#capping-renewal-renew_for) | renew for as long as the body runs |
 //! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
-//! | `reentrant` | `false`: a nested call on a lock the call chain holds waits like a stranger. Async functions only: sync ones never re-enter, and `reentrant = true` on one is a compile error; see [Reentrancy](#reentrancy) | `true` for an `async fn` |
+//! | `reentrant` | async: `false` makes a nested call on a lock the call chain holds wait like a stranger. Sync: `true` (or `reentrant` alone) re-enters a lock that a sync call with `reentrant` holds on the same thread, counted per thread; not for sync functions called from rayon or any pool that runs other jobs on a thread blocked in `join`; see [Reentrancy](#reentrancy) | `true` for an `async fn`, `false` for a sync one |
 //! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner; same forms as `expire`, not zero, no longer than the lease; see [Scheduled jobs](#scheduled-jobs) | none |
 //! | `permits` | a semaphore of this many permits instead of a lock: an integer literal from 1 to 256, or a `u32` expression; not with `reentrant`; see [Semaphores](#semaphores) | none: a lock |
 //! | `mode` | a side of a read-write lock instead of a lock: `"read"` (held with other readers, never with a writer) or `"write"` (held alone); a string literal; not with `permits`, several names or `reentrant`; see [Read-write locks](#read-write-locks) | none: a lock |
@@ -238,27 +238,69 @@
 //! every third of it), and is the outer call's again, unrenewed, once the
 //! nested call returns or is dropped.
 //!
-//! **Synchronous functions never re-enter.** A thread waiting inside a
-//! locked body still runs other code: rayon's `par_iter` and `join` run
-//! other jobs of the pool on the waiting thread (work stealing), and so can
-//! other pools. To that thread a job that wants the same lock looks exactly
-//! like a nested call, and letting it in would run two critical sections of
-//! one lock at once. So a sync annotated function called while the lock is
-//! held, from a sync body or from an async one, waits for it like any other
-//! caller, and returns `Err(LockError::Timeout { .. })` after its
-//! `acquire_time`. To split a locked sync body into functions, call
-//! un-annotated ones from it, or make them `async`. Asking for reentry on a
-//! sync function is a compile error:
+//! **Synchronous functions re-enter only when asked to.** A thread waiting
+//! inside a locked body still runs other code: rayon's `par_iter` and `join`
+//! run other jobs of the pool on the waiting thread (work stealing), and so
+//! can other pools. To that thread a job that wants the same lock looks
+//! exactly like a nested call, and letting it in would run two critical
+//! sections of one lock at once. So by default a sync annotated function
+//! called while the lock is held, from a sync body or from an async one,
+//! waits for it like any other caller, and returns
+//! `Err(LockError::Timeout { .. })` after its `acquire_time`.
 //!
-//! ```compile_fail
-//! #[lockattr::redis_lock(name = "account:{id}", reentrant)] // sync functions never re-enter
-//! fn withdraw(id: u64) -> Result<(), lockattr::LockError> { Ok(()) }
+//! `reentrant = true` (or `reentrant` alone) opts a sync function in, as
+//! parking_lot's `ReentrantMutex` does for a thread: a lock that a sync call
+//! with `reentrant` holds is re-entered by a nested sync call with
+//! `reentrant` *on the same thread*, at once, with the same guard, lease and
+//! fencing token, and no round trip. Nested calls are counted per thread;
+//! only the outermost call releases, however the nested ones end (a value,
+//! `return`, `?`, a panic caught in the body), and a panic in the outermost
+//! body releases as always. Another thread never re-enters: a thread the
+//! body spawns, or any other, waits like a stranger. Both calls must ask: a
+//! lock held by a sync call without `reentrant` (or by an async body) is
+//! not re-entered by a sync call, nor a lock held by a sync call re-entered
+//! by one without it. The nested call's own `expire`, `renew` and
+//! `hold_at_least` count as on the async path, and a lock lost meanwhile is
+//! not re-entered (`Err(LockError::Lost { .. })`). Sets (`name = [..]`)
+//! re-enter the same way.
+//!
+//! ```no_run
+//! use lockattr::{redis_lock, LockError};
+//!
+//! #[redis_lock(name = "account:{id}", reentrant = true)]
+//! fn transfer(id: u64, amount: u64) -> Result<(), LockError> {
+//!     withdraw(id, amount)?; // the same lock, on this thread: re-entered
+//!     Ok(())
+//! }
+//!
+//! #[redis_lock(name = "account:{id}", reentrant = true)]
+//! fn withdraw(id: u64, amount: u64) -> Result<(), LockError> {
+//!     Ok(())
+//! }
 //! ```
+//!
+//! **The work-stealing hazard.** Reentry per thread cannot tell a nested
+//! call from another job that the thread runs while it waits. With rayon
+//! (`join`, `scope`, `par_iter` and everything built on them), or any pool
+//! that runs other jobs on a thread blocked in `join`, a job for the same
+//! lock may run on the thread that holds it, mid-body, and would re-enter
+//! the lock while the first critical section is only half done. Do not put
+//! `reentrant = true` on sync functions that are called from such pools, or
+//! whose locked bodies wait on one; keep those non-reentrant (they then wait
+//! for the lock, and time out), or make them `async`.
 //!
 //! `reentrant = false` turns reentry off for one async function: it takes
 //! the lock like a stranger would, so a nested call waits for itself until
-//! its `acquire_time` ends, as with a non-reentrant lock. Guards taken with
-//! [`Locker::lock`] are not seen by annotated functions.
+//! its `acquire_time` ends, as with a non-reentrant lock (what a sync
+//! function does by default). Guards taken with [`Locker::lock`] are not
+//! seen by annotated functions. A semaphore (`permits`) or a read-write
+//! lock (`mode`) is never re-entered; `reentrant` with either is a compile
+//! error:
+//!
+//! ```compile_fail
+//! #[lockattr::redis_lock(name = "gpu", permits = 4, reentrant)] // a semaphore is never re-entered
+//! fn train() -> Result<(), lockattr::LockError> { Ok(()) }
+//! ```
 //!
 //! # Semaphores
 //!
@@ -405,7 +447,9 @@
 /// Takes a Redis lock around a function's body; see the [crate documentation](crate).
 ///
 /// An `async fn` re-enters a lock its call chain already holds; a sync
-/// function never does (see [Reentrancy](crate#reentrancy)).
+/// function only with `reentrant = true`, a lock held that way on its own
+/// thread, and not when it is called from rayon or another pool that runs
+/// other jobs on a thread blocked in `join` (see [Reentrancy](crate#reentrancy)).
 ///
 /// ```no_run
 /// #[lockattr::redis_lock(name = "report:{day}", expire = "2m", acquire_time = 0)]

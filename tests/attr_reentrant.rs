@@ -10,16 +10,24 @@
 //! longer `expire` raises the lease (checked with PTTL on the server), and
 //! `renew` keeps an unrenewed lease alive while the nested body runs.
 //!
-//! Sync functions never re-enter: a thread that waits in a thread pool runs
-//! other jobs, and a job for the same lock cannot be told from a nested
-//! call. A nested sync call, from a sync or an async body, and a call from a
-//! job that rayon runs on the waiting thread, wait like anyone else.
+//! Sync functions do not re-enter by default: a thread that waits in a
+//! thread pool runs other jobs, and a job for the same lock cannot be told
+//! from a nested call. A nested sync call, from a sync or an async body, and
+//! a call from a job that rayon runs on the waiting thread, wait like anyone
+//! else. With `reentrant = true` on both the holding call and the nested
+//! one, a sync lock is re-entered on the thread that holds it (counted, as
+//! parking_lot's `ReentrantMutex` does): same lease, no round trip, only the
+//! outermost exit releases (a nested value, `return`, `?` or caught panic
+//! does not; a panic in the outermost body does); another thread never
+//! re-enters, and a job rayon runs on the holding thread does (the hazard
+//! the docs warn about, pinned in section 11).
 
 mod support;
 
-use std::sync::Arc;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
 use support::{RedisServer, lock_key};
@@ -445,10 +453,13 @@ fn read_counter(server: &RedisServer) -> u64 {
     server.get(COUNTER).map_or(0, |v| v.parse().unwrap())
 }
 
+/// With a TTL, as every key a test leaves behind should have.
 fn write_counter(server: &RedisServer, value: u64) {
     let () = redis::cmd("SET")
         .arg(COUNTER)
         .arg(value)
+        .arg("PX")
+        .arg(60_000)
         .query(&mut server.client())
         .unwrap();
 }
@@ -684,4 +695,565 @@ async fn a_nested_renew_keeps_the_lease_alive_while_it_runs() {
     let (_, ran_out) = unrenewed_outside(&locker, &server, 13, true).await.unwrap();
     assert!(ran_out, "still renewed after the nested call was dropped");
     assert!(!server.exists(&account(13)));
+}
+
+// ---- 11. `reentrant = true` on a sync fn: re-entered on the same thread, counted ----
+
+/// The error of a body that fails on its own, next to the lock's.
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Inner,
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+fn fails() -> Result<(), AppError> {
+    Err(AppError::Inner)
+}
+
+/// A nested sync call that would wait 5 s for a lock held elsewhere.
+#[redis_lock(name = "account:{id}", acquire_time = 5, reentrant = true, locker = locker, guard = g)]
+fn withdraw_here(locker: &Locker, id: u32) -> Result<u64, LockError> {
+    Ok(g.fencing_token())
+}
+
+/// What a sync outer call saw around a nested call on its own lock.
+#[derive(Debug)]
+struct Seen {
+    outer: u64,
+    inner: u64,
+    took: Duration,
+    /// No command reached Redis during the nested call.
+    quiet: bool,
+    /// The key was still there after the nested call returned.
+    held: bool,
+    /// A stranger trying once, after the nested call returned.
+    stranger: Result<(), LockError>,
+}
+
+#[redis_lock(name = "account:{id}", expire = 30, reentrant = true, locker = locker, guard = g)]
+fn transfer_here(locker: &Locker, server: &RedisServer, id: u32) -> Result<Seen, LockError> {
+    let before = commands(server);
+    let start = Instant::now();
+    let inner = withdraw_here(locker, id)?;
+    let took = start.elapsed();
+    let quiet = commands(server) == before;
+    let held = server.exists(&account(id));
+    let stranger = support::stranger_takes(server, &format!("account:{id}"));
+    Ok(Seen {
+        outer: g.fencing_token(),
+        inner,
+        took,
+        quiet,
+        held,
+        stranger,
+    })
+}
+
+/// Calls itself `depth` times on the same lock: every level's token, and
+/// whether the lock was still held after each nested call returned.
+#[redis_lock(name = "account:{id}", expire = 30, acquire_time = 5, reentrant = true, locker = locker, guard = g)]
+fn recurse(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+    depth: u32,
+) -> Result<(Vec<u64>, bool), LockError> {
+    let mut tokens = vec![g.fencing_token()];
+    let mut held = true;
+    if depth > 0 {
+        let (inner, inner_held) = recurse(locker, server, id, depth - 1)?;
+        tokens.extend(inner);
+        held = inner_held && server.exists(&account(id));
+    }
+    Ok((tokens, held))
+}
+
+/// Sync, `reentrant = true`: a nested call on the lock its thread holds goes
+/// straight in (it would wait 5 s otherwise), with the outer lease (same
+/// fencing token) and no round trip; the lock is still held after it
+/// returns, against a stranger too, and released only by the outermost
+/// call; the same four levels deep, by recursion.
+#[test]
+fn sync_reentrant_calls_reenter_on_the_same_thread() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let seen = transfer_here(&locker, &server, 30).unwrap();
+    assert_eq!(
+        seen.inner, seen.outer,
+        "the nested call took a lock of its own: {seen:?}"
+    );
+    assert!(
+        seen.took < Duration::from_secs(1),
+        "the nested call waited: {seen:?}"
+    );
+    assert!(seen.quiet, "the nested call reached Redis: {seen:?}");
+    assert!(
+        seen.held,
+        "the nested call released the outer lock: {seen:?}"
+    );
+    assert!(
+        matches!(seen.stranger, Err(LockError::Timeout { .. })),
+        "a stranger got the lock after the nested call: {seen:?}"
+    );
+    assert!(
+        !server.exists(&account(30)),
+        "held after the outermost call"
+    );
+    support::stranger_takes(&server, "account:30").unwrap();
+
+    let (tokens, held) = recurse(&locker, &server, 30, 3).unwrap();
+    assert_eq!(tokens.len(), 4);
+    assert!(tokens.iter().all(|t| *t == tokens[0]), "{tokens:?}");
+    assert!(
+        tokens[0] > seen.outer,
+        "a new outermost call takes a new lease"
+    );
+    assert!(held, "a nested call released the lock");
+    assert!(
+        !server.exists(&account(30)),
+        "held after the outermost call"
+    );
+    // Alone, the nested function takes the lock itself.
+    assert!(withdraw_here(&locker, 30).unwrap() > tokens[0]);
+    assert!(!server.exists(&account(30)));
+}
+
+/// Tries the lock for 300 ms.
+#[redis_lock(name = "account:{id}", acquire_time = "300ms", reentrant = true, locker = locker, guard = g)]
+fn try_briefly(locker: &Locker, id: u32) -> Result<u64, LockError> {
+    Ok(g.fencing_token())
+}
+
+/// The body's token, what a thread spawned from the body got, and a nested
+/// call on this thread afterwards.
+#[redis_lock(name = "account:{id}", expire = 30, reentrant = true, locker = locker, guard = g)]
+fn spawns_a_thread(
+    locker: &Locker,
+    id: u32,
+) -> Result<(u64, Result<u64, LockError>, u64), LockError> {
+    let spawned = std::thread::scope(|s| s.spawn(|| try_briefly(locker, id)).join().unwrap());
+    let nested = try_briefly(locker, id)?;
+    Ok((g.fencing_token(), spawned, nested))
+}
+
+/// Holds the lock until told to go.
+#[redis_lock(name = "account:{id}", expire = 30, acquire_time = 10, reentrant = true, locker = locker, guard = g)]
+fn hold_here(
+    locker: &Locker,
+    id: u32,
+    entered: &mpsc::Sender<()>,
+    go: &mpsc::Receiver<()>,
+) -> Result<u64, LockError> {
+    entered.send(()).unwrap();
+    go.recv().unwrap();
+    Ok(g.fencing_token())
+}
+
+/// Another thread never re-enters a sync lock: a thread spawned from the
+/// body times out while a nested call on the body's thread re-enters; a
+/// thread calling the same function while another holds the lock waits,
+/// and gets a new lease once the first returns.
+#[test]
+fn another_thread_does_not_reenter_a_sync_lock() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let (outer, spawned, nested) = spawns_a_thread(&locker, 31).unwrap();
+    assert!(
+        matches!(spawned, Err(LockError::Timeout { .. })),
+        "a thread spawned from the body got in: {spawned:?}"
+    );
+    assert_eq!(nested, outer);
+    assert!(!server.exists(&account(31)));
+
+    let (a_in_tx, a_in) = mpsc::channel();
+    let (a_go, a_go_rx) = mpsc::channel();
+    let (b_in_tx, b_in) = mpsc::channel();
+    let (b_go, b_go_rx) = mpsc::channel();
+    let a = std::thread::spawn({
+        let locker = locker.clone();
+        move || hold_here(&locker, 32, &a_in_tx, &a_go_rx)
+    });
+    a_in.recv_timeout(Duration::from_secs(5)).unwrap();
+    let b = std::thread::spawn({
+        let locker = locker.clone();
+        move || hold_here(&locker, 32, &b_in_tx, &b_go_rx)
+    });
+    assert!(
+        b_in.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the second thread entered while the first held"
+    );
+    a_go.send(()).unwrap();
+    let first = a.join().unwrap().unwrap();
+    b_in.recv_timeout(Duration::from_secs(5))
+        .expect("the second thread never got the freed lock");
+    b_go.send(()).unwrap();
+    let second = b.join().unwrap().unwrap();
+    assert!(
+        second > first,
+        "token {second} after {first}: not a new lease"
+    );
+    assert!(!server.exists(&account(32)));
+}
+
+/// How a nested body leaves.
+#[derive(Clone, Copy, Debug)]
+enum Exit {
+    Value,
+    Return,
+    Question,
+    Panic,
+}
+
+#[redis_lock(name = "account:{id}", acquire_time = 0, reentrant = true, locker = locker, guard = g)]
+fn leaves(locker: &Locker, id: u32, how: Exit) -> Result<u64, AppError> {
+    let token = g.fencing_token();
+    match how {
+        Exit::Value => {}
+        Exit::Return => return Ok(token),
+        Exit::Question => fails()?,
+        Exit::Panic => panic!("the nested body panics"),
+    }
+    Ok(token)
+}
+
+/// `leaves` with `on_lost = "error"`: the body runs as a closure.
+#[redis_lock(name = "account:{id}", acquire_time = 0, reentrant = true, on_lost = "error", locker = locker, guard = g)]
+fn leaves_checked(locker: &Locker, id: u32, how: Exit) -> Result<u64, AppError> {
+    let token = g.fencing_token();
+    match how {
+        Exit::Value => {}
+        Exit::Return => return Ok(token),
+        Exit::Question => fails()?,
+        Exit::Panic => panic!("the nested body panics"),
+    }
+    Ok(token)
+}
+
+/// Every way out of a nested call, with and without `on_lost`: what went
+/// wrong (the nested call's outcome, or the lock no longer held after it).
+#[redis_lock(name = "account:{id}", expire = 30, reentrant = true, locker = locker, guard = g)]
+fn survives_nested_exits(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+) -> Result<Vec<String>, AppError> {
+    let token = g.fencing_token();
+    let mut problems = Vec::new();
+    for how in [Exit::Value, Exit::Return, Exit::Question, Exit::Panic] {
+        for checked in [false, true] {
+            let inner = catch_unwind(AssertUnwindSafe(|| match checked {
+                false => leaves(locker, id, how),
+                true => leaves_checked(locker, id, how),
+            }));
+            let expected = match (how, &inner) {
+                (Exit::Panic, Err(_)) => true,
+                (Exit::Question, Ok(Err(AppError::Inner))) => true,
+                (Exit::Value | Exit::Return, Ok(Ok(t))) => *t == token,
+                _ => false,
+            };
+            if !expected {
+                problems.push(format!("{how:?} (on_lost: {checked}): {:?}", inner.ok()));
+            }
+            if !server.exists(&account(id)) {
+                problems.push(format!("{how:?} (on_lost: {checked}) deleted the key"));
+            }
+            if support::stranger_takes(server, &format!("account:{id}")).is_ok() {
+                problems.push(format!("{how:?} (on_lost: {checked}) let a stranger in"));
+            }
+        }
+    }
+    // The count came back down, not below: still re-entered.
+    if leaves(locker, id, Exit::Value)? != token {
+        problems.push("no longer re-entered after the nested exits".into());
+    }
+    Ok(problems)
+}
+
+#[redis_lock(name = "account:{id}", expire = 30, reentrant = true, locker = locker)]
+fn panics_after_nesting(locker: &Locker, id: u32) -> Result<(), AppError> {
+    leaves(locker, id, Exit::Value)?;
+    panic!("the outermost body panics");
+}
+
+/// A nested call's value, `return`, `?` error and caught panic leave the
+/// outer lock held (nothing released, no stranger gets in); a panic in the
+/// outermost body releases it, and leaves nothing behind on the thread: a
+/// later call there waits for a stranger's lock like anyone else.
+#[test]
+fn only_the_outermost_exit_releases_a_sync_lock() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let problems = survives_nested_exits(&locker, &server, 33).unwrap();
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(
+        !server.exists(&account(33)),
+        "held after the outermost call"
+    );
+
+    let panicked = catch_unwind(AssertUnwindSafe(|| panics_after_nesting(&locker, 34)));
+    assert!(panicked.is_err());
+    assert!(
+        !server.exists(&account(34)),
+        "a panic in the outermost body kept the lock"
+    );
+    let stranger = Locker::new(server.url()).unwrap();
+    let held = stranger.lock("account:34").acquire_blocking().unwrap();
+    let here = leaves(&locker, 34, Exit::Value);
+    assert!(
+        matches!(here, Err(AppError::Lock(LockError::Timeout { .. }))),
+        "the thread still counted itself inside the lock: {here:?}"
+    );
+    held.release_blocking().unwrap();
+    leaves(&locker, 34, Exit::Value).unwrap();
+}
+
+/// A default (non-reentrant) sync outer call holding the lock: a nested
+/// `reentrant = true` call does not get in.
+#[redis_lock(name = "account:{id}", expire = 30, locker = locker)]
+fn plain_outer(locker: &Locker, id: u32) -> Result<Result<u64, AppError>, AppError> {
+    Ok(leaves(locker, id, Exit::Value))
+}
+
+/// A `reentrant = true` outer call: a nested default call does not get in.
+#[redis_lock(name = "account:{id}", expire = 30, reentrant = true, locker = locker)]
+fn reentrant_outer(locker: &Locker, id: u32) -> Result<Result<u64, LockError>, LockError> {
+    Ok(withdraw(locker, id))
+}
+
+/// An async body holding the lock: a nested sync `reentrant = true` call
+/// does not get in (the async call chain is not the thread's).
+#[redis_lock(name = "account:{id}", expire = 30, locker = locker)]
+async fn async_outer(locker: &Locker, id: u32) -> Result<Result<u64, AppError>, AppError> {
+    tokio::task::yield_now().await;
+    Ok(leaves(locker, id, Exit::Value))
+}
+
+/// Sync reentry needs `reentrant = true` on both calls: the one holding the
+/// lock and the nested one; an async body's lock is not re-entered by a
+/// sync call either. Each nested call waits and times out.
+#[tokio::test]
+async fn sync_reentry_needs_both_calls_to_ask() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let inner = plain_outer(&locker, 35).unwrap();
+    assert!(
+        matches!(inner, Err(AppError::Lock(LockError::Timeout { .. }))),
+        "{inner:?}"
+    );
+    let inner = reentrant_outer(&locker, 35).unwrap();
+    assert!(matches!(inner, Err(LockError::Timeout { .. })), "{inner:?}");
+    let inner = async_outer(&locker, 35).await.unwrap();
+    assert!(
+        matches!(inner, Err(AppError::Lock(LockError::Timeout { .. }))),
+        "{inner:?}"
+    );
+    assert!(!server.exists(&account(35)));
+}
+
+#[redis_lock(name = "account:{id}", expire = 60, acquire_time = 0, reentrant = true, locker = locker)]
+fn needs_a_minute_here(locker: &Locker, server: &RedisServer, id: u32) -> Result<i64, LockError> {
+    Ok(server.pttl(&account(id)))
+}
+
+#[redis_lock(name = "account:{id}", expire = "1s", reentrant = true, locker = locker)]
+fn short_sync_lease_calls_long(
+    locker: &Locker,
+    server: &RedisServer,
+    id: u32,
+) -> Result<(i64, i64), LockError> {
+    let before = server.pttl(&account(id));
+    let inside = needs_a_minute_here(locker, server, id)?;
+    Ok((before, inside))
+}
+
+#[redis_lock(name = "account:{id}", expire = "300ms", reentrant = true, locker = locker)]
+fn outlives_sync_lease(
+    locker: &Locker,
+    id: u32,
+    ran: &AtomicU32,
+) -> Result<Result<u64, LockError>, LockError> {
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(counted_here(locker, id, ran))
+}
+
+#[redis_lock(name = "account:{id}", acquire_time = 0, reentrant = true, locker = locker, guard = g)]
+fn counted_here(locker: &Locker, id: u32, ran: &AtomicU32) -> Result<u64, LockError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    Ok(g.fencing_token())
+}
+
+/// A nested sync call's own `expire`, longer than the lease has left,
+/// raises the lease, as an async one does; a lease lost meanwhile is not
+/// re-entered (nor taken anew): `Err(Lost)`, the body does not run.
+#[test]
+fn a_nested_sync_call_keeps_its_options_and_a_lost_lock_is_not_reentered() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let (before, inside) = short_sync_lease_calls_long(&locker, &server, 36).unwrap();
+    assert!((0..=1000).contains(&before), "PTTL {before} before");
+    assert!(
+        (50_000..=60_000).contains(&inside),
+        "PTTL {inside} ms inside a nested call with expire = 60"
+    );
+    assert!(!server.exists(&account(36)));
+
+    let ran = AtomicU32::new(0);
+    let inner = outlives_sync_lease(&locker, 37, &ran).unwrap();
+    assert!(
+        matches!(
+            inner,
+            Err(LockError::Lost {
+                reason: LostReason::Expired,
+                ..
+            })
+        ),
+        "{inner:?}"
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "a nested body ran on a lost lock"
+    );
+    assert!(
+        !server.exists(&account(37)),
+        "the nested call took the lock anew"
+    );
+}
+
+#[redis_lock(name = ["account:{a}", "account:{b}"], acquire_time = 0, reentrant = true, locker = locker, guard = g)]
+fn pair_here(locker: &Locker, a: u32, b: u32) -> Result<u64, LockError> {
+    Ok(g.fencing_token_of(&format!("account:{a}")).unwrap())
+}
+
+/// Holds {40, 41, 42}; calls a nested single lock, a nested subset, and a
+/// nested set reaching outside.
+#[redis_lock(name = ["account:40", "account:41", "account:42"], reentrant = true, locker = locker, guard = g)]
+#[allow(clippy::type_complexity)]
+fn set_outer_here(
+    locker: &Locker,
+) -> Result<
+    (
+        u64,
+        Result<u64, AppError>,
+        Result<u64, LockError>,
+        Result<u64, LockError>,
+    ),
+    LockError,
+> {
+    let forty = g.fencing_token_of("account:40").unwrap();
+    let single = leaves(locker, 40, Exit::Value);
+    let subset = pair_here(locker, 40, 42);
+    let outside = pair_here(locker, 41, 43);
+    Ok((forty, single, subset, outside))
+}
+
+/// A single lock whose nested call locks a set around it.
+#[redis_lock(name = "account:{id}", reentrant = true, locker = locker)]
+fn single_then_pair_here(locker: &Locker, id: u32) -> Result<Result<u64, LockError>, LockError> {
+    Ok(pair_here(locker, id, id + 1))
+}
+
+/// Sync sets with `reentrant = true`, as async ones: a nested call whose
+/// names the thread holds goes straight in; one that needs a name it does
+/// not hold next to names it holds is refused (hold-and-wait), and takes
+/// nothing.
+#[test]
+fn sync_sets_reenter_on_the_same_thread() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let (forty, single, subset, outside) = set_outer_here(&locker).unwrap();
+    assert_eq!(single.unwrap(), forty);
+    assert_eq!(subset.unwrap(), forty);
+    let err = outside.unwrap_err();
+    assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
+    assert!(err.to_string().contains("account:43"), "{err}");
+    for id in 40..=43 {
+        assert!(!server.exists(&account(id)), "account:{id} left held");
+    }
+    let inner = single_then_pair_here(&locker, 44).unwrap();
+    assert!(
+        matches!(inner, Err(LockError::InvalidInput { .. })),
+        "{inner:?}"
+    );
+    assert!(!server.exists(&account(44)) && !server.exists(&account(45)));
+}
+
+/// Which thread ran one item, and whether it got the lock.
+#[redis_lock(name = "counter", expire = 30, acquire_time = "200ms", reentrant = true, locker = locker)]
+fn bump_here(
+    locker: &Locker,
+    server: &RedisServer,
+    sections: &Sections,
+) -> Result<std::thread::ThreadId, LockError> {
+    sections.run(|| {
+        let value = read_counter(server);
+        write_counter(server, value + 1);
+    });
+    Ok(std::thread::current().id())
+}
+
+/// `bump_around` with `reentrant = true`: the thread holding the lock, and
+/// each item's outcome.
+#[redis_lock(name = "counter", expire = 30, reentrant = true, locker = locker)]
+#[allow(clippy::type_complexity)]
+fn bump_around_here(
+    locker: &Locker,
+    server: &RedisServer,
+    sections: &Sections,
+    n: usize,
+) -> Result<
+    (
+        std::thread::ThreadId,
+        Vec<Result<std::thread::ThreadId, LockError>>,
+    ),
+    LockError,
+> {
+    use rayon::prelude::*;
+    Ok(sections.run(|| {
+        let value = read_counter(server);
+        let inner = (0..n)
+            .into_par_iter()
+            .map(|_| bump_here(locker, server, sections))
+            .collect();
+        write_counter(server, value + 1);
+        (std::thread::current().id(), inner)
+    }))
+}
+
+/// The hazard the docs warn about, pinned: with `reentrant = true`, items
+/// rayon runs on the thread waiting inside the locked body (its `join`
+/// runs one half there) re-enter the lock while that body is mid-way:
+/// critical sections overlap. Items on other threads never get in.
+#[test]
+fn sync_reentry_from_a_work_stealing_pool_enters_on_the_waiting_thread_only() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let sections = Sections::default();
+    let (holder, inner) = pool
+        .install(|| bump_around_here(&locker, &server, &sections, 12))
+        .unwrap();
+    let mut entered = 0;
+    for result in &inner {
+        match result {
+            Ok(thread) => {
+                assert_eq!(*thread, holder, "an item entered on another thread");
+                entered += 1;
+            }
+            Err(LockError::Timeout { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(entered > 0, "no item re-entered on the holding thread");
+    assert_eq!(sections.overlaps.load(Ordering::SeqCst), entered);
+    assert!(!server.exists(&lock_key(COUNTER)));
 }

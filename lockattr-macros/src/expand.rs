@@ -15,7 +15,7 @@
 //!         }
 //!         Err(e) => Err(e),
 //!     };
-//!     let __lockattr_guard = match __lockattr_acquired {   // a `Held`: the guard (sync calls never re-enter)
+//!     let __lockattr_guard = match __lockattr_acquired {   // a `Held`: the guard
 //!         Ok(g) => g,
 //!         Err(e) => return lock_failed(e, None),   // R: LockResult is required here, and only here
 //!     };
@@ -23,6 +23,15 @@
 //!     { body }   // Held's Drop releases on every way out: value, return, ?, panic
 //! }
 //! ```
+//! With `reentrant = true` (sync functions re-enter only when told to),
+//! `acquire_blocking` first looks for the lock among those that sync bodies
+//! with `reentrant` hold on this thread: found, the `Held` shares that
+//! lease and never releases (a nested call's `expire`, `renew` and
+//! `hold_at_least` apply to the lease as on the async path). `enter_hold`
+//! then also counts the body inside the lock on this thread, until
+//! `__lockattr_hold` is dropped (the same way out as above, before the
+//! release); it is not `Send`, so the count is taken back on the thread
+//! that added it.
 //! With `on_lost = "error"`, the sync body runs as a closure, so its
 //! `return`s come back for the check:
 //! ```text

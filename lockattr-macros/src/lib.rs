@@ -6,12 +6,14 @@
 //! `reentrant` differs between sync and async functions. An `async fn`
 //! re-enters a lock its call chain already holds (the held locks travel with
 //! the body's future), unless it says `reentrant = false`; its own `expire`
-//! and `renew` still apply to the shared lease. A sync function
-//! never re-enters: a thread waiting inside a locked body may run another
-//! job of a thread pool (rayon's work stealing), which it cannot tell from a
-//! nested call, so `reentrant` or `reentrant = true` on one is a compile
-//! error at that option (`reentrant = false` is accepted: it is what a sync
-//! function does anyway).
+//! and `renew` still apply to the shared lease. A sync function does not
+//! re-enter unless it says `reentrant` (or `reentrant = true`): then it
+//! re-enters a lock that a sync call with `reentrant` holds on the same
+//! thread, counted per thread as parking_lot's `ReentrantMutex` counts, and
+//! only the outermost call releases. It is opt-in because a thread waiting
+//! inside a locked body may run another job of a thread pool (rayon's
+//! `join` and `par_iter` steal work onto it), which it cannot tell from a
+//! nested call: that job would re-enter mid-body.
 
 mod attr;
 mod derive;
@@ -27,7 +29,23 @@ use quote::ToTokens;
 
 /// Takes a Redis lock around the function's body. See the `lockattr` crate.
 ///
-/// `reentrant` is for `async fn`s only; sync functions never re-enter.
+/// `reentrant`: an `async fn` re-enters a lock its call chain holds unless
+/// it says `reentrant = false`. A sync function re-enters only with
+/// `reentrant` (or `reentrant = true`), a lock that a sync call with
+/// `reentrant` holds on the same thread; nested calls are counted per
+/// thread and only the outermost releases; another thread never re-enters.
+/// Do not use it on sync functions called from rayon, or from any pool that
+/// runs other jobs on a thread blocked in `join`: a job for the same lock
+/// run on the thread that holds it would re-enter while the holder is
+/// mid-body.
+///
+/// ```text
+/// #[redis_lock(name = "account:{id}", reentrant = true)]
+/// fn transfer(id: u64) -> Result<(), LockError> { withdraw(id) } // re-entered, not waited for
+///
+/// #[redis_lock(name = "account:{id}", reentrant = true)]
+/// fn withdraw(id: u64) -> Result<(), LockError> { Ok(()) }
+/// ```
 ///
 /// `mode = "read"` or `mode = "write"` takes a side of a read-write lock
 /// instead of a lock: readers hold the name together, a writer alone. The

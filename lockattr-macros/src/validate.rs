@@ -39,7 +39,9 @@ pub(crate) struct Plan {
     pub(crate) locker: Option<syn::Expr>,
     pub(crate) guard: Option<Ident>,
     pub(crate) renew: bool,
-    /// Always false for a sync function: those never re-enter.
+    /// Re-enter a lock the caller holds: by default for an async function
+    /// (its call chain), only with `reentrant = true` for a sync one (its
+    /// thread); never for a read-write hold.
     pub(crate) reentrant: bool,
     pub(crate) on_lost: Option<OnLost>,
     /// Where errors about the return type point.
@@ -161,20 +163,6 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         ));
     }
 
-    // With `mode`, `reentrant` is refused whatever the function (see below).
-    if let Some((true, written)) = &options.reentrant
-        && sig.asyncness.is_none()
-        && options.mode.is_none()
-    {
-        errors.push(syn::Error::new_spanned(
-            written,
-            "`reentrant` needs an `async fn`: synchronous functions never re-enter, because a thread \
-             pool (rayon's `par_iter` or `join`) may run another job for the same lock on the thread \
-             that waits inside the body, and a thread cannot tell that job from a nested call; \
-             make the function `async`, or call an un-annotated inner function from the locked body",
-        ));
-    }
-
     if let Some(permits) = &options.permits {
         crate::semaphore::check(permits, options.reentrant.as_ref(), &mut |e| errors.push(e));
     }
@@ -288,11 +276,14 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
                 .renew
                 .as_ref()
                 .map_or(options.renew_for.is_some(), |(on, _)| *on),
-            // Async functions re-enter unless told not to; sync ones never,
-            // nor does a read-write hold.
-            reentrant: sig.asyncness.is_some()
-                && options.mode.is_none()
-                && options.reentrant.is_none_or(|(on, _)| on),
+            // Async functions re-enter unless told not to; sync ones only
+            // when told to (`reentrant = true`: per thread, see the
+            // runtime's `reentry`); a read-write hold never.
+            reentrant: options.mode.is_none()
+                && options
+                    .reentrant
+                    .as_ref()
+                    .map_or(sig.asyncness.is_some(), |(on, _)| *on),
             on_lost: options.on_lost.map(|(mode, _)| mode),
             return_span,
             nameable_return,
@@ -511,7 +502,7 @@ mod tests {
     }
 
     #[test]
-    fn only_async_functions_reenter() {
+    fn async_functions_reenter_unless_told_not_to_and_sync_ones_when_told_to() {
         let sync = "fn f() -> Result<(), E> { Ok(()) }";
         let asynchronous = "async fn f() -> Result<(), E> { Ok(()) }";
         assert_eq!(reentrant("name = \"x\"", sync), Ok(false));
@@ -521,16 +512,21 @@ mod tests {
         );
         for written in ["reentrant", "reentrant = true"] {
             let options = format!("name = \"x\", {written}");
-            let e = reentrant(&options, sync).unwrap_err();
-            assert!(e.contains("`reentrant` needs an `async fn`"), "{e}");
-            assert!(e.contains("thread pool"), "{e}");
+            assert_eq!(reentrant(&options, sync), Ok(true));
             assert_eq!(reentrant(&options, asynchronous), Ok(true));
+            let set = format!("name = [\"x\", \"y\"], {written}");
+            assert_eq!(reentrant(&set, sync), Ok(true));
         }
         assert_eq!(reentrant("name = \"x\"", asynchronous), Ok(true));
         assert_eq!(
             reentrant("name = \"x\", reentrant = false", asynchronous),
             Ok(false)
         );
+        // Still refused with a semaphore, sync or async.
+        for function in [sync, asynchronous] {
+            let e = reentrant("name = \"x\", permits = 2, reentrant", function).unwrap_err();
+            assert!(e.contains("cannot go with `permits`"), "{e}");
+        }
     }
 
     #[test]
@@ -582,8 +578,6 @@ mod tests {
                 Err(e) => e.to_string(),
             };
             assert!(e.contains(expected), "{e}");
-            // On a sync function, `reentrant` with `mode` is one error, not two.
-            assert!(!e.contains("needs an `async fn`"), "{e}");
         }
     }
 

@@ -38,8 +38,10 @@ pub struct Options {
     /// ([`LockBuilder::renew_for`](crate::LockBuilder::renew_for)); a
     /// nested call's is not used: the outer call's lease keeps its own.
     pub renew_for: Option<Duration>,
-    /// Re-enter a lock the call chain already holds (async functions only:
-    /// [`acquire_blocking`] never re-enters).
+    /// Re-enter a lock the caller already holds: for [`acquire`], one its
+    /// async call chain holds; for [`acquire_blocking`], one a sync body
+    /// with `reentrant` holds on this thread (and then the lock this call
+    /// takes is re-entered that way too).
     pub reentrant: bool,
     /// Keep the lock at least this long after it was taken
     /// ([`LockBuilder::hold_at_least`](crate::LockBuilder::hold_at_least)).
@@ -58,6 +60,9 @@ pub struct Held {
     // Dropped first: the renewal stops before the guard goes.
     renewing: Option<Renewing>,
     guard: LockGuard,
+    /// A sync call with `reentrant`: its body counts itself inside the
+    /// lease on its thread ([`enter_hold`]), so nested calls re-enter.
+    on_thread: bool,
 }
 
 impl Held {
@@ -74,6 +79,7 @@ impl Held {
         Held {
             renewing: None,
             guard,
+            on_thread: false,
         }
     }
 }
@@ -120,7 +126,7 @@ impl std::fmt::Debug for Renewing {
     }
 }
 
-/// A reentry: the call chain holds `lease`, unless it was lost meanwhile.
+/// A reentry: the caller holds `lease`, unless it was lost meanwhile.
 /// The nested call's own `expire`, `renew` and `hold_at_least` still count,
 /// as they would for a lock of its own:
 /// - an `expire` written on the nested call, longer than the lease has
@@ -133,35 +139,89 @@ impl std::fmt::Debug for Renewing {
 ///   is never shortened. It must fit in the nested call's `expire` (10 s
 ///   if not given), as for a lock of its own, and the lease is raised to it
 ///   when it has less left, so the hold lasts even if the process stops.
-async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError> {
-    let entered = Instant::now();
-    let mut valid_until = match lease.state.check() {
-        Ok(reason) => return Err(lease.lost_error(reason)),
-        Err(until) => until,
-    };
-    let hold = options.hold_at_least.filter(|hold| !hold.is_zero());
-    if let Some(hold) = hold {
-        crate::hold::check(hold, options.expire.unwrap_or(DEFAULT_EXPIRE))?;
-    }
-    if let Some(expire) = options.expire.max(hold)
-        && valid_until.saturating_duration_since(Instant::now()) < expire
-    {
-        check_expire(&lease, expire)?;
-        raise(&lease, expire).await?;
-        valid_until = match lease.state.check() {
+///
+/// [`Reentry::start`] checks, [`Reentry::raise_to`] says whether the lease
+/// must be raised first (async or blocking, by the caller), and
+/// [`Reentry::finish`] makes the nested call's `Held`.
+struct Reentry {
+    lease: Arc<Lease>,
+    options: Options,
+    entered: Instant,
+    hold: Option<Duration>,
+    valid_until: Instant,
+}
+
+impl Reentry {
+    fn start(lease: Arc<Lease>, options: Options) -> Result<Reentry, LockError> {
+        let entered = Instant::now();
+        let valid_until = match lease.state.check() {
             Ok(reason) => return Err(lease.lost_error(reason)),
             Err(until) => until,
         };
+        let hold = options.hold_at_least.filter(|hold| !hold.is_zero());
+        if let Some(hold) = hold {
+            crate::hold::check(hold, options.expire.unwrap_or(DEFAULT_EXPIRE))?;
+        }
+        Ok(Reentry {
+            lease,
+            options,
+            entered,
+            hold,
+            valid_until,
+        })
     }
-    if let Some(hold) = hold {
-        lease.hold.at_least_until(entered, hold);
+
+    /// The lease to set first, checked, when it has less left than the
+    /// nested call's `expire` (or hold) asks for.
+    fn raise_to(&self) -> Result<Option<Duration>, LockError> {
+        match self.options.expire.max(self.hold) {
+            Some(expire) if self.valid_until.saturating_duration_since(Instant::now()) < expire => {
+                check_expire(&self.lease, expire)?;
+                Ok(Some(expire))
+            }
+            _ => Ok(None),
+        }
     }
-    let renewing = (options.renew && options.renew_for.is_none() && !lease.renew)
-        .then(|| Renewing::start(&lease, valid_until));
-    Ok(Held {
-        renewing,
-        guard: LockGuard::nested(lease),
-    })
+
+    /// The nested call's `Held`, once the lease is raised (`raised`).
+    fn finish(mut self, raised: bool, on_thread: bool) -> Result<Held, LockError> {
+        if raised {
+            self.valid_until = match self.lease.state.check() {
+                Ok(reason) => return Err(self.lease.lost_error(reason)),
+                Err(until) => until,
+            };
+        }
+        if let Some(hold) = self.hold {
+            self.lease.hold.at_least_until(self.entered, hold);
+        }
+        let options = self.options;
+        let renewing = (options.renew && options.renew_for.is_none() && !self.lease.renew)
+            .then(|| Renewing::start(&self.lease, self.valid_until));
+        Ok(Held {
+            renewing,
+            guard: LockGuard::nested(self.lease),
+            on_thread,
+        })
+    }
+}
+
+async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError> {
+    let reentry = Reentry::start(lease, options)?;
+    let raise_to = reentry.raise_to()?;
+    if let Some(expire) = raise_to {
+        raise(&reentry.lease, expire).await?;
+    }
+    reentry.finish(raise_to.is_some(), false)
+}
+
+/// [`reenter`] for a sync call, on a lease its thread holds.
+fn reenter_blocking(lease: Arc<Lease>, options: Options) -> Result<Held, LockError> {
+    let reentry = Reentry::start(lease, options)?;
+    let raise_to = reentry.raise_to()?;
+    if let Some(expire) = raise_to {
+        raise_blocking(&reentry.lease, expire)?;
+    }
+    reentry.finish(raise_to.is_some(), true)
 }
 
 /// A nested call's `expire` is checked as a lock's own would be
@@ -192,7 +252,19 @@ fn check_expire(lease: &Lease, expire: Duration) -> Result<(), LockError> {
 /// found no longer owned is reported as lost.
 async fn raise(lease: &Arc<Lease>, expire: Duration) -> Result<(), LockError> {
     let raised = lease.clone();
-    match io::run_here(async move { raised.extend(expire, Extend::Set).await }).await {
+    let outcome = io::run_here(async move { raised.extend(expire, Extend::Set).await }).await;
+    raised_or_lost(lease, outcome)
+}
+
+/// [`raise`] for a sync call.
+fn raise_blocking(lease: &Arc<Lease>, expire: Duration) -> Result<(), LockError> {
+    let raised = lease.clone();
+    let outcome = io::run_blocking(async move { raised.extend(expire, Extend::Set).await });
+    raised_or_lost(lease, outcome)
+}
+
+fn raised_or_lost(lease: &Lease, outcome: Result<(), LockError>) -> Result<(), LockError> {
+    match outcome {
         Err(LockError::NotOwned { .. }) => Err(lease.lost_error(LostReason::Taken)),
         other => other,
     }
@@ -234,10 +306,34 @@ pub async fn body<F: Future>(held: &Held, body: F) -> F::Output {
     }
 }
 
-/// Enters the lock's `hold` span around a sync body; it is left when the
+/// What a sync body runs inside: the lock's `hold` span and, for a call
+/// with `reentrant`, its count inside the lock on this thread (so that
+/// nested calls on the thread re-enter). Both are left when this is
+/// dropped, on every way out of the body, before the lock is released. It
+/// stays on the thread that entered: it is neither `Send` nor `Sync`.
+pub struct Entered {
+    _on_thread: Option<reentry::OnThread>,
+    _span: tracing::span::EnteredSpan,
+}
+
+impl std::fmt::Debug for Entered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entered")
+            .field("on_thread", &self._on_thread.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Enters the lock's `hold` span around a sync body and, with `reentrant`,
+/// counts the body inside the lock on this thread; both are left when the
 /// returned value is dropped.
-pub fn enter_hold(held: &Held) -> tracing::span::EnteredSpan {
-    held.hold_span().entered()
+pub fn enter_hold(held: &Held) -> Entered {
+    Entered {
+        _on_thread: held
+            .on_thread
+            .then(|| reentry::enter_on_thread(vec![held.guard.lease().clone()])),
+        _span: held.hold_span().entered(),
+    }
 }
 
 /// Runs an async body until it finishes or the lock is lost
@@ -254,7 +350,9 @@ pub async fn body_or_lost<F: Future>(held: &Held, body: F) -> Result<F::Output, 
 /// Releases after an async function's body; a lock that was no longer
 /// owned is reported as a warning, the body's result stands.
 pub async fn release(held: Held) {
-    let Held { renewing, guard } = held;
+    let Held {
+        renewing, guard, ..
+    } = held;
     drop(renewing);
     guard.release_or_warn().await;
 }
@@ -262,7 +360,9 @@ pub async fn release(held: Held) {
 /// Releases after an async body (`on_lost = "error"`): the loss, if the lock
 /// was lost before the body finished.
 pub async fn release_checked(held: Held) -> Option<LockError> {
-    let Held { renewing, guard } = held;
+    let Held {
+        renewing, guard, ..
+    } = held;
     drop(renewing);
     let lost = guard.lost_now();
     let released = guard.release().await;
@@ -283,14 +383,22 @@ fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) ->
     }
 }
 
-/// Acquires for a sync function: always a lock of its own, never a
-/// reentry. A thread that waits in a thread pool (rayon's `par_iter` or
+/// Acquires for a sync function. Without `reentrant` (the default), a lock
+/// of its own: a thread that waits in a thread pool (rayon's `par_iter` or
 /// `join`) runs other jobs meanwhile, and one that wants the same lock
 /// cannot be told from a nested call; so a nested sync call waits for the
-/// lock like any other caller. Nor does it look at the locks of an async
-/// body it is called from: anything that runs on the thread while the body
-/// is polled would see them.
+/// lock like any other caller. With `reentrant`, a lock that a sync body
+/// with `reentrant` holds on this thread is re-entered (a guard sharing its
+/// lease, which never releases), and the lock taken otherwise is held that
+/// way in turn, once [`enter_hold`] counts the body inside it. Never the
+/// locks of an async body it is called from: anything that runs on the
+/// thread while the body is polled would see them.
 pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result<Held, LockError> {
+    if options.reentrant
+        && let Some(lease) = reentry::find_on_thread(&locker.inner, name)
+    {
+        return reenter_blocking(lease, options);
+    }
     let guard = locker
         .lock(name)
         .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
@@ -303,12 +411,17 @@ pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result
         None => guard,
     };
     let guard = guard.acquire_blocking()?;
-    Ok(Held::new(guard))
+    Ok(Held {
+        on_thread: options.reentrant,
+        ..Held::new(guard)
+    })
 }
 
 /// Releases after a sync body (`on_lost = "error"`); see [`release_checked`].
 pub fn release_checked_blocking(held: Held) -> Option<LockError> {
-    let Held { renewing, guard } = held;
+    let Held {
+        renewing, guard, ..
+    } = held;
     drop(renewing);
     let lost = guard.lost_now();
     released_or_lost(guard.release_blocking(), lost)

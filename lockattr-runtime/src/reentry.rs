@@ -1,5 +1,5 @@
 //! Which locks the current call chain holds, for reentrant annotated
-//! functions. Only async functions re-enter.
+//! functions.
 //!
 //! An asynchronous call chain is not a thread. A task moves between worker
 //! threads at every `.await`, and one thread runs many tasks in turns: two
@@ -13,10 +13,20 @@
 //! A synchronous call chain is not a thread either: a thread that waits in
 //! a thread pool (rayon's `par_iter` or `join`) runs other jobs meanwhile,
 //! and one of them for the same lock cannot be told from a nested call. So
-//! synchronous functions never re-enter: nothing is kept per thread, and
-//! synchronous code does not look at the async chain (while a body is
-//! polled, anything that runs on its thread could see it).
+//! synchronous functions re-enter only when they ask to (`reentrant =
+//! true`), and then per thread, as parking_lot's `ReentrantMutex` does: a
+//! thread-local list of the leases that sync bodies on this thread hold
+//! that way, each with a count of the bodies inside it. The outermost body
+//! counts one and each nested call one more; [`OnThread`] takes its count
+//! back when the body ends, however it ends (a panic unwinds through it),
+//! and the entry goes with the last count, before the outermost call
+//! releases the lock. Another thread never sees the entry, and `OnThread`
+//! cannot be sent to one. Sync code does not look at the async chain, nor
+//! async code at the thread's (while a body is polled, anything that runs
+//! on its thread could see it).
 
+use std::cell::RefCell;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::guard::Lease;
@@ -84,4 +94,137 @@ pub(crate) async fn scope_all<F: Future>(leases: Vec<Arc<Lease>>, body: F) -> F:
         })));
     }
     IN_TASK.scope(chain, body).await
+}
+
+thread_local! {
+    /// The leases held by `reentrant = true` sync bodies on this thread.
+    static ON_THREAD: RefCell<Counts<Lease>> = const { RefCell::new(Counts::new()) };
+}
+
+/// Leases, each with how many bodies are inside it: the outermost counts
+/// one, each nested call one more.
+struct Counts<T>(Vec<(Arc<T>, usize)>);
+
+impl<T> Counts<T> {
+    const fn new() -> Self {
+        Counts(Vec::new())
+    }
+
+    /// The innermost lease `matches` accepts.
+    fn find(&self, mut matches: impl FnMut(&T) -> bool) -> Option<Arc<T>> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(lease, _)| matches(lease))
+            .map(|(lease, _)| lease.clone())
+    }
+
+    /// One more body inside `lease` (the first one adds it).
+    fn enter(&mut self, lease: &Arc<T>) {
+        match self.0.iter_mut().find(|(l, _)| Arc::ptr_eq(l, lease)) {
+            Some((_, count)) => *count = count.saturating_add(1),
+            None => self.0.push((lease.clone(), 1)),
+        }
+    }
+
+    /// One body fewer inside `lease`; the last one removes it.
+    fn leave(&mut self, lease: &Arc<T>) {
+        let Some(at) = self.0.iter().rposition(|(l, _)| Arc::ptr_eq(l, lease)) else {
+            return;
+        };
+        let count = &mut self.0[at].1;
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.0.remove(at);
+        }
+    }
+}
+
+/// The lease of lock `name` that a `reentrant = true` sync body on this
+/// thread holds.
+pub(crate) fn find_on_thread(locker: &Inner, name: &str) -> Option<Arc<Lease>> {
+    ON_THREAD
+        .try_with(|held| held.borrow().find(|lease| same(lease, locker, name)))
+        .ok()
+        .flatten()
+}
+
+/// A `reentrant = true` sync body on this thread, inside its leases (one,
+/// or a set's names): each counts it until this is dropped, on this thread
+/// (it is neither `Send` nor `Sync`).
+pub(crate) struct OnThread {
+    leases: Vec<Arc<Lease>>,
+    _this_thread: PhantomData<*const ()>,
+}
+
+/// Counts a sync body on this thread inside each of `leases` (adding those
+/// it is the first inside), until the returned value is dropped.
+pub(crate) fn enter_on_thread(leases: Vec<Arc<Lease>>) -> OnThread {
+    // Not counted at all when the thread is going away: nothing then
+    // could find them.
+    let _ = ON_THREAD.try_with(|held| {
+        let mut held = held.borrow_mut();
+        for lease in &leases {
+            held.enter(lease);
+        }
+    });
+    OnThread {
+        leases,
+        _this_thread: PhantomData,
+    }
+}
+
+impl Drop for OnThread {
+    fn drop(&mut self) {
+        let _ = ON_THREAD.try_with(|held| {
+            let mut held = held.borrow_mut();
+            for lease in self.leases.iter().rev() {
+                held.leave(lease);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counts;
+    use std::sync::Arc;
+
+    #[test]
+    fn counts_bodies_and_forgets_a_lease_with_the_last() {
+        let (a, b) = (Arc::new("a"), Arc::new("b"));
+        let mut counts = Counts::new();
+        counts.enter(&a);
+        counts.enter(&b);
+        counts.enter(&a);
+        assert_eq!(counts.find(|l| *l == "a").as_deref(), Some(&"a"));
+        counts.leave(&a);
+        assert!(
+            counts.find(|l| *l == "a").is_some(),
+            "a nested exit freed it"
+        );
+        counts.leave(&a);
+        assert!(counts.find(|l| *l == "a").is_none());
+        assert!(counts.find(|l| *l == "b").is_some());
+        // Leaving what is not there changes nothing, and never goes below.
+        counts.leave(&a);
+        counts.leave(&b);
+        counts.leave(&b);
+        assert!(counts.0.is_empty());
+    }
+
+    #[test]
+    fn tells_leases_of_one_name_apart_by_identity() {
+        // Two leases that match alike (a lock released, then taken anew):
+        // each body leaves the one it entered.
+        let (old, new) = (Arc::new("a"), Arc::new("a"));
+        let mut counts = Counts::new();
+        counts.enter(&old);
+        counts.enter(&new);
+        assert!(Arc::ptr_eq(&counts.find(|l| *l == "a").unwrap(), &new));
+        counts.leave(&new);
+        assert!(Arc::ptr_eq(&counts.find(|l| *l == "a").unwrap(), &old));
+        counts.leave(&old);
+        assert!(counts.0.is_empty());
+    }
 }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 pub use super::{Options, call, default_locker, key_of, lock_failed, typed_body};
 pub use crate::{LockError, LockKey, Locker};
 
+use super::Entered;
 use crate::guard::Lease;
 use crate::{DEFAULT_EXPIRE, LockSetGuard, reentry};
 
@@ -27,6 +28,9 @@ pub type LockGuard = LockSetGuard;
 #[derive(Debug)]
 pub struct Held {
     guard: LockSetGuard,
+    /// A sync call with `reentrant`: its body counts itself inside every
+    /// name's lease on its thread ([`enter_hold`]).
+    on_thread: bool,
 }
 
 impl Held {
@@ -62,50 +66,64 @@ pub async fn acquire(
     names: &[String],
     options: Options,
 ) -> Result<Held, LockError> {
-    if options.reentrant {
-        let names = unique(names);
-        let found: Vec<(&str, Option<Arc<Lease>>)> = names
-            .iter()
-            .map(|&n| (n, reentry::find_async(&locker.inner, n)))
-            .collect();
-        let held = found.iter().filter(|(_, lease)| lease.is_some()).count();
-        if held == found.len() && held > 0 {
-            let mut members = Vec::with_capacity(held);
-            for (_, lease) in found {
-                let Some(lease) = lease else { continue };
-                if let Ok(reason) = lease.state.check() {
-                    return Err(lease.lost_error(reason));
-                }
-                members.push(crate::LockGuard::nested(lease));
-            }
-            return Ok(Held {
-                guard: LockSetGuard::from_members(members),
-            });
-        }
-        if held > 0 {
-            let missing: Vec<&str> = found
-                .iter()
-                .filter(|(_, lease)| lease.is_none())
-                .map(|(n, _)| *n)
-                .collect();
-            let present: Vec<&str> = found
-                .iter()
-                .filter(|(_, lease)| lease.is_some())
-                .map(|(n, _)| *n)
-                .collect();
-            return Err(LockError::invalid(
-                "lock set",
-                format!(
-                    "a nested call needs {missing:?}, which its call chain does not hold, while \
-                     the chain holds {present:?} of the same set; taking the missing names while \
-                     holding the others could deadlock against another caller. Take every name \
-                     in the outermost call, or call with only the names the chain holds"
-                ),
-            ));
-        }
+    if options.reentrant
+        && let Some(reentry) = reenter(names, |n| reentry::find_async(&locker.inner, n))
+    {
+        return reentry.map(|guard| Held {
+            guard,
+            on_thread: false,
+        });
     }
     let guard = builder(locker, names, options)?.acquire().await?;
-    Ok(Held { guard })
+    Ok(Held {
+        guard,
+        on_thread: false,
+    })
+}
+
+/// The reentry of a nested call on `names`, when `held` finds any of them
+/// held by its caller: a guard sharing the leases when it finds them all,
+/// refused when it finds some (see [`acquire`]), `None` when it finds none.
+fn reenter(
+    names: &[String],
+    held: impl Fn(&str) -> Option<Arc<Lease>>,
+) -> Option<Result<LockSetGuard, LockError>> {
+    let names = unique(names);
+    let found: Vec<(&str, Option<Arc<Lease>>)> = names.iter().map(|&n| (n, held(n))).collect();
+    let held = found.iter().filter(|(_, lease)| lease.is_some()).count();
+    if held == 0 {
+        return None;
+    }
+    if held == found.len() {
+        let mut members = Vec::with_capacity(held);
+        for (_, lease) in found {
+            let Some(lease) = lease else { continue };
+            if let Ok(reason) = lease.state.check() {
+                return Some(Err(lease.lost_error(reason)));
+            }
+            members.push(crate::LockGuard::nested(lease));
+        }
+        return Some(Ok(LockSetGuard::from_members(members)));
+    }
+    let missing: Vec<&str> = found
+        .iter()
+        .filter(|(_, lease)| lease.is_none())
+        .map(|(n, _)| *n)
+        .collect();
+    let present: Vec<&str> = found
+        .iter()
+        .filter(|(_, lease)| lease.is_some())
+        .map(|(n, _)| *n)
+        .collect();
+    Some(Err(LockError::invalid(
+        "lock set",
+        format!(
+            "a nested call needs {missing:?}, which its caller does not hold, while \
+             the caller holds {present:?} of the same set; taking the missing names while \
+             holding the others could deadlock against another caller. Take every name \
+             in the outermost call, or call with only the names the caller holds"
+        ),
+    )))
 }
 
 fn builder<'a>(
@@ -143,9 +161,16 @@ pub async fn body<F: Future>(held: &Held, body: F) -> F::Output {
     }
 }
 
-/// Enters the set's `hold` span around a sync body.
-pub fn enter_hold(held: &Held) -> tracing::span::EnteredSpan {
-    held.hold_span().entered()
+/// Enters the set's `hold` span around a sync body and, with `reentrant`,
+/// counts the body inside every name on this thread; both are left when
+/// the returned value is dropped.
+pub fn enter_hold(held: &Held) -> Entered {
+    Entered {
+        _on_thread: held
+            .on_thread
+            .then(|| reentry::enter_on_thread(held.guard.leases().cloned().collect())),
+        _span: held.hold_span().entered(),
+    }
 }
 
 /// Runs an async body until it finishes or any name is lost.
@@ -170,14 +195,28 @@ pub async fn release_checked(held: Held) -> Option<LockError> {
     released_or_lost(held.guard.release().await, lost)
 }
 
-/// Acquires for a sync function: never a reentry.
+/// Acquires for a sync function. With `reentrant`, as [`acquire`] does for
+/// an async call chain, on the names that sync bodies with `reentrant` hold
+/// on this thread; the set taken otherwise is held that way in turn. Without
+/// it, never a reentry.
 pub fn acquire_blocking(
     locker: &Locker,
     names: &[String],
     options: Options,
 ) -> Result<Held, LockError> {
+    if options.reentrant
+        && let Some(reentry) = reenter(names, |n| reentry::find_on_thread(&locker.inner, n))
+    {
+        return reentry.map(|guard| Held {
+            guard,
+            on_thread: true,
+        });
+    }
     let guard = builder(locker, names, options)?.acquire_blocking()?;
-    Ok(Held { guard })
+    Ok(Held {
+        guard,
+        on_thread: options.reentrant,
+    })
 }
 
 /// Releases after a sync body (`on_lost = "error"`).

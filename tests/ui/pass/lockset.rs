@@ -51,8 +51,28 @@ impl Bank {
     fn one(&self) -> Result<(), LockError> {
         Ok(())
     }
+
+    /// Sync, re-entered on the same thread: a nested call on a subset goes
+    /// straight in.
+    #[redis_lock(name = ["bank:{a}", "bank:{b}"], locker = &self.locks, reentrant = true, guard = g)]
+    fn audit(&self, a: u32, b: u32) -> Result<u64, LockError> {
+        let _ = self.audit_one(a)?;
+        Ok(g.fencing_token_of(&format!("bank:{b}")).unwrap_or(0))
+    }
+
+    #[redis_lock(name = ["bank:{a}"], locker = &self.locks, reentrant)]
+    fn audit_one(&self, a: u32) -> Result<u32, LockError> {
+        Ok(a)
+    }
 }
 
 fn main() {
-    let _ = (transfer, move_balance, nightly, Bank::settle, Bank::one);
+    let _ = (
+        transfer,
+        move_balance,
+        nightly,
+        Bank::settle,
+        Bank::one,
+        Bank::audit,
+    );
 }

@@ -1,5 +1,5 @@
 //! `renew`, `on_lost` and `reentrant`, in every accepted form, on sync and
-//! async functions (`reentrant` on sync ones only as `false`), free and as
+//! async functions (`reentrant` opts sync ones in, per thread), free and as
 //! methods, with `guard = g`, `return`, `?` and an `impl Trait` in the
 //! return type.
 #![deny(warnings, unused_qualifications, unused_results, clippy::all)]
@@ -70,6 +70,28 @@ async fn reentrant_flag_async() -> Result<(), LockError> {
 #[redis_lock(name = "r", reentrant = true, renew)]
 async fn reentrant_true_async() -> Result<(), LockError> {
     Ok(())
+}
+
+#[redis_lock(name = "r", reentrant)]
+fn reentrant_flag() -> Result<(), AppError> {
+    let _ = reentrant_true(1)?;
+    Ok(())
+}
+
+#[redis_lock(name = "r", reentrant = true, expire = 5, renew, hold_at_least = 1, guard = g)]
+fn reentrant_true(n: u64) -> Result<u64, AppError> {
+    if n == 0 {
+        return Ok(g.fencing_token());
+    }
+    Ok(reentrant_true(n - 1)? + "1".parse::<u64>()?)
+}
+
+#[redis_lock(name = "r", reentrant = true, on_lost = "error", guard = g)]
+fn reentrant_true_checked() -> Result<impl Display, AppError> {
+    if g.is_lost() {
+        return Ok(0);
+    }
+    Ok(reentrant_true(2)?)
 }
 
 // ---- on_lost ----
@@ -181,6 +203,8 @@ fn main() {
     let _ = not_reentrant_async;
     let _ = reentrant_flag_async;
     let _ = reentrant_true_async;
+    let _ = reentrant_flag;
+    let _ = reentrant_true_checked;
     let _ = abort_async;
     let _ = error_sync;
     let _ = error_async;

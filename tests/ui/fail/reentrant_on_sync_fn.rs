@@ -1,8 +1,0 @@
-use lockattr::{LockError, redis_lock};
-
-#[redis_lock(name = "account:{id}", reentrant = true)]
-fn withdraw(id: u64) -> Result<(), LockError> {
-    Ok(())
-}
-
-fn main() {}
