@@ -9,7 +9,7 @@ use crate::peers::{
 use crate::report::rows;
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
 use crate::targets::{self, Target, ratio};
-use crate::util::{cores, cpu_model, unix_nanos};
+use crate::util::{cores, cpu_model, quantile, unix_nanos};
 use crate::{CONTEND_PROCESSES, MANY_TASKS, ONE_PROCESS_TASKS, RUNTIME};
 
 /// A JSON value; enough for the results file, without a dependency.
@@ -304,6 +304,82 @@ fn kinds_json(r: &Report) -> Json {
     ])
 }
 
+/// Row 12: a read-write lock's Redis CPU per call against the readers holding.
+fn rw_cost_json(r: &Report) -> Json {
+    use crate::scenarios::rw_cost::{BLOCK, Cost, HELD, HELD_LEASE};
+    let c = &r.rw_cost;
+    let side = |costs: &[Cost; 2], median_ratio: f64, target: Target| {
+        let per_count = (0..2)
+            .map(|i| {
+                let x = &costs[i];
+                Json::Obj(vec![
+                    ("readers_holding", Json::num(HELD[i] as f64)),
+                    (
+                        "redis_us_per_call_median_of_blocks",
+                        Json::num(x.us_per_call()),
+                    ),
+                    ("blocks", Json::num(x.block_us.len() as f64)),
+                    (
+                        "block_us_per_call_p10_p90",
+                        Json::Arr(vec![
+                            Json::num(quantile(&x.block_us, 0.1)),
+                            Json::num(quantile(&x.block_us, 0.9)),
+                        ]),
+                    ),
+                    ("calls", Json::num(x.calls as f64)),
+                    ("evalsha_calls", Json::num(x.script_calls as f64)),
+                    ("evalsha_usec", Json::num(x.usec as f64)),
+                    ("redis_us_per_call_mean", Json::num(x.mean_us_per_call())),
+                    ("evalsha_calls_per_call", Json::num(x.scripts_per_call())),
+                    (
+                        "redis_us_per_evalsha_call_mean",
+                        Json::num(x.mean_us_per_script_call()),
+                    ),
+                ])
+            })
+            .collect();
+        let mean_ratio = ratio(costs[1].mean_us_per_call(), costs[0].mean_us_per_call());
+        Json::Obj(vec![
+            ("per_readers_holding", Json::Arr(per_count)),
+            ("ratio_most_over_one_reader", Json::num(median_ratio)),
+            ("ratio_of_means", Json::num(mean_ratio)),
+            ("target", target_json(target)),
+        ])
+    };
+    Json::Obj(vec![
+        (
+            "what",
+            Json::str(
+                "lockattr only, on the single server. Readers holding one name (read_lock(name).expire(lease).acquire(), guards kept), taken before measuring. Cycles of blocks A B B A (A: the name with the fewest readers, B: the most); in each block, for read calls and then for a writer's tries: CONFIG RESETSTAT, calls_per_block calls, INFO commandstats, whose cmdstat_evalsha usec (a script's usec includes the commands it runs) over the calls is the block's Redis µs per call. The figure is the median of the blocks (Redis times on the wall clock: a block where redis-server lost its CPU mid-script reads high); the mean over all calls is recorded too. A read call is acquire + release of one more reader (two script calls); a writer's try is write_lock(name).acquire_timeout(0).acquire(), which fails busy",
+            ),
+        ),
+        (
+            "readers_holding",
+            Json::Arr(HELD.iter().map(|&n| Json::num(n as f64)).collect()),
+        ),
+        (
+            "readers_in_index_before_measuring",
+            Json::Arr(
+                c.readers_seen
+                    .iter()
+                    .map(|&n| n.map_or(Json::Null, |n| Json::num(n as f64)))
+                    .collect(),
+            ),
+        ),
+        ("holders_lease_s", Json::num(HELD_LEASE.as_secs_f64())),
+        ("cycles_a_b_b_a", Json::num(c.cycles as f64)),
+        ("calls_per_block", Json::num(BLOCK as f64)),
+        (
+            "read_call",
+            side(&c.read, c.read_ratio(), targets::rw_cost_read(r)),
+        ),
+        (
+            "writer_try",
+            side(&c.write_try, c.write_ratio(), targets::rw_cost_write(r)),
+        ),
+    ])
+}
+
 /// The JSON record of a run.
 pub fn to_json(r: &Report) -> Json {
     let rtt = r.rtt_us;
@@ -585,6 +661,7 @@ pub fn to_json(r: &Report) -> Json {
                     ]),
                 ),
                 ("kinds", kinds_json(r)),
+                ("rw_lock_readers_holding_cost", rw_cost_json(r)),
             ]),
         ),
         ("table", table_json(r)),

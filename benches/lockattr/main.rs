@@ -31,6 +31,9 @@
 //!     semaphore permit, against a plain lock and two locks in a row.
 //! 11. Readers sharing: 16 tasks holding the read side against the write
 //!     side (lockattr only).
+//! 12. Read-write lock: Redis CPU per call (`INFO commandstats`) of a read
+//!     and of a writer's try with 1 reader and with 1,000 readers holding
+//!     (lockattr only).
 //!
 //! Output: a table on stdout, `docs/bench/results.json`,
 //! `docs/bench/chart.svg` and the README's table (with `--quick`: JSON and
@@ -103,6 +106,9 @@ pub struct Plan {
     pub deploy_iterations: usize,
     /// Rows 8, 9: measured hand-over rounds per library.
     pub deploy_handoff_rounds: usize,
+    /// Row 12: read calls, and writer's tries, per number of readers
+    /// holding (in cycles of blocks A B B A of `rw_cost::BLOCK` calls).
+    pub rw_cost_calls: usize,
 }
 
 impl Plan {
@@ -120,6 +126,7 @@ impl Plan {
             macro_iterations: 3000,
             deploy_iterations: 1000,
             deploy_handoff_rounds: 100,
+            rw_cost_calls: 2000,
         }
     }
 
@@ -137,6 +144,7 @@ impl Plan {
             macro_iterations: 300,
             deploy_iterations: 100,
             deploy_handoff_rounds: 10,
+            rw_cost_calls: 200,
         }
     }
 }
@@ -270,36 +278,43 @@ async fn run_all(servers: &Servers, plan: &Plan) -> Res<Report> {
     let url = &servers.single.url;
 
     eprintln!(
-        "[1-2/11] RTT and uncontended acquire + release ({} iterations)",
+        "[1-2/12] RTT and uncontended acquire + release ({} iterations)",
         plan.iterations
     );
     scenarios::uncontended::uncontended(url, plan, &mut report).await?;
     eprintln!(
-        "[3/11] hand-over across processes ({} rounds per library)",
+        "[3/12] hand-over across processes ({} rounds per library)",
         plan.handoff_rounds
     );
     scenarios::handoff::single(url, plan, &mut report).await?;
-    eprintln!("[4/11] contended: {CONTEND_PROCESSES} processes");
+    eprintln!("[4/12] contended: {CONTEND_PROCESSES} processes");
     scenarios::contended::processes(url, plan, &mut report).await?;
-    eprintln!("[5/11] contended: {ONE_PROCESS_TASKS} tasks in one process");
+    eprintln!("[5/12] contended: {ONE_PROCESS_TASKS} tasks in one process");
     scenarios::contended::tasks(url, plan, &mut report).await?;
-    eprintln!("[6/11] many locks: {MANY_TASKS} tasks");
+    eprintln!("[6/12] many locks: {MANY_TASKS} tasks");
     scenarios::many::many_locks(url, servers.single.pid(), plan, &mut report).await?;
     eprintln!(
-        "[7/11] macro overhead ({} iterations)",
+        "[7/12] macro overhead ({} iterations)",
         plan.macro_iterations
     );
     scenarios::many::macro_overhead(url, plan, &mut report).await?;
-    eprintln!("[8/11] Redlock on {} servers", servers.redlock.len());
+    eprintln!("[8/12] Redlock on {} servers", servers.redlock.len());
     scenarios::deployments::redlock(servers, plan, &mut report).await?;
-    eprintln!("[9/11] Redis Cluster, {} masters", servers.cluster.len());
+    eprintln!("[9/12] Redis Cluster, {} masters", servers.cluster.len());
     scenarios::deployments::cluster(servers, plan, &mut report).await?;
     eprintln!(
-        "[10-11/11] lock kinds ({} iterations) and {} readers sharing",
+        "[10-11/12] lock kinds ({} iterations) and {} readers sharing",
         plan.iterations,
         scenarios::kinds::READERS
     );
     scenarios::kinds::kinds(url, plan, &mut report).await?;
+    eprintln!(
+        "[12/12] read-write lock: Redis CPU per call with {} and {} readers holding ({} calls each)",
+        scenarios::rw_cost::HELD[0],
+        scenarios::rw_cost::HELD[1],
+        plan.rw_cost_calls
+    );
+    scenarios::rw_cost::rw_cost(url, plan, &mut report).await?;
     report.load[1] = util::load_average();
     Ok(report)
 }

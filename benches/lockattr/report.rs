@@ -4,6 +4,7 @@
 use crate::peers::{
     RSLOCK_DEFAULT_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY, RSLOCK_WAITER_RETRY_COUNT,
 };
+use crate::scenarios::rw_cost::{BLOCK, Cost, HELD};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
 use crate::targets::{self, Target, ratio};
 use crate::util::{cores, cpu_model};
@@ -200,6 +201,22 @@ pub fn rows(r: &Report) -> Vec<Row> {
         )
     };
     let [bench_l, bench_r] = cpu(1);
+    // Row 12: Redis µs per call (median of blocks) with 1 reader; with
+    // 1,000 (their ratio).
+    let c = &r.rw_cost;
+    let cost_row = |metric: &'static str, costs: &[Cost; 2], ratio: f64| {
+        Row::info(
+            "12 rw lock, readers holding",
+            metric,
+            format!(
+                "{}; {} ({}×)",
+                fmt_num(costs[0].us_per_call(), 1),
+                fmt_num(costs[1].us_per_call(), 1),
+                fmt_num(ratio, 2)
+            ),
+            none(),
+        )
+    };
     vec![
         Row {
             target: "(the unit)",
@@ -351,6 +368,42 @@ pub fn rows(r: &Report) -> Vec<Row> {
             format!("{}; {}", k.most_inside[0], k.most_inside[1]),
             none(),
         ),
+        cost_row(
+            "read call (acq+rel), Redis µs: 1 reader; 1,000 (× 1 reader)",
+            &c.read,
+            c.read_ratio(),
+        )
+        .checked(targets::rw_cost_read(r)),
+        cost_row(
+            "writer's try (busy), Redis µs: 1 reader; 1,000 (× 1 reader)",
+            &c.write_try,
+            c.write_ratio(),
+        )
+        .checked(targets::rw_cost_write(r)),
+        Row::info(
+            "12 rw lock, readers holding",
+            "  mean over all calls, Redis µs: read 1; 1,000 / try 1; 1,000",
+            format!(
+                "{}; {} / {}; {}",
+                fmt_num(c.read[0].mean_us_per_call(), 1),
+                fmt_num(c.read[1].mean_us_per_call(), 1),
+                fmt_num(c.write_try[0].mean_us_per_call(), 1),
+                fmt_num(c.write_try[1].mean_us_per_call(), 1)
+            ),
+            none(),
+        ),
+        Row::info(
+            "12 rw lock, readers holding",
+            "  EVALSHA calls per read call; per try (1 reader / 1,000)",
+            format!(
+                "{} / {}; {} / {}",
+                fmt_num(c.read[0].scripts_per_call(), 2),
+                fmt_num(c.read[1].scripts_per_call(), 2),
+                fmt_num(c.write_try[0].scripts_per_call(), 2),
+                fmt_num(c.write_try[1].scripts_per_call(), 2)
+            ),
+            none(),
+        ),
     ]
 }
 
@@ -481,5 +534,27 @@ pub fn print_table(r: &Report) {
     println!(
         "Cluster pub/sub over {} hand-over releases: {} cluster-bus publish messages + {} PUBLISH/SPUBLISH calls",
         r.pubsub.releases, r.pubsub.bus_messages, r.pubsub.publish_calls
+    );
+    let c = &r.rw_cost;
+    let seen = |s: Option<u64>| s.map_or("?".into(), |n| n.to_string());
+    let per = |costs: &[Cost; 2]| {
+        format!(
+            "{} / {} EVALSHA, {} / {} µs",
+            costs[0].script_calls, costs[1].script_calls, costs[0].usec, costs[1].usec
+        )
+    };
+    println!(
+        "Read-write lock, {} vs {} readers holding (readers in the index: {}, {}), {} cycles of blocks A B B A, {} calls each, figure = median of the blocks' µs per call: \
+         read calls {} in all (mean {} / {} µs per script call); writer's tries {} in all",
+        HELD[0],
+        HELD[1],
+        seen(c.readers_seen[0]),
+        seen(c.readers_seen[1]),
+        c.cycles,
+        BLOCK,
+        per(&c.read),
+        fmt_num(c.read[0].mean_us_per_script_call(), 2),
+        fmt_num(c.read[1].mean_us_per_script_call(), 2),
+        per(&c.write_try)
     );
 }

@@ -137,6 +137,25 @@ pub fn readers_share(r: &Report) -> Target {
     }
 }
 
+/// Row 12's text: 1,000 readers holding against one.
+const RW_COST_TEXT: &str = "<= 2x with 1 reader holding";
+
+/// Row 12: a read call's Redis CPU with 1,000 readers holding.
+pub fn rw_cost_read(r: &Report) -> Target {
+    Target {
+        text: RW_COST_TEXT,
+        met: r.rw_cost.read_ratio() <= 2.0,
+    }
+}
+
+/// Row 12: a writer's try's Redis CPU with 1,000 readers holding.
+pub fn rw_cost_write(r: &Report) -> Target {
+    Target {
+        text: RW_COST_TEXT,
+        met: r.rw_cost.write_ratio() <= 2.0,
+    }
+}
+
 /// Indices into row 10's `pair_us`.
 pub const LOCK: usize = 0;
 /// See [`LOCK`].

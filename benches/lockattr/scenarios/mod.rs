@@ -5,6 +5,7 @@ pub mod deployments;
 pub mod handoff;
 pub mod kinds;
 pub mod many;
+pub mod rw_cost;
 pub mod uncontended;
 
 use crate::util::GitState;
@@ -59,6 +60,9 @@ pub struct Report {
     pub pubsub: PubSub,
     /// Rows 10 and 11: the other lock kinds (lockattr only).
     pub kinds: kinds::Kinds,
+    /// Row 12: a read-write lock's Redis CPU per call against the readers
+    /// holding (lockattr only).
+    pub rw_cost: rw_cost::RwCost,
     /// rslock's retry settings as its `Debug` output shows them.
     pub rslock_defaults_seen: (Option<u32>, Option<String>),
     /// The checkout when the run started (the code that `cargo bench` built).
