@@ -225,7 +225,10 @@ async fn a_renewed_lock_keeps_its_counter_and_its_token() {
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert!(!guard.is_lost());
     let fence = server.pttl("lockattr:{renewed}:fence");
-    assert!(fence > 300, "the counter runs out under its holder: PTTL {fence}");
+    assert!(
+        fence > 300,
+        "the counter runs out under its holder: PTTL {fence}"
+    );
     let seen = locker.inspect("renewed").await.unwrap().unwrap();
     assert_eq!(seen.fencing_token, guard.fencing_token());
     assert!(

@@ -298,7 +298,10 @@ impl ClusterNodes {
             .min(self.limit());
         let mut slots: HashMap<Slot, Vec<usize>> = HashMap::new();
         for (i, lease) in leases.iter().enumerate() {
-            slots.entry(Slot::for_key(&lease.keys.lock)).or_default().push(i);
+            slots
+                .entry(Slot::for_key(&lease.keys.lock))
+                .or_default()
+                .push(i);
         }
         let calls = slots.into_values().map(|members| {
             let mut connection = connection.clone();

@@ -177,8 +177,8 @@ local function read_fence(lease)
     return 0
   end
 ",
-        keep_fence_lua!("KEYS[3]", "lease + retention"),
-        r"
+            keep_fence_lua!("KEYS[3]", "lease + retention"),
+            r"
   return fence
 end
 -- Writes the reader `t`'s key and enters it in the index of readers,
@@ -188,8 +188,8 @@ local function add_reader(t, value, lease)
   redis.call('set', read_key(t), value, 'PX', lease)
   redis.call('zadd', KEYS[2], now() + lease, t)
 ",
-        keep_fence_lua!("KEYS[2]", "lease"),
-        r"
+            keep_fence_lua!("KEYS[2]", "lease"),
+            r"
 end
 -- The live readers: how many, the shortest time left (-1: none). The
 -- index drops the readers whose lease ended, so a call costs the same
