@@ -24,6 +24,8 @@ const PAUSE: Duration = Duration::from_millis(500);
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_holders_write_is_refused() {
     let server = RedisServer::start();
+    // The fenced store's record (the application's data), without a TTL.
+    server.allow_untimed("rec");
     let mut store = FencedStore::open(&server.url()).await.unwrap();
     let first = Locker::new(server.url()).unwrap();
     let second = Locker::new(server.url()).unwrap();
@@ -85,6 +87,8 @@ async fn job(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_annotated_call_cannot_overwrite_a_later_one() {
     let server = RedisServer::start();
+    // The fenced store's record (the application's data), without a TTL.
+    server.allow_untimed("job");
     let locker_a = Locker::new(server.url()).unwrap();
     let locker_b = Locker::new(server.url()).unwrap();
     let mut store_a = FencedStore::open(&server.url()).await.unwrap();

@@ -106,6 +106,9 @@ fn is_timeout(e: &std::io::Error) -> bool {
 #[test]
 fn forwards_commands_both_ways() {
     let server = RedisServer::start();
+    // The test's own keys, without a TTL (see support::audit).
+    server.allow_untimed("k");
+    server.allow_untimed("in3");
     let proxy = Proxy::start(server.port);
     let mut con = connect(&proxy.url());
     let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
@@ -176,6 +179,9 @@ fn delay_costs_each_exchange_one_round_trip() {
 #[test]
 fn drop_after_next_request_runs_it_and_loses_the_reply() {
     let server = RedisServer::start();
+    // The test's own keys, without a TTL (see support::audit).
+    server.allow_untimed("k");
+    server.allow_untimed("k2");
     let proxy = Proxy::start(server.port);
     let mut con = connect(&proxy.url());
     proxy.drop_after_next_request();
@@ -203,6 +209,10 @@ fn drop_after_next_request_runs_it_and_loses_the_reply() {
 #[test]
 fn drop_after_request_containing_waits_for_its_needle() {
     let server = RedisServer::start();
+    // The test's own keys, without a TTL (see support::audit).
+    server.allow_untimed("bystander");
+    server.allow_untimed("VICTIM:key");
+    server.allow_untimed("victim:again");
     let proxy = Proxy::start(server.port);
     proxy.set_delay(Duration::from_millis(20)); // also with replies on their way
     let mut con = connect(&proxy.url());
@@ -234,6 +244,8 @@ fn drop_after_request_containing_waits_for_its_needle() {
 #[test]
 fn stall_matching_silences_only_matching_connections_until_resume() {
     let server = RedisServer::start();
+    // The test's own keys, without a TTL (see support::audit).
+    server.allow_untimed("k");
     let proxy = Proxy::start(server.port);
     let mut subscriber = raw(&proxy);
     send(&mut subscriber, "SUBSCRIBE news");

@@ -265,6 +265,8 @@ fn child_waiter() {
 #[test]
 fn release_wakes_a_waiter_in_another_process() {
     let server = RedisServer::start();
+    // The child's `ready:` flag, without a TTL (see support::audit).
+    server.allow_untimed("ready:*");
     let url = server.url();
     let holder = locker(&server)
         .lock("wake p")
@@ -883,6 +885,8 @@ async fn cancelled_waiter_does_not_hold_up_the_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_waiter_costs_at_most_its_own_lease() {
     let server = RedisServer::start();
+    // The child's `ready:` flag, without a TTL (see support::audit).
+    server.allow_untimed("ready:*");
     let url = server.url();
     let (holders, b_locker) = (locker(&server), locker(&server));
     let holder = holders.lock("crash").expire(LONG).acquire().await.unwrap();

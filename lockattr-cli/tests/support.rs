@@ -1,8 +1,16 @@
 //! Private redis-server processes for the tests (after the workspace's
 //! `tests/support/mod.rs`): each on a free loopback port, answered before
 //! use, killed when dropped. Never a server on 6379.
+//!
+//! Before a server is killed at the end of its test, the workspace's
+//! keyspace audit (`tests/support/audit.rs`) fails the test when a key has
+//! no TTL, unless it is a documented exception or allowed by the test
+//! ([`RedisServer::allow_untimed`]).
 
 #![allow(dead_code)] // not every helper is used by every test
+
+#[path = "../../tests/support/audit.rs"]
+pub mod audit;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,6 +24,10 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    /// Keys the test wrote without a TTL on purpose ([`allow_untimed`](Self::allow_untimed)).
+    allowed: audit::Allowed,
+    /// The final audit ran (or was given up).
+    audited: bool,
 }
 
 impl RedisServer {
@@ -39,6 +51,8 @@ impl RedisServer {
                 child: None,
                 dir,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
+                allowed: audit::Allowed::default(),
+                audited: false,
             };
             match server.try_spawn() {
                 Ok(()) => return server,
@@ -124,10 +138,69 @@ impl RedisServer {
     }
 }
 
+// ---- The keyspace audit (see `tests/support/audit.rs` of the workspace). ----
+
+impl RedisServer {
+    /// Lets keys matching `pattern` (Redis glob: `*`, `?`, `\` escapes)
+    /// have no TTL when the server is audited: for keys this test writes
+    /// itself without a TTL on purpose, never for keys lockattr writes.
+    pub fn allow_untimed(&self, pattern: &str) {
+        self.allowed.add(pattern);
+    }
+
+    /// The keyspace audit now: the keys without a TTL, in every database,
+    /// that are neither documented exceptions nor allowed; `Err` when it
+    /// could not run.
+    pub fn audit(&self) -> Result<Vec<audit::UntimedKey>, String> {
+        match audit::scan_tcp(self.port, self.password()) {
+            Ok(found) => Ok(audit::unexpected(found, &self.allowed.patterns())),
+            Err(audit::Failure::Gone(why) | audit::Failure::Refused(why)) => Err(why),
+        }
+    }
+
+    /// The password of `--requirepass`, if the server was started with one.
+    fn password(&self) -> Option<&str> {
+        self.extra
+            .windows(2)
+            .rev()
+            .find(|w| w[0] == "--requirepass")
+            .map(|w| w[1].as_str())
+    }
+
+    /// The audit at the server's final stop, once: the failure message, if
+    /// any. Nothing when the test is already failing or the server is not
+    /// running (the test killed it).
+    fn final_audit(&mut self) -> Option<String> {
+        if std::mem::replace(&mut self.audited, true) || std::thread::panicking() {
+            return None;
+        }
+        if !matches!(self.child.as_mut()?.try_wait(), Ok(None)) {
+            return None;
+        }
+        let server = format!("redis-server on port {}", self.port);
+        match audit::scan_tcp(self.port, self.password()) {
+            Ok(found) => {
+                let keys = audit::unexpected(found, &self.allowed.patterns());
+                (!keys.is_empty()).then(|| audit::report(&server, &keys))
+            }
+            Err(audit::Failure::Gone(why)) => {
+                eprintln!("keyspace audit skipped: {server} does not answer: {why}");
+                None
+            }
+            Err(audit::Failure::Refused(why)) => Some(audit::refused(&server, &why)),
+        }
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // Audited before the kill; the failure raised after it.
+        let finding = self.final_audit();
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(finding) = finding {
+            panic!("{finding}");
+        }
     }
 }
 

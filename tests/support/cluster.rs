@@ -65,6 +65,13 @@ impl Cluster {
         assert!(ok.is_some(), "cluster not ok within 20 s");
     }
 
+    /// [`RedisServer::allow_untimed`] on every node.
+    pub fn allow_untimed(&self, pattern: &str) {
+        for node in &self.nodes {
+            node.allow_untimed(pattern);
+        }
+    }
+
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
@@ -123,5 +130,20 @@ impl Cluster {
             }
         }
         found.into_iter().map(Option::unwrap).collect()
+    }
+}
+
+/// The keyspace audit of every node (see `audit.rs`), reported together;
+/// then each node is killed by its own drop.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let findings: Vec<String> = self
+            .nodes
+            .iter_mut()
+            .filter_map(RedisServer::final_audit)
+            .collect();
+        if !findings.is_empty() {
+            panic!("{}", findings.join("\n\n"));
+        }
     }
 }

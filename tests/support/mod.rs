@@ -1,8 +1,16 @@
 //! Private redis-server processes for the tests: each on a free loopback
 //! port, answered before use, killed when dropped. Never a server on 6379.
+//!
+//! Before a server is killed at the end of its test, the keyspace audit
+//! ([`audit`]) reads every key it holds and fails the test when one has no
+//! TTL, unless it is a documented exception ([`audit::EXCEPTIONS`]) or a key
+//! the test allowed with [`RedisServer::allow_untimed`]. A server the test
+//! killed itself is not audited, nor one dropped while the test is already
+//! failing; a restarted server is audited once, at its final stop.
 
 #![allow(dead_code)] // each test file uses a part of this module
 
+pub mod audit;
 pub mod cluster;
 pub mod proxy;
 pub mod sentinel;
@@ -19,6 +27,10 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    /// Keys the test wrote without a TTL on purpose ([`allow_untimed`](Self::allow_untimed)).
+    allowed: audit::Allowed,
+    /// The final audit ran (or was given up).
+    audited: bool,
 }
 
 impl RedisServer {
@@ -42,6 +54,8 @@ impl RedisServer {
                 child: None,
                 dir,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
+                allowed: audit::Allowed::default(),
+                audited: false,
             };
             match server.try_spawn() {
                 Ok(()) => return server,
@@ -175,8 +189,72 @@ impl RedisServer {
     }
 }
 
+// ---- The keyspace audit (see `audit.rs`). ----
+
+impl RedisServer {
+    /// Lets keys matching `pattern` (Redis glob: `*`, `?`, `\` escapes)
+    /// have no TTL when the server is audited: for keys this test writes
+    /// itself without a TTL on purpose (a counter, a foreign value planted
+    /// at a lock key), never for keys lockattr writes. Kept across
+    /// [`restart`](Self::restart).
+    pub fn allow_untimed(&self, pattern: &str) {
+        self.allowed.add(pattern);
+    }
+
+    /// The keyspace audit now: the keys without a TTL, in every database,
+    /// that are neither documented exceptions nor allowed; `Err` when it
+    /// could not run.
+    pub fn audit(&self) -> Result<Vec<audit::UntimedKey>, String> {
+        match audit::scan_tcp(self.port, self.password()) {
+            Ok(found) => Ok(audit::unexpected(found, &self.allowed.patterns())),
+            Err(audit::Failure::Gone(why) | audit::Failure::Refused(why)) => Err(why),
+        }
+    }
+
+    /// The password of `--requirepass`, if the server was started with one.
+    fn password(&self) -> Option<&str> {
+        self.extra
+            .windows(2)
+            .rev()
+            .find(|w| w[0] == "--requirepass")
+            .map(|w| w[1].as_str())
+    }
+
+    /// The audit at the server's final stop, once: the failure message, if
+    /// any. Nothing when the test is already failing (a panic in a panic
+    /// aborts) or the server is not running (the test killed it).
+    fn final_audit(&mut self) -> Option<String> {
+        if std::mem::replace(&mut self.audited, true) || std::thread::panicking() {
+            return None;
+        }
+        let child = self.child.as_mut()?;
+        if !matches!(child.try_wait(), Ok(None)) {
+            return None;
+        }
+        // A frozen server must answer the audit.
+        let _ = Command::new("kill")
+            .args(["-CONT", &child.id().to_string()])
+            .status();
+        let server = format!("redis-server on port {}", self.port);
+        match audit::scan_tcp(self.port, self.password()) {
+            Ok(found) => {
+                let keys = audit::unexpected(found, &self.allowed.patterns());
+                (!keys.is_empty()).then(|| audit::report(&server, &keys))
+            }
+            Err(audit::Failure::Gone(why)) => {
+                eprintln!("keyspace audit skipped: {server} does not answer: {why}");
+                None
+            }
+            Err(audit::Failure::Refused(why)) => Some(audit::refused(&server, &why)),
+        }
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // Audited before the kill; the failure raised after it, so that a
+        // failing audit leaves no server behind.
+        let finding = self.final_audit();
         if let Some(child) = &self.child {
             // A frozen server ignores SIGKILL's wait otherwise? No: SIGKILL works on stopped processes too.
             let _ = Command::new("kill")
@@ -185,6 +263,9 @@ impl Drop for RedisServer {
         }
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(finding) = finding {
+            panic!("{finding}");
+        }
     }
 }
 
@@ -432,6 +513,10 @@ pub async fn contend(
     let inside: Arc<Vec<AtomicUsize>> =
         Arc::new(names.iter().map(|_| AtomicUsize::new(0)).collect());
     let overlaps = Arc::new(AtomicUsize::new(0));
+    // The counters are the test's own keys, without a TTL.
+    for name in names {
+        store.allow_untimed(&audit::literal(name));
+    }
     let tasks = lockers.len() * 4;
     let mut running = Vec::new();
     for t in 0..tasks {

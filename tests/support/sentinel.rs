@@ -197,6 +197,13 @@ impl SentinelSet {
         assert!(acked >= 1, "the replica did not acknowledge within 5 s");
     }
 
+    /// [`RedisServer::allow_untimed`] on both data servers.
+    pub fn allow_untimed(&self, pattern: &str) {
+        for server in &self.servers {
+            server.allow_untimed(pattern);
+        }
+    }
+
     /// Kills the master (SIGKILL); the sentinels will promote the replica.
     pub fn kill_master(&mut self) {
         self.servers[self.master].kill();
@@ -455,6 +462,22 @@ impl SentinelSet {
             }
         }
         panic!("cannot start a sentinel: {failures:?}");
+    }
+}
+
+/// The keyspace audit of both data servers (see `audit.rs`; the sentinels
+/// hold no keys of ours), reported together; then every process is killed
+/// by its own drop.
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        let findings: Vec<String> = self
+            .servers
+            .iter_mut()
+            .filter_map(RedisServer::final_audit)
+            .collect();
+        if !findings.is_empty() {
+            panic!("{}", findings.join("\n\n"));
+        }
     }
 }
 

@@ -12,11 +12,18 @@
 //! - an unrelated CA, and a client certificate it signed, that no server
 //!   and no correctly set-up client trusts.
 //!
+//! Before a server is killed at the end of its test, the keyspace audit
+//! (`audit.rs`, through `redis-cli`) fails the test when a key has no TTL,
+//! as for the plain servers of `mod.rs`.
+//!
 //! Standard library only (no crate of the workspace, no dev-dependency), so
 //! that any test crate can include it:
-//! `#[path = "../../tests/support/tls.rs"] mod tls;`.
+//! `#[path = "../../tests/support/tls.rs"] mod tls;` (with `audit.rs` next to it).
 
 #![allow(dead_code)] // each test file uses a part of this module
+
+#[path = "audit.rs"]
+pub mod audit;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -288,6 +295,10 @@ pub struct TlsServer {
     pub port: u16,
     child: Option<Child>,
     dir: PathBuf,
+    /// Keys the test wrote without a TTL on purpose ([`allow_untimed`](Self::allow_untimed)).
+    allowed: audit::Allowed,
+    /// The final audit ran (or was given up).
+    audited: bool,
 }
 
 impl TlsServer {
@@ -330,6 +341,8 @@ impl TlsServer {
                 port: free_port(),
                 child: None,
                 dir: scratch_dir("server"),
+                allowed: audit::Allowed::default(),
+                audited: false,
             };
             match server.try_spawn(&options) {
                 Ok(()) => return server,
@@ -481,10 +494,56 @@ impl TlsServer {
     }
 }
 
+// ---- The keyspace audit (see `audit.rs`). ----
+
+impl TlsServer {
+    /// Lets keys matching `pattern` (Redis glob: `*`, `?`, `\` escapes)
+    /// have no TTL when the server is audited: for keys this test writes
+    /// itself without a TTL on purpose, never for keys lockattr writes.
+    pub fn allow_untimed(&self, pattern: &str) {
+        self.allowed.add(pattern);
+    }
+
+    /// The keyspace audit now: the keys without a TTL, in every database,
+    /// that are neither documented exceptions nor allowed; `Err` when it
+    /// could not run.
+    pub fn audit(&self) -> Result<Vec<audit::UntimedKey>, String> {
+        let out = self
+            .try_cli_within(&["EVAL", audit::SCRIPT, "0"], Duration::from_secs(10))
+            .ok_or_else(|| "redis-cli could not run the audit script".to_owned())?;
+        let found = audit::parse_lines(out.lines())
+            .map_err(|e| format!("{e}; redis-cli answered: {out}"))?;
+        Ok(audit::unexpected(found, &self.allowed.patterns()))
+    }
+
+    /// The audit at the server's final stop, once: the failure message, if
+    /// any. Nothing when the test is already failing or the server is not
+    /// running (the test killed it).
+    fn final_audit(&mut self) -> Option<String> {
+        if std::mem::replace(&mut self.audited, true) || std::thread::panicking() {
+            return None;
+        }
+        if !matches!(self.child.as_mut()?.try_wait(), Ok(None)) {
+            return None;
+        }
+        let server = format!("TLS redis-server on port {}", self.port);
+        match self.audit() {
+            Ok(keys) if keys.is_empty() => None,
+            Ok(keys) => Some(audit::report(&server, &keys)),
+            Err(why) => Some(audit::refused(&server, &why)),
+        }
+    }
+}
+
 impl Drop for TlsServer {
     fn drop(&mut self) {
+        // Audited before the kill; the failure raised after it.
+        let finding = self.final_audit();
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(finding) = finding {
+            panic!("{finding}");
+        }
     }
 }
 
