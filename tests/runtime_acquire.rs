@@ -44,16 +44,17 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     let guard = locker.lock("x").acquire_blocking().unwrap();
     let after = server.command_calls();
     // One EVALSHA from the client; the rest are the script's own calls:
-    // SET NX takes the free lock (with the holder record, stamped by this
-    // process's clock) and INCR draws the fencing token. The existing
-    // fencing counter keeps the time to live the last release gave it (no
-    // PEXPIRE), and a first attempt was never queued (no HDEL).
+    // GET reads the fencing counter, SET NX takes the free lock (with the
+    // holder record, stamped by this process's clock, and its fencing
+    // token) and SET writes the counter with the lease plus the retention,
+    // so it never expires under its holder. A first attempt was never
+    // queued (no HDEL).
     assert_eq!(
         calls_between(&before, &after),
         vec![
             ("evalsha".to_owned(), 1),
-            ("incr".to_owned(), 1),
-            ("set".to_owned(), 1),
+            ("get".to_owned(), 1),
+            ("set".to_owned(), 2),
         ]
     );
     let before = server.command_calls();
@@ -325,6 +326,8 @@ async fn a_held_lock_is_exclusive() {
 #[test]
 fn an_acquisition_failing_with_a_redis_error_leaves_no_lock() {
     let server = RedisServer::start();
+    // Planted by the test, without a TTL (see support::audit).
+    server.allow_untimed("lockattr:{x}:fence");
     let _: () = redis::cmd("SET")
         .arg("lockattr:{x}:fence")
         .arg("not a number")
