@@ -254,3 +254,39 @@ fn glob_patterns() {
     assert!(glob(&literal("a*b?"), "a*b?"));
     assert!(!glob(&literal("a*b"), "axb"));
 }
+
+/// A holder's value (an owner token of 32 hex digits, then the holder
+/// record) must carry its fencing token on its sixth line, whatever its
+/// time to live: one that does not is reported as a `holder`.
+#[test]
+fn a_holders_value_without_its_fencing_token_is_reported() {
+    let server = RedisServer::start();
+    let token = "0123456789abcdef0123456789abcdef";
+    let mut con = server.client();
+    for (key, value) in [
+        (
+            "lockattr:{old}",
+            format!("{token}\nhost\n7\napp\n1700000000000"),
+        ),
+        (
+            "lockattr:{new}",
+            format!("{token}\nhost\n7\napp\n1700000000000\n42"),
+        ),
+        (
+            "lockattr:{p}:sem:permit:0",
+            format!("{token}\nhost\n7\napp\n1\n42\n3"),
+        ),
+        ("lockattr:{other}", "not-a-token\nhost".to_owned()),
+    ] {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut con)
+            .unwrap();
+    }
+    let found = server.audit().unwrap();
+    assert_eq!(keys(&found), vec![(0, "holder", "lockattr:{old}")]);
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+}

@@ -4,7 +4,8 @@
 //! Redis (and, under `noeviction`, never stop all locking once memory is
 //! full). The support checks that promise on every server it stops: when a
 //! test's redis-server is dropped, every key of every database is read and
-//! the test fails if one has no TTL, unless it is
+//! the test fails if one has no TTL (or is a holder's value without its
+//! fencing token: the other promise every kind keeps), unless it is
 //!
 //! - one of the documented exceptions, [`EXCEPTIONS`] (keys lockattr
 //!   writes without a TTL by design), or
@@ -27,7 +28,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// A key found without a TTL.
+/// A key that breaks a promise: it has no TTL, or (its `kind` then
+/// `holder`) it is a holder's value without its fencing token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UntimedKey {
     /// The database it is in.
@@ -79,7 +81,9 @@ pub const NODE_MARKER: Exception = Exception {
 pub const EXCEPTIONS: &[&Exception] = &[&NODE_MARKER];
 
 /// The audit: in every database (until `SELECT` refuses the next, as in a
-/// cluster), each key whose `PTTL` is -1, as one line
+/// cluster), each key whose `PTTL` is -1, and each holder's value (an owner
+/// token of 32 hex digits first) that does not carry its fencing token on
+/// its sixth line (type `holder`), as one line
 /// `<db>\t<type>\t<size>\t<key>\t<sample>` ([`UntimedKey`]). Read-only;
 /// `allow-cross-slot-keys`: a cluster node scans every key it holds.
 pub const SCRIPT: &str = r#"#!lua flags=no-writes,allow-cross-slot-keys
@@ -108,6 +112,14 @@ local function shown(key, kind)
   local size, text = sample(key, kind)
   return size, esc(string.sub(text, 1, 120))
 end
+-- A holder's value (an owner token of 32 hex digits, then its holder
+-- record) that does not carry its fencing token on its sixth line.
+local owner = '^' .. string.rep('%x', 32) .. '\n'
+local function is_holder_without_token(key)
+  local value = redis.call('getrange', key, 0, 511)
+  return string.match(value, owner) ~= nil
+    and not string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n%d+')
+end
 local out = {}
 local db = 0
 while true do
@@ -119,9 +131,13 @@ while true do
       local page = redis.call('scan', cursor, 'count', 1000)
       cursor = page[1]
       for _, key in ipairs(page[2]) do
-        if redis.call('pttl', key) == -1 then
-          local kind = redis.call('type', key)['ok']
-          local size, text = shown(key, kind)
+        local kind = redis.call('type', key)['ok']
+        local broken = redis.call('pttl', key) == -1
+        if not broken and kind == 'string' and is_holder_without_token(key) then
+          broken, kind = true, 'holder'
+        end
+        if broken then
+          local size, text = shown(key, kind == 'holder' and 'string' or kind)
           out[#out + 1] = string.format('%d\t%s\t%d\t%s\t%s', db, kind, size, esc(key), text)
         end
       end
@@ -287,9 +303,11 @@ const LISTED: usize = 20;
 /// port 41234`) when it was stopped.
 pub fn report(server: &str, keys: &[UntimedKey]) -> String {
     let mut out = format!(
-        "keyspace audit: {server} holds {} key(s) without a TTL when the test ended.\n\
-         lockattr promises that every key it writes expires; the only keys that may stay \
-         forever are the documented exceptions (EXCEPTIONS in tests/support/audit.rs: {}).\n",
+        "keyspace audit: {server} holds {} key(s) without a TTL (or, of type `holder`, a \
+         holder's value without its fencing token) when the test ended.\n\
+         lockattr promises that every key it writes expires and that every holder's value \
+         carries its fencing token; the only keys that may stay forever are the documented \
+         exceptions (EXCEPTIONS in tests/support/audit.rs: {}).\n",
         keys.len(),
         EXCEPTIONS
             .iter()

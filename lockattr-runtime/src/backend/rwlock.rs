@@ -191,13 +191,13 @@ local function add_reader(t, value, lease)
             keep_fence_lua!("KEYS[2]", "lease"),
             r"
 end
--- The live readers: how many, the shortest time left (-1: none). The
--- index drops the readers whose lease ended, so a call costs the same
--- whatever their number.
-local function readers()
+-- The live readers: how many, and with `want_first` the shortest time
+-- left (-1: none). The index drops the readers whose lease ended, so a
+-- call costs the same whatever their number.
+local function readers(want_first)
   redis.call('zremrangebyscore', KEYS[2], '-inf', '(' .. now())
   local n, first = redis.call('zcard', KEYS[2]), -1
-  if n > 0 then
+  if n > 0 and want_first then
     first = tonumber(redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')[2]) - now()
   end
   if redis.call('exists', legacy) == 1 then
@@ -345,11 +345,14 @@ if reply then
 end
 local nreaders = readers()
 local writer_held = redis.call('exists', KEYS[1]) == 1
-local _
-_, writer_held, nreaders = admit(writer_held, nreaders)
-reply = held()
-if reply then
-  return reply
+local handed
+handed, writer_held, nreaders = admit(writer_held, nreaders)
+if handed then
+  -- Perhaps to this very token (queued by an earlier call).
+  reply = held()
+  if reply then
+    return reply
+  end
 end
 if not writer_held and (side == 'r' or nreaders == 0)
     and redis.call('hexists', KEYS[5], token) == 0 and not head() then
@@ -381,7 +384,7 @@ local first_end = redis.call('pttl', KEYS[1])
 if first_end < 0 then
   first_end = -1
 end
-local _, readers_end = readers()
+local _, readers_end = readers(true)
 if readers_end >= 0 and (first_end < 0 or readers_end < first_end) then
   first_end = readers_end
 end
