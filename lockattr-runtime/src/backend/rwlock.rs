@@ -23,7 +23,9 @@
 //!   whatever their number. (Versions before it kept a plain set at
 //!   `:rw:readers`, without a time to live; the scripts still count the
 //!   readers in it while one exists, during a rolling deploy, and never
-//!   write it.)
+//!   write it. The older scripts do not read the index, so an older
+//!   writer does not wait for newer readers: stop the older processes that
+//!   take read-write locks before newer ones take them.)
 //! - `lockattr:{catalog}:rw:fence`: the fencing counter, incremented by
 //!   writers only; a reader is granted its current value (the last write's
 //!   token, 0 when none is known) and keeps it for its lease plus the
