@@ -152,19 +152,7 @@ impl RedisServer {
     /// that are neither documented exceptions nor allowed; `Err` when it
     /// could not run.
     pub fn audit(&self) -> Result<Vec<audit::UntimedKey>, String> {
-        match audit::scan_tcp(self.port, self.password()) {
-            Ok(found) => Ok(audit::unexpected(found, &self.allowed.patterns())),
-            Err(audit::Failure::Gone(why) | audit::Failure::Refused(why)) => Err(why),
-        }
-    }
-
-    /// The password of `--requirepass`, if the server was started with one.
-    fn password(&self) -> Option<&str> {
-        self.extra
-            .windows(2)
-            .rev()
-            .find(|w| w[0] == "--requirepass")
-            .map(|w| w[1].as_str())
+        audit::now(self.port, audit::password_of(&self.extra), &self.allowed)
     }
 
     /// The audit at the server's final stop, once: the failure message, if
@@ -177,18 +165,7 @@ impl RedisServer {
         if !matches!(self.child.as_mut()?.try_wait(), Ok(None)) {
             return None;
         }
-        let server = format!("redis-server on port {}", self.port);
-        match audit::scan_tcp(self.port, self.password()) {
-            Ok(found) => {
-                let keys = audit::unexpected(found, &self.allowed.patterns());
-                (!keys.is_empty()).then(|| audit::report(&server, &keys))
-            }
-            Err(audit::Failure::Gone(why)) => {
-                eprintln!("keyspace audit skipped: {server} does not answer: {why}");
-                None
-            }
-            Err(audit::Failure::Refused(why)) => Some(audit::refused(&server, &why)),
-        }
+        audit::at_stop(self.port, audit::password_of(&self.extra), &self.allowed)
     }
 }
 

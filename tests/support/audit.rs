@@ -238,6 +238,48 @@ pub fn scan_tcp(port: u16, password: Option<&str>) -> Result<Vec<UntimedKey>, Fa
     parse_lines(lines.iter().map(String::as_str)).map_err(Failure::Refused)
 }
 
+/// The password of `--requirepass` among a server's command-line
+/// options, if it was started with one.
+pub fn password_of(options: &[String]) -> Option<&str> {
+    options
+        .windows(2)
+        .rev()
+        .find(|w| w[0] == "--requirepass")
+        .map(|w| w[1].as_str())
+}
+
+/// The audit of the server on `127.0.0.1:<port>` now: the keys that break
+/// a promise, in every database, that are neither documented exceptions
+/// nor `allowed`; `Err` when it could not run.
+pub fn now(
+    port: u16,
+    password: Option<&str>,
+    allowed: &Allowed,
+) -> Result<Vec<UntimedKey>, String> {
+    match scan_tcp(port, password) {
+        Ok(found) => Ok(unexpected(found, &allowed.patterns())),
+        Err(Failure::Gone(why) | Failure::Refused(why)) => Err(why),
+    }
+}
+
+/// The audit of the server on `127.0.0.1:<port>` at its final stop: the
+/// failure message, if any. A server that does not answer is skipped
+/// with a note on stderr; one that answers with an error fails.
+pub fn at_stop(port: u16, password: Option<&str>, allowed: &Allowed) -> Option<String> {
+    let server = format!("redis-server on port {port}");
+    match scan_tcp(port, password) {
+        Ok(found) => {
+            let keys = unexpected(found, &allowed.patterns());
+            (!keys.is_empty()).then(|| report(&server, &keys))
+        }
+        Err(Failure::Gone(why)) => {
+            eprintln!("keyspace audit skipped: {server} does not answer: {why}");
+            None
+        }
+        Err(Failure::Refused(why)) => Some(refused(&server, &why)),
+    }
+}
+
 /// The keys of `found` that are neither [`EXCEPTIONS`] nor matched by one
 /// of the `allowed` patterns ([`glob`]).
 pub fn unexpected(found: Vec<UntimedKey>, allowed: &[String]) -> Vec<UntimedKey> {
