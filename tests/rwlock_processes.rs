@@ -122,6 +122,17 @@ fn processes_share_reads_and_exclude_writes() {
     assert!(!locks.exists("lockattr:{catalog}:rw:write"));
 }
 
+/// Reads the child's output until it says it holds its read sides.
+fn wait_until_holding(child: &mut std::process::Child) {
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines {
+        if line.unwrap().contains(HOLDING) {
+            return;
+        }
+    }
+    panic!("the child ended before holding the read side");
+}
+
 /// Takes the read side with a 2 s lease, says so, and sleeps until killed.
 #[test]
 fn child_reader() {
@@ -149,16 +160,7 @@ fn a_killed_readers_share_is_free_when_its_lease_ends() {
     let mut child = child_test("child_reader", &[(LOCK_URL, url.as_str())])
         .spawn()
         .expect("spawn child test process");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
-        let line = lines
-            .next()
-            .expect("the child ended before holding the read side")
-            .unwrap();
-        if line.contains(HOLDING) {
-            break;
-        }
-    }
+    wait_until_holding(&mut child);
     let held = Instant::now();
     // SIGKILL: no release, no Drop.
     child.kill().unwrap();
@@ -228,16 +230,7 @@ fn killed_readers_of_many_names_leave_no_key_behind() {
     )
     .spawn()
     .expect("spawn child test process");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
-        let line = lines
-            .next()
-            .expect("the child ended before holding the read sides")
-            .unwrap();
-        if line.contains(HOLDING) {
-            break;
-        }
-    }
+    wait_until_holding(&mut child);
     // SIGKILL: no release, no Drop.
     child.kill().unwrap();
     let _ = wait_child(child, Duration::from_secs(10));
