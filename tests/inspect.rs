@@ -115,7 +115,11 @@ async fn locks_scans_without_keys_and_stays_within_its_limit() {
     for i in 0..10_000 {
         pipe.cmd("SET")
             .arg(lock_key(&format!("job:{i}")))
-            .arg(format!("{:032x}\nhost-a\n7\nbulk\n1700000000000", i + 1))
+            .arg(format!(
+                "{:032x}\nhost-a\n7\nbulk\n1700000000000\n{}",
+                i + 1,
+                i + 1
+            ))
             .arg("PX")
             .arg(120_000)
             .ignore();
