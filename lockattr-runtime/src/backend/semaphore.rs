@@ -34,12 +34,13 @@
 //! ([`ACQUIRE`] answers `{-1, number}`) when a permit it looks at records
 //! another number, or the record does. A caller asking for fewer permits
 //! than a semaphore in use does not look at the permits beyond its number:
-//! when none of its own permits records a number and the record is gone,
-//! [`ACQUIRE`] answers `{-2}` without writing anything, and the caller asks
-//! again with the keys of all [`MAX_PERMITS`] permits, one request more
-//! only after the record expired (a name unused for a while, or holders
-//! renewed past it). A permit held beyond the caller's number is then
-//! refused too.
+//! when none of its own permits records a number, the record is gone and
+//! the fence counter is not (a permit may be held: every live permit keeps
+//! the counter for its hold plus the retention), [`ACQUIRE`] answers
+//! `{-2}` without writing anything, and the caller asks again with the
+//! keys of all [`MAX_PERMITS`] permits: one request more only while
+//! holders renewed past the record, never for a name nobody holds. A
+//! permit held beyond the caller's number is then refused too.
 //!
 //! A plain lock's keys are `lockattr:{gpu}` and `lockattr:{gpu}:<fence,
 //! queue, waiters, wake>`: a lock and a semaphore of the same name never
@@ -387,9 +388,10 @@ local recorded = redis.call('get', KEYS[4])
 if recorded and recorded ~= string.format('%d', permits) then
   return {-1, tonumber(recorded) or -1}
 end
-if not recorded and not known and permits < MAX_PERMITS then
-  -- Holders of a semaphore of more permits may hold only permits beyond
-  -- this caller's number.
+-- Holders of a semaphore of more permits may hold only permits beyond
+-- this caller's number. Not when the fence counter is gone: every live
+-- permit keeps it for its hold plus the retention, so nobody holds one.
+if not recorded and not known and permits < MAX_PERMITS and redis.call('exists', KEYS[1]) == 1 then
   if not every then
     return {-2, 0}
   end
@@ -1399,6 +1401,21 @@ mod tests {
         two.holder = Arc::from("h\np\nl");
         let permits = Permits::make(&mut two, 2);
         let attempt = ("n", Duration::from_secs(1), Duration::from_secs(1), false);
+        // Nobody holds a permit (no fence counter): one request, no look at
+        // every permit.
+        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(reply[0], 1, "{reply:?}");
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+        // The counter a held permit keeps alive.
+        let _: () = redis::cmd("SET")
+            .arg(&two.fence)
+            .arg(7)
+            .arg("PX")
+            .arg(5_000)
+            .query(&mut con)
+            .unwrap();
         for (held, answer) in [
             ("holder\nh\np\nl\n1\n7\n5", [-1, 5]),
             // Written by an older version: no number.
