@@ -678,7 +678,6 @@ return ttl
 /// the lock: a deleted or taken lock is never brought back. Safe to repeat.
 pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| {
     Script::new(concat!(
-        r"",
         ms_arg_lua!("retention", "ARGV[1]", "0"),
         r"
 if #KEYS % 3 ~= 0 or #ARGV ~= 1 + 2 * #KEYS / 3 then
