@@ -303,3 +303,64 @@ async fn the_operator_semaphore_calls_with_the_readmes_additions() {
     );
     assert!(guard.release().await.is_err(), "it was forced");
 }
+
+/// Read-write locks need, on top of the rules above, what the README's ACL
+/// section lists for them: their scripts read the queue's head and keep
+/// the readers' index (and count an older build's readers set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_with_the_readmes_additions() {
+    let server = RedisServer::start();
+    restricted_user(&server, "app", "app-pw");
+    let mut additions = redis::cmd("ACL");
+    additions.arg("SETUSER").arg("app");
+    for rule in RW_RULES {
+        additions.arg(*rule);
+    }
+    let _: () = additions.query(&mut server.client()).unwrap();
+    let url = user_url(&server, "app", "app-pw");
+    let locker = Locker::new(&url).unwrap();
+    let other = Locker::new(&url).unwrap();
+    let reader = locker
+        .read_lock("acl:catalog")
+        .expire(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("read: {e}; refused: {}", refused(&server)));
+    let writer = tokio::spawn(async move {
+        other
+            .write_lock("acl:catalog")
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    // Past the lease: renewal keeps the reader, and the writer waits.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !reader.is_lost(),
+        "renewal failed; refused: {}",
+        refused(&server)
+    );
+    reader.extend(Duration::from_secs(5)).await.unwrap();
+    reader.release().await.unwrap();
+    let writer = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the writer was not handed the lock")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("write: {e}; refused: {}", refused(&server)));
+    assert!(writer.fencing_token() > 0);
+    writer.release().await.unwrap();
+}
+
+/// What read-write locks need beyond [`RULES`] (the README lists them).
+const RW_RULES: &[&str] = &[
+    "+exists",
+    "+lindex",
+    "+zadd",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zcard",
+    "+zrange",
+    "+smembers",
+    "+srem",
+];

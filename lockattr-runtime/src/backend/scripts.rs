@@ -314,7 +314,7 @@ if ",
         next_fence_lua!("KEYS[2]", "lease + retention"),
         r"
     end
-    redis.call('append', KEYS[1], string.format('\n%d', fence))
+    redis.call('set', KEYS[1], holder .. string.format('\n%d', fence), 'PX', lease)
   end
   return {1, fence}
 end

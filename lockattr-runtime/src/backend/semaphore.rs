@@ -391,7 +391,7 @@ end
 -- Holders of a semaphore of more permits may hold only permits beyond
 -- this caller's number. Not when the fence counter is gone: every live
 -- permit keeps it for its hold plus the retention, so nobody holds one.
-if not recorded and not known and permits < MAX_PERMITS and redis.call('exists', KEYS[1]) == 1 then
+if not recorded and not known and permits < MAX_PERMITS and redis.call('pttl', KEYS[1]) ~= -2 then
   if not every then
     return {-2, 0}
   end
