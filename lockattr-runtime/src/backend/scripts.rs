@@ -167,6 +167,20 @@ macro_rules! holder_fence_lua {
     };
 }
 
+/// A Lua expression: the lines of the holder value `$value` (a local, a
+/// string) after its fencing token, with their leading line break (a
+/// kind's own fields, such as a permit's number of permits), or `''`. A
+/// hand-over copies them into the new holder's value.
+macro_rules! kind_fields_lua {
+    ($value:literal) => {
+        concat!(
+            "(string.match(",
+            $value,
+            r", '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*(\n.*)$') or '')"
+        )
+    };
+}
+
 /// Lua statements that make the fence counter `$key` live at least `$ttl`
 /// ms more (never shorter): whatever grants or extends a hold keeps the
 /// counter for the hold plus the retention, so a holder's token can never
@@ -423,7 +437,9 @@ while true do
 ",
             next_fence_lua!("KEYS[2]", "lease + retention"),
             r"
-      local kind_fields = value and string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*(\n.*)$') or ''
+      local kind_fields = value and ",
+            kind_fields_lua!("value"),
+            r" or ''
       redis.call('set', KEYS[1], waiter .. '\n' .. who .. '\n' .. now_ms .. '\n' .. string.format('%d', fence) .. kind_fields, 'PX', lease)
       local notice = string.format('%s:%d:%d', waiter, fence, lease)
       redis.call('publish', ",

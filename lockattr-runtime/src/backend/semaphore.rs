@@ -165,7 +165,8 @@ impl Permits {
 /// (`'\n<permits>'`; `''` when none), which a hand-over copies.
 macro_rules! permit_fields_lua {
     () => {
-        r"
+        concat!(
+            r"
 local function permits_of(value)
   local line = string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)')
   if line and string.match(line, '^%d+$') then
@@ -174,9 +175,12 @@ local function permits_of(value)
   return nil
 end
 local function kind_fields(value)
-  return string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*(\n.*)$') or ''
+  return ",
+            kind_fields_lua!("value"),
+            r"
 end
 "
+        )
     };
 }
 
