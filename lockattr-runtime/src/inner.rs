@@ -10,7 +10,7 @@ use crate::watchdog::Watchdog;
 /// What every clone of a Locker shares.
 pub(crate) struct Inner {
     /// How Redis is reached: one server, a Redlock, or a cluster.
-    pub(crate) backend: Backend,
+    pub(crate) backend: std::sync::Arc<Backend>,
     /// The prefix of every key.
     pub(crate) prefix: String,
     /// The longest lease a lock may have (`LockerBuilder::max_lease`).

@@ -115,6 +115,7 @@ mod inner;
 mod inspect;
 mod io;
 mod key;
+mod layout;
 mod locker;
 mod lockset;
 mod lost;
@@ -123,6 +124,7 @@ mod reentry;
 mod rwlock;
 mod semaphore;
 mod semaphore_inspect;
+mod wait;
 mod watchdog;
 
 #[doc(hidden)]

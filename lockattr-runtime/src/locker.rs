@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::address::{Address, RedisAddr, TlsFiles};
-use crate::backend::queue::{self, Queued};
-use crate::backend::redlock::{self, Redlock};
+use crate::layout::new_token;
+use crate::wait::{self, Contender};
+use crate::backend::redlock::Redlock;
 use crate::backend::source::{MasterSettings, Sentinels};
-use crate::backend::{Backend, ClusterNodes, Grant, LockRequest, SingleNode, Timeouts};
+use crate::backend::{Backend, ClusterNodes, Grant, SingleNode, Timeouts};
 use crate::guard::{Lease, LockGuard};
 use crate::hold::{self, Hold};
 use crate::inner::Inner;
@@ -30,9 +31,7 @@ pub const DEFAULT_PREFIX: &str = "lockattr:";
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default time to wait for one answer from Redis: 1 second.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
-/// The longest lease accepted: 30 days. Longer leases are almost always a
-/// unit mistake, and a lock that outlives its owner that long is a stuck lock.
-pub const MAX_EXPIRE: Duration = Duration::from_secs(30 * 24 * 3600);
+pub use crate::layout::MAX_EXPIRE;
 /// Default [`max_lease`](LockerBuilder::max_lease) of a Redlock: 60
 /// seconds. Nodes restarted empty take no part in a majority for this long.
 pub const DEFAULT_REDLOCK_MAX_LEASE: Duration = Duration::from_secs(60);
@@ -961,7 +960,7 @@ impl LockerBuilder {
         };
         Ok(Locker {
             inner: Arc::new(Inner {
-                backend,
+                backend: Arc::new(backend),
                 prefix: self.prefix,
                 max_lease,
                 fence_retention: self.fence_retention,
@@ -1398,29 +1397,26 @@ async fn acquire(
     (lease, wait): (Lease, Duration),
     gone: io::CallerGone,
 ) -> Result<(LockGuard, bool), LockError> {
-    if lease.keys.rw.is_some() {
-        let (lease, grant) = crate::rwlock::acquire(lease, wait, gone).await?;
-        let handed = grant.handed;
-        return Ok((granted(lease, grant), handed));
-    }
-    if lease.keys.permits > 0 {
-        let (lease, grant) = crate::semaphore::acquire(lease, wait, gone).await?;
-        let handed = grant.handed;
-        return Ok((granted(lease, grant), handed));
-    }
-    let request = LockRequest {
-        locker: &lease.locker,
-        name: &lease.name,
-        keys: &lease.keys,
-        token: lease.token.clone(),
-        expire: lease.expire,
-        wait,
+    let (lease, grant) = if lease.keys.rw.is_some() {
+        crate::rwlock::acquire(lease, wait, gone).await?
+    } else if lease.keys.permits > 0 {
+        crate::semaphore::acquire(lease, wait, gone).await?
+    } else {
+        let won = wait::acquire(
+            Contender::Lock(Cow::Borrowed(&lease.keys)),
+            wait::Request {
+                backend: &lease.locker.backend,
+                name: &lease.name,
+                token: lease.token.clone(),
+                expire: lease.expire,
+                wait,
+            },
+            gone,
+        )
+        .await?;
+        let grant = won.grant();
+        (lease, grant)
     };
-    let grant = match &lease.locker.backend {
-        Backend::Single(node) => queue::acquire(Queued::Single(node), request, gone).await,
-        Backend::Cluster(nodes) => queue::acquire(Queued::Cluster(nodes), request, gone).await,
-        Backend::Redlock(nodes) => redlock::acquire(nodes, request, gone).await,
-    }?;
     let handed = grant.handed;
     Ok((granted(lease, grant), handed))
 }
@@ -1473,21 +1469,6 @@ pub(crate) fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
 /// drift allowance, rounded down to whole milliseconds.
 fn trusted(expire: Duration, drift: Duration) -> Duration {
     whole_ms(whole_ms(expire).saturating_sub(drift))
-}
-
-/// 128 random bits from the operating system's CSPRNG, as 32 hex digits.
-pub(crate) fn new_token() -> Result<String, LockError> {
-    let mut bytes = [0_u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| LockError::Runtime {
-        reason: format!("the operating system's random number generator failed: {e}"),
-    })?;
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut token = String::with_capacity(32);
-    for b in bytes {
-        token.push(char::from(HEX[usize::from(b >> 4)]));
-        token.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    Ok(token)
 }
 
 #[cfg(test)]

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::backend::Grant;
-use crate::backend::lockset::{self as set, SetGrant, SetRequest};
+use crate::backend::Backend;
+use crate::backend::lockset as set;
+use crate::key::Keys;
+use crate::wait::{self, Contender, Taken, Won};
 use crate::guard::Lease;
 use crate::observe::{Acquiring, Kind};
 use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockGuard, Locker, io};
@@ -295,15 +298,23 @@ impl LockSetBuilder<'_> {
             (set::slot(&a.keys.lock), &a.keys.lock).cmp(&(set::slot(&b.keys.lock), &b.keys.lock))
         });
         let request = SetRequest {
-            locker: locker.inner.clone(),
+            backend: locker.inner.backend.clone(),
             names: leases.iter().map(|l| l.name.clone()).collect(),
-            keys: leases.iter().map(|l| l.keys.clone()).collect(),
-            token: crate::locker::new_token()?,
+            token: crate::layout::new_token()?,
             expire,
             wait,
         };
         Ok((request, leases))
     }
+}
+
+/// A set to take, its names in their fixed order.
+struct SetRequest {
+    backend: Arc<Backend>,
+    names: Vec<String>,
+    token: String,
+    expire: Duration,
+    wait: Duration,
 }
 
 /// Runs the acquisition and makes the guard in the same future, so that a
@@ -314,11 +325,36 @@ async fn take(
     leases: Vec<Lease>,
     gone: io::CallerGone,
 ) -> Result<LockSetGuard, LockError> {
-    let SetGrant {
-        fencing_tokens,
+    let keys: Vec<Keys> = leases.iter().map(|l| l.keys.clone()).collect();
+    let groups = set::groups(&request.backend, &keys);
+    let contender = Contender::Set {
+        keys: Cow::Owned(keys),
+        groups,
+        busy_since: None,
+    };
+    let won = wait::acquire(
+        contender,
+        wait::Request {
+            backend: &request.backend,
+            name: &request.names.join(", "),
+            token: request.token,
+            expire: request.expire,
+            wait: request.wait,
+        },
+        gone,
+    )
+    .await?;
+    let Won {
+        taken: Taken::Set(fencing_tokens),
         sent,
         token,
-    } = set::acquire(request, gone).await?;
+        ..
+    } = won
+    else {
+        return Err(LockError::Runtime {
+            reason: "a lock set was answered as one name".into(),
+        });
+    };
     let members = leases
         .into_iter()
         .zip(fencing_tokens)

@@ -2,11 +2,12 @@
 //! ([`Locker::read_lock`], [`Locker::write_lock`]). The Redis side, keys
 //! and protocol are in `backend::rwlock`.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::backend::queue::Queued;
-use crate::backend::rwlock::{self as redis_side, RwKeys};
-use crate::backend::{Backend, Grant, LockRequest};
+use crate::backend::rwlock::RwKeys;
+use crate::backend::{Backend, Grant};
+use crate::wait::{self, Contender};
 use crate::guard::Lease;
 use crate::key::Keys;
 use crate::{LockBuilder, LockError, Locker, io};
@@ -138,25 +139,19 @@ pub(crate) async fn acquire(
             "not a read-write lock request",
         ));
     };
-    let backend = match &lease.locker.backend {
-        Backend::Single(node) => Queued::Single(node),
-        Backend::Cluster(nodes) => Queued::Cluster(nodes),
-        Backend::Redlock(_) => {
-            return Err(LockError::invalid(
-                "read-write lock",
-                "read-write locks are not supported on a Redlock Locker",
-            ));
-        }
-    };
-    let request = LockRequest {
-        locker: &lease.locker,
-        name: &lease.name,
-        keys: &lease.keys,
-        token: lease.token.clone(),
-        expire: lease.expire,
-        wait,
-    };
-    let grant = redis_side::acquire(backend, request, &rw, gone).await?;
+    let won = wait::acquire(
+        Contender::Rw(Cow::Borrowed(&lease.keys), Cow::Borrowed(&rw)),
+        wait::Request {
+            backend: &lease.locker.backend,
+            name: &lease.name,
+            token: lease.token.clone(),
+            expire: lease.expire,
+            wait,
+        },
+        gone,
+    )
+    .await?;
+    let grant = won.grant();
     lease.keys.lock = rw.holder_key(&grant.token);
     Ok((lease, grant))
 }

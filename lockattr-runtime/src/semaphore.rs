@@ -1,11 +1,12 @@
 //! Semaphores: at most N holders of one name at once
 //! ([`Locker::semaphore`]). The Redis side is in `backend::semaphore`.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::backend::queue::Queued;
 use crate::backend::semaphore::Permits;
-use crate::backend::{Backend, Grant, LockRequest, semaphore as redis_side};
+use crate::backend::{Backend, Grant};
+use crate::wait::{self, Contender, Taken};
 use crate::guard::Lease;
 use crate::key::Keys;
 use crate::{LockBuilder, LockError, Locker, io};
@@ -17,7 +18,7 @@ use crate::{LockBuilder, LockError, Locker, io};
 /// ```
 /// assert_eq!(lockattr_runtime::MAX_PERMITS, 256);
 /// ```
-pub const MAX_PERMITS: u32 = redis_side::MAX_PERMITS;
+pub const MAX_PERMITS: u32 = crate::backend::semaphore::MAX_PERMITS;
 
 impl Locker {
     /// A request for one of the `permits` permits of the semaphore `name`:
@@ -128,28 +129,28 @@ pub(crate) async fn acquire(
     );
     keys.holder = lease.keys.holder.clone();
     let permits = Permits::make(&mut keys, lease.keys.permits);
-    let backend = match &lease.locker.backend {
-        Backend::Single(node) => Queued::Single(node),
-        Backend::Cluster(nodes) => Queued::Cluster(nodes),
-        Backend::Redlock(_) => {
-            return Err(LockError::invalid(
-                "semaphore",
-                "semaphores are not supported on a Redlock Locker",
-            ));
-        }
-    };
-    let request = LockRequest {
-        locker: &lease.locker,
-        name: &lease.name,
-        keys: &keys,
-        token: lease.token.clone(),
-        expire: lease.expire,
-        wait,
-    };
-    let (grant, slot) = redis_side::acquire(backend, request, &permits, gone).await?;
-    if let Some(slot) = permits.slot(slot) {
+    let won = wait::acquire(
+        Contender::Permit {
+            keys: Cow::Borrowed(&keys),
+            permits: Cow::Borrowed(&permits),
+            every: false,
+        },
+        wait::Request {
+            backend: &lease.locker.backend,
+            name: &lease.name,
+            token: lease.token.clone(),
+            expire: lease.expire,
+            wait,
+        },
+        gone,
+    )
+    .await?;
+    if let Taken::One { slot, .. } = won.taken
+        && let Some(slot) = permits.slot(slot)
+    {
         keys.lock = slot.to_owned();
     }
+    let grant = won.grant();
     lease.keys = keys;
     Ok((lease, grant))
 }

@@ -87,7 +87,7 @@ pub struct PermitInfo {
 
 /// How [`Locker::inspect_semaphore`] reads a name: its keys, checked.
 fn checked(locker: &Locker, name: &str) -> Result<Keys, LockError> {
-    if let Backend::Redlock(_) = locker.inner.backend {
+    if let Backend::Redlock(_) = *locker.inner.backend {
         return Err(LockError::invalid(
             "semaphore",
             "semaphores are not supported on a Redlock Locker",
@@ -286,7 +286,7 @@ impl Locker {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<SemaphoreInfo>, LockError> {
-        if let Backend::Redlock(_) = self.inner.backend {
+        if let Backend::Redlock(_) = *self.inner.backend {
             return Ok(Vec::new());
         }
         let inner = self.inner.clone();
@@ -307,7 +307,7 @@ impl Locker {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<SemaphoreInfo>, LockError> {
-        if let Backend::Redlock(_) = self.inner.backend {
+        if let Backend::Redlock(_) = *self.inner.backend {
             return Ok(Vec::new());
         }
         let inner = self.inner.clone();

@@ -39,7 +39,7 @@
 //!
 //! A release that hands a name to a queued single-name waiter does not
 //! free it, so a name handed from waiter to waiter without a pause would
-//! keep a set out for good. A set that has waited [`JOIN_QUEUE_AFTER`]
+//! keep a set out for good. A set that has waited a while (`crate::wait`)
 //! therefore also joins the FIFO queue of the first busy name (same token,
 //! same waiters entry): when its turn comes, a release hands that name to
 //! it, and it tries the whole set at once. If another name is busy then,
@@ -48,20 +48,13 @@
 //! part of the set while it waits, and it gets a chance at every turn of
 //! that queue. See the README's "Several names at once".
 
-use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use super::queue::{RECHECK, retryable};
-use super::redlock::{self, set::SetOnNodes};
+use super::queue::Queued;
 use super::scripts::{holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
-use super::{
-    Backend, Backoff, ClusterNodes, FALLBACK_PAUSE, RETRY_MAX, SingleNode, Wake, Wakeups, millis,
-    soon_after,
-};
-use crate::inner::Inner;
+use super::{Backend, millis};
+use crate::LockError;
 use crate::key::Keys;
-use crate::{LockError, io};
 
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
@@ -351,37 +344,10 @@ pub(crate) fn slot(key: &str) -> u16 {
     crc % 16384
 }
 
-/// How long a set waits before it joins the FIFO queue of a busy name.
-const JOIN_QUEUE_AFTER: Duration = RECHECK;
-
-/// The deployments a set can be taken on.
-#[derive(Clone, Copy)]
-enum Target<'a> {
-    Single(&'a SingleNode),
-    Cluster(&'a ClusterNodes),
-}
-
-impl<'a> Target<'a> {
-    fn of(backend: &'a Backend) -> Result<Target<'a>, LockError> {
-        match backend {
-            Backend::Single(node) => Ok(Target::Single(node)),
-            Backend::Cluster(nodes) => Ok(Target::Cluster(nodes)),
-            Backend::Redlock(_) => Err(LockError::Runtime {
-                reason: "a lock set on a Redlock is taken by `redlock::set`".into(),
-            }),
-        }
-    }
-
-    fn wakeups(self) -> &'a Wakeups {
-        match self {
-            Target::Single(node) => node.wakeups(),
-            Target::Cluster(nodes) => nodes.wakeups(),
-        }
-    }
-
+impl Queued<'_> {
     /// One try at a group; a request whose answer is not read is given
     /// back (on the same connection on one server).
-    async fn take(
+    async fn take_set(
         self,
         group: &[&Keys],
         token: &str,
@@ -391,33 +357,23 @@ impl<'a> Target<'a> {
     ) -> Result<Vec<i64>, LockError> {
         let invocation = acquire_call(group, token, expire, wait, queue);
         match self {
-            Target::Single(node) => {
+            Queued::Single(node) => {
                 node.run_script_or_give_back(&invocation, give_back_eval(group, token))
                     .await
             }
-            Target::Cluster(nodes) => nodes.run_script(&invocation).await,
+            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
         }
-    }
-
-    async fn give_back(self, group: &[&Keys], token: &str) -> Result<(), LockError> {
-        let invocation = give_back_call(group, token);
-        let _: i64 = match self {
-            Target::Single(node) => node.run_script(&invocation).await?,
-            Target::Cluster(nodes) => nodes.run_script(&invocation).await?,
-        };
-        Ok(())
     }
 }
 
-/// A set to take.
-pub(crate) struct SetRequest {
-    pub(crate) locker: Arc<Inner>,
-    /// The names, in the order of `keys`, for errors.
-    pub(crate) names: Vec<String>,
-    pub(crate) keys: Vec<Keys>,
-    pub(crate) token: String,
-    pub(crate) expire: Duration,
-    pub(crate) wait: Duration,
+/// Gives back whatever `token` holds or queued of the names of `group`.
+pub(crate) async fn give_back(on: Queued<'_>, group: &[&Keys], token: &str) -> Result<(), LockError> {
+    let invocation = give_back_call(group, token);
+    let _: i64 = match on {
+        Queued::Single(node) => node.run_script(&invocation).await?,
+        Queued::Cluster(nodes) => nodes.run_script(&invocation).await?,
+    };
+    Ok(())
 }
 
 /// A set taken.
@@ -439,10 +395,10 @@ pub(crate) enum Tried {
 
 /// The groups of a set: one on a single server, one per slot on a
 /// Cluster, in slot order (the keys are sorted by slot, then by key).
-fn groups(target: Target<'_>, keys: &[Keys]) -> Vec<Vec<usize>> {
-    match target {
-        Target::Single(_) => vec![(0..keys.len()).collect()],
-        Target::Cluster(_) => {
+pub(crate) fn groups(backend: &Backend, keys: &[Keys]) -> Vec<Vec<usize>> {
+    match backend {
+        Backend::Single(_) | Backend::Redlock(_) => vec![(0..keys.len()).collect()],
+        Backend::Cluster(_) => {
             let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
             for (i, k) in keys.iter().enumerate() {
                 let s = slot(&k.lock);
@@ -458,8 +414,8 @@ fn groups(target: Target<'_>, keys: &[Keys]) -> Vec<Vec<usize>> {
 
 /// One attempt at every group in order, giving back the groups taken when
 /// a later one is busy.
-async fn attempt(
-    target: Target<'_>,
+pub(crate) async fn attempt(
+    on: Queued<'_>,
     groups: &[Vec<&Keys>],
     token: &str,
     expire: Duration,
@@ -468,12 +424,12 @@ async fn attempt(
 ) -> Result<Tried, LockError> {
     let mut fences = Vec::new();
     for (taken, group) in groups.iter().enumerate() {
-        let reply = target.take(group, token, expire, wait, queue).await?;
+        let reply = on.take_set(group, token, expire, wait, queue).await?;
         match Tried::from_reply(&reply, group.len())? {
             Tried::Taken(group_fences) => fences.extend(group_fences),
             busy @ Tried::Busy(_) => {
                 for group in &groups[..taken] {
-                    target.give_back(group, token).await?;
+                    give_back(on, group, token).await?;
                 }
                 return Ok(busy);
             }
@@ -501,228 +457,6 @@ impl Tried {
                     reply.len()
                 ),
             }),
-        }
-    }
-}
-
-/// Tokens owed a give-back: dropped with any left (a cancelled or failed
-/// acquisition), it gives them back in the background.
-struct Owed {
-    locker: Arc<Inner>,
-    keys: Vec<Keys>,
-    expire: Duration,
-    tokens: Vec<String>,
-}
-
-impl Drop for Owed {
-    fn drop(&mut self) {
-        let tokens = std::mem::take(&mut self.tokens);
-        if tokens.is_empty() {
-            return;
-        }
-        let locker = self.locker.clone();
-        let keys = std::mem::take(&mut self.keys);
-        let expire = self.expire;
-        let spawned = io::spawn(async move {
-            if let Backend::Redlock(nodes) = &locker.backend {
-                for token in tokens {
-                    nodes
-                        .give_back_set(&keys, &token, expire, &nodes.every_node())
-                        .await;
-                }
-                return;
-            }
-            let Ok(target) = Target::of(&locker.backend) else {
-                return;
-            };
-            let by_group = groups(target, &keys);
-            let mut retry = Backoff::new(RETRY_MAX);
-            let until = Instant::now() + Duration::from_secs(10);
-            for token in tokens {
-                for members in &by_group {
-                    let group: Vec<&Keys> = members.iter().map(|&i| &keys[i]).collect();
-                    loop {
-                        match target.give_back(&group, &token).await {
-                            Ok(()) => break,
-                            Err(e) if retryable(&e) && Instant::now() < until => {
-                                tokio::time::sleep(retry.next()).await;
-                            }
-                            Err(e) => {
-                                tracing::debug!(target: "lockattr", error = %e, "cannot give back a lock set attempt; its leases and waiter entries expire");
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-        });
-        if let Err(e) = spawned {
-            tracing::debug!(target: "lockattr", error = %e, "cannot give back a lock set attempt; its leases and waiter entries expire");
-        }
-    }
-}
-
-/// Takes every name of the set, or none, waiting up to `wait`: see the
-/// module docs. On the caller's runtime or on the I/O thread.
-pub(crate) async fn acquire(
-    request: SetRequest,
-    mut gone: io::CallerGone,
-) -> Result<SetGrant, LockError> {
-    let SetRequest {
-        locker,
-        names,
-        keys,
-        mut token,
-        expire,
-        wait,
-    } = request;
-    let mut owed = Owed {
-        locker: locker.clone(),
-        keys: keys.clone(),
-        expire,
-        tokens: Vec::new(),
-    };
-    if let Backend::Redlock(nodes) = &locker.backend {
-        let set = SetOnNodes {
-            keys: &keys,
-            name: &names.join(", "),
-            token,
-            expire,
-            wait,
-        };
-        return redlock::set::acquire(nodes, set, &mut owed.tokens, gone).await;
-    }
-    let target = Target::of(&locker.backend)?;
-    let by_group: Vec<Vec<&Keys>> = groups(target, &keys)
-        .into_iter()
-        .map(|members| members.into_iter().map(|i| &keys[i]).collect())
-        .collect();
-    let now = Instant::now();
-    let deadline = now
-        .checked_add(wait)
-        .unwrap_or(now + crate::locker::MAX_EXPIRE);
-    let wakeups = target.wakeups();
-    let mut stale: Vec<String> = Vec::new();
-    let mut waiters: Vec<super::wake::Waiter> = Vec::new();
-    let mut retry = Backoff::new(RETRY_MAX);
-    let mut polling_until: Option<Instant> = None;
-    // Since when the set has found a name busy.
-    let mut busy_since: Option<Instant> = None;
-    loop {
-        // Attempts whose answer was lost are given back first.
-        if let Some(old) = stale.last() {
-            let mut failed = None;
-            for group in &by_group {
-                if let Err(e) = target.give_back(group, old).await {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            match failed {
-                Some(e) if retryable(&e) => {
-                    retry.pause(e, deadline, &mut gone).await?;
-                    continue;
-                }
-                _ => {
-                    if let Some(old) = stale.pop() {
-                        owed.tokens.retain(|t| *t != old);
-                    }
-                    continue;
-                }
-            }
-        }
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        // Owed until it is known to hold everything: a cancelled attempt,
-        // or one that ends in an error or a timeout, is given back.
-        if !owed.tokens.contains(&token) {
-            owed.tokens.push(token.clone());
-        }
-        // Waited long enough: join the FIFO queue of a busy name (see the
-        // module docs).
-        let queue = busy_since.is_some_and(|since| since.elapsed() >= JOIN_QUEUE_AFTER);
-        let longest = match attempt(target, &by_group, &token, expire, left, queue).await {
-            Ok(Tried::Taken(fencing_tokens)) => {
-                owed.tokens.retain(|t| *t != token);
-                return Ok(SetGrant {
-                    fencing_tokens,
-                    sent,
-                    token,
-                });
-            }
-            Ok(Tried::Busy(longest)) => {
-                busy_since.get_or_insert(sent);
-                longest
-            }
-            Err(e) if retryable(&e) => {
-                // Still owed (until given back below, or by `owed`).
-                stale.push(token);
-                token = crate::locker::new_token()?;
-                waiters.clear();
-                retry.pause(e, deadline, &mut gone).await?;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        retry.reset();
-        if left.is_zero() {
-            return Err(LockError::Timeout {
-                name: names.join(", "),
-                waited: wait,
-            });
-        }
-        let now = Instant::now();
-        if polling_until.is_some_and(|until| now >= until) {
-            polling_until = None;
-        }
-        if waiters.is_empty() && polling_until.is_none() {
-            waiters = keys
-                .iter()
-                .map(|k| wakeups.watch(&k.channel, &token))
-                .collect();
-        }
-        let mut wake_at = deadline.min(now + RECHECK).min(soon_after(longest));
-        if polling_until.is_some() {
-            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-        }
-        loop {
-            let woken = std::future::poll_fn(|cx| {
-                for waiter in &mut waiters {
-                    if let Poll::Ready(wake) = waiter.poll_wait(cx) {
-                        return Poll::Ready(Some(wake));
-                    }
-                }
-                Poll::Pending
-            });
-            let event = tokio::select! {
-                wake = woken => wake,
-                () = tokio::time::sleep_until(wake_at.into()) => None,
-                () = gone.wait() => {
-                    return Err(LockError::Runtime {
-                        reason: "the caller stopped waiting".into(),
-                    });
-                }
-            };
-            match event {
-                Some(Wake::Rearm { lease }) => {
-                    wake_at = wake_at.min(soon_after(lease));
-                }
-                Some(Wake::Refused) => {
-                    waiters.clear();
-                    polling_until = Some(Instant::now() + Duration::from_secs(1));
-                    wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-                }
-                // A subscription broke (ask Redis, then register again), or
-                // a release handed this set a name it queued for (it is no
-                // longer registered there): try the whole set now.
-                Some(Wake::Recheck | Wake::Handed { .. }) => {
-                    waiters.clear();
-                    break;
-                }
-                // Subscribed (a notice may have come before), told to try,
-                // or the timer: ask Redis.
-                Some(Wake::Subscribed | Wake::TryNow) | None => break,
-            }
         }
     }
 }

@@ -28,10 +28,9 @@ use std::time::{Duration, Instant};
 pub(crate) use cluster::ClusterNodes;
 pub(crate) use redlock::Redlock;
 pub(crate) use single::{SingleNode, Timeouts};
-pub(crate) use wake::{Wake, Wakeups};
+pub(crate) use wake::{Wake, Waiter, Wakeups};
 
 use crate::LockError;
-use crate::inner::Inner;
 use crate::key::Keys;
 
 /// The answer to one attempt to take a lock.
@@ -61,8 +60,8 @@ impl Attempt {
 
 /// One acquisition, as the acquisition loops see it.
 pub(crate) struct LockRequest<'a> {
-    /// The Locker, for give-backs that outlive the loop.
-    pub(crate) locker: &'a Arc<Inner>,
+    /// How Redis is reached, for give-backs that outlive the loop.
+    pub(crate) backend: &'a Arc<Backend>,
     /// The lock's name, for errors.
     pub(crate) name: &'a str,
     /// The lock's keys.
@@ -284,7 +283,7 @@ impl Backend {
 pub(crate) fn soon_after(lease: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(lease.saturating_add(Duration::from_millis(1)))
-        .unwrap_or(now + crate::locker::MAX_EXPIRE)
+        .unwrap_or(now + crate::layout::MAX_EXPIRE)
 }
 
 /// How often a waiter that cannot subscribe to release notices checks the

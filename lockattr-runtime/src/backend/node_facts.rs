@@ -172,7 +172,7 @@ impl NodeFacts {
         // The owner-token generator's 128 random bits. Without randomness
         // the marker is written without an id: this node then has no marker
         // identity (never a false duplicate of another node).
-        let id = crate::locker::new_token().unwrap_or_default();
+        let id = crate::layout::new_token().unwrap_or_default();
         let (mut c1, mut c2) = (connection.clone(), connection.clone());
         let info = async move {
             redis::cmd("INFO")

@@ -69,7 +69,6 @@ use super::{
     Renewal, SingleNode, Timeouts, random_fraction, soon_after,
 };
 use crate::address::{Address, TlsFiles};
-use crate::inner::Inner;
 use crate::key::Keys;
 use crate::{LockError, io};
 
@@ -1166,7 +1165,7 @@ pub(crate) async fn acquire(
         let (votes, late) = nodes.attempt(lease.keys, &token, expire).await?;
         let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
         let mut give_back = GiveBackOnDrop {
-            locker: lease.locker,
+            backend: lease.backend,
             keys: lease.keys,
             token: &token,
             expire,
@@ -1202,7 +1201,7 @@ pub(crate) async fn acquire(
         }
         // The next attempt is another owner: whatever of this one is still
         // on its way can never be taken for it.
-        token = crate::locker::new_token()?;
+        token = crate::layout::new_token()?;
         retry
             .after(
                 nodes,
@@ -1240,7 +1239,7 @@ impl Retry {
             wait,
             deadline: now
                 .checked_add(wait)
-                .unwrap_or(now + crate::locker::MAX_EXPIRE),
+                .unwrap_or(now + crate::layout::MAX_EXPIRE),
             expire,
             waiters: None,
             splits: 0,
@@ -1336,7 +1335,7 @@ impl Retry {
 /// releases them in the background, with those of the late answers that
 /// grant it.
 struct GiveBackOnDrop<'a> {
-    locker: &'a Arc<Inner>,
+    backend: &'a Arc<Backend>,
     keys: &'a Keys,
     token: &'a str,
     expire: Duration,
@@ -1350,8 +1349,8 @@ impl Drop for GiveBackOnDrop<'_> {
         if self.nodes.is_empty() && late.is_none() {
             return;
         }
-        let (locker, keys, token) = (
-            self.locker.clone(),
+        let (backend, keys, token) = (
+            self.backend.clone(),
             self.keys.clone(),
             self.token.to_owned(),
         );
@@ -1360,7 +1359,7 @@ impl Drop for GiveBackOnDrop<'_> {
             if let Some(late) = late {
                 nodes.extend(late.granted().await);
             }
-            if let Backend::Redlock(redlock) = &locker.backend
+            if let Backend::Redlock(redlock) = &*backend
                 && !nodes.is_empty()
             {
                 redlock.give_back(&keys, &token, expire, &nodes).await;

@@ -68,19 +68,17 @@
 //! A call costs the same inside Redis whatever the number of readers (see
 //! the index above); a waiter asks once a second, and at hand-overs.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
-use super::queue::{self, Queued, RECHECK};
-use super::semaphore::{next_check, unauthenticated, whole_millis};
-use super::{Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, millis, soon_after};
-use crate::inner::Inner;
+use super::queue::Queued;
+use super::semaphore::{unauthenticated, whole_millis};
+use super::millis;
 use crate::key::Keys;
 use crate::rwlock::RwMode;
-use crate::{LockError, io};
+use crate::LockError;
 
 /// The keys of one read-write lock beyond the lock-shaped [`Keys`] its
 /// guard uses (whose `lock` is the writer's key or the reader's own).
@@ -542,7 +540,7 @@ fn acquire_invocation<'a>(
 
 /// What one [`ACQUIRE`] call found.
 #[derive(Debug, Clone, Copy)]
-enum Answer {
+pub(crate) enum Answer {
     /// The token holds its side.
     Taken { fencing_token: u64 },
     /// Not taken; the first holder's lease ends in this much time.
@@ -564,7 +562,7 @@ impl Answer {
 }
 
 impl Queued<'_> {
-    async fn try_rw(
+    pub(crate) async fn try_rw(
         self,
         keys: &Keys,
         rw: &RwKeys,
@@ -581,219 +579,13 @@ impl Queued<'_> {
         Ok(Answer::from_reply(&reply.map_err(unauthenticated)?))
     }
 
-    async fn give_back_rw(self, keys: &Keys, rw: &RwKeys, token: &str) -> Result<(), LockError> {
+    pub(crate) async fn give_back_rw(self, keys: &Keys, rw: &RwKeys, token: &str) -> Result<(), LockError> {
         let invocation = release_invocation(keys, rw, token, 0);
         let given: Result<redis::Value, LockError> = match self {
             Queued::Single(node) => node.run_script(&invocation).await,
             Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
         };
         given.map(drop)
-    }
-}
-
-/// The acquisition loop of a read-write lock on one server or a cluster:
-/// as the semaphore's (queued in Redis, woken by the channel, asking again
-/// at least every [`RECHECK`], when the first holder's lease ends and at
-/// the deadline; connection errors retried with a new token until the
-/// deadline).
-pub(crate) async fn acquire(
-    backend: Queued<'_>,
-    request: LockRequest<'_>,
-    rw: &RwKeys,
-    mut gone: io::CallerGone,
-) -> Result<Grant, LockError> {
-    let LockRequest {
-        locker,
-        name,
-        keys,
-        mut token,
-        expire,
-        wait,
-    } = request;
-    let now = Instant::now();
-    let deadline = now
-        .checked_add(wait)
-        .unwrap_or(now + crate::locker::MAX_EXPIRE);
-    let wakeups = backend.wakeups();
-    let mut waiter = wakeups.register_if_subscribed(&keys.channel, &token);
-    let mut owed = Owed {
-        locker,
-        keys,
-        rw,
-        expire,
-        stale: Vec::new(),
-        queued: None,
-        sending: None,
-    };
-    let mut retry = Backoff::new(RETRY_MAX);
-    let mut polling_until: Option<Instant> = None;
-    // A hand-over was heard: the next answer is the lock.
-    let mut handed = false;
-    loop {
-        if let Err(e) = owed.settle(backend).await {
-            retry.pause(e, deadline, &mut gone).await?;
-            continue;
-        }
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        let queued = owed.queued.as_deref() == Some(token.as_str());
-        owed.sending = Some(token.clone());
-        let attempt = backend
-            .try_rw(keys, rw, (&token, expire, left, queued))
-            .await;
-        owed.sending = None;
-        let first_end = match attempt {
-            Ok(Answer::Taken { fencing_token }) => {
-                owed.queued = None;
-                return Ok(Grant {
-                    fencing_token,
-                    sent,
-                    handed,
-                    token,
-                });
-            }
-            Ok(Answer::Busy { first_end }) => first_end,
-            Err(e) if queue::retryable(&e) => {
-                if owed.queued.take().is_some() || queue::may_have_run(&e) {
-                    owed.stale.push(token);
-                }
-                token = crate::locker::new_token()?;
-                waiter = None;
-                handed = false;
-                retry.pause(e, deadline, &mut gone).await?;
-                continue;
-            }
-            Err(e) => {
-                if owed.queued.take().is_some() || queue::may_have_run(&e) {
-                    owed.stale.push(token);
-                }
-                return Err(e);
-            }
-        };
-        retry.reset();
-        handed = false;
-        if left.is_zero() {
-            owed.queued = None;
-            return Err(LockError::Timeout {
-                name: name.to_owned(),
-                waited: wait,
-            });
-        }
-        owed.queued = Some(token.clone());
-        let now = Instant::now();
-        if polling_until.is_some_and(|until| now >= until) {
-            polling_until = None;
-        }
-        if waiter.is_none() && polling_until.is_none() {
-            waiter = Some(wakeups.watch(&keys.channel, &token));
-        }
-        let recheck = deadline.min(now + RECHECK);
-        let mut wake_at = next_check(recheck, first_end, polling_until.is_some());
-        loop {
-            let woken = async {
-                match waiter.as_mut() {
-                    Some(waiter) => waiter.wait().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                wake = woken => match wake {
-                    // Ours; asking once more says with which fencing token.
-                    Wake::Handed { .. } => {
-                        waiter = None;
-                        handed = true;
-                        break;
-                    }
-                    Wake::Subscribed | Wake::TryNow => break,
-                    Wake::Recheck => {
-                        waiter = None;
-                        break;
-                    }
-                    Wake::Refused => {
-                        waiter = None;
-                        polling_until = Some(Instant::now() + queue::RESUBSCRIBE_AFTER);
-                        wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-                    }
-                    Wake::Rearm { lease } => {
-                        wake_at = next_check(recheck, Some(lease), polling_until.is_some());
-                    }
-                },
-                () = tokio::time::sleep_until(wake_at.into()) => break,
-                () = gone.wait() => return Err(queue::stopped_waiting()),
-            }
-        }
-    }
-}
-
-/// How long a give-back in the background is tried at most.
-const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
-
-/// The tokens of one acquisition to give back (see `queue::Owed`): dropped
-/// with any left, or with a request on its way, it gives them back in the
-/// background.
-struct Owed<'a> {
-    locker: &'a Arc<Inner>,
-    keys: &'a Keys,
-    rw: &'a RwKeys,
-    expire: Duration,
-    stale: Vec<String>,
-    queued: Option<String>,
-    /// The token of the request on its way: a caller that stops waiting
-    /// while it is may leave a hold behind.
-    sending: Option<String>,
-}
-
-impl Owed<'_> {
-    async fn settle(&mut self, backend: Queued<'_>) -> Result<(), LockError> {
-        while let Some(token) = self.stale.last() {
-            match backend.give_back_rw(self.keys, self.rw, token).await {
-                Ok(()) => {}
-                Err(e) if queue::retryable(&e) => return Err(e),
-                Err(e) => {
-                    tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned read-write lock attempt")
-                }
-            }
-            self.stale.pop();
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Owed<'_> {
-    fn drop(&mut self) {
-        let mut tokens = std::mem::take(&mut self.stale);
-        tokens.extend(self.queued.take());
-        tokens.extend(self.sending.take());
-        if tokens.is_empty() {
-            return;
-        }
-        let (locker, keys, rw) = (self.locker.clone(), self.keys.clone(), self.rw.clone());
-        let until = Instant::now() + self.expire.min(GIVE_BACK_FOR);
-        let giving = io::spawn(async move {
-            let backend = match &locker.backend {
-                super::Backend::Single(node) => Queued::Single(node),
-                super::Backend::Cluster(nodes) => Queued::Cluster(nodes),
-                super::Backend::Redlock(_) => return,
-            };
-            let mut retry = Backoff::new(Duration::from_secs(1));
-            for token in tokens {
-                loop {
-                    match backend.give_back_rw(&keys, &rw, &token).await {
-                        Ok(()) => break,
-                        Err(e) if queue::retryable(&e) && Instant::now() < until => {
-                            tokio::time::sleep(retry.next()).await;
-                        }
-                        Err(e) => {
-                            tracing::debug!(target: "lockattr", error = %e, "cannot give back a read-write lock attempt; it expires with its lease or wait");
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-        if let Err(e) = giving {
-            tracing::debug!(target: "lockattr", error = %e, "cannot leave a read-write lock's queue; the entry expires with the wait");
-        }
     }
 }
 

@@ -69,19 +69,17 @@
 //! the permit's value (the one in the notice), so the operator and the
 //! holder name the hold by one token from the moment it is written.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
 use super::SingleNode;
-use super::queue::{self, Queued, RECHECK};
+use super::queue::Queued;
 use super::single::Request;
-use super::{Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, millis, soon_after};
-use crate::inner::Inner;
+use super::millis;
 use crate::key::Keys;
-use crate::{LockError, io};
+use crate::LockError;
 
 /// The most permits a semaphore may have: every acquisition looks at each
 /// permit's key in one script call, so the cost grows with the count.
@@ -126,6 +124,11 @@ impl Permits {
             base,
             slots,
         }
+    }
+
+    /// The number of permits.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
     }
 
     /// The key of permit `index`.
@@ -692,7 +695,7 @@ pub(crate) async fn force_release(
 
 /// What one [`ACQUIRE`] call found.
 #[derive(Debug, Clone, Copy)]
-enum Answer {
+pub(crate) enum Answer {
     /// The token holds permit `slot`.
     Taken { fencing_token: u64, slot: usize },
     /// Every permit is taken; the first ends in this much time (if known).
@@ -805,7 +808,7 @@ impl SingleNode {
 }
 
 impl Queued<'_> {
-    async fn try_permit(
+    pub(crate) async fn try_permit(
         self,
         permits: &Permits,
         keys: &Keys,
@@ -823,7 +826,7 @@ impl Queued<'_> {
         Ok(Answer::from_reply(&reply.map_err(unauthenticated)?))
     }
 
-    async fn give_back_permit(
+    pub(crate) async fn give_back_permit(
         self,
         permits: &Permits,
         keys: &Keys,
@@ -872,266 +875,6 @@ impl std::fmt::Display for NoAuth {
 }
 
 impl std::error::Error for NoAuth {}
-
-/// The acquisition loop of a semaphore on one server or a cluster: as
-/// [`queue::acquire`] for a lock (queued in Redis, woken by the channel,
-/// asking again at least every [`RECHECK`], when the first permit's lease
-/// ends and at the deadline; connection errors retried with a new token
-/// until the deadline), with the permit's index in the answer.
-pub(crate) async fn acquire(
-    backend: Queued<'_>,
-    request: LockRequest<'_>,
-    permits: &Permits,
-    mut gone: io::CallerGone,
-) -> Result<(Grant, usize), LockError> {
-    let LockRequest {
-        locker,
-        name,
-        keys,
-        mut token,
-        expire,
-        wait,
-    } = request;
-    let now = Instant::now();
-    let deadline = now
-        .checked_add(wait)
-        .unwrap_or(now + crate::locker::MAX_EXPIRE);
-    let wakeups = backend.wakeups();
-    let mut waiter = wakeups.register_if_subscribed(&keys.channel, &token);
-    let mut owed = Owed {
-        locker,
-        keys,
-        permits,
-        expire,
-        stale: Vec::new(),
-        queued: None,
-        sending: None,
-    };
-    let mut retry = Backoff::new(RETRY_MAX);
-    let mut polling_until: Option<Instant> = None;
-    // A hand-over was heard: the next answer is the permit.
-    let mut handed = false;
-    // The last answer said to look at every permit.
-    let mut every = false;
-    loop {
-        if let Err(e) = owed.settle(backend).await {
-            retry.pause(e, deadline, &mut gone).await?;
-            continue;
-        }
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        let queued = owed.queued.as_deref() == Some(token.as_str());
-        owed.sending = Some(token.clone());
-        let looked_at_every = std::mem::take(&mut every);
-        let attempt = backend
-            .try_permit(
-                permits,
-                keys,
-                (&token, expire, left, queued),
-                looked_at_every,
-            )
-            .await;
-        owed.sending = None;
-        let first_end = match attempt {
-            // Nothing was written: at once, the same request looking at
-            // every permit.
-            Ok(Answer::LookAtEvery) if !looked_at_every => {
-                every = true;
-                continue;
-            }
-            // Not an answer a look at every permit gives.
-            Ok(Answer::LookAtEvery) => None,
-            Ok(Answer::Taken {
-                fencing_token,
-                slot,
-            }) => {
-                owed.queued = None;
-                if permits.slot(slot).is_none() {
-                    // Not an answer this script gives: try again afresh.
-                    owed.stale.push(token);
-                    token = crate::locker::new_token()?;
-                    waiter = None;
-                    continue;
-                }
-                return Ok((
-                    Grant {
-                        fencing_token,
-                        sent,
-                        handed,
-                        token,
-                    },
-                    slot,
-                ));
-            }
-            Ok(Answer::Mismatch { recorded }) => {
-                if owed.queued.take().is_some() {
-                    owed.stale.push(token);
-                }
-                return Err(LockError::PermitsMismatch {
-                    name: name.to_owned(),
-                    permits: u32::try_from(permits.slots.len()).unwrap_or(u32::MAX),
-                    recorded,
-                });
-            }
-            Ok(Answer::Busy { first_end }) => first_end,
-            Err(e) if queue::retryable(&e) => {
-                if owed.queued.take().is_some() || queue::may_have_run(&e) {
-                    owed.stale.push(token);
-                }
-                token = crate::locker::new_token()?;
-                waiter = None;
-                handed = false;
-                retry.pause(e, deadline, &mut gone).await?;
-                continue;
-            }
-            Err(e) => {
-                if owed.queued.take().is_some() || queue::may_have_run(&e) {
-                    owed.stale.push(token);
-                }
-                return Err(e);
-            }
-        };
-        retry.reset();
-        handed = false;
-        if left.is_zero() {
-            owed.queued = None;
-            return Err(LockError::Timeout {
-                name: name.to_owned(),
-                waited: wait,
-            });
-        }
-        owed.queued = Some(token.clone());
-        let now = Instant::now();
-        if polling_until.is_some_and(|until| now >= until) {
-            polling_until = None;
-        }
-        if waiter.is_none() && polling_until.is_none() {
-            waiter = Some(wakeups.watch(&keys.channel, &token));
-        }
-        let recheck = deadline.min(now + RECHECK);
-        let mut wake_at = next_check(recheck, first_end, polling_until.is_some());
-        loop {
-            let woken = async {
-                match waiter.as_mut() {
-                    Some(waiter) => waiter.wait().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                wake = woken => match wake {
-                    // The permit is ours; asking once more says which.
-                    Wake::Handed { .. } => {
-                        waiter = None;
-                        handed = true;
-                        break;
-                    }
-                    Wake::Subscribed | Wake::TryNow => break,
-                    Wake::Recheck => {
-                        waiter = None;
-                        break;
-                    }
-                    Wake::Refused => {
-                        waiter = None;
-                        polling_until = Some(Instant::now() + queue::RESUBSCRIBE_AFTER);
-                        wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-                    }
-                    Wake::Rearm { lease } => {
-                        wake_at = next_check(recheck, Some(lease), polling_until.is_some());
-                    }
-                },
-                () = tokio::time::sleep_until(wake_at.into()) => break,
-                () = gone.wait() => return Err(queue::stopped_waiting()),
-            }
-        }
-    }
-}
-
-pub(super) fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Instant {
-    let mut at = recheck;
-    if let Some(lease) = lease {
-        at = at.min(soon_after(lease));
-    }
-    if polling {
-        at = at.min(soon_after(FALLBACK_PAUSE));
-    }
-    at
-}
-
-/// How long a give-back in the background is tried at most.
-const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
-
-/// The tokens of one semaphore acquisition to give back (see `queue::Owed`):
-/// dropped with any left, or with a request on its way, it gives them back
-/// in the background.
-struct Owed<'a> {
-    locker: &'a Arc<Inner>,
-    keys: &'a Keys,
-    permits: &'a Permits,
-    expire: Duration,
-    stale: Vec<String>,
-    queued: Option<String>,
-    /// The token of the request on its way: a caller that stops waiting
-    /// while it is may leave a permit behind.
-    sending: Option<String>,
-}
-
-impl Owed<'_> {
-    async fn settle(&mut self, backend: Queued<'_>) -> Result<(), LockError> {
-        while let Some(token) = self.stale.last() {
-            match backend
-                .give_back_permit(self.permits, self.keys, token)
-                .await
-            {
-                Ok(()) => {}
-                Err(e) if queue::retryable(&e) => return Err(e),
-                Err(e) => {
-                    tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned semaphore attempt")
-                }
-            }
-            self.stale.pop();
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Owed<'_> {
-    fn drop(&mut self) {
-        let mut tokens = std::mem::take(&mut self.stale);
-        tokens.extend(self.queued.take());
-        tokens.extend(self.sending.take());
-        if tokens.is_empty() {
-            return;
-        }
-        let (locker, keys, permits) =
-            (self.locker.clone(), self.keys.clone(), self.permits.clone());
-        let until = Instant::now() + self.expire.min(GIVE_BACK_FOR);
-        let giving = io::spawn(async move {
-            let backend = match &locker.backend {
-                super::Backend::Single(node) => Queued::Single(node),
-                super::Backend::Cluster(nodes) => Queued::Cluster(nodes),
-                super::Backend::Redlock(_) => return,
-            };
-            let mut retry = Backoff::new(Duration::from_secs(1));
-            for token in tokens {
-                loop {
-                    match backend.give_back_permit(&permits, &keys, &token).await {
-                        Ok(()) => break,
-                        Err(e) if queue::retryable(&e) && Instant::now() < until => {
-                            tokio::time::sleep(retry.next()).await;
-                        }
-                        Err(e) => {
-                            tracing::debug!(target: "lockattr", error = %e, "cannot give back a semaphore attempt; it expires with its lease or wait");
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-        if let Err(e) = giving {
-            tracing::debug!(target: "lockattr", error = %e, "cannot leave a semaphore's queue; the entry expires with the wait");
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -1402,7 +1145,7 @@ mod tests {
         let mut five = Keys::new("t:", "s", Duration::from_secs(60));
         let five = Permits::make(&mut five, 5);
         let mut two = Keys::new("t:", "s", Duration::from_secs(60));
-        two.holder = Arc::from("h\np\nl");
+        two.holder = std::sync::Arc::from("h\np\nl");
         let permits = Permits::make(&mut two, 2);
         let attempt = ("n", Duration::from_secs(1), Duration::from_secs(1), false);
         // Nobody holds a permit (no fence counter): one request, no look at

@@ -185,7 +185,7 @@ pub(crate) async fn acquire(
         owed.retain(|t| *t != token);
         // The next attempt is another owner: whatever of this one is still
         // on its way can never be taken for it.
-        token = crate::locker::new_token()?;
+        token = crate::layout::new_token()?;
         retry
             .after(nodes, votes, name, &channels, &token, left, &mut gone)
             .await?;

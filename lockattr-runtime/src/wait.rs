@@ -1,0 +1,735 @@
+//! The one waiting loop and the one give-back guard of every kind: a lock,
+//! a side of a read-write lock, a semaphore's permit and a set of names, on
+//! one server or a Cluster (whose locks queue their waiters in Redis); a
+//! Redlock's votes are counted by `backend::redlock`, whose [`Retry`]
+//! waits between its attempts.
+//!
+//! [`Retry`]: crate::backend::redlock::Retry
+//!
+//! # Waiting
+//!
+//! An attempt that finds the name held queues its owner token in Redis (in
+//! the same script call) and sleeps until a release hands it the name and
+//! says so on the name's channel (see [`crate::backend::Wakeups`]). The
+//! message is the fast path, not the only one: the waiter also asks Redis
+//! once a second ([`RECHECK`]), when the holder's lease would end, and at
+//! its deadline. A waiter that was handed the name finds its own token on
+//! it, which every acquire script counts as taken, so a hand-over whose
+//! message was lost (a subscriber link that silently stopped passing
+//! traffic) is noticed within about a second. That check is one short
+//! script call per waiter per second, and only while waiting.
+//!
+//! # Outages
+//!
+//! Within its acquire time a waiter rides out a Redis restart, a dropped
+//! connection or a server that answers too late: it tries again after a
+//! pause that starts at a few milliseconds and doubles up to
+//! [`RETRY_MAX`] (jittered, so that the waiters of many processes do not
+//! come back in step), until its deadline; at the deadline it returns the
+//! last connection error. A caller with an acquire time of zero asked for
+//! one attempt and gets the error at once.
+//!
+//! An attempt whose answer was lost may still have run (queued the token,
+//! or taken the name). So the next attempt uses a new owner token, and the
+//! old one is given back first (its give-back frees whatever it got or
+//! leaves the queue): a give-back that arrives late can only ever touch the
+//! old token's hold, never the new attempt's. Tokens still owed a give-back
+//! when the loop ends are given back in the background, retried while the
+//! lease they might hold could still run.
+//!
+//! # One rule for every kind
+//!
+//! - A token is owed a give-back when it may be queued (an attempt found
+//!   the name held) or may hold something: its request is on its way (the
+//!   caller may stop waiting meanwhile), or ended in an error that does not
+//!   show the request never left (see [`may_have_run`]).
+//! - A release notice that names a waiter of one name is the grant itself
+//!   for a lock (it carries the fencing token); a read-write lock, a
+//!   semaphore and a set ask Redis once more, which says which key and
+//!   which tokens.
+//! - A notice that another waiter took the name ([`Wake::Rearm`]) moves the
+//!   next check to the end of that holder's lease, later or earlier, for a
+//!   contender of one name; a set waits on several names, so such a notice
+//!   only ever moves its next check earlier.
+//! - After Redis refused SUBSCRIBE, every kind checks every
+//!   [`FALLBACK_PAUSE`] for [`RESUBSCRIBE_AFTER`] before it subscribes
+//!   again.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use crate::backend::lockset::{self as set_side, Tried};
+use crate::backend::redlock::set::SetOnNodes;
+use crate::backend::queue::{Queued, RECHECK, may_have_run, retryable, stopped_waiting};
+use crate::backend::rwlock::{self as rw_side, RwKeys};
+use crate::backend::semaphore::{self as sem_side, Permits};
+use crate::backend::{
+    Attempt, Backend, Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, Waiter, soon_after,
+};
+use crate::layout::{MAX_EXPIRE, new_token};
+use crate::key::Keys;
+use crate::{LockError, io};
+
+/// After Redis refused SUBSCRIBE, how long a waiter checks the name every
+/// [`FALLBACK_PAUSE`] before it tries to subscribe again.
+pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a set waits before it joins the FIFO queue of a busy name.
+const JOIN_QUEUE_AFTER: Duration = RECHECK;
+
+/// The longest pause between tries of a give-back in the background.
+const GIVE_BACK_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How long a give-back in the background is tried at most (and never
+/// longer than the lease it would free).
+const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
+
+/// What a caller waits for: the closed list of the kinds.
+#[derive(Debug, Clone)]
+pub(crate) enum Contender<'a> {
+    /// One lock.
+    Lock(Cow<'a, Keys>),
+    /// One side of a read-write lock.
+    Rw(Cow<'a, Keys>, Cow<'a, RwKeys>),
+    /// A permit of a semaphore.
+    Permit {
+        keys: Cow<'a, Keys>,
+        permits: Cow<'a, Permits>,
+        /// The last answer said to look at every permit.
+        every: bool,
+    },
+    /// Every name of a set, or none: the keys in their fixed order, and the
+    /// indices of each group taken in one script call (one per Cluster
+    /// slot).
+    Set {
+        keys: Cow<'a, [Keys]>,
+        groups: Vec<Vec<usize>>,
+        /// Since when an attempt found a name held.
+        busy_since: Option<Instant>,
+    },
+}
+
+/// What an acquisition got.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// One name: its fencing token, and the index of the permit taken (0
+    /// for the other kinds).
+    One { fencing_token: u64, slot: usize },
+    /// Each name of a set's fencing token, in the order of its keys.
+    Set(Vec<u64>),
+}
+
+/// An acquisition that succeeded.
+#[derive(Debug)]
+pub(crate) struct Won {
+    pub(crate) taken: Taken,
+    /// When the request that took it was sent: the lease started after.
+    pub(crate) sent: Instant,
+    /// Whether a release handed it over while this caller waited.
+    pub(crate) handed: bool,
+    /// The owner token it is held under.
+    pub(crate) token: String,
+}
+
+impl Won {
+    /// The grant of one name (the first of a set).
+    pub(crate) fn grant(self) -> Grant {
+        let fencing_token = match self.taken {
+            Taken::One { fencing_token, .. } => fencing_token,
+            Taken::Set(tokens) => tokens.first().copied().unwrap_or(0),
+        };
+        Grant {
+            fencing_token,
+            sent: self.sent,
+            handed: self.handed,
+            token: self.token,
+        }
+    }
+}
+
+/// What one attempt found.
+enum Answer {
+    Taken(Taken),
+    /// Held; the first holder's lease ends in this much time, if known.
+    Busy(Option<Duration>),
+    /// Nothing written: ask again at once (a semaphore asked to look at
+    /// every permit).
+    Again,
+    /// Refused for good (nothing written by this attempt).
+    Refused(LockError),
+}
+
+impl Contender<'_> {
+    /// The keys of the names waited for.
+    fn keys(&self) -> &[Keys] {
+        match self {
+            Contender::Lock(keys) | Contender::Rw(keys, _) | Contender::Permit { keys, .. } => {
+                std::slice::from_ref(keys.as_ref())
+            }
+            Contender::Set { keys, .. } => keys,
+        }
+    }
+
+    /// One attempt for `token`; `queued`: an earlier attempt may have
+    /// queued it.
+    async fn attempt(
+        &mut self,
+        on: Queued<'_>,
+        (name, token, expire, wait): (&str, &str, Duration, Duration),
+        queued: bool,
+    ) -> Result<Answer, LockError> {
+        let attempt = (token, expire, wait, queued);
+        Ok(match self {
+            Contender::Lock(keys) => match on.try_acquire(keys, token, expire, wait, queued).await? {
+                Attempt::Acquired { fencing_token } => Answer::Taken(Taken::One {
+                    fencing_token,
+                    slot: 0,
+                }),
+                Attempt::Held { expires_in } => Answer::Busy(expires_in),
+            },
+            Contender::Rw(keys, rw) => match on.try_rw(keys, rw, attempt).await? {
+                rw_side::Answer::Taken { fencing_token } => Answer::Taken(Taken::One {
+                    fencing_token,
+                    slot: 0,
+                }),
+                rw_side::Answer::Busy { first_end } => Answer::Busy(first_end),
+            },
+            Contender::Permit {
+                keys,
+                permits,
+                every,
+            } => {
+                let looked_at_every = std::mem::take(every);
+                match on.try_permit(permits, keys, attempt, looked_at_every).await? {
+                    sem_side::Answer::LookAtEvery if !looked_at_every => {
+                        *every = true;
+                        Answer::Again
+                    }
+                    // Not an answer a look at every permit gives.
+                    sem_side::Answer::LookAtEvery => Answer::Busy(None),
+                    sem_side::Answer::Taken {
+                        fencing_token,
+                        slot,
+                    } if permits.slot(slot).is_some() => {
+                        Answer::Taken(Taken::One {
+                            fencing_token,
+                            slot,
+                        })
+                    }
+                    sem_side::Answer::Taken { slot, .. } => {
+                        return Err(LockError::Runtime {
+                            reason: format!(
+                                "Redis answered a semaphore attempt with permit {slot}, which it \
+                                 does not have"
+                            ),
+                        });
+                    }
+                    sem_side::Answer::Mismatch { recorded } => {
+                        Answer::Refused(LockError::PermitsMismatch {
+                            name: name.to_owned(),
+                            permits: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+                            recorded,
+                        })
+                    }
+                    sem_side::Answer::Busy { first_end } => Answer::Busy(first_end),
+                }
+            }
+            Contender::Set {
+                keys,
+                groups,
+                busy_since,
+            } => {
+                let sent = Instant::now();
+                // Waited long enough: join the FIFO queue of a busy name.
+                let queue = busy_since.is_some_and(|since| since.elapsed() >= JOIN_QUEUE_AFTER);
+                let groups = by_group(keys, groups);
+                match set_side::attempt(on, &groups, token, expire, wait, queue).await? {
+                    Tried::Taken(fencing_tokens) => Answer::Taken(Taken::Set(fencing_tokens)),
+                    Tried::Busy(longest) => {
+                        busy_since.get_or_insert(sent);
+                        Answer::Busy(Some(longest))
+                    }
+                }
+            }
+        })
+    }
+
+    /// Gives back whatever `token` holds or queued: releases what it owns
+    /// (handing it to the next waiter), or leaves the queue.
+    async fn give_back(&self, on: Queued<'_>, token: &str) -> Result<(), LockError> {
+        match self {
+            Contender::Lock(keys) => on.give_back(keys, token).await,
+            Contender::Rw(keys, rw) => on.give_back_rw(keys, rw, token).await,
+            Contender::Permit { keys, permits, .. } => {
+                on.give_back_permit(permits, keys, token).await
+            }
+            Contender::Set { keys, groups, .. } => {
+                for group in by_group(keys, groups) {
+                    set_side::give_back(on, &group, token).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The same contender, owning its keys (for a give-back in the
+    /// background).
+    fn into_owned(self) -> Contender<'static> {
+        match self {
+            Contender::Lock(keys) => Contender::Lock(Cow::Owned(keys.into_owned())),
+            Contender::Rw(keys, rw) => {
+                Contender::Rw(Cow::Owned(keys.into_owned()), Cow::Owned(rw.into_owned()))
+            }
+            Contender::Permit {
+                keys,
+                permits,
+                every,
+            } => Contender::Permit {
+                keys: Cow::Owned(keys.into_owned()),
+                permits: Cow::Owned(permits.into_owned()),
+                every,
+            },
+            Contender::Set {
+                keys,
+                groups,
+                busy_since,
+            } => Contender::Set {
+                keys: Cow::Owned(keys.into_owned()),
+                groups,
+                busy_since,
+            },
+        }
+    }
+}
+
+/// The keys of each group.
+fn by_group<'k>(keys: &'k [Keys], groups: &[Vec<usize>]) -> Vec<Vec<&'k Keys>> {
+    groups
+        .iter()
+        .map(|members| members.iter().map(|&i| &keys[i]).collect())
+        .collect()
+}
+
+/// One acquisition: who asks, for how long.
+pub(crate) struct Request<'a> {
+    /// How Redis is reached (kept for give-backs that outlive the loop).
+    pub(crate) backend: &'a Arc<Backend>,
+    /// The name (the names joined, for a set), for errors.
+    pub(crate) name: &'a str,
+    /// The owner token of the first attempt.
+    pub(crate) token: String,
+    /// The lease.
+    pub(crate) expire: Duration,
+    /// How long to wait while the name is held.
+    pub(crate) wait: Duration,
+}
+
+/// Takes what `contender` waits for, with the loop of the Locker's
+/// deployment: on the caller's runtime, or on the I/O thread.
+///
+/// Each attempt is one script call (one per group of a set on a Cluster).
+/// When the name is held, the attempt also queues this request in Redis,
+/// and the loop sleeps until the first of:
+/// - a release hands it the name (a message on the name's channel: see
+///   [`crate::backend::Wakeups`]);
+/// - the channel is subscribed (the first time it waits, or after the
+///   subscriber connection was replaced): one more attempt, since a
+///   release may have come before;
+/// - [`RECHECK`] has passed since the last attempt, in case a message was
+///   lost;
+/// - the holder's lease would end (a crashed holder's lock is taken a
+///   millisecond after it expires);
+/// - its acquire timeout ends: then one last attempt, which also leaves the
+///   queue, so the wait ends within a round trip of the timeout;
+/// - the caller is gone (this future dropped, or `gone` on the I/O thread):
+///   it leaves the queue, passing the name on if it was just handed it.
+///
+/// Connection errors are retried until the deadline with a new token each
+/// time (see the module docs).
+pub(crate) async fn acquire(
+    contender: Contender<'_>,
+    request: Request<'_>,
+    gone: io::CallerGone,
+) -> Result<Won, LockError> {
+    match &**request.backend {
+        Backend::Single(node) => waiting(Queued::Single(node), contender, request, gone).await,
+        Backend::Cluster(nodes) => waiting(Queued::Cluster(nodes), contender, request, gone).await,
+        Backend::Redlock(nodes) => match &contender {
+            Contender::Lock(keys) => {
+                let grant = crate::backend::redlock::acquire(
+                    nodes,
+                    LockRequest {
+                        backend: request.backend,
+                        name: request.name,
+                        keys,
+                        token: request.token,
+                        expire: request.expire,
+                        wait: request.wait,
+                    },
+                    gone,
+                )
+                .await?;
+                Ok(Won {
+                    taken: Taken::One {
+                        fencing_token: grant.fencing_token,
+                        slot: 0,
+                    },
+                    sent: grant.sent,
+                    handed: grant.handed,
+                    token: grant.token,
+                })
+            }
+            Contender::Set { keys, .. } => {
+                let set = SetOnNodes {
+                    keys,
+                    name: request.name,
+                    token: request.token,
+                    expire: request.expire,
+                    wait: request.wait,
+                };
+                let mut owed = Owed::new(
+                    contender.clone(),
+                    request.backend,
+                    request.expire,
+                    String::new(),
+                );
+                let grant =
+                    crate::backend::redlock::set::acquire(nodes, set, &mut owed.stale, gone)
+                        .await?;
+                Ok(Won {
+                    taken: Taken::Set(grant.fencing_tokens),
+                    sent: grant.sent,
+                    handed: false,
+                    token: grant.token,
+                })
+            }
+            Contender::Rw(..) | Contender::Permit { .. } => Err(LockError::invalid(
+                "lock kind",
+                "read-write locks and semaphores need one server or a Redis Cluster, not a \
+                 Redlock Locker",
+            )),
+        },
+    }
+}
+
+/// The loop of the deployments that queue waiters in Redis.
+async fn waiting(
+    on: Queued<'_>,
+    contender: Contender<'_>,
+    request: Request<'_>,
+    mut gone: io::CallerGone,
+) -> Result<Won, LockError> {
+    let Request {
+        backend,
+        name,
+        token,
+        expire,
+        wait,
+    } = request;
+    let now = Instant::now();
+    let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
+    let wakeups = on.wakeups();
+    let mut owed = Owed::new(contender, backend, expire, token);
+    let one_name = !matches!(owed.contender, Contender::Set { .. });
+    // Uncontended: no pub/sub work at all, unless every channel is already
+    // subscribed (names in demand), in which case waiting starts warm.
+    let mut waiters: Vec<Waiter> = owed
+        .contender
+        .keys()
+        .iter()
+        .map(|k| wakeups.register_if_subscribed(&k.channel, &owed.current))
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    let mut retry = Backoff::new(RETRY_MAX);
+    // Redis refused SUBSCRIBE: check often until this moment.
+    let mut polling_until: Option<Instant> = None;
+    // A hand-over was heard: the next answer is the grant.
+    let mut handed = false;
+    loop {
+        // Attempts whose answer was lost come first: their tokens are given
+        // back before a new token tries.
+        if let Err(e) = owed.settle(on).await {
+            retry.pause(e, deadline, &mut gone).await?;
+            continue;
+        }
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
+        owed.sending = true;
+        let attempt = owed
+            .contender
+            .attempt(on, (name, &owed.current, expire, left), owed.queued)
+            .await;
+        owed.sending = false;
+        let first_end = match attempt {
+            Ok(Answer::Taken(taken)) => {
+                owed.queued = false;
+                let token = std::mem::take(&mut owed.current);
+                return Ok(Won {
+                    taken,
+                    sent,
+                    handed,
+                    token,
+                });
+            }
+            Ok(Answer::Busy(first_end)) => first_end,
+            Ok(Answer::Again) => continue,
+            // A token queued before is given back by `owed`.
+            Ok(Answer::Refused(e)) => return Err(e),
+            Err(e) if retryable(&e) => {
+                // The request may have run: the token may be queued or even
+                // hold the name. It is given back, and the next attempt
+                // uses a new token, so that a late give-back can never
+                // free the hold of a later attempt.
+                owed.renew_token(may_have_run(&e))?;
+                waiters.clear();
+                handed = false;
+                retry.pause(e, deadline, &mut gone).await?;
+                continue;
+            }
+            Err(e) => {
+                owed.sending = may_have_run(&e);
+                return Err(e);
+            }
+        };
+        retry.reset();
+        handed = false;
+        if left.is_zero() {
+            // That attempt left the queue.
+            owed.queued = false;
+            return Err(LockError::Timeout {
+                name: name.to_owned(),
+                waited: wait,
+            });
+        }
+        owed.queued = true;
+        let now = Instant::now();
+        if polling_until.is_some_and(|until| now >= until) {
+            polling_until = None;
+        }
+        if waiters.is_empty() && polling_until.is_none() {
+            // Subscribes in the background; `Wake::Subscribed` says when
+            // no notice can be missed any more.
+            waiters = owed
+                .contender
+                .keys()
+                .iter()
+                .map(|k| wakeups.watch(&k.channel, &owed.current))
+                .collect();
+        }
+        // When to ask Redis again: at the deadline, when the holder's lease
+        // ends, within a second in any case, and often while no release
+        // notice can reach us.
+        let recheck = deadline.min(now + RECHECK);
+        let mut wake_at = next_check(recheck, first_end, polling_until.is_some());
+        loop {
+            let woken = std::future::poll_fn(|cx| {
+                for waiter in &mut waiters {
+                    if let Poll::Ready(wake) = waiter.poll_wait(cx) {
+                        return Poll::Ready(wake);
+                    }
+                }
+                Poll::Pending
+            });
+            let wake = tokio::select! {
+                wake = woken => wake,
+                () = tokio::time::sleep_until(wake_at.into()) => break,
+                () = gone.wait() => return Err(stopped_waiting()),
+            };
+            match wake {
+                // The release that handed a lock over ran after `sent`:
+                // its notice carries the grant.
+                Wake::Handed { fencing_token } if matches!(owed.contender, Contender::Lock(_)) => {
+                    owed.queued = false;
+                    let token = std::mem::take(&mut owed.current);
+                    return Ok(Won {
+                        taken: Taken::One {
+                            fencing_token,
+                            slot: 0,
+                        },
+                        sent,
+                        handed: true,
+                        token,
+                    });
+                }
+                // Ours; asking once more says which key and tokens. The
+                // waiter is no longer registered.
+                Wake::Handed { .. } => {
+                    waiters.clear();
+                    handed = true;
+                    break;
+                }
+                // From now on no notice is missed; one may have come
+                // before: ask again. Or a release left the name free and
+                // this waiter is the oldest: take it, unless a newcomer was
+                // quicker.
+                Wake::Subscribed | Wake::TryNow => break,
+                Wake::Recheck => {
+                    waiters.clear();
+                    break;
+                }
+                Wake::Refused => {
+                    waiters.clear();
+                    polling_until = Some(Instant::now() + RESUBSCRIBE_AFTER);
+                    wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
+                }
+                // Another waiter got the name: a crash of that holder is
+                // what to watch for now (see the module docs).
+                Wake::Rearm { lease } if one_name => {
+                    wake_at = next_check(recheck, Some(lease), polling_until.is_some());
+                }
+                Wake::Rearm { lease } => wake_at = wake_at.min(soon_after(lease)),
+            }
+        }
+    }
+}
+
+/// When a waiter asks Redis again: at `recheck` (its deadline or a second
+/// from now), when a lease of `lease` ends, and soon when `polling`.
+fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Instant {
+    let mut at = recheck;
+    if let Some(lease) = lease {
+        at = at.min(soon_after(lease));
+    }
+    if polling {
+        at = at.min(soon_after(FALLBACK_PAUSE));
+    }
+    at
+}
+
+impl Backoff {
+    /// After `error`: sleeps the next pause, cut at `deadline`; `error`
+    /// itself once the deadline has passed (or the caller is gone).
+    pub(crate) async fn pause(
+        &mut self,
+        error: LockError,
+        deadline: Instant,
+        gone: &mut io::CallerGone,
+    ) -> Result<(), LockError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(error);
+        }
+        tracing::debug!(target: "lockattr", error = %error, "a waiter cannot reach Redis; trying again");
+        let until = deadline.min(now + self.next());
+        tokio::select! {
+            () = tokio::time::sleep_until(until.into()) => Ok(()),
+            () = gone.wait() => Err(stopped_waiting()),
+        }
+    }
+}
+
+/// The tokens of one acquisition that must be given back: dropped with any
+/// left, it gives them back in the background (a cancelled waiter leaves
+/// the queue, passing the name on if it was just handed it).
+struct Owed<'a> {
+    backend: &'a Arc<Backend>,
+    contender: Contender<'a>,
+    expire: Duration,
+    /// Tokens of attempts whose answer was lost, oldest first.
+    stale: Vec<String>,
+    /// The token of the current attempt (empty once it is the caller's).
+    current: String,
+    /// An attempt may have queued `current`.
+    queued: bool,
+    /// `current`'s request is on its way, or ended in an error after which
+    /// it may hold something.
+    sending: bool,
+}
+
+impl<'a> Owed<'a> {
+    fn new(
+        contender: Contender<'a>,
+        backend: &'a Arc<Backend>,
+        expire: Duration,
+        token: String,
+    ) -> Owed<'a> {
+        Owed {
+            backend,
+            contender,
+            expire,
+            stale: Vec::new(),
+            current: token,
+            queued: false,
+            sending: false,
+        }
+    }
+
+    /// A new token for the next attempt; the current one is owed a
+    /// give-back when it may be queued or, with `may_hold`, hold something.
+    fn renew_token(&mut self, may_hold: bool) -> Result<(), LockError> {
+        let old = std::mem::replace(&mut self.current, new_token()?);
+        if std::mem::take(&mut self.queued) || may_hold {
+            self.stale.push(old);
+        }
+        Ok(())
+    }
+
+    /// Gives back the stale tokens, oldest last; the error of the first
+    /// that could not be given back for lack of Redis (it stays owed).
+    async fn settle(&mut self, on: Queued<'_>) -> Result<(), LockError> {
+        while let Some(token) = self.stale.last() {
+            match self.contender.give_back(on, token).await {
+                Ok(()) => {}
+                Err(e) if retryable(&e) => return Err(e),
+                // Nothing to gain from trying again: the lease frees it.
+                Err(e) => {
+                    tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned attempt")
+                }
+            }
+            self.stale.pop();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Owed<'_> {
+    fn drop(&mut self) {
+        let mut tokens = std::mem::take(&mut self.stale);
+        if (self.queued || self.sending) && !self.current.is_empty() {
+            tokens.push(std::mem::take(&mut self.current));
+        }
+        if tokens.is_empty() {
+            return;
+        }
+        let backend = self.backend.clone();
+        let contender = self.contender.clone().into_owned();
+        let expire = self.expire;
+        let until = Instant::now() + expire.min(GIVE_BACK_FOR);
+        let giving = io::spawn(async move {
+            let on = match &*backend {
+                Backend::Single(node) => Queued::Single(node),
+                Backend::Cluster(nodes) => Queued::Cluster(nodes),
+                Backend::Redlock(nodes) => {
+                    if let Contender::Set { keys, .. } = &contender {
+                        for token in tokens {
+                            nodes
+                                .give_back_set(keys, &token, expire, &nodes.every_node())
+                                .await;
+                        }
+                    }
+                    return;
+                }
+            };
+            let mut retry = Backoff::new(GIVE_BACK_RETRY_MAX);
+            for token in tokens {
+                loop {
+                    match contender.give_back(on, &token).await {
+                        Ok(()) => break,
+                        Err(e) if retryable(&e) && Instant::now() < until => {
+                            tokio::time::sleep(retry.next()).await;
+                        }
+                        Err(e) => {
+                            tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned attempt; it expires with its lease or wait");
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        if let Err(e) = giving {
+            tracing::debug!(target: "lockattr", error = %e, "cannot leave a queue; the entry expires with the wait");
+        }
+    }
+}
