@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Extend, Released};
 use crate::hold::Hold;
 use crate::inner::Inner;
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::lost::LeaseState;
 use crate::{LockError, LostReason, io};
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::backend::inspect::Seen;
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{LockError, Locker, io};
 
 /// A held lock, as [`Locker::inspect`] and [`Locker::locks`] see it.
@@ -198,30 +198,7 @@ pub(crate) fn glob_literal(out: &mut String, c: char) {
     out.push(c);
 }
 
-/// The lock name of a lock key under `prefix`; `None` for another key.
-pub(crate) fn name_of(prefix: &str, key: &str) -> Option<String> {
-    let spelled = key
-        .strip_prefix(prefix)?
-        .strip_prefix('{')?
-        .strip_suffix('}')?;
-    let mut name = String::with_capacity(spelled.len());
-    let mut rest = spelled;
-    while let Some(i) = rest.find('\\') {
-        name.push_str(&rest[..i]);
-        rest = &rest[i..];
-        if let Some(after) = rest.strip_prefix("\\\\") {
-            name.push('\\');
-            rest = after;
-        } else if let Some(after) = rest.strip_prefix("\\x7d") {
-            name.push('}');
-            rest = after;
-        } else {
-            return None;
-        }
-    }
-    name.push_str(rest);
-    Some(name)
-}
+pub(crate) use crate::layout::name_of;
 
 impl Locker {
     pub(crate) fn keys_of(&self, name: &str) -> Result<Keys, LockError> {

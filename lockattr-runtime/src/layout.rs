@@ -1,7 +1,11 @@
-//! The Redis side's vocabulary, owned in one place: the limits every script
-//! checks, and the owner tokens. Everything above it (backends, the waiting
-//! core, the kinds) takes these from here; it imports nothing of theirs.
+//! The key layout and the limits, owned in one place: every Redis key name
+//! of every kind, how a lock name is spelled in a key (and read back), the
+//! limits every script checks, and the owner tokens. Everything above it
+//! (backends, the waiting core, the kinds, operator calls) takes these from
+//! here; it imports nothing of theirs. `docs/protocol.md` has the table of
+//! keys and stored formats.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
@@ -23,4 +27,294 @@ pub(crate) fn new_token() -> Result<String, LockError> {
         token.push(char::from(HEX[usize::from(b & 15)]));
     }
     Ok(token)
+}
+
+/// The most permits a semaphore may have (256): every acquisition looks at
+/// each permit in one script call, so its cost grows with the count. For
+/// more concurrent holders, split the work over several names.
+///
+/// ```
+/// assert_eq!(lockattr_runtime::MAX_PERMITS, 256);
+/// ```
+pub const MAX_PERMITS: u32 = 256;
+
+/// Which side of a read-write lock a request takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwMode {
+    /// A shared hold: any number of readers at once, no writer.
+    Read,
+    /// An exclusive hold: no reader and no other writer.
+    Write,
+}
+
+/// The Redis keys of one lock, and how long its fencing counter outlives
+/// a lease.
+///
+/// The lock key is `<prefix>{<name>}` and every other key of the lock is
+/// `<prefix>{<name>}:<suffix>`, so that all of them hash to one Redis Cluster
+/// slot (the part between the braces is the hash tag). A `}` inside the name
+/// would end the hash tag early, so the name is escaped first: `\` becomes
+/// `\\` and `}` becomes `\x7d`. The escape is reversible, so two different
+/// names never share a key.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    /// `<prefix>{<escaped name>}`: holds the owner's token while locked.
+    pub(crate) lock: String,
+    /// `<prefix>{<escaped name>}:fence`: the lock's fencing counter. It
+    /// expires [`fence_retention`](Self::fence_retention) after the lease it
+    /// was last incremented for (or after the release); a new counter
+    /// starts from the server's clock, so tokens keep increasing across
+    /// its expiry (see `scripts::next_fence_lua`).
+    pub(crate) fence: String,
+    /// `<prefix>{<escaped name>}:queue`: the tokens of the waiters, oldest
+    /// first. Redis deletes it when it is empty.
+    pub(crate) queue: String,
+    /// `<prefix>{<escaped name>}:waiters`: each queued token's deadline,
+    /// lease, when it was queued and its holder record (`<deadline
+    /// ms>:<lease ms>:<queued ms>:<holder>`). Redis deletes it when it is
+    /// empty.
+    pub(crate) waiters: String,
+    /// `<prefix>{<escaped name>}:wake`: the pub/sub channel on which a
+    /// release names the waiter it handed the lock to.
+    pub(crate) channel: String,
+    /// How long the fencing counter stays after a lease ended (the
+    /// Locker's `fence_retention`): every script that writes the counter
+    /// sets its expiry from this.
+    pub(crate) fence_retention: Duration,
+    /// Who takes the lock (`<host>\n<pid>\n<label>`), recorded with it.
+    pub(crate) holder: Arc<str>,
+    /// How long a release lets newcomers take the lock while the oldest
+    /// waiter has waited less than that (the Locker's
+    /// [`Fairness`](crate::Fairness)); zero: every release hands the lock to
+    /// the oldest waiter.
+    pub(crate) barge: Duration,
+    /// A semaphore's number of permits (its `lock` is then the key of the
+    /// permit held); 0 for a lock.
+    pub(crate) permits: u32,
+    /// A read-write lock's side and keys (its `lock` is then the key the
+    /// holder holds: the writer's, or the reader's own); `None` otherwise.
+    pub(crate) rw: Option<RwKeys>,
+}
+
+impl Keys {
+    /// The kind's index of its holders that a renewal of this hold updates
+    /// (a read-write lock's readers, for a reader); the holder key itself
+    /// when the kind keeps none.
+    pub(crate) fn index(&self) -> &str {
+        self.rw
+            .as_ref()
+            .and_then(|rw| rw.index())
+            .unwrap_or(&self.lock)
+    }
+
+    pub(crate) fn new(prefix: &str, name: &str, fence_retention: Duration) -> Keys {
+        let mut lock = String::with_capacity(prefix.len() + name.len() + 2);
+        lock.push_str(prefix);
+        lock.push('{');
+        spell_name(&mut lock, name);
+        lock.push('}');
+        Keys {
+            fence: format!("{lock}:fence"),
+            queue: format!("{lock}:queue"),
+            waiters: format!("{lock}:waiters"),
+            channel: format!("{lock}:wake"),
+            lock,
+            fence_retention,
+            holder: Arc::from(""),
+            barge: Duration::ZERO,
+            permits: 0,
+            rw: None,
+        }
+    }
+}
+
+/// Appends `name` as a key spells it: `\\` becomes `\\\\` and `}` becomes
+/// `\\x7d`, so that the name cannot end the hash tag early and two names
+/// never share a key.
+pub(crate) fn spell_name(out: &mut String, name: &str) {
+    for c in name.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '}' => out.push_str("\\x7d"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The lock name of a lock key under `prefix` (the reverse of
+/// [`Keys::new`]); `None` for another key.
+pub(crate) fn name_of(prefix: &str, key: &str) -> Option<String> {
+    let spelled = key
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
+    let mut name = String::with_capacity(spelled.len());
+    let mut rest = spelled;
+    while let Some(i) = rest.find('\\') {
+        name.push_str(&rest[..i]);
+        rest = &rest[i..];
+        if let Some(after) = rest.strip_prefix("\\\\") {
+            name.push('\\');
+            rest = after;
+        } else if let Some(after) = rest.strip_prefix("\\x7d") {
+            name.push('}');
+            rest = after;
+        } else {
+            return None;
+        }
+    }
+    name.push_str(rest);
+    Some(name)
+}
+
+/// The keys of one read-write lock beyond the lock-shaped [`Keys`] its
+/// guard uses (whose `lock` is the writer's key or the reader's own).
+#[derive(Debug, Clone)]
+pub(crate) struct RwKeys {
+    /// The side taken.
+    pub(crate) mode: RwMode,
+    /// `<base>:rw:write`.
+    pub(crate) write: String,
+    /// `<base>:rw:reading`.
+    pub(crate) readers: String,
+}
+
+impl RwKeys {
+    /// Turns `keys` (of the name, as [`Keys::new`] made them) into a
+    /// read-write lock's, for `mode`; a reader's `lock` is set when its
+    /// token is known ([`RwKeys::holder_key`]).
+    pub(crate) fn make(keys: &mut Keys, mode: RwMode) {
+        let base = format!("{}:rw", keys.lock);
+        keys.fence = format!("{base}:fence");
+        keys.queue = format!("{base}:queue");
+        keys.waiters = format!("{base}:waiters");
+        keys.channel = format!("{base}:wake");
+        // Always handed to the oldest waiters.
+        keys.barge = Duration::ZERO;
+        let rw = RwKeys {
+            mode,
+            write: format!("{base}:write"),
+            readers: format!("{base}:reading"),
+        };
+        keys.lock = rw.write.clone();
+        keys.rw = Some(rw);
+    }
+
+    /// The index of readers that a reader's renewal updates; `None` for a
+    /// writer.
+    pub(crate) fn index(&self) -> Option<&str> {
+        match self.mode {
+            RwMode::Write => None,
+            RwMode::Read => Some(&self.readers),
+        }
+    }
+
+    /// The key `token` holds on this side: the writer's, or its own reader
+    /// key.
+    pub(crate) fn holder_key(&self, token: &str) -> String {
+        match self.mode {
+            RwMode::Write => self.write.clone(),
+            RwMode::Read => {
+                let base = self.write.strip_suffix(":write").unwrap_or(&self.write);
+                format!("{base}:read:{token}")
+            }
+        }
+    }
+}
+
+/// The keys of one semaphore: its permits' keys and the record of their
+/// number, next to the lock-shaped [`Keys`] its holders' guards use.
+#[derive(Debug, Clone)]
+pub(crate) struct Permits {
+    /// `<base>:sem`, what every key of the semaphore starts with.
+    pub(crate) base: String,
+    /// `<base>:sem:permits`: the number of permits callers asked for.
+    pub(crate) record: String,
+    /// `<base>:sem:permit:<i>`, one per permit.
+    pub(crate) slots: Vec<String>,
+}
+
+impl Permits {
+    /// Turns `keys` (of the name, as [`Keys::new`] made them) into a
+    /// semaphore's: `permits` must be checked (1 to [`MAX_PERMITS`]).
+    pub(crate) fn make(keys: &mut Keys, permits: u32) -> Permits {
+        let base = format!("{}:sem", keys.lock);
+        keys.fence = format!("{base}:fence");
+        keys.queue = format!("{base}:queue");
+        keys.waiters = format!("{base}:waiters");
+        keys.channel = format!("{base}:wake");
+        // Semaphores always hand a permit to the oldest waiter.
+        keys.barge = Duration::ZERO;
+        keys.permits = permits;
+        let slots: Vec<String> = (0..permits).map(|i| format!("{base}:permit:{i}")).collect();
+        if let Some(first) = slots.first() {
+            keys.lock = first.clone();
+        }
+        Permits {
+            record: format!("{base}:permits"),
+            base,
+            slots,
+        }
+    }
+
+    /// The number of permits.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The key of permit `index`.
+    pub(crate) fn slot(&self, index: usize) -> Option<&str> {
+        self.slots.get(index).map(String::as_str)
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hash tag Redis Cluster uses for a key (the whole key when none).
+    fn hash_tag(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
+    #[test]
+    fn keys_of_one_lock_share_a_hash_tag() {
+        for name in ["order:7", "}", "a}b", "{x}", "\\}", "naïve 名前", "a b\nc"] {
+            let keys = Keys::new("lockattr:", name, Duration::ZERO);
+            assert_eq!(hash_tag(&keys.lock), hash_tag(&keys.fence), "{name:?}");
+            assert_ne!(hash_tag(&keys.lock), keys.lock, "{name:?} has no hash tag");
+        }
+    }
+
+    #[test]
+    fn escaping_keeps_names_apart() {
+        let names = ["}", "\\x7d", "\\}", "\\\\x7d", "a", "a}", "a\\x7d"];
+        let mut keys: Vec<String> = names
+            .iter()
+            .map(|n| Keys::new("p:", n, Duration::ZERO).lock)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), names.len());
+    }
+
+    #[test]
+    fn plain_names_are_readable() {
+        assert_eq!(
+            Keys::new("lockattr:", "order:7", Duration::ZERO).lock,
+            "lockattr:{order:7}"
+        );
+        assert_eq!(
+            Keys::new("lockattr:", "order:7", Duration::ZERO).fence,
+            "lockattr:{order:7}:fence"
+        );
+    }
+
 }

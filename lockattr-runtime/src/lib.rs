@@ -148,5 +148,5 @@ pub use locker::{
 };
 pub use lockset::{LockSetBuilder, LockSetGuard};
 pub use lost::LostReason;
-pub use semaphore::MAX_PERMITS;
+pub use layout::MAX_PERMITS;
 pub use semaphore_inspect::{PermitInfo, SemaphoreInfo};

@@ -15,7 +15,7 @@ use crate::backend::{Backend, ClusterNodes, Grant, SingleNode, Timeouts};
 use crate::guard::{Lease, LockGuard};
 use crate::hold::{self, Hold};
 use crate::inner::Inner;
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::lost::{LeaseState, whole_ms};
 use crate::observe::{Acquiring, Kind, Report};
 use crate::watchdog::{self, Watchdog};
@@ -1020,7 +1020,7 @@ pub struct LockBuilder<'a> {
     pub(crate) permits: Option<u32>,
     /// The side of a read-write lock ([`Locker::read_lock`],
     /// [`Locker::write_lock`]); `None`: a lock or a semaphore.
-    pub(crate) rw: Option<crate::rwlock::RwMode>,
+    pub(crate) rw: Option<crate::layout::RwMode>,
 }
 
 impl LockBuilder<'_> {

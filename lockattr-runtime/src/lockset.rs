@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::backend::Grant;
 use crate::backend::Backend;
 use crate::backend::lockset as set;
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::wait::{self, Contender, Taken, Won};
 use crate::guard::Lease;
 use crate::observe::{Acquiring, Kind};

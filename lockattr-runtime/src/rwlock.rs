@@ -5,21 +5,12 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::backend::rwlock::RwKeys;
+use crate::layout::{RwKeys, RwMode};
 use crate::backend::{Backend, Grant};
 use crate::wait::{self, Contender};
 use crate::guard::Lease;
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{LockBuilder, LockError, Locker, io};
-
-/// Which side of a read-write lock a request takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RwMode {
-    /// A shared hold: any number of readers at once, no writer.
-    Read,
-    /// An exclusive hold: no reader and no other writer.
-    Write,
-}
 
 impl Locker {
     /// A request to read under the read-write lock `name`: any number of

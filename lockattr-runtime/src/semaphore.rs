@@ -4,21 +4,13 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::backend::semaphore::Permits;
+use crate::layout::{MAX_PERMITS, Permits};
 use crate::backend::{Backend, Grant};
 use crate::wait::{self, Contender, Taken};
 use crate::guard::Lease;
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{LockBuilder, LockError, Locker, io};
 
-/// The most permits a semaphore may have (256): every acquisition looks at
-/// each permit in one script call, so its cost grows with the count. For
-/// more concurrent holders, split the work over several names.
-///
-/// ```
-/// assert_eq!(lockattr_runtime::MAX_PERMITS, 256);
-/// ```
-pub const MAX_PERMITS: u32 = crate::backend::semaphore::MAX_PERMITS;
 
 impl Locker {
     /// A request for one of the `permits` permits of the semaphore `name`:

@@ -15,7 +15,7 @@ use crate::backend::Backend;
 use crate::backend::semaphore::{self as sem, SemaphoreSeen};
 use crate::inner::Inner;
 use crate::inspect::{glob_literal, key_pattern, name_of, parse_holder};
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{Holder, LockError, Locker, MAX_PERMITS, io};
 
 /// A semaphore in use, as [`Locker::inspect_semaphore`] and

@@ -63,13 +63,12 @@ use std::time::{Duration, Instant};
 use crate::backend::lockset::{self as set_side, Tried};
 use crate::backend::redlock::set::SetOnNodes;
 use crate::backend::queue::{Queued, RECHECK, may_have_run, retryable, stopped_waiting};
-use crate::backend::rwlock::{self as rw_side, RwKeys};
-use crate::backend::semaphore::{self as sem_side, Permits};
+use crate::backend::rwlock as rw_side;
+use crate::backend::semaphore as sem_side;
 use crate::backend::{
     Attempt, Backend, Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, Waiter, soon_after,
 };
-use crate::layout::{MAX_EXPIRE, new_token};
-use crate::key::Keys;
+use crate::layout::{Keys, MAX_EXPIRE, Permits, RwKeys, new_token};
 use crate::{LockError, io};
 
 /// After Redis refused SUBSCRIBE, how long a waiter checks the name every

@@ -25,7 +25,7 @@ use super::scripts::ReleaseReply;
 use super::source::Source;
 use super::{Attempt, Extend, Renewal, Renewed, Timeouts, Wakeups, millis, scripts};
 use crate::address::{self, Address, TlsFiles};
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{LockError, io};
 
 /// A Redis Cluster.

@@ -9,7 +9,7 @@ use redis::{FromRedisValue, Value};
 
 use super::{Backend, ClusterNodes, Redlock, SingleNode, scripts};
 use crate::LockError;
-use crate::key::Keys;
+use crate::layout::Keys;
 
 /// One server's view of one held lock.
 #[derive(Debug, Clone)]

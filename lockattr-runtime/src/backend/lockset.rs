@@ -54,7 +54,7 @@ use super::queue::Queued;
 use super::scripts::{holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
 use super::{Backend, millis};
 use crate::LockError;
-use crate::key::Keys;
+use crate::layout::Keys;
 
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};

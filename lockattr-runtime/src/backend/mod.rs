@@ -31,7 +31,7 @@ pub(crate) use single::{SingleNode, Timeouts};
 pub(crate) use wake::{Wake, Waiter, Wakeups};
 
 use crate::LockError;
-use crate::key::Keys;
+use crate::layout::Keys;
 
 /// The answer to one attempt to take a lock.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Attempt, ClusterNodes, SingleNode, Wakeups};
 use crate::LockError;
-use crate::key::Keys;
+use crate::layout::Keys;
 
 /// How often a waiter asks Redis whatever it hears: a hand-over whose
 /// message never arrived is noticed this long after it at most.

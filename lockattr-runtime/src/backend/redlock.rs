@@ -69,7 +69,7 @@ use super::{
     Renewal, SingleNode, Timeouts, random_fraction, soon_after,
 };
 use crate::address::{Address, TlsFiles};
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{LockError, io};
 
 pub(crate) mod set;

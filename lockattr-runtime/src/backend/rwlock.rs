@@ -76,64 +76,9 @@ use redis::{Script, ScriptInvocation};
 use super::queue::Queued;
 use super::semaphore::{unauthenticated, whole_millis};
 use super::millis;
-use crate::key::Keys;
-use crate::rwlock::RwMode;
+use crate::layout::Keys;
+use crate::layout::{RwKeys, RwMode};
 use crate::LockError;
-
-/// The keys of one read-write lock beyond the lock-shaped [`Keys`] its
-/// guard uses (whose `lock` is the writer's key or the reader's own).
-#[derive(Debug, Clone)]
-pub(crate) struct RwKeys {
-    /// The side taken.
-    pub(crate) mode: RwMode,
-    /// `<base>:rw:write`.
-    write: String,
-    /// `<base>:rw:readers`.
-    readers: String,
-}
-
-impl RwKeys {
-    /// Turns `keys` (of the name, as [`Keys::new`] made them) into a
-    /// read-write lock's, for `mode`; a reader's `lock` is set when its
-    /// token is known ([`RwKeys::holder_key`]).
-    pub(crate) fn make(keys: &mut Keys, mode: RwMode) {
-        let base = format!("{}:rw", keys.lock);
-        keys.fence = format!("{base}:fence");
-        keys.queue = format!("{base}:queue");
-        keys.waiters = format!("{base}:waiters");
-        keys.channel = format!("{base}:wake");
-        // Always handed to the oldest waiters.
-        keys.barge = Duration::ZERO;
-        let rw = RwKeys {
-            mode,
-            write: format!("{base}:write"),
-            readers: format!("{base}:reading"),
-        };
-        keys.lock = rw.write.clone();
-        keys.rw = Some(rw);
-    }
-
-    /// The index of readers that a reader's renewal updates; `None` for a
-    /// writer.
-    pub(crate) fn index(&self) -> Option<&str> {
-        match self.mode {
-            RwMode::Write => None,
-            RwMode::Read => Some(&self.readers),
-        }
-    }
-
-    /// The key `token` holds on this side: the writer's, or its own reader
-    /// key.
-    pub(crate) fn holder_key(&self, token: &str) -> String {
-        match self.mode {
-            RwMode::Write => self.write.clone(),
-            RwMode::Read => {
-                let base = self.write.strip_suffix(":write").unwrap_or(&self.write);
-                format!("{base}:read:{token}")
-            }
-        }
-    }
-}
 
 /// Lua shared by [`ACQUIRE`] and [`RELEASE`]. KEYS: write, readers, fence,
 /// queue, waiters. `retention` must be set first.

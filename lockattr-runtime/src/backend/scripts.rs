@@ -19,7 +19,7 @@ use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
 use super::millis;
-use crate::key::Keys;
+use crate::layout::Keys;
 
 /// The most milliseconds any script accepts as a duration: 30 days,
 /// [`MAX_EXPIRE`](crate::MAX_EXPIRE) (a lease, an extension, a wait, a

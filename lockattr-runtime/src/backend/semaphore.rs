@@ -78,12 +78,8 @@ use super::SingleNode;
 use super::queue::Queued;
 use super::single::Request;
 use super::millis;
-use crate::key::Keys;
+use crate::layout::{Keys, MAX_PERMITS, Permits};
 use crate::LockError;
-
-/// The most permits a semaphore may have: every acquisition looks at each
-/// permit's key in one script call, so the cost grows with the count.
-pub(crate) const MAX_PERMITS: u32 = 256;
 
 macro_rules! max_permits {
     () => {
@@ -91,51 +87,7 @@ macro_rules! max_permits {
     };
 }
 
-/// The keys of one semaphore: its permits' keys and the record of their
-/// number, next to the lock-shaped [`Keys`] its holders' guards use.
-#[derive(Debug, Clone)]
-pub(crate) struct Permits {
-    /// `<base>:sem`, what every key of the semaphore starts with.
-    base: String,
-    /// `<base>:sem:permits`: the number of permits callers asked for.
-    record: String,
-    /// `<base>:sem:permit:<i>`, one per permit.
-    slots: Vec<String>,
-}
-
 impl Permits {
-    /// Turns `keys` (of the name, as [`Keys::new`] made them) into a
-    /// semaphore's: `permits` must be checked (1 to [`MAX_PERMITS`]).
-    pub(crate) fn make(keys: &mut Keys, permits: u32) -> Permits {
-        let base = format!("{}:sem", keys.lock);
-        keys.fence = format!("{base}:fence");
-        keys.queue = format!("{base}:queue");
-        keys.waiters = format!("{base}:waiters");
-        keys.channel = format!("{base}:wake");
-        // Semaphores always hand a permit to the oldest waiter.
-        keys.barge = Duration::ZERO;
-        keys.permits = permits;
-        let slots: Vec<String> = (0..permits).map(|i| format!("{base}:permit:{i}")).collect();
-        if let Some(first) = slots.first() {
-            keys.lock = first.clone();
-        }
-        Permits {
-            record: format!("{base}:permits"),
-            base,
-            slots,
-        }
-    }
-
-    /// The number of permits.
-    pub(crate) fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// The key of permit `index`.
-    pub(crate) fn slot(&self, index: usize) -> Option<&str> {
-        self.slots.get(index).map(String::as_str)
-    }
-
     fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
         invocation

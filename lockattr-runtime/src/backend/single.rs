@@ -14,7 +14,7 @@ use super::scripts::ReleaseReply;
 use super::source::{Sentinels, Source};
 use super::{Attempt, Extend, Released, Renewal, Wakeups, extended, left_of, millis, scripts};
 use crate::address::{self, Address, TlsFiles};
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{LockError, io};
 
 /// How long to wait for Redis.

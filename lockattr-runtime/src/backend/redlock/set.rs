@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::{Redlock, Retry, Votes, drift};
 use crate::backend::lockset::{self, SetGrant, Tried};
-use crate::key::Keys;
+use crate::layout::Keys;
 use crate::{LockError, io};
 
 /// A set to take on a Redlock: see the module docs.
