@@ -266,7 +266,6 @@ impl Permits {
     pub(crate) fn slot(&self, index: usize) -> Option<&str> {
         self.slots.get(index).map(String::as_str)
     }
-
 }
 
 #[cfg(test)]
@@ -316,5 +315,4 @@ mod tests {
             "lockattr:{order:7}:fence"
         );
     }
-
 }

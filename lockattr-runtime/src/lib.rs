@@ -141,6 +141,7 @@ pub use error::LockError;
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo};
 pub use key::LockKey;
+pub use layout::MAX_PERMITS;
 pub use locker::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
     DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_RESPONSE_TIMEOUT, Fairness, LockBuilder,
@@ -148,5 +149,4 @@ pub use locker::{
 };
 pub use lockset::{LockSetBuilder, LockSetGuard};
 pub use lost::LostReason;
-pub use layout::MAX_PERMITS;
 pub use semaphore_inspect::{PermitInfo, SemaphoreInfo};

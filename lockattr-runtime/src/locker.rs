@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::address::{Address, RedisAddr, TlsFiles};
-use crate::layout::new_token;
-use crate::wait::{self, Contender};
 use crate::backend::redlock::Redlock;
 use crate::backend::source::{MasterSettings, Sentinels};
 use crate::backend::{Backend, ClusterNodes, Grant, SingleNode, Timeouts};
@@ -16,8 +14,10 @@ use crate::guard::{Lease, LockGuard};
 use crate::hold::{self, Hold};
 use crate::inner::Inner;
 use crate::layout::Keys;
+use crate::layout::new_token;
 use crate::lost::{LeaseState, whole_ms};
 use crate::observe::{Acquiring, Kind, Report};
+use crate::wait::{self, Contender};
 use crate::watchdog::{self, Watchdog};
 use crate::{LockError, io};
 
@@ -927,7 +927,7 @@ impl LockerBuilder {
             ));
         }
         let backend = match &self.target {
-            Target::Redlock(urls) => Backend::Redlock(Redlock::new(
+            Target::Redlock(urls) => Backend::Redlock(Arc::new(Redlock::new(
                 urls,
                 &self.tls,
                 self.timeouts,
@@ -935,7 +935,7 @@ impl LockerBuilder {
                 self.delay_restarted_nodes.unwrap_or(true),
                 max_lease,
                 &self.prefix,
-            )?),
+            )?)),
             Target::Single(url) => {
                 self.no_redlock_settings()?;
                 Backend::Single(SingleNode::new(url, &self.tls, self.timeouts)?)

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::Grant;
 use crate::backend::Backend;
+use crate::backend::Grant;
 use crate::backend::lockset as set;
-use crate::layout::Keys;
-use crate::wait::{self, Contender, Taken, Won};
 use crate::guard::Lease;
+use crate::layout::Keys;
 use crate::observe::{Acquiring, Kind};
+use crate::wait::{self, Contender, Taken, Won};
 use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockGuard, Locker, io};
 
 impl Locker {

@@ -5,11 +5,11 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::layout::{RwKeys, RwMode};
 use crate::backend::{Backend, Grant};
-use crate::wait::{self, Contender};
 use crate::guard::Lease;
 use crate::layout::Keys;
+use crate::layout::{RwKeys, RwMode};
+use crate::wait::{self, Contender};
 use crate::{LockBuilder, LockError, Locker, io};
 
 impl Locker {

@@ -4,13 +4,12 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::layout::{MAX_PERMITS, Permits};
 use crate::backend::{Backend, Grant};
-use crate::wait::{self, Contender, Taken};
 use crate::guard::Lease;
 use crate::layout::Keys;
+use crate::layout::{MAX_PERMITS, Permits};
+use crate::wait::{self, Contender, Taken};
 use crate::{LockBuilder, LockError, Locker, io};
-
 
 impl Locker {
     /// A request for one of the `permits` permits of the semaphore `name`:

@@ -61,13 +61,13 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::backend::lockset::{self as set_side, Tried};
-use crate::backend::redlock::set::SetOnNodes;
 use crate::backend::queue::{Queued, RECHECK, may_have_run, retryable, stopped_waiting};
+use crate::backend::redlock::LockRequest;
+use crate::backend::redlock::set::SetOnNodes;
 use crate::backend::rwlock as rw_side;
 use crate::backend::semaphore as sem_side;
-use crate::backend::{
-    Attempt, Backend, Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, Waiter, soon_after,
-};
+use crate::backend::shared::{Attempt, Backoff, FALLBACK_PAUSE, RETRY_MAX, soon_after};
+use crate::backend::{Backend, Grant, Waiter, Wake};
 use crate::layout::{Keys, MAX_EXPIRE, Permits, RwKeys, new_token};
 use crate::{LockError, io};
 
@@ -181,7 +181,8 @@ impl Contender<'_> {
     ) -> Result<Answer, LockError> {
         let attempt = (token, expire, wait, queued);
         Ok(match self {
-            Contender::Lock(keys) => match on.try_acquire(keys, token, expire, wait, queued).await? {
+            Contender::Lock(keys) => match on.try_acquire(keys, token, expire, wait, queued).await?
+            {
                 Attempt::Acquired { fencing_token } => Answer::Taken(Taken::One {
                     fencing_token,
                     slot: 0,
@@ -201,7 +202,10 @@ impl Contender<'_> {
                 every,
             } => {
                 let looked_at_every = std::mem::take(every);
-                match on.try_permit(permits, keys, attempt, looked_at_every).await? {
+                match on
+                    .try_permit(permits, keys, attempt, looked_at_every)
+                    .await?
+                {
                     sem_side::Answer::LookAtEvery if !looked_at_every => {
                         *every = true;
                         Answer::Again
@@ -211,12 +215,10 @@ impl Contender<'_> {
                     sem_side::Answer::Taken {
                         fencing_token,
                         slot,
-                    } if permits.slot(slot).is_some() => {
-                        Answer::Taken(Taken::One {
-                            fencing_token,
-                            slot,
-                        })
-                    }
+                    } if permits.slot(slot).is_some() => Answer::Taken(Taken::One {
+                        fencing_token,
+                        slot,
+                    }),
                     sem_side::Answer::Taken { slot, .. } => {
                         return Err(LockError::Runtime {
                             reason: format!(
@@ -360,7 +362,7 @@ pub(crate) async fn acquire(
                 let grant = crate::backend::redlock::acquire(
                     nodes,
                     LockRequest {
-                        backend: request.backend,
+                        redlock: nodes,
                         name: request.name,
                         keys,
                         token: request.token,
@@ -697,19 +699,18 @@ impl Drop for Owed<'_> {
         let expire = self.expire;
         let until = Instant::now() + expire.min(GIVE_BACK_FOR);
         let giving = io::spawn(async move {
-            let on = match &*backend {
-                Backend::Single(node) => Queued::Single(node),
-                Backend::Cluster(nodes) => Queued::Cluster(nodes),
-                Backend::Redlock(nodes) => {
-                    if let Contender::Set { keys, .. } = &contender {
-                        for token in tokens {
-                            nodes
-                                .give_back_set(keys, &token, expire, &nodes.every_node())
-                                .await;
-                        }
+            let Some(on) = Queued::of(&backend) else {
+                // A set on a Redlock: given back on every node.
+                if let (Backend::Redlock(nodes), Contender::Set { keys, .. }) =
+                    (&*backend, &contender)
+                {
+                    for token in tokens {
+                        nodes
+                            .give_back_set(keys, &token, expire, &nodes.every_node())
+                            .await;
                     }
-                    return;
                 }
+                return;
             };
             let mut retry = Backoff::new(GIVE_BACK_RETRY_MAX);
             for token in tokens {

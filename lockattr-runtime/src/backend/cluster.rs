@@ -20,10 +20,13 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisError, ScriptInvocation};
 
-use super::SingleNode;
+use super::scripts;
 use super::scripts::ReleaseReply;
+use super::shared::Timeouts;
+use super::shared::{Attempt, Extend, Renewal, Renewed, millis};
+use super::single::SingleNode;
 use super::source::Source;
-use super::{Attempt, Extend, Renewal, Renewed, Timeouts, Wakeups, millis, scripts};
+use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
 use crate::layout::Keys;
 use crate::{LockError, io};
@@ -278,7 +281,7 @@ impl ClusterNodes {
         let mut connection = self.connection().await?;
         let invocation = scripts::extend(keys, token, millis(by), how.mode(), max_lease);
         let left: i64 = self.invoke(&invocation, &mut connection).await?;
-        super::extended(left, max_lease)
+        super::shared::extended(left, max_lease)
     }
 
     /// Renews a batch: one script call per hash slot, all at once. A slot

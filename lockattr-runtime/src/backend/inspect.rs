@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
 
-use super::{Backend, ClusterNodes, Redlock, SingleNode, scripts};
+use super::cluster::ClusterNodes;
+use super::deployment::Backend;
+use super::redlock::Redlock;
+use super::scripts;
+use super::single::SingleNode;
 use crate::LockError;
 use crate::layout::Keys;
 

@@ -50,9 +50,10 @@
 
 use std::time::{Duration, Instant};
 
+use super::deployment::Backend;
 use super::queue::Queued;
 use super::scripts::{holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
-use super::{Backend, millis};
+use super::shared::millis;
 use crate::LockError;
 use crate::layout::Keys;
 
@@ -367,7 +368,11 @@ impl Queued<'_> {
 }
 
 /// Gives back whatever `token` holds or queued of the names of `group`.
-pub(crate) async fn give_back(on: Queued<'_>, group: &[&Keys], token: &str) -> Result<(), LockError> {
+pub(crate) async fn give_back(
+    on: Queued<'_>,
+    group: &[&Keys],
+    token: &str,
+) -> Result<(), LockError> {
     let invocation = give_back_call(group, token);
     let _: i64 = match on {
         Queued::Single(node) => node.run_script(&invocation).await?,

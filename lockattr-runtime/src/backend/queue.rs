@@ -4,13 +4,15 @@
 
 use std::time::Duration;
 
-use super::{Attempt, ClusterNodes, SingleNode, Wakeups};
+use super::cluster::ClusterNodes;
+use super::deployment::Backend;
+use super::shared::Attempt;
+use super::single::SingleNode;
+use super::wake::Wakeups;
 use crate::LockError;
 use crate::layout::Keys;
 
-/// How often a waiter asks Redis whatever it hears: a hand-over whose
-/// message never arrived is noticed this long after it at most.
-pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+pub(crate) use super::shared::RECHECK;
 
 /// A deployment whose locks queue their waiters (one server, or one master
 /// per lock on a cluster).
@@ -23,6 +25,15 @@ pub(crate) enum Queued<'a> {
 }
 
 impl<'a> Queued<'a> {
+    /// The deployment of `backend`, unless it is a Redlock.
+    pub(crate) fn of(backend: &'a Backend) -> Option<Queued<'a>> {
+        match backend {
+            Backend::Single(node) => Some(Queued::Single(node)),
+            Backend::Cluster(nodes) => Some(Queued::Cluster(nodes)),
+            Backend::Redlock(_) => None,
+        }
+    }
+
     /// Tries once to take the lock for `token`. When the lock is held and
     /// `wait` is not zero, queues `token` for `wait` (see
     /// [`super::scripts::ACQUIRE`]); a zero `wait` leaves the queue.

@@ -63,11 +63,12 @@ use futures_util::future::{BoxFuture, join_all};
 use futures_util::stream::FuturesUnordered;
 
 use super::node_facts;
-use super::wake::Waiter;
-use super::{
-    Attempt, Backend, Backoff, Extend, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Released,
-    Renewal, SingleNode, Timeouts, random_fraction, soon_after,
+use super::shared::{
+    Attempt, Backoff, Extend, FALLBACK_PAUSE, Grant, RETRY_MAX, Released, Renewal, Timeouts,
+    random_fraction, soon_after,
 };
+use super::single::SingleNode;
+use super::wake::Waiter;
 use crate::address::{Address, TlsFiles};
 use crate::layout::Keys;
 use crate::{LockError, io};
@@ -76,6 +77,22 @@ pub(crate) mod set;
 
 /// The shortest default node timeout.
 const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// One acquisition of a lock on a Redlock.
+pub(crate) struct LockRequest<'a> {
+    /// The nodes, for give-backs that outlive the loop.
+    pub(crate) redlock: &'a Arc<Redlock>,
+    /// The lock's name, for errors.
+    pub(crate) name: &'a str,
+    /// The lock's keys.
+    pub(crate) keys: &'a Keys,
+    /// The owner token to take it with.
+    pub(crate) token: String,
+    /// The lease.
+    pub(crate) expire: Duration,
+    /// How long to wait while it is held.
+    pub(crate) wait: Duration,
+}
 
 /// Several independent Redis masters.
 #[derive(Debug)]
@@ -1165,7 +1182,7 @@ pub(crate) async fn acquire(
         let (votes, late) = nodes.attempt(lease.keys, &token, expire).await?;
         let taken: Vec<usize> = votes.granted.iter().map(|&(i, _)| i).collect();
         let mut give_back = GiveBackOnDrop {
-            backend: lease.backend,
+            redlock: lease.redlock,
             keys: lease.keys,
             token: &token,
             expire,
@@ -1335,7 +1352,7 @@ impl Retry {
 /// releases them in the background, with those of the late answers that
 /// grant it.
 struct GiveBackOnDrop<'a> {
-    backend: &'a Arc<Backend>,
+    redlock: &'a Arc<Redlock>,
     keys: &'a Keys,
     token: &'a str,
     expire: Duration,
@@ -1349,8 +1366,8 @@ impl Drop for GiveBackOnDrop<'_> {
         if self.nodes.is_empty() && late.is_none() {
             return;
         }
-        let (backend, keys, token) = (
-            self.backend.clone(),
+        let (redlock, keys, token) = (
+            self.redlock.clone(),
             self.keys.clone(),
             self.token.to_owned(),
         );
@@ -1359,9 +1376,7 @@ impl Drop for GiveBackOnDrop<'_> {
             if let Some(late) = late {
                 nodes.extend(late.granted().await);
             }
-            if let Backend::Redlock(redlock) = &*backend
-                && !nodes.is_empty()
-            {
+            if !nodes.is_empty() {
                 redlock.give_back(&keys, &token, expire, &nodes).await;
             }
         });

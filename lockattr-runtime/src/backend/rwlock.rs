@@ -75,10 +75,10 @@ use redis::{Script, ScriptInvocation};
 
 use super::queue::Queued;
 use super::semaphore::{unauthenticated, whole_millis};
-use super::millis;
+use super::shared::millis;
+use crate::LockError;
 use crate::layout::Keys;
 use crate::layout::{RwKeys, RwMode};
-use crate::LockError;
 
 /// Lua shared by [`ACQUIRE`] and [`RELEASE`]. KEYS: write, readers, fence,
 /// queue, waiters. `retention` must be set first.
@@ -524,7 +524,12 @@ impl Queued<'_> {
         Ok(Answer::from_reply(&reply.map_err(unauthenticated)?))
     }
 
-    pub(crate) async fn give_back_rw(self, keys: &Keys, rw: &RwKeys, token: &str) -> Result<(), LockError> {
+    pub(crate) async fn give_back_rw(
+        self,
+        keys: &Keys,
+        rw: &RwKeys,
+        token: &str,
+    ) -> Result<(), LockError> {
         let invocation = release_invocation(keys, rw, token, 0);
         let given: Result<redis::Value, LockError> = match self {
             Queued::Single(node) => node.run_script(&invocation).await,

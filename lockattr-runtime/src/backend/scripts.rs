@@ -18,7 +18,7 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
-use super::millis;
+use super::shared::{Renewal, millis};
 use crate::layout::Keys;
 
 /// The most milliseconds any script accepts as a duration: 30 days,
@@ -901,7 +901,7 @@ pub(crate) fn extend(
 }
 
 /// A [`RENEW`] call for a batch of holds (of one Locker: one retention).
-pub(crate) fn renew(leases: &[&super::Renewal<'_>]) -> ScriptInvocation<'static> {
+pub(crate) fn renew(leases: &[&Renewal<'_>]) -> ScriptInvocation<'static> {
     let mut invocation = RENEW.prepare_invoke();
     let retention = leases
         .first()

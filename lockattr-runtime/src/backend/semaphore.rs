@@ -74,12 +74,12 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
-use super::SingleNode;
+use super::deployment::Backend;
 use super::queue::Queued;
-use super::single::Request;
-use super::millis;
-use crate::layout::{Keys, MAX_PERMITS, Permits};
+use super::shared::millis;
+use super::single::{Request, SingleNode};
 use crate::LockError;
+use crate::layout::{Keys, MAX_PERMITS, Permits};
 
 macro_rules! max_permits {
     () => {
@@ -602,7 +602,7 @@ impl redis::FromRedisValue for Released {
 /// Reads the semaphore whose name gave `keys` (as [`Keys::new`] made
 /// them), with `permits` permit keys (0: only its record and queue).
 pub(crate) async fn inspect(
-    backend: &super::Backend,
+    backend: &Backend,
     keys: &Keys,
     permits: u32,
 ) -> Result<SemaphoreSeen, LockError> {
@@ -610,9 +610,9 @@ pub(crate) async fn inspect(
     let permits = Permits::make(&mut keys, permits);
     let invocation = permits.invocation(&INSPECT, &keys);
     match backend {
-        super::Backend::Single(node) => node.run_script(&invocation).await,
-        super::Backend::Cluster(nodes) => nodes.run_script(&invocation).await,
-        super::Backend::Redlock(_) => Ok(SemaphoreSeen::default()),
+        Backend::Single(node) => node.run_script(&invocation).await,
+        Backend::Cluster(nodes) => nodes.run_script(&invocation).await,
+        Backend::Redlock(_) => Ok(SemaphoreSeen::default()),
     }
     .map_err(unauthenticated)
 }
@@ -623,7 +623,7 @@ pub(crate) async fn inspect(
 /// with that token. Sent once: a second run could free the next holder's
 /// permit.
 pub(crate) async fn force_release(
-    backend: &super::Backend,
+    backend: &Backend,
     keys: &Keys,
     permits: u32,
     fencing_token: u64,
@@ -637,9 +637,9 @@ pub(crate) async fn force_release(
         .arg(permits.slots.len())
         .arg(&keys.channel);
     let released: Released = match backend {
-        super::Backend::Single(node) => node.run_once(&invocation).await,
-        super::Backend::Cluster(nodes) => nodes.run_script(&invocation).await,
-        super::Backend::Redlock(_) => return Ok(None),
+        Backend::Single(node) => node.run_once(&invocation).await,
+        Backend::Cluster(nodes) => nodes.run_script(&invocation).await,
+        Backend::Redlock(_) => return Ok(None),
     }
     .map_err(unauthenticated)?;
     Ok(released.0)

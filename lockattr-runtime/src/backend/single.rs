@@ -10,29 +10,15 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, ScriptInvocation};
 
 use super::node_facts::NodeFacts;
+use super::scripts;
 use super::scripts::ReleaseReply;
+use super::shared::Timeouts;
+use super::shared::{Attempt, Extend, Released, Renewal, extended, left_of, millis};
 use super::source::{Sentinels, Source};
-use super::{Attempt, Extend, Released, Renewal, Wakeups, extended, left_of, millis, scripts};
+use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
 use crate::layout::Keys;
 use crate::{LockError, io};
-
-/// How long to wait for Redis.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    /// Opening a connection, handshake included.
-    pub(crate) connect: Duration,
-    /// One command's answer.
-    pub(crate) response: Duration,
-}
-
-impl Timeouts {
-    /// How long finding a Sentinel group's master may take: asking a
-    /// sentinel, then checking the master's role on a connection to it.
-    pub(crate) fn locate(&self) -> Duration {
-        (self.connect + self.response) * 2
-    }
-}
 
 /// A connection and its generation, so that a failure on an old connection
 /// never discards a newer one.
@@ -368,7 +354,7 @@ impl SingleNode {
         Ok(Attempt::from_reply(reply))
     }
 
-    /// See [`super::Backend::release`]; `notify` publishes a release
+    /// See `Backend::release`; `notify` publishes a release
     /// notice when nobody is queued (Redlock).
     ///
     /// A release is sent again after a dropped connection (a second run
@@ -416,7 +402,7 @@ impl SingleNode {
         Ok(owned == 1)
     }
 
-    /// See [`super::Backend::extend`]. An addition whose answer was lost
+    /// See `Backend::extend`. An addition whose answer was lost
     /// with its connection is sent again as a raise (see [`Extend::Add`]).
     pub(crate) async fn extend(
         &self,

@@ -72,7 +72,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::source::Source;
 
-use super::Timeouts;
+use super::shared::{FALLBACK_PAUSE, RECHECK, Timeouts};
 use crate::io;
 
 /// How long a channel stays subscribed after its last waiter left.
@@ -211,7 +211,7 @@ impl Channel {
     /// release, or a release within `hold_at_least`) reaches every waiter
     /// as [`Wake::Rearm`]. A hand-over wakes the waiter it names; the
     /// others hear of the new lease only when it is shorter than
-    /// [`RECHECK`](super::queue::RECHECK).
+    /// [`RECHECK`](RECHECK).
     ///
     /// Those others are queued waiters (only one server and a cluster hand
     /// over), which ask Redis again within `RECHECK` of their last request
@@ -227,7 +227,7 @@ impl Channel {
             // their place and their timers.
             return;
         }
-        if handed.token == "-" || handed.lease < super::queue::RECHECK {
+        if handed.token == "-" || handed.lease < RECHECK {
             for waiter in self.waiters.values() {
                 let _ = waiter.wake.send(Wake::Rearm {
                     lease: handed.lease,
@@ -673,7 +673,7 @@ async fn subscribe(shared: Weak<Shared>, name: String) {
                 tracing::debug!(target: "lockattr",
                     error = %e,
                     "cannot subscribe to release notices; waiters check their lock every {:?}",
-                    super::FALLBACK_PAUSE
+                    FALLBACK_PAUSE
                 );
                 if let Some(channel) = state.channels.get_mut(&name) {
                     channel.waiters.retain(|_, entry| {

@@ -1,0 +1,119 @@
+//! [`Backend`]: one way of reaching Redis, and what the guard, the
+//! watchdog and operator calls ask of it whatever the deployment.
+
+use std::time::Duration;
+
+use super::cluster::ClusterNodes;
+use super::redlock::{self, Redlock};
+use super::shared::{Extend, Released, Renewal, Renewed};
+use super::single::SingleNode;
+use crate::LockError;
+use crate::layout::Keys;
+
+/// One way of reaching Redis.
+#[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per Locker, inside its Arc: the size costs nothing"
+)]
+pub(crate) enum Backend {
+    /// A single Redis server.
+    Single(SingleNode),
+    /// Independent masters, locked by majority.
+    Redlock(std::sync::Arc<Redlock>),
+    /// A Redis Cluster.
+    Cluster(ClusterNodes),
+}
+
+impl Backend {
+    /// How much of a lease is not trusted, for clocks that run at slightly
+    /// different rates: none on one server, whose clock alone times it.
+    pub(crate) fn drift(&self, expire: Duration) -> Duration {
+        match self {
+            Backend::Redlock(_) => redlock::drift(expire),
+            Backend::Single(_) | Backend::Cluster(_) => Duration::ZERO,
+        }
+    }
+
+    /// Deletes the lock if `token` (granted `fencing_token`; 0 for a
+    /// waiter leaving the queue) owns it, handing it to the oldest waiter;
+    /// [`Released::NotOwned`] when it did not own it (then `token` leaves
+    /// the queue). On a Redlock: done when a majority still held it.
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        (token, fencing_token): (&str, u64),
+        name: &str,
+        expire: Duration,
+    ) -> Result<Released, LockError> {
+        match self {
+            Backend::Single(node) => node.release(keys, token, fencing_token, false).await,
+            Backend::Redlock(nodes) => {
+                nodes
+                    .release(keys, (token, fencing_token), name, expire)
+                    .await
+            }
+            Backend::Cluster(nodes) => Ok(if nodes.release(keys, token, fencing_token).await? {
+                Released::Done
+            } else {
+                Released::NotOwned
+            }),
+        }
+    }
+
+    /// Changes the lease if `token` owns the lock; its new time left, or
+    /// `None` when `token` did not own it. [`LockError::InvalidInput`] (and
+    /// no change) when the lease would have more than `max_lease` left.
+    pub(crate) async fn extend(
+        &self,
+        keys: &Keys,
+        token: &str,
+        by: Duration,
+        how: Extend,
+        (name, expire, max_lease): (&str, Duration, Duration),
+    ) -> Result<Option<Duration>, LockError> {
+        match self {
+            Backend::Single(node) => node.extend(keys, token, by, how, max_lease).await,
+            Backend::Redlock(nodes) => nodes.extend(keys, token, by, how, name, expire).await,
+            Backend::Cluster(nodes) => nodes.extend(keys, token, by, how, max_lease).await,
+        }
+    }
+
+    /// Renews a batch of leases (see [`scripts::RENEW`]); per lease, what
+    /// the renewal found. An error when the whole batch failed.
+    pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        match self {
+            Backend::Single(node) => Ok(node
+                .renew(leases)
+                .await?
+                .into_iter()
+                .map(|left| left.map_or(Renewed::NotOwned, Renewed::Left))
+                .collect()),
+            Backend::Redlock(nodes) => Ok(nodes
+                .renew(leases)
+                .await?
+                .into_iter()
+                .map(|left| left.map_or(Renewed::NotOwned, Renewed::Left))
+                .collect()),
+            Backend::Cluster(nodes) => nodes.renew(leases).await,
+        }
+    }
+
+    /// One PING round trip (to every node at once, for a Redlock).
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        match self {
+            Backend::Single(node) => node.ping().await,
+            Backend::Redlock(nodes) => nodes.ping().await,
+            Backend::Cluster(nodes) => nodes.ping().await,
+        }
+    }
+
+    /// The server(s), for messages: never with credentials.
+    pub(crate) fn server(&self) -> &str {
+        match self {
+            Backend::Single(node) => node.server(),
+            Backend::Redlock(nodes) => nodes.server(),
+            Backend::Cluster(nodes) => nodes.server(),
+        }
+    }
+}

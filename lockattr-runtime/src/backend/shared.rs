@@ -1,0 +1,255 @@
+//! What every deployment of the backend shares: the answers of attempts,
+//! renewals, extensions and releases, and the timing of retries. It sits
+//! below every other file of `backend/`.
+
+use std::time::{Duration, Instant};
+
+use crate::LockError;
+use crate::layout::Keys;
+
+/// How long to wait for Redis.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    /// Opening a connection, handshake included.
+    pub(crate) connect: Duration,
+    /// One command's answer.
+    pub(crate) response: Duration,
+}
+
+impl Timeouts {
+    /// How long finding a Sentinel group's master may take: asking a
+    /// sentinel, then checking the master's role on a connection to it.
+    pub(crate) fn locate(&self) -> Duration {
+        (self.connect + self.response) * 2
+    }
+}
+
+/// How often a waiter asks Redis whatever it hears: a hand-over whose
+/// message never arrived is noticed this long after it at most.
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// The answer to one attempt to take a lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Attempt {
+    /// Taken; the lock's new fencing token.
+    Acquired { fencing_token: u64 },
+    /// Held by another owner, whose lease has this much time left
+    /// (`None` when Redis did not say).
+    Held { expires_in: Option<Duration> },
+}
+
+impl Attempt {
+    /// From `scripts::ACQUIRE`'s reply.
+    pub(crate) fn from_reply((taken, value): (i64, i64)) -> Attempt {
+        if taken == 1 {
+            Attempt::Acquired {
+                fencing_token: u64::try_from(value).unwrap_or(0),
+            }
+        } else {
+            Attempt::Held {
+                expires_in: u64::try_from(value).ok().map(Duration::from_millis),
+            }
+        }
+    }
+}
+
+/// A lock taken by an acquisition loop.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// Its fencing token.
+    pub(crate) fencing_token: u64,
+    /// When the request that took it was sent: the lease started after.
+    pub(crate) sent: Instant,
+    /// Whether a release handed it over while this caller waited.
+    pub(crate) handed: bool,
+    /// The owner token it is held under.
+    pub(crate) token: String,
+}
+
+/// One lease in a `Backend::renew` batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewal<'a> {
+    /// The keys of the hold: its holder key, and those the renewal keeps
+    /// alive with it (fence counter, index of holders).
+    pub(crate) keys: &'a Keys,
+    /// Its owner's token.
+    pub(crate) token: &'a str,
+    /// The lease to raise it to; `None` only reads the time left.
+    pub(crate) lease: Option<Duration>,
+    /// The guard's lease (for a Redlock's drift and node timeout).
+    pub(crate) expire: Duration,
+}
+
+/// How [`Backend::extend`] changes a lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Extend {
+    /// Add to the time left. Adding is not safe to repeat, so a request
+    /// whose answer was lost with its connection is sent again as a raise
+    /// to `held_until + by` (counted from when it is sent again): until
+    /// when the guard knew its lease held when it sent the first try (the
+    /// send time when it knew of none). A first try that ran left at least
+    /// that much, so the raise leaves it alone: one of the two applies,
+    /// never both.
+    Add {
+        /// Until when the lease surely held when the first try was sent.
+        held_until: Instant,
+    },
+    /// Replace the time left (safe to repeat).
+    Set,
+    /// Replace the time left, and tell the lock's waiters when it now ends
+    /// (a release within `hold_at_least`: the lock is kept until then, and
+    /// expires). Safe to repeat. The notice, `-:0:<time left in ms>` on the
+    /// lock's channel, names no waiter: each moves its next check to that
+    /// moment (see `Wake::Rearm`), instead of the end of the lease it was
+    /// told of before.
+    Hold,
+}
+
+impl Extend {
+    /// The mode argument of `scripts::EXTEND`.
+    pub(crate) fn mode(self) -> &'static str {
+        match self {
+            Extend::Add { .. } => "add",
+            Extend::Set => "set",
+            Extend::Hold => "hold",
+        }
+    }
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The token owned the lock; it is deleted or handed over.
+    Done,
+    /// The token did not own the lock: nothing was changed.
+    NotOwned,
+    /// The first try's answer was lost with its connection, and the
+    /// release sent again found the lock not the token's, with its fence
+    /// counter still near the token's fencing token: the first try may
+    /// have released it, or the lease had run out. The guard tells which it
+    /// counts as (see `Lease::release`).
+    Unsure,
+}
+
+/// What a renewal found for one lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Renewed {
+    /// Still owned, with this much time left.
+    Left(Duration),
+    /// Not owned any more: deleted, expired or taken.
+    NotOwned,
+    /// Not known: the node holding it did not answer (try again).
+    Unknown,
+}
+
+impl Renewed {
+    /// From a script's "time left in ms, or -1 when not owned".
+    pub(crate) fn from_ms(ms: i64) -> Renewed {
+        left_of(ms).map_or(Renewed::NotOwned, Renewed::Left)
+    }
+}
+
+/// A millisecond after `lease` from now: when a lease that has `lease` left
+/// has surely ended. Far in the future for absurd leases.
+pub(crate) fn soon_after(lease: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(lease.saturating_add(Duration::from_millis(1)))
+        .unwrap_or(now + crate::layout::MAX_EXPIRE)
+}
+
+/// How often a waiter that cannot subscribe to release notices checks the
+/// lock (a server whose ACL forbids SUBSCRIBE, a subscriber connection that
+/// cannot be opened).
+pub(crate) const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
+
+/// A script's "time left in ms, or -1 when not owned".
+pub(crate) fn left_of(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// `scripts::EXTEND`'s answer: the time left, `None` when not owned, or
+/// the refusal of a lease longer than `max_lease`.
+pub(crate) fn extended(reply: i64, max_lease: Duration) -> Result<Option<Duration>, LockError> {
+    if reply == -2 {
+        return Err(LockError::invalid(
+            "lease extension",
+            format!(
+                "the lease would have more than the Locker's max_lease ({max_lease:?}) left; \
+                 extend by less, or raise `LockerBuilder::max_lease`"
+            ),
+        ));
+    }
+    Ok(left_of(reply))
+}
+
+/// Milliseconds for Redis: at least 1 (PX 0 is an error), saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The first pause before trying again after a connection error.
+pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(5);
+
+/// The longest pause between tries of a waiter while Redis (or a Redlock
+/// majority) cannot be reached.
+pub(crate) const RETRY_MAX: Duration = Duration::from_millis(250);
+
+/// Pauses between tries after connection errors: from [`RETRY_FIRST`],
+/// doubling up to a ceiling, each pause drawn between half and all of its
+/// step, so that the waiters of many processes do not come back together.
+pub(crate) struct Backoff {
+    step: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(max: Duration) -> Backoff {
+        Backoff {
+            step: RETRY_FIRST,
+            max,
+        }
+    }
+
+    /// Back to the first step (after a success).
+    pub(crate) fn reset(&mut self) {
+        self.step = RETRY_FIRST;
+    }
+
+    /// The next pause.
+    pub(crate) fn next(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (self.step * 2).min(self.max);
+        step / 2 + (step / 2).mul_f64(random_fraction())
+    }
+}
+
+/// A random fraction in 0..=1; 1 without randomness (pauses are then at
+/// their longest: slower, still correct).
+pub(crate) fn random_fraction() -> f64 {
+    let mut bytes = [0_u8; 4];
+    getrandom::fill(&mut bytes)
+        .map(|()| f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX))
+        .unwrap_or(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_double_up_to_the_ceiling_with_jitter() {
+        let mut backoff = Backoff::new(RETRY_MAX);
+        let mut steps = Vec::new();
+        for _ in 0..10 {
+            let step = backoff.step;
+            let pause = backoff.next();
+            assert!(pause >= step / 2 && pause <= step, "{pause:?} for {step:?}");
+            steps.push(step);
+        }
+        assert_eq!(steps[0], RETRY_FIRST);
+        assert_eq!(steps[1], RETRY_FIRST * 2);
+        assert_eq!(*steps.last().unwrap(), RETRY_MAX);
+        backoff.reset();
+        assert_eq!(backoff.step, RETRY_FIRST);
+    }
+}
