@@ -104,7 +104,9 @@ impl Renewing {
             .checked_sub(lease.expire.saturating_sub(period))
             .map_or(now, |due| due.max(now));
         let locker = &lease.locker;
-        let id = locker.watchdog.watch(locker, lease, due, Some(period));
+        let id = locker
+            .watchdog
+            .watch(&locker.backend, lease, due, Some(period));
         Renewing {
             lease: lease.clone(),
             id,

@@ -32,6 +32,27 @@ pub(crate) struct Lease {
     pub(crate) hold: Hold,
 }
 
+impl crate::watchdog::Renewable for Lease {
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+    fn token(&self) -> &str {
+        &self.token
+    }
+    fn expire(&self) -> Duration {
+        self.expire
+    }
+    fn renew_for(&self) -> Option<Duration> {
+        self.renew_for
+    }
+    fn renew_until(&self) -> Option<Instant> {
+        self.renew_until
+    }
+    fn state(&self) -> &LeaseState {
+        &self.state
+    }
+}
+
 impl Lease {
     fn not_owned(&self) -> LockError {
         LockError::NotOwned {

@@ -1453,10 +1453,14 @@ pub(crate) fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
         Some(
             locker
                 .watchdog
-                .watch(&locker, &lease, sent + period, Some(period)),
+                .watch(&locker.backend, &lease, sent + period, Some(period)),
         )
     } else if handed && sent.elapsed() > expire / 10 {
-        Some(locker.watchdog.watch(&locker, &lease, Instant::now(), None))
+        Some(
+            locker
+                .watchdog
+                .watch(&locker.backend, &lease, Instant::now(), None),
+        )
     } else {
         None
     };

@@ -40,10 +40,27 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::backend::{Renewal, Renewed};
-use crate::guard::Lease;
-use crate::inner::Inner;
+use crate::backend::{Backend, Renewal, Renewed};
+use crate::layout::Keys;
+use crate::lost::LeaseState;
 use crate::{LockError, io};
+
+/// What the watchdog renews (a guard's lease), seen through what renewal
+/// needs of it.
+pub(crate) trait Renewable: Send + Sync {
+    /// The keys of the hold.
+    fn keys(&self) -> &Keys;
+    /// Its owner token.
+    fn token(&self) -> &str;
+    /// The lease a renewal restores.
+    fn expire(&self) -> Duration;
+    /// The cap on renewal (`renew_for`), if any.
+    fn renew_for(&self) -> Option<Duration>;
+    /// When that cap ends.
+    fn renew_until(&self) -> Option<Instant>;
+    /// Where what a renewal finds is recorded.
+    fn state(&self) -> &LeaseState;
+}
 
 /// The most leases renewed by one script call.
 const BATCH: usize = 500;
@@ -73,7 +90,7 @@ struct State {
 
 #[derive(Debug)]
 struct Entry {
-    lease: Weak<Lease>,
+    lease: Weak<dyn Renewable>,
     /// The latest time of its next renewal: the task wakes then.
     due: Instant,
     /// The earliest: it joins any batch sent from then on.
@@ -112,10 +129,10 @@ impl Watchdog {
 
     /// Watches `lease`: renews it every `period` from `due` on, or reads it
     /// once at `due` when `period` is `None`. Returns the entry's id.
-    pub(crate) fn watch(
+    pub(crate) fn watch<L: Renewable + 'static>(
         &self,
-        locker: &Arc<Inner>,
-        lease: &Arc<Lease>,
+        backend: &Arc<Backend>,
+        lease: &Arc<L>,
         due: Instant,
         period: Option<Duration>,
     ) -> u64 {
@@ -123,12 +140,12 @@ impl Watchdog {
         state.next_id += 1;
         let id = state.next_id;
         let mut entry = Entry {
-            lease: Arc::downgrade(lease),
+            lease: Arc::downgrade(lease) as Weak<dyn Renewable>,
             due,
             early: period.map_or(due, |p| due.checked_sub(p / 2).unwrap_or(due)),
             period,
             // A one-off read is no renewal: not capped.
-            until: period.and(lease.renew_until),
+            until: period.and(lease.renew_until()),
         };
         entry.cap();
         let due = entry.due;
@@ -139,8 +156,8 @@ impl Watchdog {
         drop(state);
         if start {
             let shared = self.shared.clone();
-            let locker = Arc::downgrade(locker);
-            if let Err(e) = io::spawn(run(shared, locker)) {
+            let backend = Arc::downgrade(backend);
+            if let Err(e) = io::spawn(run(shared, backend)) {
                 self.state().running = false;
                 tracing::warn!(target: "lockattr", error = %e, "cannot start the lock renewal task; leases will not be renewed");
             }
@@ -158,7 +175,7 @@ impl Watchdog {
 
 /// The task: renews what is due, sleeps until the next, ends when nothing
 /// is watched.
-async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
+async fn run(shared: Arc<Shared>, backend: Weak<Backend>) {
     // Failing since the last success: warn once per outage, not per retry.
     let mut failing = false;
     loop {
@@ -197,8 +214,8 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
             state.asleep_until = next;
         }
         for lease in capped.drain(..) {
-            if let Some(renew_for) = lease.renew_for {
-                lease.state.renewal_capped(renew_for);
+            if let Some(renew_for) = lease.renew_for() {
+                lease.state().renewal_capped(renew_for);
             }
         }
         if due.is_empty() {
@@ -214,12 +231,12 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
                 .asleep_until = None;
             continue;
         }
-        let Some(locker) = locker.upgrade() else {
+        let Some(backend) = backend.upgrade() else {
             return;
         };
         // A lease already lost by time is not renewed: the guard has said so.
         due.retain(|(id, lease, _)| {
-            let lost = lease.state.check().is_ok();
+            let lost = lease.state().check().is_ok();
             if lost {
                 shared
                     .state
@@ -231,7 +248,7 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
             !lost
         });
         for batch in due.chunks(BATCH) {
-            match renew(&shared, &locker, batch).await {
+            match renew(&shared, &backend, batch).await {
                 Ok(()) if failing => {
                     failing = false;
                     tracing::info!(target: "lockattr", "lock renewals reach Redis again");
@@ -253,20 +270,20 @@ async fn run(shared: Arc<Shared>, locker: Weak<Inner>) {
 /// request failed (the batch is then retried soon).
 async fn renew(
     shared: &Shared,
-    locker: &Inner,
-    batch: &[(u64, Arc<Lease>, Option<Duration>)],
+    backend: &Backend,
+    batch: &[(u64, Arc<dyn Renewable>, Option<Duration>)],
 ) -> Result<(), LockError> {
     let renewals: Vec<Renewal<'_>> = batch
         .iter()
         .map(|(_, lease, period)| Renewal {
-            keys: &lease.keys,
-            token: &lease.token,
-            lease: period.map(|_| lease.expire),
-            expire: lease.expire,
+            keys: lease.keys(),
+            token: lease.token(),
+            lease: period.map(|_| lease.expire()),
+            expire: lease.expire(),
         })
         .collect();
     let sent = Instant::now();
-    let outcome = locker.backend.renew(&renewals).await;
+    let outcome = backend.renew(&renewals).await;
     let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
     match outcome {
         Ok(found) => {
@@ -278,24 +295,24 @@ async fn renew(
                 };
                 match (found, period) {
                     (Renewed::Left(left), Some(period)) => {
-                        lease.state.confirmed(sent, left);
+                        lease.state().confirmed(sent, left);
                         entry.due = sent + *period;
                         entry.early = sent + *period / 2;
                         entry.cap();
                     }
                     (Renewed::Left(left), None) => {
-                        lease.state.confirmed(sent, left);
+                        lease.state().confirmed(sent, left);
                         state.entries.remove(id);
                     }
                     // Reported as lost by the lease state.
                     (Renewed::NotOwned, _) => {
-                        lease.state.taken();
+                        lease.state().taken();
                         state.entries.remove(id);
                     }
                     // Its node did not answer (a cluster master down).
                     (Renewed::Unknown, period) => {
                         unknown += 1;
-                        lease.state.report().renewal_failed(&LockError::Runtime {
+                        lease.state().report().renewal_failed(&LockError::Runtime {
                             reason: "the node that holds it did not answer".into(),
                         });
                         retry_soon(entry, *period);
@@ -311,7 +328,7 @@ async fn renew(
         Err(e) => {
             for (id, lease, period) in batch {
                 if let Some(entry) = state.entries.get_mut(id) {
-                    lease.state.report().renewal_failed(&e);
+                    lease.state().report().renewal_failed(&e);
                     retry_soon(entry, *period);
                 }
             }
