@@ -25,20 +25,22 @@
 //!
 //! | option | value | default |
 //! |---|---|---|
-//! | `name` | `"text"`; a format string capturing arguments, `"order:{order_id}"`; or any expression whose value implements [`LockKey`] | the first argument's [`LockKey`] (`self` included); the function's path when it has no arguments |
-//! | `expire` | the lease: seconds (`30`, `0.5`), a string with a unit (`"250ms"`, `"1.5s"`, `"2m"`, `"1h"`), or a `Duration` expression | 10 s |
-//! | `acquire_time` | how long to wait for a busy lock, same forms; `0` tries once | 10 s |
-//! | `locker` | an expression that coerces to `&Locker`, evaluated per call (`locker = &self.locks`) | the process default ([`init`], [`set_default`]) |
-//! | `guard` | a name to bind the held `&LockGuard` to inside the body (`guard = g`, then `g.fencing_token()`) | none |
-//! | `renew` | renew the lease while the body runs (`renew`, `renew = true`); see [Long work](#long-work-renewal-and-the-lost-signal) | off |
+//! | `name` | `"text"`; a format string capturing arguments, `"order:{order_id}"` (each capture must name an argument); or any expression whose value implements [`LockKey`] (`name = key_for(user, n + 1)`); or an array of these (see [Several names at once](#several-names-at-once)) | the first argument's [`LockKey`] (`self` included); the function's path when it has no arguments |
+//! | `expire` | the lease: seconds (`30`, `0.5`), a string with a unit (`"250ms"`, `"1.5s"`, `"2m"`, `"1h"`; units ns, us, ms, s, m, h), or any `Duration` expression; not zero | 10 s |
+//! | `acquire_time` | how long to wait while someone else holds the lock, same forms; `0` makes exactly one attempt | 10 s |
+//! | `locker` | an expression that coerces to `&Locker`, evaluated per call; it may use the arguments (`locker = &self.locks`) | the process default ([`init`], [`set_default`]) |
+//! | `guard` | a name to bind the held `&LockGuard` to inside the body (`guard = g`, then `g.fencing_token()`, `g.is_lost()`) | none |
+//! | `renew` | renew the lease every `expire / 3` while the body runs (`renew`, `renew = true`), so `expire` only bounds how long a crashed holder blocks others; see [Long work](#long-work-renewal-and-the-lost-signal) | off |
 //! | `renew_for` | renew, but for at most this long after the lock was taken; then the lease runs out on its own and the guard turns lost (`on_lost` applies). Same forms as `expire`; turns `renew` on; not zero, not over 30 days, not with `renew = false`; see [Capping renewal](#capping-renewal-renew_for) | renew for as long as the body runs |
 //! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
-//! | `reentrant` | async: `false` makes a nested call on a lock the call chain holds wait like a stranger. Sync: `true` (or `reentrant` alone) re-enters a lock that a sync call with `reentrant` holds on the same thread, counted per thread; not for sync functions called from rayon or any pool that runs other jobs on a thread blocked in `join`; see [Reentrancy](#reentrancy) | `true` for an `async fn`, `false` for a sync one |
-//! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner; same forms as `expire`, not zero, no longer than the lease; see [Scheduled jobs](#scheduled-jobs) | none |
+//! | `reentrant` | async: `false` makes a nested call on a lock the call chain holds wait like a stranger. Sync: `true` (or `reentrant` alone) re-enters a lock that a sync call with `reentrant` holds on the same thread, counted per thread, and only the outermost call releases; another thread never re-enters. Not for sync functions called from rayon or any pool that runs other jobs on a thread blocked in `join`; see [Reentrancy](#reentrancy) | `true` for an `async fn` (nested calls go straight in, only the outermost releases), `false` for a sync one |
+//! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner (ShedLock's `lockAtLeastFor`); same forms as `expire`, not zero, no longer than the lease (`expire`, or 10 s when it is not given); see [Scheduled jobs](#scheduled-jobs) | none |
 //! | `permits` | a semaphore of this many permits instead of a lock: an integer literal from 1 to 256, or a `u32` expression; not with `reentrant`; see [Semaphores](#semaphores) | none: a lock |
-//! | `mode` | a side of a read-write lock instead of a lock: `"read"` (held with other readers, never with a writer) or `"write"` (held alone); a string literal; not with `permits`, several names or `reentrant`; see [Read-write locks](#read-write-locks) | none: a lock |
+//! | `mode` | a side of a read-write lock instead of a lock: `"read"` (held with other readers, never with a writer) or `"write"` (held alone); a string literal; not with `permits`, several names or `reentrant` (a read-write lock is never re-entered: a nested call takes a hold of its own); see [Read-write locks](#read-write-locks) | none: a lock |
 //!
-//! Literal durations and format strings are checked at compile time.
+//! Literal durations and format strings are checked at compile time;
+//! `docs/options.md` in the repository lists every mistake the attribute
+//! refuses, and explains scheduled jobs and how names are formed.
 //!
 //! The function must return `Result<T, E>` with `E: From<LockError>`.
 //!
@@ -48,8 +50,8 @@
 //! names in different orders cannot deadlock; the guard is a
 //! [`LockSetGuard`] with each name's own fencing token. The builder is
 //! [`Locker::lock_all`]. One server, Redis Cluster and Redlock all take
-//! sets; see the README's "Several names at once" for fairness, reentrancy
-//! and how each deployment takes them.
+//! sets; see "Several names at once" in `docs/kinds.md` for fairness,
+//! reentrancy and how each deployment takes them.
 //!
 //! ```no_run
 //! use lockattr::{redis_lock, LockError};
@@ -109,8 +111,8 @@
 //! that is safe to cancel. `"error"` never interrupts the body and tells the
 //! caller afterwards, when the damage, if any, is done. Neither can undo a
 //! write made after the lease ended and before the loss was seen: only the
-//! storage can refuse such a write, by checking the fencing token (see the
-//! README's guarantees, and `examples/fencing.rs`).
+//! storage can refuse such a write, by checking the fencing token (see
+//! `docs/guarantees.md`, and `examples/fencing.rs`).
 //!
 //! ```no_run
 //! use lockattr::{redis_lock, LockError};
@@ -401,8 +403,9 @@
 //! ([`delay_restarted_nodes`](LockerBuilder::delay_restarted_nodes)).
 //! Its fencing tokens are the largest counter of the granting majority,
 //! written back to that majority when the counters differ, so they keep
-//! increasing from one owner to the next; the README's section on Redlock
-//! says why a single node's counter would not, and what the tokens assume.
+//! increasing from one owner to the next; "Fencing on Redlock" in
+//! `docs/deployments.md` says why a single node's counter would not, and
+//! what the tokens assume.
 //!
 //! # Tracing and metrics
 //!
@@ -418,7 +421,8 @@
 //! [`LockBuilder::kind`] sets that label for locks taken with
 //! [`Locker::lock`]. The
 //! [runtime crate's documentation](https://docs.rs/lockattr-runtime/latest/lockattr_runtime/#tracing-and-metrics)
-//! and the README list every span, event, field and metric.
+//! lists every span, event, field and metric; `docs/operations.md` shows
+//! how to read them in production.
 //!
 //! # The code the attribute stands for
 //!

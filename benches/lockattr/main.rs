@@ -3,8 +3,8 @@
 //!
 //! Run with `cargo bench --bench lockattr` (about a minute and a half), or
 //! `cargo bench --bench lockattr -- --quick` for a smoke run of well under a
-//! minute. `-- --readme` only rewrites the README's benchmark table from
-//! `docs/bench/results.json`.
+//! minute. `-- --readme` only rewrites the benchmark table of
+//! `docs/performance.md` from `docs/bench/results.json`.
 //!
 //! The program starts its own `redis-server`s on free loopback ports (never
 //! 6379) with temporary directories, and stops them on every way out: a
@@ -36,9 +36,9 @@
 //!     (lockattr only).
 //!
 //! Output: a table on stdout, `docs/bench/results.json`,
-//! `docs/bench/chart.svg` and the README's table (with `--quick`: JSON and
-//! chart to a temporary directory and no README, unless `--out DIR` says
-//! where).
+//! `docs/bench/chart.svg` and the table of `docs/performance.md` (with
+//! `--quick`: JSON and chart to a temporary directory and no table, unless
+//! `--out DIR` says where).
 
 mod chart;
 mod children;
@@ -178,8 +178,8 @@ const USAGE: &str = "usage: cargo bench --bench lockattr -- [--quick] [--out DIR
   --quick          well under a minute instead of about a minute and a half (smoke test)
   --out DIR        where results.json and chart.svg go (default docs/bench, with
                    --quick a temporary directory)
-  --readme [JSON]  measure nothing: rewrite the README's benchmark table from JSON
-                   (default docs/bench/results.json)";
+  --readme [JSON]  measure nothing: rewrite the benchmark table of docs/performance.md
+                   from JSON (default docs/bench/results.json)";
 
 fn coordinator_main() -> Res<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -203,11 +203,11 @@ fn coordinator_main() -> Res<()> {
                     Some(path) => PathBuf::from(path),
                     None => root.join("docs/bench/results.json"),
                 };
-                let readme = root.join("README.md");
-                readme::update_readme(&json, &readme)?;
+                let page = root.join("docs/performance.md");
+                readme::update_table(&json, &page)?;
                 println!(
                     "rewrote the table in {} from {}",
-                    readme.display(),
+                    page.display(),
                     json.display()
                 );
                 return Ok(());
@@ -257,9 +257,9 @@ fn coordinator_main() -> Res<()> {
         .map_err(|e| format!("cannot write {}: {e}", svg_path.display()))?;
     println!("\nwrote {} and {}", json_path.display(), svg_path.display());
     if to_docs {
-        let readme = root.join("README.md");
-        readme::update_readme(&json_path, &readme)?;
-        println!("rewrote the table in {}", readme.display());
+        let page = root.join("docs/performance.md");
+        readme::update_table(&json_path, &page)?;
+        println!("rewrote the table in {}", page.display());
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! The README's benchmark table, rendered from a results JSON between its
-//! markers; never typed by hand.
+//! The benchmark table of `docs/performance.md`, rendered from a results
+//! JSON between its markers; never typed by hand.
 
 use std::path::Path;
 
@@ -7,13 +7,13 @@ use crate::Res;
 use crate::report::fmt_num;
 use crate::targets;
 
-/// Where the README's generated table starts and ends.
-const README_START: &str = "<!-- bench-table:start -->";
-const README_END: &str = "<!-- bench-table:end -->";
+/// Where the generated table starts and ends in `docs/performance.md`.
+const TABLE_START: &str = "<!-- bench-table:start -->";
+const TABLE_END: &str = "<!-- bench-table:end -->";
 
-/// The README's table, from a results JSON: the run's circumstances, then
-/// the rows marked for the README.
-fn readme_table(v: &serde_json::Value) -> Res<String> {
+/// The table of `docs/performance.md`, from a results JSON: the run's
+/// circumstances, then the rows marked for it (`"readme": true`).
+fn results_table(v: &serde_json::Value) -> Res<String> {
     use serde_json::Value;
     let text = |v: &Value| match v {
         Value::String(s) => s.clone(),
@@ -70,28 +70,23 @@ fn readme_table(v: &serde_json::Value) -> Res<String> {
     Ok(out)
 }
 
-/// Rewrites the region between the README's bench-table markers from the
-/// results JSON at `json`.
-pub fn update_readme(json: &Path, readme: &Path) -> Res<()> {
+/// Rewrites the region between the bench-table markers of `page`
+/// (`docs/performance.md`) from the results JSON at `json`.
+pub fn update_table(json: &Path, page: &Path) -> Res<()> {
     let raw = std::fs::read_to_string(json)
         .map_err(|e| format!("cannot read {}: {e}", json.display()))?;
     let value: serde_json::Value =
         serde_json::from_str(&raw).map_err(|e| format!("{} is not JSON: {e}", json.display()))?;
-    let table = readme_table(&value)?;
-    let text = std::fs::read_to_string(readme)
-        .map_err(|e| format!("cannot read {}: {e}", readme.display()))?;
-    let missing = || {
-        format!(
-            "{} lacks `{README_START}` ... `{README_END}`",
-            readme.display()
-        )
-    };
-    let start = text.find(README_START).ok_or_else(missing)? + README_START.len();
-    let end = start + text[start..].find(README_END).ok_or_else(missing)?;
+    let table = results_table(&value)?;
+    let text = std::fs::read_to_string(page)
+        .map_err(|e| format!("cannot read {}: {e}", page.display()))?;
+    let missing = || format!("{} lacks `{TABLE_START}` ... `{TABLE_END}`", page.display());
+    let start = text.find(TABLE_START).ok_or_else(missing)? + TABLE_START.len();
+    let end = start + text[start..].find(TABLE_END).ok_or_else(missing)?;
     let updated = format!("{}\n{table}{}", &text[..start], &text[end..]);
     if updated != text {
-        std::fs::write(readme, updated)
-            .map_err(|e| format!("cannot write {}: {e}", readme.display()))?;
+        std::fs::write(page, updated)
+            .map_err(|e| format!("cannot write {}: {e}", page.display()))?;
     }
     Ok(())
 }
