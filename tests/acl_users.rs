@@ -1,6 +1,6 @@
 //! Redis ACL users: a Locker that logs in as `user:password` in its URL,
 //! and one whose user may run only the commands the library needs (the
-//! rule set docs/deployments.md gives), on keys and channels under its prefix. Every
+//! rule set the README gives), on keys and channels under its prefix. Every
 //! operation works: acquire, hand-over to a waiter of another Locker
 //! through pub/sub, renewal, extend, release; and on a Redlock, where the
 //! user may not run `INFO`, restarted nodes still stay out of a majority.
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, Locker};
 use support::RedisServer;
 
-/// The rule set of docs/deployments.md for a Locker with the default prefix (the
+/// The README's rule set for a Locker with the default prefix (the
 /// `+@all -@dangerous` part aside: this user may run nothing else).
 const RULES: &[&str] = &[
     "on",
@@ -45,7 +45,7 @@ const RULES: &[&str] = &[
     "+publish",
 ];
 
-/// Creates `user` with `password` and the rules of docs/deployments.md on `server`.
+/// Creates `user` with `password` and the README's rules on `server`.
 fn restricted_user(server: &RedisServer, user: &str, password: &str) {
     let mut command = redis::cmd("ACL");
     command.arg("SETUSER").arg(user).arg(format!(">{password}"));
@@ -189,7 +189,7 @@ async fn the_readme_rules_keep_the_user_to_its_prefix() {
     assert!(server.keys("other:*").is_empty());
 }
 
-/// A Redlock whose user has the docs' rules (no `INFO`): the marker key
+/// A Redlock whose user has the README's rules (no `INFO`): the marker key
 /// tells when each node last lost its data, so nodes restarted empty do
 /// not vote before `max_lease`, and the lock works on the nodes that have
 /// been up long enough.
@@ -232,7 +232,7 @@ async fn a_redlock_user_without_info_still_locks_and_keeps_restarted_nodes_out()
     assert!(err.is_no_quorum(), "restarted nodes voted at once: {err:?}");
 }
 
-/// An operator's user: the docs' rules plus `+hlen +scan` run
+/// An operator's user: the README's rules plus `+hlen +scan` run
 /// `inspect`, `locks` and `force_unlock`; without them, a clear refusal.
 #[tokio::test]
 async fn the_operator_calls_with_the_readmes_additions() {
@@ -264,7 +264,7 @@ async fn the_operator_calls_with_the_readmes_additions() {
     assert!(matches!(err, LockError::Redis { .. }), "{err}");
 }
 
-/// The operator's semaphore calls need `+lrange` on top (docs/deployments.md says
+/// The operator's semaphore calls need `+lrange` on top (the README says
 /// so): with it they run; without it, a clear refusal.
 #[tokio::test]
 async fn the_operator_semaphore_calls_with_the_readmes_additions() {
@@ -304,8 +304,8 @@ async fn the_operator_semaphore_calls_with_the_readmes_additions() {
     assert!(guard.release().await.is_err(), "it was forced");
 }
 
-/// Read-write locks need, on top of the rules above, what the ACL section of
-/// docs/deployments.md lists for them: their scripts read the queue's head and keep
+/// Read-write locks need, on top of the rules above, what the README's ACL
+/// section lists for them: their scripts read the queue's head and keep
 /// the readers' index (and count an older build's readers set).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_locks_with_the_readmes_additions() {
@@ -352,7 +352,7 @@ async fn read_write_locks_with_the_readmes_additions() {
     writer.release().await.unwrap();
 }
 
-/// What read-write locks need beyond [`RULES`] (docs/deployments.md lists them).
+/// What read-write locks need beyond [`RULES`] (the README lists them).
 const RW_RULES: &[&str] = &[
     "+exists",
     "+lindex",

@@ -454,7 +454,7 @@ fn a_set_is_not_starved_by_single_name_hand_overs() {
     );
 }
 
-/// The ACL rules of docs/deployments.md (no other command) are enough for sets:
+/// The ACL rules of the README (no other command) are enough for sets:
 /// taking, waiting (past the point where the set joins a queue), being
 /// woken, timing out, giving back, releasing.
 #[test]

@@ -54,7 +54,7 @@ pub struct Exception {
 }
 
 /// The restart marker `<prefix>node` (`lockattr-runtime/src/backend/node_facts.rs`,
-/// docs/deployments.md "Redlock"): the first Locker to connect to a server writes it,
+/// README "Redlock"): the first Locker to connect to a server writes it,
 /// `<server time in µs>:<random id>`, in the Locker's database and in
 /// database 0, and nobody deletes it. It has no TTL on purpose: its age is
 /// how long the server has kept its data (a restart without persistence or
