@@ -1,4 +1,4 @@
-//! Several names at once: the scripts and the acquisition loop of
+//! Several names at once: the scripts and the attempts of
 //! [`Locker::lock_all`](crate::Locker::lock_all).
 //!
 //! # All or nothing
@@ -46,7 +46,7 @@
 //! the script gives the name back at once (deleted, with a notice, so the
 //! queued waiters try) and queues the set again at the end: it never holds
 //! part of the set while it waits, and it gets a chance at every turn of
-//! that queue. See the README's "Several names at once".
+//! that queue. See docs/kinds.md, "Several names at once".
 
 use std::time::{Duration, Instant};
 
