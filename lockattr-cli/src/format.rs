@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use comfy_table::{ContentArrangement, Table, presets};
 use jiff::Timestamp;
 
 use crate::view::{HolderView, LockView, SemaphoreView};
@@ -81,30 +82,20 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// Rows under a header, in columns two spaces apart (no trailing spaces).
+/// Rows under a header, in columns two spaces apart (no borders, no
+/// wrapping, no trailing spaces).
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
+    let mut table = Table::new();
+    table
+        .load_style(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.to_vec())
+        .add_rows(rows.iter().cloned());
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
     }
-    let mut out = String::new();
-    let lines = std::iter::once(header.iter().map(|h| h.to_string()).collect::<Vec<_>>())
-        .chain(rows.iter().cloned());
-    for row in lines {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            line.push_str(cell);
-            let pad = widths[i].saturating_sub(cell.chars().count());
-            line.extend(std::iter::repeat_n(' ', pad));
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = table.trim_fmt();
+    out.push('\n');
     out
 }
 
@@ -353,6 +344,9 @@ mod tests {
         );
         assert_eq!(text, "NAME    N\na       1\nlonger  22\n");
         assert_eq!(table(&["NAME", "N"], &[]), "NAME  N\n");
+        // Columns line up on a terminal's cells: a wide character takes two.
+        let text = table(&["NAME", "N"], &[vec!["注文".into(), "1".into()]]);
+        assert_eq!(text, "NAME  N\n注文  1\n");
     }
 
     #[test]
