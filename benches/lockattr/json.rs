@@ -1,669 +1,706 @@
-//! The JSON record of a run (`docs/bench/results.json`), and a small
-//! writer for it (numbers rounded to 3 decimals, arrays of numbers on one line).
+//! The JSON record of a run (`docs/bench/results.json`): serde types in the
+//! file's shape, written by `serde_json` (numbers rounded to 3 decimals).
 
-use std::fmt::Write as _;
+use serde::{Serialize, Serializer};
 
 use crate::peers::{
     RSLOCK_DEFAULT_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY, RSLOCK_WAITER_RETRY_COUNT,
 };
 use crate::report::rows;
+use crate::scenarios::kinds::{READ_HOLD, READERS};
+use crate::scenarios::rw_cost::{BLOCK, Cost, HELD, HELD_LEASE};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
 use crate::targets::{self, Target, ratio};
 use crate::util::{cores, cpu_model, quantile, unix_nanos};
 use crate::{CONTEND_PROCESSES, MANY_TASKS, ONE_PROCESS_TASKS, RUNTIME};
 
-/// A JSON value; enough for the results file, without a dependency.
-pub enum Json {
-    /// `null`.
-    Null,
-    /// `true`, `false`.
-    Bool(bool),
-    /// A number.
-    Num(f64),
-    /// A string.
-    Str(String),
-    /// An array.
-    Arr(Vec<Json>),
-    /// An object, fields in order.
-    Obj(Vec<(&'static str, Json)>),
-}
+/// A measured figure: rounded to 3 decimals, written as an integer when
+/// whole, `null` when not finite.
+#[derive(Clone, Copy)]
+struct N(f64);
 
-impl Json {
-    /// A number; `null` when not finite.
-    pub fn num(x: f64) -> Json {
-        if x.is_finite() {
-            Json::Num(x)
+impl Serialize for N {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let x = self.0;
+        if !x.is_finite() {
+            s.serialize_none()
+        } else if x.fract() == 0.0 && x.abs() < 1e15 {
+            s.serialize_i64(x as i64)
         } else {
-            Json::Null
-        }
-    }
-
-    /// A string.
-    pub fn str(s: impl Into<String>) -> Json {
-        Json::Str(s.into())
-    }
-
-    /// The text of the file.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        self.write(&mut out, 0);
-        out.push('\n');
-        out
-    }
-
-    fn write(&self, out: &mut String, indent: usize) {
-        let pad = |n: usize| "  ".repeat(n);
-        match self {
-            Json::Null => out.push_str("null"),
-            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Json::Num(x) => {
-                if x.fract() == 0.0 && x.abs() < 1e15 {
-                    let _ = write!(out, "{}", *x as i64);
-                } else {
-                    let _ = write!(out, "{}", (x * 1000.0).round() / 1000.0);
-                }
-            }
-            Json::Str(s) => {
-                out.push('"');
-                for c in s.chars() {
-                    match c {
-                        '"' => out.push_str("\\\""),
-                        '\\' => out.push_str("\\\\"),
-                        '\n' => out.push_str("\\n"),
-                        c if (c as u32) < 0x20 => {
-                            let _ = write!(out, "\\u{:04x}", c as u32);
-                        }
-                        c => out.push(c),
-                    }
-                }
-                out.push('"');
-            }
-            Json::Arr(items) if items.iter().any(|i| matches!(i, Json::Obj(_))) => {
-                out.push_str("[\n");
-                for (i, item) in items.iter().enumerate() {
-                    out.push_str(&pad(indent + 1));
-                    item.write(out, indent + 1);
-                    if i + 1 < items.len() {
-                        out.push(',');
-                    }
-                    out.push('\n');
-                }
-                out.push_str(&pad(indent));
-                out.push(']');
-            }
-            Json::Arr(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    item.write(out, indent);
-                }
-                out.push(']');
-            }
-            Json::Obj(fields) => {
-                out.push_str("{\n");
-                for (i, (k, v)) in fields.iter().enumerate() {
-                    let _ = write!(out, "{}\"{k}\": ", pad(indent + 1));
-                    v.write(out, indent + 1);
-                    if i + 1 < fields.len() {
-                        out.push(',');
-                    }
-                    out.push('\n');
-                }
-                out.push_str(&pad(indent));
-                out.push('}');
-            }
+            s.serialize_f64((x * 1000.0).round() / 1000.0)
         }
     }
 }
 
-// ---------------------------------------------------------------- the record
-
-fn target_json(t: Target) -> Json {
-    Json::Obj(vec![
-        ("text", Json::str(t.text)),
-        ("met", Json::Bool(t.met)),
-    ])
+/// One library's median, and in RTTs.
+#[derive(Serialize)]
+struct Median {
+    median_us: N,
+    rtt: N,
 }
 
-fn opt_num(x: Option<f64>) -> Json {
-    x.map_or(Json::Null, Json::num)
+/// One library's 50th percentile, and in RTTs.
+#[derive(Serialize)]
+struct P50 {
+    p50_us: N,
+    rtt: N,
 }
 
-fn opt_bool(x: Option<bool>) -> Json {
-    x.map_or(Json::Null, Json::Bool)
+/// One library's 99th percentile, and in RTTs.
+#[derive(Serialize)]
+struct P99 {
+    p99_us: N,
+    rtt: N,
 }
 
-/// `{"lockattr": {key: a, "rtt": a/rtt}, "rslock": {..}, "ratio_lockattr_over_rslock": a/b}`;
-/// a library that did not run is left out.
-fn pair(l: f64, rs: f64, key: &'static str, rtt: f64) -> Vec<(&'static str, Json)> {
-    let lib = |x: f64| Json::Obj(vec![(key, Json::num(x)), ("rtt", Json::num(x / rtt))]);
-    let mut fields = vec![("lockattr", lib(l))];
-    if rs.is_finite() {
-        fields.push(("rslock", lib(rs)));
-        fields.push(("ratio_lockattr_over_rslock", Json::num(ratio(l, rs))));
+/// Both libraries' figures and their ratio; rslock's are left out when it
+/// did not run.
+#[derive(Serialize)]
+struct Pair<L> {
+    lockattr: L,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rslock: Option<L>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_lockattr_over_rslock: Option<N>,
+}
+
+fn pair<L>(l: f64, rs: f64, rtt: f64, lib: fn(N, N) -> L) -> Pair<L> {
+    let of = |x: f64| lib(N(x), N(x / rtt));
+    Pair {
+        lockattr: of(l),
+        rslock: rs.is_finite().then(|| of(rs)),
+        ratio_lockattr_over_rslock: rs.is_finite().then(|| N(ratio(l, rs))),
     }
-    fields
 }
 
-fn handoff_json(h: &Handoff, rtt: f64, targets: Vec<Target>) -> Json {
-    let mut fields = vec![("samples_per_library", Json::num(h.samples[0] as f64))];
-    fields.extend(pair(h.p50_us[0], h.p50_us[1], "p50_us", rtt));
-    fields.push((
-        "p99",
-        Json::Obj(pair(h.p99_us[0], h.p99_us[1], "p99_us", rtt)),
-    ));
-    fields.push((
-        "holder_release_call",
-        Json::Obj(pair(
-            h.release_p50_us[0],
-            h.release_p50_us[1],
-            "p50_us",
+fn median(median_us: N, rtt: N) -> Median {
+    Median { median_us, rtt }
+}
+
+fn p50(p50_us: N, rtt: N) -> P50 {
+    P50 { p50_us, rtt }
+}
+
+/// Rows 2, 8 and 9: acquire + release.
+#[derive(Serialize)]
+struct UncontendedJson {
+    iterations_in_a_row: usize,
+    raw_ping_median_us: N,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    locker_ping_median_us: Option<N>,
+    #[serde(flatten)]
+    pair: Pair<Median>,
+    target: Option<Target>,
+}
+
+fn uncontended(u: &Uncontended, target: Option<Target>) -> UncontendedJson {
+    UncontendedJson {
+        iterations_in_a_row: u.block,
+        raw_ping_median_us: N(u.rtt_us),
+        locker_ping_median_us: u.locker_ping_us.is_finite().then_some(N(u.locker_ping_us)),
+        pair: pair(u.pair_us[0], u.pair_us[1], u.rtt_us, median),
+        target,
+    }
+}
+
+/// Rows 3, 8 and 9: the hand-over across processes.
+#[derive(Serialize)]
+struct HandoffJson {
+    samples_per_library: usize,
+    #[serde(flatten)]
+    p50: Pair<P50>,
+    p99: Pair<P99>,
+    holder_release_call: Pair<P50>,
+    waiter_returned_after_release_call_returned: Pair<P50>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    targets: Vec<Target>,
+}
+
+fn handoff(h: &Handoff, rtt: f64, targets: Vec<Target>) -> HandoffJson {
+    HandoffJson {
+        samples_per_library: h.samples[0],
+        p50: pair(h.p50_us[0], h.p50_us[1], rtt, p50),
+        p99: pair(h.p99_us[0], h.p99_us[1], rtt, |p99_us, rtt| P99 {
+            p99_us,
             rtt,
-        )),
-    ));
-    fields.push((
-        "waiter_returned_after_release_call_returned",
-        Json::Obj(pair(
+        }),
+        holder_release_call: pair(h.release_p50_us[0], h.release_p50_us[1], rtt, p50),
+        waiter_returned_after_release_call_returned: pair(
             h.after_release_p50_us[0],
             h.after_release_p50_us[1],
-            "p50_us",
             rtt,
-        )),
-    ));
-    if !targets.is_empty() {
-        fields.push((
-            "targets",
-            Json::Arr(targets.into_iter().map(target_json).collect()),
-        ));
-    }
-    Json::Obj(fields)
-}
-
-fn contend_json(s: &ContendStats) -> Json {
-    Json::Obj(vec![
-        ("critical_sections_per_s", Json::num(s.per_s)),
-        ("lost_updates", Json::num(s.lost() as f64)),
-        ("least_served_share", Json::num(s.least_share)),
-        ("wait_p99_us", Json::num(s.wait_p99_us())),
-        (
-            "per_process",
-            Json::Arr(s.counts.iter().map(|&c| Json::num(c as f64)).collect()),
+            p50,
         ),
-        ("executed", Json::num(s.executed as f64)),
-        ("final_counter", Json::num(s.final_counter as f64)),
-        ("acquisitions_given_up", Json::num(s.gave_up as f64)),
-    ])
+        targets,
+    }
 }
 
-fn uncontended_json(u: &Uncontended, target: Option<Target>) -> Json {
-    let mut fields = vec![
-        ("iterations_in_a_row", Json::num(u.block as f64)),
-        ("raw_ping_median_us", Json::num(u.rtt_us)),
-    ];
-    if u.locker_ping_us.is_finite() {
-        fields.push(("locker_ping_median_us", Json::num(u.locker_ping_us)));
+/// Rows 4 and 5: one library contending on one lock.
+#[derive(Serialize)]
+struct ContendJson {
+    critical_sections_per_s: N,
+    lost_updates: i64,
+    least_served_share: N,
+    wait_p99_us: N,
+    per_process: Vec<u64>,
+    executed: u64,
+    final_counter: u64,
+    acquisitions_given_up: u64,
+}
+
+fn contend(s: &ContendStats) -> ContendJson {
+    ContendJson {
+        critical_sections_per_s: N(s.per_s),
+        lost_updates: s.lost(),
+        least_served_share: N(s.least_share),
+        wait_p99_us: N(s.wait_p99_us()),
+        per_process: s.counts.clone(),
+        executed: s.executed,
+        final_counter: s.final_counter,
+        acquisitions_given_up: s.gave_up,
     }
-    let lib = |x: f64| {
-        Json::Obj(vec![
-            ("median_us", Json::num(x)),
-            ("rtt", Json::num(x / u.rtt_us)),
-        ])
+}
+
+/// Rows 4 (`processes`) and 5 (`tasks`): both libraries contending.
+#[derive(Serialize)]
+struct Contention {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    processes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tasks: Option<usize>,
+    seconds_per_library: N,
+    lockattr: ContendJson,
+    rslock: ContendJson,
+    ratio_lockattr_over_rslock: N,
+    targets: Vec<Target>,
+}
+
+fn contention([l, rs]: &[ContendStats; 2], seconds: f64, targets: Vec<Target>) -> Contention {
+    Contention {
+        processes: None,
+        tasks: None,
+        seconds_per_library: N(seconds),
+        lockattr: contend(l),
+        rslock: contend(rs),
+        ratio_lockattr_over_rslock: N(ratio(l.per_s, rs.per_s)),
+        targets,
+    }
+}
+
+/// A lock kind against its baseline (row 10).
+#[derive(Serialize)]
+struct KindJson {
+    median_us: N,
+    rtt: N,
+    baseline: &'static str,
+    ratio_to_baseline: N,
+}
+
+/// One side of row 12 at one count of readers holding.
+#[derive(Serialize)]
+struct CostJson {
+    readers_holding: usize,
+    redis_us_per_call_median_of_blocks: N,
+    blocks: usize,
+    block_us_per_call_p10_p90: [N; 2],
+    calls: u64,
+    evalsha_calls: u64,
+    evalsha_usec: u64,
+    redis_us_per_call_mean: N,
+    evalsha_calls_per_call: N,
+    redis_us_per_evalsha_call_mean: N,
+}
+
+/// One side of row 12: read calls or a writer's tries.
+#[derive(Serialize)]
+struct CostSide {
+    per_readers_holding: [CostJson; 2],
+    ratio_most_over_one_reader: N,
+    ratio_of_means: N,
+    target: Target,
+}
+
+fn cost_side(costs: &[Cost; 2], median_ratio: f64, target: Target) -> CostSide {
+    let at = |i: usize| {
+        let x = &costs[i];
+        CostJson {
+            readers_holding: HELD[i],
+            redis_us_per_call_median_of_blocks: N(x.us_per_call()),
+            blocks: x.block_us.len(),
+            block_us_per_call_p10_p90: [
+                N(quantile(&x.block_us, 0.1)),
+                N(quantile(&x.block_us, 0.9)),
+            ],
+            calls: x.calls,
+            evalsha_calls: x.script_calls,
+            evalsha_usec: x.usec,
+            redis_us_per_call_mean: N(x.mean_us_per_call()),
+            evalsha_calls_per_call: N(x.scripts_per_call()),
+            redis_us_per_evalsha_call_mean: N(x.mean_us_per_script_call()),
+        }
     };
-    fields.push(("lockattr", lib(u.pair_us[0])));
-    if u.pair_us[1].is_finite() {
-        fields.push(("rslock", lib(u.pair_us[1])));
-        fields.push((
-            "ratio_lockattr_over_rslock",
-            Json::num(ratio(u.pair_us[0], u.pair_us[1])),
-        ));
+    CostSide {
+        per_readers_holding: [at(0), at(1)],
+        ratio_most_over_one_reader: N(median_ratio),
+        ratio_of_means: N(ratio(
+            costs[1].mean_us_per_call(),
+            costs[0].mean_us_per_call(),
+        )),
+        target,
     }
-    fields.push(("target", target.map_or(Json::Null, target_json)));
-    Json::Obj(fields)
 }
 
-/// The rows as the table shows them; the README's table is made from these.
-fn table_json(r: &Report) -> Json {
-    Json::Arr(
-        rows(r)
-            .into_iter()
-            .map(|row| {
-                Json::Obj(vec![
-                    ("row", Json::str(row.scenario)),
-                    ("figure", Json::str(row.metric.trim())),
-                    ("lockattr", Json::str(row.lockattr)),
-                    ("rslock", Json::str(row.rslock)),
-                    ("ratio", Json::str(row.ratio)),
-                    ("target", Json::str(row.target)),
-                    ("met", opt_bool(row.met)),
-                    ("readme", Json::Bool(row.readme)),
-                ])
-            })
-            .collect(),
-    )
+/// A row of the table as printed; the README's table is made from these.
+#[derive(Serialize)]
+struct TableRow {
+    row: &'static str,
+    figure: &'static str,
+    lockattr: String,
+    rslock: String,
+    ratio: String,
+    target: &'static str,
+    met: Option<bool>,
+    readme: bool,
+}
+
+/// Row 6: tasks on distinct locks.
+#[derive(Serialize)]
+struct ManyLocks {
+    tasks: usize,
+    seconds_per_library: N,
+    lockattr_pairs_per_s: N,
+    rslock_pairs_per_s: N,
+    cpu_us_per_pair: CpuPerPair,
+    ratio_lockattr_over_rslock: N,
+    target: Target,
+}
+
+/// Row 6: CPU time per acquire + release, of Redis and of the bench.
+#[derive(Serialize)]
+struct CpuPerPair {
+    lockattr_redis_server: N,
+    lockattr_bench_process: N,
+    rslock_redis_server: N,
+    rslock_bench_process: N,
+}
+
+/// Row 7: `#[redis_lock]` against the builder by hand.
+#[derive(Serialize)]
+struct MacroOverhead {
+    iterations: usize,
+    annotated_median_us: N,
+    builder_median_us: N,
+    overhead_pct: N,
+    target: Target,
+}
+
+/// Row 8: Redlock.
+#[derive(Serialize)]
+struct Redlock {
+    nodes: usize,
+    iterations: usize,
+    acquire_release: UncontendedJson,
+    handoff_across_processes: HandoffJson,
+}
+
+/// Row 9: Redis Cluster.
+#[derive(Serialize)]
+struct Cluster {
+    masters: usize,
+    iterations: usize,
+    acquire_release: UncontendedJson,
+    handoff_across_processes: HandoffJson,
+    pubsub_messages_per_release: PubSub,
+}
+
+/// Row 9: pub/sub messages per release.
+#[derive(Serialize)]
+struct PubSub {
+    what: &'static str,
+    releases: u64,
+    cluster_bus_publish_messages: u64,
+    publish_calls: u64,
+    per_release: N,
 }
 
 /// Rows 10 and 11: the other lock kinds.
-fn kinds_json(r: &Report) -> Json {
-    let k = &r.kinds;
-    let pair = |i: usize, base: usize, base_name: &'static str| {
-        Json::Obj(vec![
-            ("median_us", Json::num(k.pair_us[i])),
-            ("rtt", Json::num(k.pair_us[i] / k.rtt_us)),
-            ("baseline", Json::str(base_name)),
-            ("ratio_to_baseline", Json::num(k.pair_ratio(i, base))),
-        ])
-    };
-    Json::Obj(vec![
-        (
-            "what",
-            Json::str(
-                "lockattr only. Acquire + release, uncontended, interleaved per iteration (order rotating) with a raw PING (rtt_us) and the baselines; and READERS tasks holding one name READ_HOLD each, read side against write side, blocks A B B A",
-            ),
-        ),
-        ("iterations", Json::num(k.iterations as f64)),
-        ("rtt_us", Json::num(k.rtt_us)),
-        ("lock", pair(targets::LOCK, targets::LOCK, "a lock")),
-        (
-            "two_locks_in_a_row",
-            pair(targets::TWO_LOCKS, targets::LOCK, "a lock"),
-        ),
-        (
-            "set_of_two_names",
-            Json::Obj(vec![
-                (
-                    "acquire_release",
-                    pair(targets::SET, targets::TWO_LOCKS, "two locks in a row"),
-                ),
-                ("target", target_json(targets::set_of_two(r))),
-            ]),
-        ),
-        ("read", pair(targets::READ, targets::LOCK, "a lock")),
-        ("write", pair(targets::WRITE, targets::LOCK, "a lock")),
-        (
-            "semaphore_permit",
-            pair(targets::PERMIT, targets::LOCK, "a lock"),
-        ),
-        (
-            "readers_sharing",
-            Json::Obj(vec![
-                ("tasks", Json::num(crate::scenarios::kinds::READERS as f64)),
-                (
-                    "hold_ms",
-                    Json::num(crate::scenarios::kinds::READ_HOLD.as_secs_f64() * 1e3),
-                ),
-                ("seconds_per_side", Json::num(k.shared_seconds)),
-                ("read_holds_per_s", Json::num(k.shared_per_s[0])),
-                ("write_holds_per_s", Json::num(k.shared_per_s[1])),
-                ("read_most_inside", Json::num(k.most_inside[0] as f64)),
-                ("write_most_inside", Json::num(k.most_inside[1] as f64)),
-                ("target", target_json(targets::readers_share(r))),
-            ]),
-        ),
-    ])
+#[derive(Serialize)]
+struct Kinds {
+    what: &'static str,
+    iterations: usize,
+    rtt_us: N,
+    lock: KindJson,
+    two_locks_in_a_row: KindJson,
+    set_of_two_names: SetOfTwo,
+    read: KindJson,
+    write: KindJson,
+    semaphore_permit: KindJson,
+    readers_sharing: ReadersSharing,
+}
+
+/// Row 10: a set of two names against two locks in a row.
+#[derive(Serialize)]
+struct SetOfTwo {
+    acquire_release: KindJson,
+    target: Target,
+}
+
+/// Row 11: readers sharing one name, read side against write side.
+#[derive(Serialize)]
+struct ReadersSharing {
+    tasks: usize,
+    hold_ms: N,
+    seconds_per_side: N,
+    read_holds_per_s: N,
+    write_holds_per_s: N,
+    read_most_inside: usize,
+    write_most_inside: usize,
+    target: Target,
 }
 
 /// Row 12: a read-write lock's Redis CPU per call against the readers holding.
-fn rw_cost_json(r: &Report) -> Json {
-    use crate::scenarios::rw_cost::{BLOCK, Cost, HELD, HELD_LEASE};
-    let c = &r.rw_cost;
-    let side = |costs: &[Cost; 2], median_ratio: f64, target: Target| {
-        let per_count = (0..2)
-            .map(|i| {
-                let x = &costs[i];
-                Json::Obj(vec![
-                    ("readers_holding", Json::num(HELD[i] as f64)),
-                    (
-                        "redis_us_per_call_median_of_blocks",
-                        Json::num(x.us_per_call()),
-                    ),
-                    ("blocks", Json::num(x.block_us.len() as f64)),
-                    (
-                        "block_us_per_call_p10_p90",
-                        Json::Arr(vec![
-                            Json::num(quantile(&x.block_us, 0.1)),
-                            Json::num(quantile(&x.block_us, 0.9)),
-                        ]),
-                    ),
-                    ("calls", Json::num(x.calls as f64)),
-                    ("evalsha_calls", Json::num(x.script_calls as f64)),
-                    ("evalsha_usec", Json::num(x.usec as f64)),
-                    ("redis_us_per_call_mean", Json::num(x.mean_us_per_call())),
-                    ("evalsha_calls_per_call", Json::num(x.scripts_per_call())),
-                    (
-                        "redis_us_per_evalsha_call_mean",
-                        Json::num(x.mean_us_per_script_call()),
-                    ),
-                ])
-            })
-            .collect();
-        let mean_ratio = ratio(costs[1].mean_us_per_call(), costs[0].mean_us_per_call());
-        Json::Obj(vec![
-            ("per_readers_holding", Json::Arr(per_count)),
-            ("ratio_most_over_one_reader", Json::num(median_ratio)),
-            ("ratio_of_means", Json::num(mean_ratio)),
-            ("target", target_json(target)),
-        ])
+#[derive(Serialize)]
+struct RwCost {
+    what: &'static str,
+    readers_holding: [usize; 2],
+    readers_in_index_before_measuring: [Option<u64>; 2],
+    holders_lease_s: N,
+    cycles_a_b_b_a: usize,
+    calls_per_block: usize,
+    read_call: CostSide,
+    writer_try: CostSide,
+}
+
+/// Row 2 in both loops.
+#[derive(Serialize)]
+struct UncontendedScenario {
+    iterations: usize,
+    interleaved_per_iteration: UncontendedJson,
+    tight_loop: UncontendedJson,
+}
+
+/// Row 3's cold PING, for information.
+#[derive(Serialize)]
+struct ColdPing {
+    what: &'static str,
+    samples: usize,
+    p50_us: N,
+    rtt: N,
+}
+
+/// Every row's figures.
+#[derive(Serialize)]
+struct Scenarios {
+    uncontended_acquire_release: UncontendedScenario,
+    handoff_across_processes: HandoffJson,
+    cold_ping: ColdPing,
+    contended: Contention,
+    tasks_one_lock: Contention,
+    many_locks: ManyLocks,
+    macro_overhead: MacroOverhead,
+    redlock: Redlock,
+    cluster: Cluster,
+    kinds: Kinds,
+    rw_lock_readers_holding_cost: RwCost,
+}
+
+/// The machine the run measured on.
+#[derive(Serialize)]
+struct Machine {
+    cores: usize,
+    cpu: Option<String>,
+    os: &'static str,
+    redis_server_version: String,
+    redis_server: &'static str,
+}
+
+/// The 1-minute load average at the start and the end of the run.
+#[derive(Serialize)]
+struct LoadAverage {
+    start: Option<N>,
+    end: Option<N>,
+}
+
+/// The code that ran.
+#[derive(Serialize)]
+struct Code {
+    lockattr_version: &'static str,
+    git_head: Option<String>,
+    library_sources_differ_from_head: Option<bool>,
+    worktree_dirty: Option<bool>,
+}
+
+/// The peer library and how it is configured.
+#[derive(Serialize)]
+struct Peer {
+    #[serde(rename = "crate")]
+    krate: &'static str,
+    version: &'static str,
+    features: [&'static str; 1],
+    servers: usize,
+    retry_defaults: RetryDefaults,
+    handoff_waiter_retry: Retry,
+    redlock: &'static str,
+}
+
+/// rslock's retries by default.
+#[derive(Serialize)]
+struct RetryDefaults {
+    count: u32,
+    max_delay_ms: u64,
+    seen_in_debug_output: String,
+    used_in: &'static str,
+}
+
+/// rslock's retries for the hand-over's waiter.
+#[derive(Serialize)]
+struct Retry {
+    count: u32,
+    max_delay_ms: u64,
+}
+
+/// The unit of every `rtt` figure.
+#[derive(Serialize)]
+struct Rtt {
+    what: &'static str,
+    raw_ping_median_us: N,
+    locker_ping_median_us: N,
+    locker_ping_rtt: N,
+}
+
+/// The JSON record of a run, field by field in the file's order.
+#[derive(Serialize)]
+pub struct Record {
+    benchmark: &'static str,
+    quick: bool,
+    generated_unix_s: u64,
+    machine: Machine,
+    runtime: &'static str,
+    load_average_1min: LoadAverage,
+    code: Code,
+    peer: Peer,
+    rtt: Rtt,
+    scenarios: Scenarios,
+    table: Vec<TableRow>,
+}
+
+impl Record {
+    /// The text of the file.
+    pub fn render(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("the record is plain data");
+        text.push('\n');
+        text
+    }
+}
+
+/// Rows 10 and 11.
+fn kinds(r: &Report) -> Kinds {
+    let k = &r.kinds;
+    let pair = |i: usize, base: usize, baseline: &'static str| KindJson {
+        median_us: N(k.pair_us[i]),
+        rtt: N(k.pair_us[i] / k.rtt_us),
+        baseline,
+        ratio_to_baseline: N(k.pair_ratio(i, base)),
     };
-    Json::Obj(vec![
-        (
-            "what",
-            Json::str(
-                "lockattr only, on the single server. Readers holding one name (read_lock(name).expire(lease).acquire(), guards kept), taken before measuring. Cycles of blocks A B B A (A: the name with the fewest readers, B: the most); in each block, for read calls and then for a writer's tries: CONFIG RESETSTAT, calls_per_block calls, INFO commandstats, whose cmdstat_evalsha usec (a script's usec includes the commands it runs) over the calls is the block's Redis µs per call. The figure is the median of the blocks (Redis times on the wall clock: a block where redis-server lost its CPU mid-script reads high); the mean over all calls is recorded too. A read call is acquire + release of one more reader (two script calls); a writer's try is write_lock(name).acquire_timeout(0).acquire(), which fails busy",
-            ),
-        ),
-        (
-            "readers_holding",
-            Json::Arr(HELD.iter().map(|&n| Json::num(n as f64)).collect()),
-        ),
-        (
-            "readers_in_index_before_measuring",
-            Json::Arr(
-                c.readers_seen
-                    .iter()
-                    .map(|&n| n.map_or(Json::Null, |n| Json::num(n as f64)))
-                    .collect(),
-            ),
-        ),
-        ("holders_lease_s", Json::num(HELD_LEASE.as_secs_f64())),
-        ("cycles_a_b_b_a", Json::num(c.cycles as f64)),
-        ("calls_per_block", Json::num(BLOCK as f64)),
-        (
-            "read_call",
-            side(&c.read, c.read_ratio(), targets::rw_cost_read(r)),
-        ),
-        (
-            "writer_try",
-            side(&c.write_try, c.write_ratio(), targets::rw_cost_write(r)),
-        ),
-    ])
+    Kinds {
+        what: "lockattr only. Acquire + release, uncontended, interleaved per iteration (order rotating) with a raw PING (rtt_us) and the baselines; and READERS tasks holding one name READ_HOLD each, read side against write side, blocks A B B A",
+        iterations: k.iterations,
+        rtt_us: N(k.rtt_us),
+        lock: pair(targets::LOCK, targets::LOCK, "a lock"),
+        two_locks_in_a_row: pair(targets::TWO_LOCKS, targets::LOCK, "a lock"),
+        set_of_two_names: SetOfTwo {
+            acquire_release: pair(targets::SET, targets::TWO_LOCKS, "two locks in a row"),
+            target: targets::set_of_two(r),
+        },
+        read: pair(targets::READ, targets::LOCK, "a lock"),
+        write: pair(targets::WRITE, targets::LOCK, "a lock"),
+        semaphore_permit: pair(targets::PERMIT, targets::LOCK, "a lock"),
+        readers_sharing: ReadersSharing {
+            tasks: READERS,
+            hold_ms: N(READ_HOLD.as_secs_f64() * 1e3),
+            seconds_per_side: N(k.shared_seconds),
+            read_holds_per_s: N(k.shared_per_s[0]),
+            write_holds_per_s: N(k.shared_per_s[1]),
+            read_most_inside: k.most_inside[0],
+            write_most_inside: k.most_inside[1],
+            target: targets::readers_share(r),
+        },
+    }
+}
+
+/// Row 12.
+fn rw_cost(r: &Report) -> RwCost {
+    let c = &r.rw_cost;
+    RwCost {
+        what: "lockattr only, on the single server. Readers holding one name (read_lock(name).expire(lease).acquire(), guards kept), taken before measuring. Cycles of blocks A B B A (A: the name with the fewest readers, B: the most); in each block, for read calls and then for a writer's tries: CONFIG RESETSTAT, calls_per_block calls, INFO commandstats, whose cmdstat_evalsha usec (a script's usec includes the commands it runs) over the calls is the block's Redis µs per call. The figure is the median of the blocks (Redis times on the wall clock: a block where redis-server lost its CPU mid-script reads high); the mean over all calls is recorded too. A read call is acquire + release of one more reader (two script calls); a writer's try is write_lock(name).acquire_timeout(0).acquire(), which fails busy",
+        readers_holding: HELD,
+        readers_in_index_before_measuring: c.readers_seen,
+        holders_lease_s: N(HELD_LEASE.as_secs_f64()),
+        cycles_a_b_b_a: c.cycles,
+        calls_per_block: BLOCK,
+        read_call: cost_side(&c.read, c.read_ratio(), targets::rw_cost_read(r)),
+        writer_try: cost_side(&c.write_try, c.write_ratio(), targets::rw_cost_write(r)),
+    }
 }
 
 /// The JSON record of a run.
-pub fn to_json(r: &Report) -> Json {
+pub fn to_json(r: &Report) -> Record {
     let rtt = r.rtt_us;
     let (seen_count, seen_delay) = &r.rslock_defaults_seen;
-    let [cl, cr] = [&r.contend[0], &r.contend[1]];
-    let [tl, tr] = [&r.tasks[0], &r.tasks[1]];
     let cpu = &r.many_cpu_us_per_pair;
-    Json::Obj(vec![
-        (
-            "benchmark",
-            Json::str("lockattr vs rslock, benches/lockattr/"),
-        ),
-        ("quick", Json::Bool(r.plan_quick)),
-        (
-            "generated_unix_s",
-            Json::num((unix_nanos() / 1_000_000_000) as f64),
-        ),
-        (
-            "machine",
-            Json::Obj(vec![
-                ("cores", Json::num(cores() as f64)),
-                ("cpu", cpu_model().map_or(Json::Null, Json::Str)),
-                ("os", Json::str(std::env::consts::OS)),
-                ("redis_server_version", Json::str(&r.redis_version)),
-                (
-                    "redis_server",
-                    Json::str("local, loopback, --save '' --appendonly no"),
+    let max_delay_ms = RSLOCK_DEFAULT_RETRY_DELAY.as_millis() as u64;
+    Record {
+        benchmark: "lockattr vs rslock, benches/lockattr/",
+        quick: r.plan_quick,
+        generated_unix_s: unix_nanos() / 1_000_000_000,
+        machine: Machine {
+            cores: cores(),
+            cpu: cpu_model(),
+            os: std::env::consts::OS,
+            redis_server_version: r.redis_version.clone(),
+            redis_server: "local, loopback, --save '' --appendonly no",
+        },
+        runtime: RUNTIME,
+        load_average_1min: LoadAverage {
+            start: r.load[0].map(N),
+            end: r.load[1].map(N),
+        },
+        code: Code {
+            lockattr_version: env!("CARGO_PKG_VERSION"),
+            git_head: r.git.head.clone(),
+            library_sources_differ_from_head: r.git.library_dirty,
+            worktree_dirty: r.git.worktree_dirty,
+        },
+        peer: Peer {
+            krate: "rslock",
+            version: "0.10",
+            features: ["tokio-comp"],
+            servers: 1,
+            retry_defaults: RetryDefaults {
+                count: RSLOCK_DEFAULT_RETRY_COUNT,
+                max_delay_ms,
+                seen_in_debug_output: format!(
+                    "retry_count {}, retry_delay {}",
+                    seen_count.map_or("?".into(), |c| c.to_string()),
+                    seen_delay.as_deref().unwrap_or("?")
                 ),
-            ]),
-        ),
-        ("runtime", Json::str(RUNTIME)),
-        (
-            "load_average_1min",
-            Json::Obj(vec![
-                ("start", opt_num(r.load[0])),
-                ("end", opt_num(r.load[1])),
-            ]),
-        ),
-        (
-            "code",
-            Json::Obj(vec![
-                ("lockattr_version", Json::str(env!("CARGO_PKG_VERSION"))),
-                ("git_head", r.git.head.clone().map_or(Json::Null, Json::Str)),
-                (
-                    "library_sources_differ_from_head",
-                    opt_bool(r.git.library_dirty),
+                used_in: "uncontended, contended (a give-up is retried in the loop and not counted), 64 tasks, many locks, Redlock acquire + release",
+            },
+            handoff_waiter_retry: Retry {
+                count: RSLOCK_WAITER_RETRY_COUNT,
+                max_delay_ms,
+            },
+            redlock: "LockManager::new(vec![5 urls])",
+        },
+        rtt: Rtt {
+            what: "median raw redis-rs PING on a MultiplexedConnection of the bench's runtime, interleaved per iteration with both libraries' acquire + release; the unit of every `rtt` figure",
+            raw_ping_median_us: N(rtt),
+            locker_ping_median_us: N(r.uncontended[0].locker_ping_us),
+            locker_ping_rtt: N(r.uncontended[0].locker_ping_us / rtt),
+        },
+        scenarios: Scenarios {
+            uncontended_acquire_release: UncontendedScenario {
+                iterations: r.iterations,
+                interleaved_per_iteration: uncontended(
+                    &r.uncontended[0],
+                    Some(targets::uncontended(r)),
                 ),
-                ("worktree_dirty", opt_bool(r.git.worktree_dirty)),
-            ]),
-        ),
-        (
-            "peer",
-            Json::Obj(vec![
-                ("crate", Json::str("rslock")),
-                ("version", Json::str("0.10")),
-                ("features", Json::Arr(vec![Json::str("tokio-comp")])),
-                ("servers", Json::num(1.0)),
-                (
-                    "retry_defaults",
-                    Json::Obj(vec![
-                        ("count", Json::num(RSLOCK_DEFAULT_RETRY_COUNT as f64)),
-                        (
-                            "max_delay_ms",
-                            Json::num(RSLOCK_DEFAULT_RETRY_DELAY.as_millis() as f64),
-                        ),
-                        (
-                            "seen_in_debug_output",
-                            Json::str(format!(
-                                "retry_count {}, retry_delay {}",
-                                seen_count.map_or("?".into(), |c| c.to_string()),
-                                seen_delay.as_deref().unwrap_or("?")
-                            )),
-                        ),
-                        (
-                            "used_in",
-                            Json::str(
-                                "uncontended, contended (a give-up is retried in the loop and not counted), 64 tasks, many locks, Redlock acquire + release",
-                            ),
-                        ),
-                    ]),
+                tight_loop: uncontended(&r.uncontended[1], None),
+            },
+            handoff_across_processes: handoff(
+                &r.handoff,
+                rtt,
+                vec![targets::handoff_p50(r), targets::handoff_p99(r)],
+            ),
+            cold_ping: ColdPing {
+                what: "a raw PING sent by the hand-over holder process the way it sends its release: a command on its signal connection, the same idle sleep, then the PING on a connection of its runtime; information",
+                samples: r.cold_ping.samples,
+                p50_us: N(r.cold_ping.p50_us),
+                rtt: N(r.cold_ping.p50_us / rtt),
+            },
+            contended: Contention {
+                processes: Some(CONTEND_PROCESSES),
+                ..contention(
+                    &r.contend,
+                    r.contend_seconds,
+                    vec![
+                        targets::contended_ratio(r),
+                        targets::no_lost_updates(&r.contend[0]),
+                        targets::contended_share(r),
+                        targets::contended_wait(r),
+                    ],
+                )
+            },
+            tasks_one_lock: Contention {
+                tasks: Some(ONE_PROCESS_TASKS),
+                ..contention(
+                    &r.tasks,
+                    r.tasks_seconds,
+                    vec![targets::tasks(r), targets::no_lost_updates(&r.tasks[0])],
+                )
+            },
+            many_locks: ManyLocks {
+                tasks: MANY_TASKS,
+                seconds_per_library: N(r.many_seconds),
+                lockattr_pairs_per_s: N(r.many_pairs_per_s[0]),
+                rslock_pairs_per_s: N(r.many_pairs_per_s[1]),
+                cpu_us_per_pair: CpuPerPair {
+                    lockattr_redis_server: N(cpu[0][0]),
+                    lockattr_bench_process: N(cpu[0][1]),
+                    rslock_redis_server: N(cpu[1][0]),
+                    rslock_bench_process: N(cpu[1][1]),
+                },
+                ratio_lockattr_over_rslock: N(ratio(r.many_pairs_per_s[0], r.many_pairs_per_s[1])),
+                target: targets::many(r),
+            },
+            macro_overhead: MacroOverhead {
+                iterations: r.macro_iterations,
+                annotated_median_us: N(r.macro_us),
+                builder_median_us: N(r.by_hand_us),
+                overhead_pct: N(targets::macro_overhead_pct(r)),
+                target: targets::macro_overhead(r),
+            },
+            redlock: Redlock {
+                nodes: r.redlock.nodes,
+                iterations: r.redlock.iterations,
+                acquire_release: uncontended(
+                    &r.redlock.uncontended,
+                    Some(targets::redlock_uncontended(r)),
                 ),
-                (
-                    "handoff_waiter_retry",
-                    Json::Obj(vec![
-                        ("count", Json::num(RSLOCK_WAITER_RETRY_COUNT as f64)),
-                        (
-                            "max_delay_ms",
-                            Json::num(RSLOCK_DEFAULT_RETRY_DELAY.as_millis() as f64),
-                        ),
-                    ]),
+                handoff_across_processes: handoff(
+                    &r.redlock.handoff,
+                    rtt,
+                    vec![targets::redlock_handoff(r)],
                 ),
-                ("redlock", Json::str("LockManager::new(vec![5 urls])")),
-            ]),
-        ),
-        (
-            "rtt",
-            Json::Obj(vec![
-                (
-                    "what",
-                    Json::str(
-                        "median raw redis-rs PING on a MultiplexedConnection of the bench's runtime, interleaved per iteration with both libraries' acquire + release; the unit of every `rtt` figure",
-                    ),
-                ),
-                ("raw_ping_median_us", Json::num(rtt)),
-                (
-                    "locker_ping_median_us",
-                    Json::num(r.uncontended[0].locker_ping_us),
-                ),
-                (
-                    "locker_ping_rtt",
-                    Json::num(r.uncontended[0].locker_ping_us / rtt),
-                ),
-            ]),
-        ),
-        (
-            "scenarios",
-            Json::Obj(vec![
-                (
-                    "uncontended_acquire_release",
-                    Json::Obj(vec![
-                        ("iterations", Json::num(r.iterations as f64)),
-                        (
-                            "interleaved_per_iteration",
-                            uncontended_json(&r.uncontended[0], Some(targets::uncontended(r))),
-                        ),
-                        ("tight_loop", uncontended_json(&r.uncontended[1], None)),
-                    ]),
-                ),
-                (
-                    "handoff_across_processes",
-                    handoff_json(
-                        &r.handoff,
-                        rtt,
-                        vec![targets::handoff_p50(r), targets::handoff_p99(r)],
-                    ),
-                ),
-                (
-                    "cold_ping",
-                    Json::Obj(vec![
-                        (
-                            "what",
-                            Json::str(
-                                "a raw PING sent by the hand-over holder process the way it sends its release: a command on its signal connection, the same idle sleep, then the PING on a connection of its runtime; information",
-                            ),
-                        ),
-                        ("samples", Json::num(r.cold_ping.samples as f64)),
-                        ("p50_us", Json::num(r.cold_ping.p50_us)),
-                        ("rtt", Json::num(r.cold_ping.p50_us / rtt)),
-                    ]),
-                ),
-                (
-                    "contended",
-                    Json::Obj(vec![
-                        ("processes", Json::num(CONTEND_PROCESSES as f64)),
-                        ("seconds_per_library", Json::num(r.contend_seconds)),
-                        ("lockattr", contend_json(cl)),
-                        ("rslock", contend_json(cr)),
-                        (
-                            "ratio_lockattr_over_rslock",
-                            Json::num(ratio(cl.per_s, cr.per_s)),
-                        ),
-                        (
-                            "targets",
-                            Json::Arr(vec![
-                                target_json(targets::contended_ratio(r)),
-                                target_json(targets::no_lost_updates(cl)),
-                                target_json(targets::contended_share(r)),
-                                target_json(targets::contended_wait(r)),
-                            ]),
-                        ),
-                    ]),
-                ),
-                (
-                    "tasks_one_lock",
-                    Json::Obj(vec![
-                        ("tasks", Json::num(ONE_PROCESS_TASKS as f64)),
-                        ("seconds_per_library", Json::num(r.tasks_seconds)),
-                        ("lockattr", contend_json(tl)),
-                        ("rslock", contend_json(tr)),
-                        (
-                            "ratio_lockattr_over_rslock",
-                            Json::num(ratio(tl.per_s, tr.per_s)),
-                        ),
-                        (
-                            "targets",
-                            Json::Arr(vec![
-                                target_json(targets::tasks(r)),
-                                target_json(targets::no_lost_updates(tl)),
-                            ]),
-                        ),
-                    ]),
-                ),
-                (
-                    "many_locks",
-                    Json::Obj(vec![
-                        ("tasks", Json::num(MANY_TASKS as f64)),
-                        ("seconds_per_library", Json::num(r.many_seconds)),
-                        ("lockattr_pairs_per_s", Json::num(r.many_pairs_per_s[0])),
-                        ("rslock_pairs_per_s", Json::num(r.many_pairs_per_s[1])),
-                        (
-                            "cpu_us_per_pair",
-                            Json::Obj(vec![
-                                ("lockattr_redis_server", Json::num(cpu[0][0])),
-                                ("lockattr_bench_process", Json::num(cpu[0][1])),
-                                ("rslock_redis_server", Json::num(cpu[1][0])),
-                                ("rslock_bench_process", Json::num(cpu[1][1])),
-                            ]),
-                        ),
-                        (
-                            "ratio_lockattr_over_rslock",
-                            Json::num(ratio(r.many_pairs_per_s[0], r.many_pairs_per_s[1])),
-                        ),
-                        ("target", target_json(targets::many(r))),
-                    ]),
-                ),
-                (
-                    "macro_overhead",
-                    Json::Obj(vec![
-                        ("iterations", Json::num(r.macro_iterations as f64)),
-                        ("annotated_median_us", Json::num(r.macro_us)),
-                        ("builder_median_us", Json::num(r.by_hand_us)),
-                        ("overhead_pct", Json::num(targets::macro_overhead_pct(r))),
-                        ("target", target_json(targets::macro_overhead(r))),
-                    ]),
-                ),
-                (
-                    "redlock",
-                    Json::Obj(vec![
-                        ("nodes", Json::num(r.redlock.nodes as f64)),
-                        ("iterations", Json::num(r.redlock.iterations as f64)),
-                        (
-                            "acquire_release",
-                            uncontended_json(
-                                &r.redlock.uncontended,
-                                Some(targets::redlock_uncontended(r)),
-                            ),
-                        ),
-                        (
-                            "handoff_across_processes",
-                            handoff_json(
-                                &r.redlock.handoff,
-                                rtt,
-                                vec![targets::redlock_handoff(r)],
-                            ),
-                        ),
-                    ]),
-                ),
-                (
-                    "cluster",
-                    Json::Obj(vec![
-                        ("masters", Json::num(r.cluster.nodes as f64)),
-                        ("iterations", Json::num(r.cluster.iterations as f64)),
-                        (
-                            "acquire_release",
-                            uncontended_json(&r.cluster.uncontended, None),
-                        ),
-                        (
-                            "handoff_across_processes",
-                            handoff_json(&r.cluster.handoff, rtt, Vec::new()),
-                        ),
-                        (
-                            "pubsub_messages_per_release",
-                            Json::Obj(vec![
-                                (
-                                    "what",
-                                    Json::str(
-                                        "during the hand-over loop: delta of cluster_stats_messages_publish_sent (CLUSTER INFO, summed over the masters) + PUBLISH/SPUBLISH calls (INFO commandstats), divided by the releases that had a waiter; information",
-                                    ),
-                                ),
-                                ("releases", Json::num(r.pubsub.releases as f64)),
-                                (
-                                    "cluster_bus_publish_messages",
-                                    Json::num(r.pubsub.bus_messages as f64),
-                                ),
-                                ("publish_calls", Json::num(r.pubsub.publish_calls as f64)),
-                                ("per_release", Json::num(r.pubsub.per_release())),
-                            ]),
-                        ),
-                    ]),
-                ),
-                ("kinds", kinds_json(r)),
-                ("rw_lock_readers_holding_cost", rw_cost_json(r)),
-            ]),
-        ),
-        ("table", table_json(r)),
-    ])
+            },
+            cluster: Cluster {
+                masters: r.cluster.nodes,
+                iterations: r.cluster.iterations,
+                acquire_release: uncontended(&r.cluster.uncontended, None),
+                handoff_across_processes: handoff(&r.cluster.handoff, rtt, Vec::new()),
+                pubsub_messages_per_release: PubSub {
+                    what: "during the hand-over loop: delta of cluster_stats_messages_publish_sent (CLUSTER INFO, summed over the masters) + PUBLISH/SPUBLISH calls (INFO commandstats), divided by the releases that had a waiter; information",
+                    releases: r.pubsub.releases,
+                    cluster_bus_publish_messages: r.pubsub.bus_messages,
+                    publish_calls: r.pubsub.publish_calls,
+                    per_release: N(r.pubsub.per_release()),
+                },
+            },
+            kinds: kinds(r),
+            rw_lock_readers_holding_cost: rw_cost(r),
+        },
+        table: rows(r)
+            .into_iter()
+            .map(|row| TableRow {
+                row: row.scenario,
+                figure: row.metric.trim(),
+                lockattr: row.lockattr,
+                rslock: row.rslock,
+                ratio: row.ratio,
+                target: row.target,
+                met: row.met,
+                readme: row.readme,
+            })
+            .collect(),
+    }
 }

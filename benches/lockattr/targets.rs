@@ -3,7 +3,9 @@
 
 use crate::scenarios::{ContendStats, Report};
 
-/// A target: what it says, and whether this run met it.
+/// A target: what it says, and whether this run met it (in the JSON as
+/// `{"text": ..., "met": ...}`).
+#[derive(serde::Serialize)]
 pub struct Target {
     /// As printed, e.g. `<= 1.0x rslock and <= 2.3 RTT`.
     pub text: &'static str,

@@ -4,6 +4,9 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use comfy_table::{ContentArrangement, Table, presets};
+use jiff::Timestamp;
+
 use crate::view::{HolderView, LockView, SemaphoreView};
 
 /// A duration in at most two units, cut (never rounded) so that a lease is
@@ -43,38 +46,20 @@ pub fn holder(holder: &HolderView) -> String {
 }
 
 /// `t` in UTC as `YYYY-MM-DD HH:MM:SS UTC` (with `.mmm` after the seconds
-/// when `millis`).
+/// when `millis`; cut, never rounded). Times before 1970 show as the epoch;
+/// times past the last one a [`Timestamp`] holds (in the year 9999) as
+/// `after` that one.
 pub fn utc(t: SystemTime, millis: bool) -> String {
-    let since_epoch = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    let secs = since_epoch.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    let mut text = format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    );
-    if millis {
-        let _ = write!(text, ".{:03}", since_epoch.subsec_millis());
-    }
-    text.push_str(" UTC");
-    text
-}
-
-/// The Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    let (after, t) = match Timestamp::try_from(t.max(UNIX_EPOCH)) {
+        Ok(t) => ("", t),
+        Err(_) => ("after ", Timestamp::MAX),
+    };
+    let format = if millis {
+        "%Y-%m-%d %H:%M:%S%.3f UTC"
+    } else {
+        "%Y-%m-%d %H:%M:%S UTC"
+    };
+    format!("{after}{}", t.strftime(format))
 }
 
 /// `text` safe to print on a terminal: control characters (escape
@@ -97,30 +82,20 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// Rows under a header, in columns two spaces apart (no trailing spaces).
+/// Rows under a header, in columns two spaces apart (no borders, no
+/// wrapping, no trailing spaces).
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
+    let mut table = Table::new();
+    table
+        .load_style(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.to_vec())
+        .add_rows(rows.iter().cloned());
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
     }
-    let mut out = String::new();
-    let lines = std::iter::once(header.iter().map(|h| h.to_string()).collect::<Vec<_>>())
-        .chain(rows.iter().cloned());
-    for row in lines {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            line.push_str(cell);
-            let pad = widths[i].saturating_sub(cell.chars().count());
-            line.extend(std::iter::repeat_n(' ', pad));
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = table.trim_fmt();
+    out.push('\n');
     out
 }
 
@@ -339,6 +314,16 @@ mod tests {
         assert_eq!(utc(t, false), "2000-02-29 00:00:00 UTC");
         let t = UNIX_EPOCH + Duration::from_secs(1_735_689_599);
         assert_eq!(utc(t, false), "2024-12-31 23:59:59 UTC");
+        // Milliseconds are cut, not rounded up into the next second.
+        let t = UNIX_EPOCH + Duration::from_nanos(1_999_999_999);
+        assert_eq!(utc(t, true), "1970-01-01 00:00:01.999 UTC");
+        // Out of range: before the epoch, after the year 9999.
+        assert_eq!(
+            utc(UNIX_EPOCH - Duration::from_secs(1), true),
+            "1970-01-01 00:00:00.000 UTC"
+        );
+        let t = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        assert_eq!(utc(t, false), "after 9999-12-30 22:00:00 UTC");
     }
 
     #[test]
@@ -359,6 +344,9 @@ mod tests {
         );
         assert_eq!(text, "NAME    N\na       1\nlonger  22\n");
         assert_eq!(table(&["NAME", "N"], &[]), "NAME  N\n");
+        // Columns line up on a terminal's cells: a wide character takes two.
+        let text = table(&["NAME", "N"], &[vec!["注文".into(), "1".into()]]);
+        assert_eq!(text, "NAME  N\n注文  1\n");
     }
 
     #[test]
