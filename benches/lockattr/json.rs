@@ -250,7 +250,7 @@ fn cost_side(costs: &[Cost; 2], median_ratio: f64, target: Target) -> CostSide {
     }
 }
 
-/// A row of the table as printed; the README's table is made from these.
+/// A row of the table as printed; the table of docs/performance.md is made from these.
 #[derive(Serialize)]
 struct TableRow {
     row: &'static str,

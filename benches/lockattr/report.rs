@@ -1,5 +1,5 @@
 //! The rows of the table, as printed on stdout and recorded in the JSON
-//! (from which the README's table is made).
+//! (from which the table of docs/performance.md is made).
 
 use crate::peers::{
     RSLOCK_DEFAULT_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY, RSLOCK_WAITER_RETRY_COUNT,
@@ -26,7 +26,7 @@ pub struct Row {
     pub target: &'static str,
     /// None: no target (information).
     pub met: Option<bool>,
-    /// Whether the README's table shows it.
+    /// Whether the table of docs/performance.md shows it.
     pub readme: bool,
 }
 
