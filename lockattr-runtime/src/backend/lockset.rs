@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use super::queue::{RECHECK, retryable};
 use super::redlock::{self, set::SetOnNodes};
-use super::scripts::{holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
+use super::scripts::lua;
 use super::{
     Backend, Backoff, ClusterNodes, FALLBACK_PAUSE, RETRY_MAX, SingleNode, Wake, Wakeups, millis,
     soon_after,
@@ -89,123 +89,8 @@ use redis::{Script, ScriptInvocation};
 /// is given back at once (deleted, `-:0:0` published on its channel when
 /// anyone waits), so the caller never holds part of the set while it
 /// waits; with the queue flag it then queues again at the end.
-pub(crate) static ACQUIRE_SET: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        r"
-local lease_arg, retention_arg, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<since ms>:<holder>')
-end
-",
-        ms_arg_lua!("lease", "lease_arg", "1"),
-        ms_arg_lua!("retention", "retention_arg", "0"),
-        ms_arg_lua!("wait", "ARGV[3]", "0"),
-        r"
-if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 4 + #KEYS / 4 or (ARGV[4] ~= '0' and ARGV[4] ~= '1') then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, the arguments end with 0 or 1 and a channel per name')
-end
-local busy = -1
-local first_busy
-for i = 1, #KEYS, 4 do
-  local value = redis.call('get', KEYS[i])
-  if value and not ",
-        owns_lua!("value", "ARGV[1]"),
-        r" then
-    local ttl = redis.call('pttl', KEYS[i])
-    if ttl < 0 then
-      ttl = 0
-    end
-    if ttl > busy then
-      busy = ttl
-    end
-    first_busy = first_busy or i
-  end
-end
-if busy >= 0 then
-  for i = 1, #KEYS, 4 do
-    local value = redis.call('get', KEYS[i])
-    if ",
-        owns_lua!("value", "ARGV[1]"),
-        r" then
-      redis.call('del', KEYS[i])
-      redis.call('pexpire', KEYS[i + 1], retention)
-      if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
-        redis.call('publish', ARGV[4 + (i + 3) / 4], '-:0:0')
-      end
-    end
-  end
-  if wait > 0 then
-    local now = redis.call('time')
-    local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
-    -- An entry queued in the FIFO queue has its queue time; one that is
-    -- not has 0. A queued entry is kept as it is: it holds its place.
-    local entry = string.format('%d:%d:0:', now_ms + wait, lease) .. who
-    for i = 1, #KEYS, 4 do
-      local old = redis.call('hget', KEYS[i + 3], ARGV[1])
-      local queued = old and string.match(old, '^%d+:%d+:(%d+):')
-      if ARGV[4] == '1' and i == first_busy and (not queued or queued == '0') then
-        redis.call('rpush', KEYS[i + 2], ARGV[1])
-        if redis.call('pttl', KEYS[i + 2]) < wait then
-          redis.call('pexpire', KEYS[i + 2], wait)
-        end
-        redis.call('hset', KEYS[i + 3], ARGV[1], string.format('%d:%d:%d:', now_ms + wait, lease, now_ms) .. who)
-      elseif not queued or queued == '0' then
-        redis.call('hset', KEYS[i + 3], ARGV[1], entry)
-      end
-      if redis.call('pttl', KEYS[i + 3]) < wait then
-        redis.call('pexpire', KEYS[i + 3], wait)
-      end
-      -- The marker: a release that frees the lock pops it and publishes
-      -- `-:0:0` (see RELEASE_LUA). One at the end, shared by every set.
-      redis.call('lrem', KEYS[i + 2], 0, '-')
-      redis.call('rpush', KEYS[i + 2], '-')
-      if redis.call('pttl', KEYS[i + 2]) < wait then
-        redis.call('pexpire', KEYS[i + 2], wait)
-      end
-    end
-  else
-    for i = 1, #KEYS, 4 do
-      if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 and ARGV[4] == '1' then
-        redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
-      end
-    end
-  end
-  return {0, busy}
-end
-local fences = {1}
-for i = 1, #KEYS, 4 do
-  local held = redis.call('get', KEYS[i])
-  local fence = held and ",
-        holder_fence_lua!("held"),
-        r"
-  if not fence then
-    local ok = redis.pcall('incr', KEYS[i + 1])
-    if type(ok) == 'table' and ok.err then
-      return ok
-    end
-    fence = ok
-    if fence == 1 then
-      local now = redis.call('time')
-      fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-      redis.call('set', KEYS[i + 1], string.format('%d', fence), 'PX', lease + retention)
-    end
-  end
-",
-        keep_fence_lua!("KEYS[i + 1]", "lease + retention"),
-        r"
-  fences[#fences + 1] = fence
-end
-local value = ARGV[1] .. '\n' .. who .. '\n' .. since .. '\n'
-for i = 1, #KEYS, 4 do
-  redis.call('set', KEYS[i], value .. string.format('%d', fences[(i + 3) / 4 + 1]), 'PX', lease)
-  if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 and ARGV[4] == '1' then
-    redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
-  end
-end
-return fences
-",
-    ))
-});
+pub(crate) static ACQUIRE_SET: Lazy<Script> =
+    Lazy::new(|| Script::new(lua!("helpers.lua", "set_acquire.lua")));
 
 /// Gives back what a set token holds or waits for, name by name: deletes
 /// each lock the token owns (publishing `-:0:0` on its channel when anyone
@@ -218,32 +103,7 @@ return fences
 /// KEYS: for each name, its lock, fence, queue and waiters keys. ARGV:
 /// token, how long a fence counter outlives a lease in ms, then each
 /// name's channel. Returns how many locks it deleted.
-pub(crate) const GIVE_BACK_SET_LUA: &str = concat!(
-    ms_arg_lua!("retention", "ARGV[2]", "0"),
-    r"
-if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 2 + #KEYS / 4 then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, and a channel per name')
-end
-local deleted = 0
-for i = 1, #KEYS, 4 do
-  if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 then
-    redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
-  end
-  local value = redis.call('get', KEYS[i])
-  if ",
-    owns_lua!("value", "ARGV[1]"),
-    r" then
-    redis.call('del', KEYS[i])
-    redis.call('pexpire', KEYS[i + 1], retention)
-    deleted = deleted + 1
-    if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
-      redis.call('publish', ARGV[2 + (i + 3) / 4], '-:0:0')
-    end
-  end
-end
-return deleted
-",
-);
+pub(crate) const GIVE_BACK_SET_LUA: &str = lua!("helpers.lua", "queue.lua", "set_give_back.lua");
 
 /// [`GIVE_BACK_SET_LUA`], loaded on first use.
 pub(crate) static GIVE_BACK_SET: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_SET_LUA));

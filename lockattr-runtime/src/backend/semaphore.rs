@@ -87,12 +87,6 @@ use crate::{LockError, io};
 /// permit's key in one script call, so the cost grows with the count.
 pub(crate) const MAX_PERMITS: u32 = 256;
 
-macro_rules! max_permits {
-    () => {
-        "256"
-    };
-}
-
 /// The keys of one semaphore: its permits' keys and the record of their
 /// number, next to the lock-shaped [`Keys`] its holders' guards use.
 #[derive(Debug, Clone)]
@@ -158,127 +152,6 @@ impl Permits {
     }
 }
 
-/// Lua that defines the functions `permits_of(value)`, the number of
-/// permits a permit's value records (its line after the fencing token), or
-/// `nil` when it records none (written by an older version), and
-/// `kind_fields(value)`, the lines of a value after its fencing token
-/// (`'\n<permits>'`; `''` when none), which a hand-over copies.
-macro_rules! permit_fields_lua {
-    () => {
-        concat!(
-            r"
-local function permits_of(value)
-  local line = string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)')
-  if line and string.match(line, '^%d+$') then
-    return tonumber(line)
-  end
-  return nil
-end
-local function kind_fields(value)
-  return ",
-            kind_fields_lua!("value"),
-            r"
-end
-"
-        )
-    };
-}
-
-/// Lua shared by [`ACQUIRE`], [`GIVE_BACK`] and [`FORCE_RELEASE`]: KEYS
-/// are fence, queue, waiters, record and the permits; the locals `permits`
-/// (checked against the number of keys), `retention` and `channel` must be
-/// set first.
-macro_rules! helpers_lua {
-    () => {
-        concat!(
-            permit_fields_lua!(),
-            r"
-local now_ms
-local function now()
-  if not now_ms then
-    local t = redis.call('time')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now_ms
-end
-local function next_fence(ttl)
-  local fence
-",
-            next_fence_lua!("KEYS[1]", "ttl"),
-            r"
-  return fence
-end
--- The oldest queued waiter whose deadline has not passed, taken out of the
--- queue (the dead ones before it are dropped): token, lease, holder.
-local function next_waiter()
-  while true do
-    local waiter = redis.call('lpop', KEYS[2])
-    if not waiter then
-      return nil
-    end
-    local entry = redis.call('hget', KEYS[3], waiter)
-    if entry then
-      redis.call('hdel', KEYS[3], waiter)
-      local deadline, lease, who = string.match(entry, '^(%d+):(%d+):%d+:(.*)$')
-      deadline, lease = tonumber(deadline), tonumber(lease)
-      if deadline and deadline >= now() and lease and lease >= 1 and lease <= ",
-            max_ms!(),
-            r" then
-        return waiter, lease, who
-      end
-    end
-  end
-end
--- Gives permit `i` to a waiter and tells it, as a release does: the value
--- is a holder's with its fencing token (what an operator reads and frees
--- it by), then `fields` (`kind_fields` of the value released, or the
--- number of permits).
-local function hand(i, waiter, lease, who, fields)
-  local fence = next_fence(lease + retention)
-  redis.call('set', KEYS[4 + i], waiter .. '\n' .. who .. '\n' .. string.format('%d', now()) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
-  redis.call('publish', channel, string.format('%s:%d:%d', waiter, fence, lease))
-end
--- Frees permit `i`, whose value is `value`, as a release does: to the
--- oldest waiter (keeping the value's number of permits), or deleted.
-local function free_permit(i, value)
-  local waiter, wlease, wwho = next_waiter()
-  if waiter then
-    hand(i, waiter, wlease, wwho, kind_fields(value))
-  else
-    redis.call('del', KEYS[4 + i])
-  end
-end
-"
-        )
-    };
-}
-
-/// Lua that sets `permits` from `$arg`, or returns an error unless it is a
-/// whole number from 1 to [`MAX_PERMITS`] and there are `$keys` keys (a Lua
-/// expression of `permits`: one key per permit after the four others).
-macro_rules! permits_arg_lua {
-    ($arg:literal) => {
-        permits_arg_lua!($arg, "4 + permits")
-    };
-    ($arg:literal, $keys:literal) => {
-        concat!(
-            "local permits = tonumber(",
-            $arg,
-            r")
-if not permits or permits ~= math.floor(permits) or permits < 1 or permits > ",
-            max_permits!(),
-            " or #KEYS ~= ",
-            $keys,
-            r" then
-  return redis.error_reply('ERR lockattr: permits must be a whole number from 1 to ",
-            max_permits!(),
-            r", with one key per permit')
-end
-"
-        )
-    };
-}
-
 /// Takes a permit, or queues the caller.
 ///
 /// KEYS: fence, queue, waiters, record, then one key per permit, or (when
@@ -299,152 +172,11 @@ end
 /// when none of the caller's permits records the number and the record is
 /// gone: ask again looking at every permit.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        r"
-local lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
-end
-",
-        ms_arg_lua!("lease", "lease_arg", "1"),
-        ms_arg_lua!("retention", "retention_arg", "0"),
-        ms_arg_lua!("wait", "ARGV[3]", "0"),
-        "local MAX_PERMITS = ",
-        max_permits!(),
-        r"
-local every = ARGV[6] == '1'
-if ARGV[6] and ARGV[6] ~= '0' and not every then
-  return redis.error_reply('ERR lockattr: the sixth argument must be 0 or 1')
-end
-",
-        permits_arg_lua!("ARGV[4]", "(every and 4 + MAX_PERMITS or 4 + permits)"),
-        r"
-local channel = ARGV[5]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
-local token = ARGV[1]
-local FIVE_LINES = '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)'
-local number = '\n' .. string.format('%d', permits)
-",
-        helpers_lua!(),
-        r"
-local keep = math.max(lease + retention, wait)
-local function remember()
-  if redis.call('pttl', KEYS[4]) < keep then
-    redis.call('set', KEYS[4], string.format('%d', permits), 'PX', keep)
-  end
-end
-local function unqueue()
-  if redis.call('hdel', KEYS[3], token) == 1 then
-    redis.call('lrem', KEYS[2], 0, token)
-  end
-end
-local free = {}
-local first_end = -1
--- A permit records this number of permits, or another.
-local known, other = false, nil
-for i = 1, permits do
-  local value = redis.call('get', KEYS[4 + i])
-  if ",
-        owns_lua!("value", "token"),
-        r" then
-    -- A hand-over (or a retry whose answer was lost): the token its value
-    -- carries stands, so an operator who saw it can still name it.
-    local fence = ",
-        holder_fence_lua!("value"),
-        r"
-    if fence and permits_of(value) then
-      redis.call('pexpire', KEYS[4 + i], lease)
-",
-        keep_fence_lua!("KEYS[1]", "lease + retention"),
-        r"
-    else
-      fence = fence or next_fence(lease + retention)
-      local fields = permits_of(value) and kind_fields(value) or number
-      redis.call('set', KEYS[4 + i], (string.match(value, FIVE_LINES) or value) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
-    end
-    if queued == '1' then
-      unqueue()
-    end
-    remember()
-    return {1, fence, i - 1}
-  end
-  if value then
-    local n = permits_of(value)
-    if n == permits then
-      known = true
-    elseif n and not other then
-      other = n
-    end
-    local left = redis.call('pttl', KEYS[4 + i])
-    if first_end < 0 or left < first_end then
-      first_end = left
-    end
-  else
-    free[#free + 1] = i
-  end
-end
-if other then
-  return {-1, other}
-end
-local recorded = redis.call('get', KEYS[4])
-if recorded and recorded ~= string.format('%d', permits) then
-  return {-1, tonumber(recorded) or -1}
-end
--- Holders of a semaphore of more permits may hold only permits beyond
--- this caller's number. Not when the fence counter is gone: every live
--- permit keeps it for its hold plus the retention, so nobody holds one.
-if not recorded and not known and permits < MAX_PERMITS and redis.call('pttl', KEYS[1]) ~= -2 then
-  if not every then
-    return {-2, 0}
-  end
-  for i = permits + 1, MAX_PERMITS do
-    local value = redis.call('get', KEYS[4 + i])
-    if value then
-      return {-1, permits_of(value) or -1}
-    end
-  end
-end
-local mine
-local drained = false
-while #free > 0 and not drained do
-  local waiter, wlease, wwho = next_waiter()
-  if not waiter then
-    drained = true
-  elseif waiter == token and not mine then
-    mine = table.remove(free, 1)
-  else
-    hand(table.remove(free, 1), waiter, wlease, wwho, number)
-  end
-end
-if not mine and #free > 0 then
-  mine = free[1]
-end
-if mine then
-  local fence = next_fence(lease + retention)
-  redis.call('set', KEYS[4 + mine], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence) .. number, 'PX', lease)
-  unqueue()
-  remember()
-  return {1, fence, mine - 1}
-end
-if wait > 0 then
-  if redis.call('hexists', KEYS[3], token) == 0 then
-    local queued_at = now()
-    redis.call('rpush', KEYS[2], token)
-    redis.call('hset', KEYS[3], token, string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. who)
-    for i = 2, 3 do
-      if redis.call('pttl', KEYS[i]) < wait then
-        redis.call('pexpire', KEYS[i], wait)
-      end
-    end
-  end
-  remember()
-else
-  unqueue()
-end
-return {0, first_end}
-",
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "sem_helpers.lua",
+        "sem_acquire.lua"
     ))
 });
 
@@ -454,32 +186,11 @@ return {0, first_end}
 /// KEYS: as [`ACQUIRE`]. ARGV: token, retention in ms, the number of
 /// permits, the channel. Returns 1 when a permit was given back, 0 when
 /// the token held none.
-pub(crate) const GIVE_BACK_LUA: &str = concat!(
-    ms_arg_lua!("retention", "ARGV[2]", "0"),
-    permits_arg_lua!("ARGV[3]"),
-    r"
-local channel = ARGV[4]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
-local token = ARGV[1]
-",
-    helpers_lua!(),
-    r"
-for i = 1, permits do
-  local value = redis.call('get', KEYS[4 + i])
-  if ",
-    owns_lua!("value", "token"),
-    r" then
-    free_permit(i, value)
-    return 1
-  end
-end
-if redis.call('hdel', KEYS[3], token) == 1 then
-  redis.call('lrem', KEYS[2], 0, token)
-end
-return 0
-",
+pub(crate) const GIVE_BACK_LUA: &str = lua!(
+    "helpers.lua",
+    "queue.lua",
+    "sem_helpers.lua",
+    "sem_give_back.lua"
 );
 
 /// [`GIVE_BACK_LUA`] as a script.
@@ -496,37 +207,11 @@ pub(crate) static GIVE_BACK: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_L
 /// carries them; the owner token itself never leaves Redis); `oldest
 /// waiters` the first 100 of the queue, each `<holder>\n<queued at>`.
 pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        permit_fields_lua!(),
-        r"
-local recorded = tonumber(redis.call('get', KEYS[4])) or -1
-local held = {}
-for i = 5, #KEYS do
-  local value = redis.call('get', KEYS[i])
-  if value then
-    local token = string.match(value, '^[^\n]*')
-    local who = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)') or ''
-    local fence = ",
-        holder_fence_lua!("value"),
-        r"
-    held[#held + 1] = {who, redis.call('pttl', KEYS[i]), fence and string.format('%d', fence) or '-1', redis.sha1hex(token), permits_of(value) or -1}
-  else
-    held[#held + 1] = 0
-  end
-end
-local oldest = {}
-for _, waiter in ipairs(redis.call('lrange', KEYS[2], 0, 99)) do
-  local entry = redis.call('hget', KEYS[3], waiter)
-  local queued_at, who
-  if entry then
-    queued_at, who = string.match(entry, '^%d+:%d+:(%d+):(.*)$')
-  end
-  if who then
-    oldest[#oldest + 1] = who .. '\n' .. queued_at
-  end
-end
-return {recorded, redis.call('hlen', KEYS[3]), held, oldest}
-",
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "sem_helpers.lua",
+        "sem_inspect.lua"
     ))
 });
 
@@ -542,33 +227,11 @@ return {recorded, redis.call('hlen', KEYS[3]), held, oldest}
 /// from, or 0 when no permit is held with that token (freed, or handed on
 /// meanwhile).
 pub(crate) static FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        ms_arg_lua!("retention", "ARGV[2]", "0"),
-        permits_arg_lua!("ARGV[3]"),
-        r"
-local expected = tonumber(ARGV[1])
-if not expected or expected ~= math.floor(expected) or expected < 1 or expected >= 9007199254740992 then
-  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 1 to 2^53 - 1')
-end
-local channel = ARGV[4]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
-",
-        helpers_lua!(),
-        r"
-for i = 1, permits do
-  local value = redis.call('get', KEYS[4 + i])
-  if value and ",
-        holder_fence_lua!("value"),
-        r" == expected then
-    local who = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)') or ''
-    free_permit(i, value)
-    return {1, who}
-  end
-end
-return 0
-",
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "sem_helpers.lua",
+        "sem_force_release.lua"
     ))
 });
 
