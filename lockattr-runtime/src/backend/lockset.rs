@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use super::queue::{RECHECK, retryable};
 use super::redlock::{self, set::SetOnNodes};
-use super::scripts::lua;
+use super::scripts::{Call, lua};
 use super::{
     Backend, Backoff, ClusterNodes, FALLBACK_PAUSE, RETRY_MAX, SingleNode, Wake, Wakeups, millis,
     soon_after,
@@ -146,40 +146,31 @@ pub(crate) fn acquire_call(
 }
 
 /// A [`GIVE_BACK_SET`] call for the names of `group`.
-pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
-    let mut invocation = GIVE_BACK_SET.prepare_invoke();
+fn give_back_set(group: &[&Keys], token: &str) -> Call {
+    let mut call = Call::new(GIVE_BACK_SET_LUA, &GIVE_BACK_SET);
     for keys in group {
-        invocation
-            .key(&keys.lock)
+        call.key(&keys.lock)
             .key(&keys.fence)
             .key(&keys.queue)
             .key(&keys.waiters);
     }
     let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
-    invocation.arg(token).arg(whole_millis(retention));
+    call.arg(token).arg(whole_millis(retention));
     for keys in group {
-        invocation.arg(&keys.channel);
+        call.arg(&keys.channel);
     }
-    invocation
+    call
+}
+
+/// A [`GIVE_BACK_SET`] call for the names of `group`.
+pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
+    give_back_set(group, token).invocation()
 }
 
 /// [`give_back_call`] as an EVAL with the source (see
 /// `scripts::give_back`): it may run on a server that never saw the script.
 pub(crate) fn give_back_eval(group: &[&Keys], token: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(GIVE_BACK_SET_LUA).arg(group.len() * 4);
-    for keys in group {
-        cmd.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.queue)
-            .arg(&keys.waiters);
-    }
-    let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
-    cmd.arg(token).arg(whole_millis(retention));
-    for keys in group {
-        cmd.arg(&keys.channel);
-    }
-    cmd
+    give_back_set(group, token).eval()
 }
 
 /// Whole milliseconds, rounded down, saturating.

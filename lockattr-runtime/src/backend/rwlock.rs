@@ -75,6 +75,7 @@ use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
 use super::queue::{self, Queued, RECHECK};
+use super::scripts::Call;
 use super::semaphore::{next_check, unauthenticated, whole_millis};
 use super::{Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, millis, soon_after};
 use crate::inner::Inner;
@@ -182,15 +183,9 @@ pub(crate) const RELEASE_LUA: &str = lua!(
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
 
 /// A [`RELEASE`] call for `token` (see `scripts::release`).
-pub(crate) fn release_invocation(
-    keys: &Keys,
-    rw: &RwKeys,
-    token: &str,
-    fencing_token: u64,
-) -> ScriptInvocation<'static> {
-    let mut invocation = RELEASE.prepare_invoke();
-    invocation
-        .key(&rw.write)
+pub(crate) fn release_call(keys: &Keys, rw: &RwKeys, token: &str, fencing_token: u64) -> Call {
+    let mut call = Call::new(RELEASE_LUA, &RELEASE);
+    call.key(&rw.write)
         .key(&rw.readers)
         .key(&keys.fence)
         .key(&keys.queue)
@@ -202,28 +197,13 @@ pub(crate) fn release_invocation(
         .arg(whole_millis(keys.fence_retention))
         .arg(fencing_token)
         .arg(0);
-    invocation
+    call
 }
 
 /// [`RELEASE_LUA`] as EVAL with the source, to give back an attempt whose
 /// answer was not read (see `scripts::give_back`).
 pub(crate) fn give_back_eval(keys: &Keys, rw: &RwKeys, token: &str) -> redis::Cmd {
-    redis::cmd("EVAL")
-        .arg(RELEASE_LUA)
-        .arg(6)
-        .arg(&rw.write)
-        .arg(&rw.readers)
-        .arg(&keys.fence)
-        .arg(&keys.queue)
-        .arg(&keys.waiters)
-        .arg(rw.holder_key(token))
-        .arg(token)
-        .arg(&keys.channel)
-        .arg("0")
-        .arg(whole_millis(keys.fence_retention))
-        .arg(0)
-        .arg(0)
-        .to_owned()
+    release_call(keys, rw, token, 0).eval()
 }
 
 fn acquire_invocation<'a>(
@@ -299,7 +279,7 @@ impl Queued<'_> {
     }
 
     async fn give_back_rw(self, keys: &Keys, rw: &RwKeys, token: &str) -> Result<(), LockError> {
-        let invocation = release_invocation(keys, rw, token, 0);
+        let invocation = release_call(keys, rw, token, 0).invocation();
         let given: Result<redis::Value, LockError> = match self {
             Queued::Single(node) => node.run_script(&invocation).await,
             Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
@@ -570,7 +550,8 @@ mod tests {
 
     fn release(con: &mut Connection, mode: RwMode, token: &str) -> redis::Value {
         let (keys, rw) = keys_for(mode);
-        release_invocation(&keys, &rw, token, 0)
+        release_call(&keys, &rw, token, 0)
+            .invocation()
             .invoke(con)
             .unwrap()
     }

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
-use redis::{Script, ScriptInvocation};
+use redis::{Script, ScriptInvocation, ToRedisArgs};
 
 use super::millis;
 use crate::key::Keys;
@@ -174,6 +174,61 @@ pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| Script::new(lua!("helpers.l
 pub(crate) static RAISE_FENCE: Lazy<Script> =
     Lazy::new(|| Script::new(lua!("helpers.lua", "raise_fence.lua")));
 
+/// One call of a script, its keys and arguments written once, sent as
+/// EVALSHA ([`Call::invocation`]: loaded on NOSCRIPT) or as EVAL with the
+/// source ([`Call::eval`]: a give-back that may reach a server that never
+/// saw the script, or lost its script cache).
+pub(crate) struct Call {
+    source: &'static str,
+    script: &'static Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    /// A call of `script`, whose source is `source`.
+    pub(crate) fn new(source: &'static str, script: &'static Script) -> Call {
+        Call {
+            source,
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Call {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Call {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// As EVALSHA.
+    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key.as_slice());
+        }
+        for arg in &self.args {
+            invocation.arg(arg.as_slice());
+        }
+        invocation
+    }
+
+    /// As EVAL with the source.
+    pub(crate) fn eval(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.source).arg(self.keys.len());
+        for part in self.keys.iter().chain(&self.args) {
+            cmd.arg(part.as_slice());
+        }
+        cmd
+    }
+}
+
 /// What [`RELEASE_LUA`] answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
@@ -233,11 +288,32 @@ pub(crate) fn release(
 ) -> ScriptInvocation<'static> {
     if let Some(rw) = &keys.rw {
         // A read-write lock's release never hands a reader's key on.
-        return super::rwlock::release_invocation(keys, rw, token, fencing_token);
+        return super::rwlock::release_call(keys, rw, token, fencing_token).invocation();
     }
-    let mut invocation = RELEASE.prepare_invoke();
-    invocation
-        .key(&keys.lock)
+    release_call(keys, token, fencing_token, notify, keys.barge).invocation()
+}
+
+/// A [`RELEASE_LUA`] call sent as EVAL with the source, to give back an
+/// acquisition whose answer was not read: it may run after a restart or on
+/// a server that never saw the script, where EVALSHA would only say
+/// NOSCRIPT long after anyone listened. No fencing token, no notice, no
+/// barging window: the lock goes straight to the oldest waiter.
+pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
+    if let Some(rw) = &keys.rw {
+        return super::rwlock::give_back_eval(keys, rw, token);
+    }
+    release_call(keys, token, 0, false, Duration::ZERO).eval()
+}
+
+fn release_call(
+    keys: &Keys,
+    token: &str,
+    fencing_token: u64,
+    notify: bool,
+    barge: Duration,
+) -> Call {
+    let mut call = Call::new(RELEASE_LUA, &RELEASE);
+    call.key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.queue)
         .key(&keys.waiters)
@@ -246,33 +322,9 @@ pub(crate) fn release(
         .arg(if notify { "1" } else { "0" })
         .arg(whole_millis(keys.fence_retention))
         .arg(fencing_token)
-        .arg(whole_millis(keys.barge))
+        .arg(whole_millis(barge))
         .arg(if keys.permits > 0 { "1" } else { "0" });
-    invocation
-}
-
-/// A [`RELEASE_LUA`] call sent as EVAL with the source, to give back an
-/// acquisition whose answer was not read: it may run after a restart or on
-/// a server that never saw the script, where EVALSHA would only say
-/// NOSCRIPT long after anyone listened.
-pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
-    if let Some(rw) = &keys.rw {
-        return super::rwlock::give_back_eval(keys, rw, token);
-    }
-    redis::cmd("EVAL")
-        .arg(RELEASE_LUA)
-        .arg(4)
-        .arg(&keys.lock)
-        .arg(&keys.fence)
-        .arg(&keys.queue)
-        .arg(&keys.waiters)
-        .arg(token)
-        .arg(&keys.channel)
-        .arg("0")
-        .arg(whole_millis(keys.fence_retention))
-        .arg(0)
-        .arg(0)
-        .to_owned()
+    call
 }
 
 /// An [`EXTEND`] call: `ms` in `mode`, refused beyond `max_lease` (`hold`

@@ -77,6 +77,7 @@ use redis::{Script, ScriptInvocation};
 
 use super::SingleNode;
 use super::queue::{self, Queued, RECHECK};
+use super::scripts::Call;
 use super::single::Request;
 use super::{Backoff, FALLBACK_PAUSE, Grant, LockRequest, RETRY_MAX, Wake, millis, soon_after};
 use crate::inner::Inner;
@@ -127,15 +128,19 @@ impl Permits {
         self.slots.get(index).map(String::as_str)
     }
 
+    /// The keys of a call of its scripts: fence, queue, waiters, record,
+    /// then one per permit.
+    fn keys<'a>(&'a self, keys: &'a Keys) -> impl Iterator<Item = &'a str> {
+        [&keys.fence, &keys.queue, &keys.waiters, &self.record]
+            .into_iter()
+            .chain(&self.slots)
+            .map(String::as_str)
+    }
+
     fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters)
-            .key(&self.record);
-        for slot in &self.slots {
-            invocation.key(slot);
+        for key in self.keys(keys) {
+            invocation.key(key);
         }
         invocation
     }
@@ -417,34 +422,26 @@ fn acquire_invocation<'a>(
     invocation
 }
 
-fn give_back_invocation<'a>(permits: &Permits, keys: &Keys, token: &str) -> ScriptInvocation<'a> {
-    let mut invocation = permits.invocation(&GIVE_BACK, keys);
-    invocation
-        .arg(token)
+fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Call {
+    let mut call = Call::new(GIVE_BACK_LUA, &GIVE_BACK);
+    for key in permits.keys(keys) {
+        call.key(key);
+    }
+    call.arg(token)
         .arg(whole_millis(keys.fence_retention))
         .arg(permits.slots.len())
         .arg(&keys.channel);
-    invocation
+    call
+}
+
+fn give_back_invocation(permits: &Permits, keys: &Keys, token: &str) -> ScriptInvocation<'static> {
+    give_back(permits, keys, token).invocation()
 }
 
 /// [`GIVE_BACK_LUA`] as EVAL with the source: runs even where the script
 /// cache was emptied (sent after a request whose answer was lost).
 pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(GIVE_BACK_LUA)
-        .arg(4 + permits.slots.len())
-        .arg(&keys.fence)
-        .arg(&keys.queue)
-        .arg(&keys.waiters)
-        .arg(&permits.record);
-    for slot in &permits.slots {
-        cmd.arg(slot);
-    }
-    cmd.arg(token)
-        .arg(whole_millis(keys.fence_retention))
-        .arg(permits.slots.len())
-        .arg(&keys.channel);
-    cmd
+    give_back(permits, keys, token).eval()
 }
 
 pub(super) fn whole_millis(d: Duration) -> u64 {
