@@ -95,9 +95,9 @@ pub(crate) struct Permits {
     /// `<base>:sem`, what every key of the semaphore starts with.
     base: String,
     /// `<base>:sem:permits`: the number of permits callers asked for.
-    record: String,
+    pub(super) record: String,
     /// `<base>:sem:permit:<i>`, one per permit.
-    slots: Vec<String>,
+    pub(super) slots: Vec<String>,
 }
 
 impl Permits {
@@ -137,7 +137,7 @@ impl Permits {
             .map(String::as_str)
     }
 
-    fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
+    pub(super) fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
         for key in self.keys(keys) {
             invocation.key(key);
@@ -298,7 +298,7 @@ impl redis::FromRedisValue for SemaphoreSeen {
 }
 
 /// [`FORCE_RELEASE`]'s answer: the holder it was taken from.
-struct Released(Option<String>);
+pub(super) struct Released(pub(super) Option<String>);
 
 impl redis::FromRedisValue for Released {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
@@ -392,7 +392,7 @@ impl Answer {
 }
 
 /// An [`ACQUIRE`] call; with `every`, looking at every permit.
-fn acquire_invocation<'a>(
+pub(super) fn acquire_invocation<'a>(
     permits: &Permits,
     keys: &Keys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
@@ -434,7 +434,11 @@ fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Call {
     call
 }
 
-fn give_back_invocation(permits: &Permits, keys: &Keys, token: &str) -> ScriptInvocation<'static> {
+pub(super) fn give_back_invocation(
+    permits: &Permits,
+    keys: &Keys,
+    token: &str,
+) -> ScriptInvocation<'static> {
     give_back(permits, keys, token).invocation()
 }
 
@@ -790,384 +794,5 @@ impl Drop for Owed<'_> {
         if let Err(e) = giving {
             tracing::debug!(target: "lockattr", error = %e, "cannot leave a semaphore's queue; the entry expires with the wait");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! The scripts called directly on a private redis-server: a bad
-    //! argument is an error and changes nothing; a mismatch of permits
-    //! writes nothing; free permits go to the oldest live waiter.
-
-    use std::collections::BTreeMap;
-
-    use redis::Connection;
-
-    use super::*;
-    use crate::backend::test_server::Server;
-
-    fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, bool)> {
-        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
-        keys.into_iter()
-            .map(|key| {
-                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
-                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
-                (key, (dump, ttl >= 0))
-            })
-            .collect()
-    }
-
-    /// A semaphore of 2: permit 0 held by `holder`, permit 1 free, `waiter`
-    /// queued.
-    fn setup(con: &mut Connection) -> (Keys, Permits) {
-        let mut keys = Keys::new("t:", "s", Duration::from_secs(60));
-        let permits = Permits::make(&mut keys, 2);
-        let _: () = redis::pipe()
-            .cmd("SET")
-            .arg(permits.slot(0).unwrap())
-            .arg("holder\nh\n1")
-            .arg("PX")
-            .arg(5_000)
-            .cmd("SET")
-            .arg(&permits.record)
-            .arg(2)
-            .arg("PX")
-            .arg(60_000)
-            .cmd("RPUSH")
-            .arg(&keys.queue)
-            .arg("waiter")
-            .cmd("HSET")
-            .arg(&keys.waiters)
-            .arg("waiter")
-            .arg("99999999999999:4000:1:host\n7\nw")
-            .query(con)
-            .unwrap();
-        (keys, permits)
-    }
-
-    fn call(
-        con: &mut Connection,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> redis::RedisResult<redis::Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        invocation.invoke(con)
-    }
-
-    #[test]
-    fn the_scripts_check_their_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        let all: Vec<&str> = [
-            keys.fence.as_str(),
-            &keys.queue,
-            &keys.waiters,
-            &permits.record,
-        ]
-        .into_iter()
-        .chain(permits.slots.iter().map(String::as_str))
-        .collect();
-        let short = &all[..all.len() - 1];
-        let channel = keys.channel.as_str();
-        let before = snapshot(&mut con);
-        let mut refused = |keys: &[&str], script: &Script, args: &[&str]| {
-            let answer = call(&mut con, script, keys, args);
-            assert!(answer.is_err(), "{args:?} accepted: {answer:?}");
-            assert_eq!(before, snapshot(&mut con), "{args:?} wrote");
-        };
-        for bad in ["", "x", "-1", "1.5", "nan", "inf", "2592000001"] {
-            let lease = format!("{bad}:60000:0:1:h");
-            refused(&all, &ACQUIRE, &["n", &lease, "1000", "2", channel]);
-            let retention = format!("1000:{bad}:0:1:h");
-            refused(&all, &ACQUIRE, &["n", &retention, "1000", "2", channel]);
-            refused(
-                &all,
-                &ACQUIRE,
-                &["n", "1000:60000:0:1:h", bad, "2", channel],
-            );
-            refused(&all, &GIVE_BACK, &["holder", bad, "2", channel]);
-        }
-        for bad in ["", "0", "-1", "1.5", "3", "257", "nan"] {
-            refused(
-                &all,
-                &ACQUIRE,
-                &["n", "1000:60000:0:1:h", "1000", bad, channel],
-            );
-            refused(&all, &GIVE_BACK, &["holder", "60000", bad, channel]);
-        }
-        // One key per permit.
-        refused(
-            short,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1:h", "1000", "2", channel],
-        );
-        refused(short, &GIVE_BACK, &["holder", "60000", "2", channel]);
-        // No channel.
-        refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2"]);
-        refused(&all, &GIVE_BACK, &["holder", "60000", "2"]);
-        refused(
-            &all,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1", "1000", "2", channel],
-        );
-        // Looking at every permit: 0 or 1, and then every permit's key.
-        for bad in ["", "2", "x", "true"] {
-            refused(
-                &all,
-                &ACQUIRE,
-                &["n", "1000:60000:0:1:h", "1000", "2", channel, bad],
-            );
-        }
-        refused(
-            &all,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1:h", "1000", "2", channel, "1"],
-        );
-    }
-
-    #[test]
-    fn a_mismatch_writes_nothing() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let _ = setup(&mut con);
-        let mut three = Keys::new("t:", "s", Duration::from_secs(60));
-        let permits = Permits::make(&mut three, 3);
-        let before = snapshot(&mut con);
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &three,
-            ("n", Duration::from_secs(1), Duration::from_secs(1), false),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
-        assert_eq!(reply, [-1, 2]);
-        assert_eq!(before, snapshot(&mut con));
-    }
-
-    /// A free permit goes to the oldest waiter whose entry is valid and
-    /// whose deadline has not passed, not to the caller behind it.
-    #[test]
-    fn a_free_permit_goes_to_the_oldest_live_waiter() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        // Before `waiter`: one whose deadline passed, one malformed.
-        let _: () = redis::pipe()
-            .cmd("LPUSH")
-            .arg(&keys.queue)
-            .arg("bad")
-            .arg("late")
-            .cmd("HSET")
-            .arg(&keys.waiters)
-            .arg("late")
-            .arg("1:4000:1:w")
-            .arg("bad")
-            .arg("99999999999999:1e17:1:w")
-            .query(&mut con)
-            .unwrap();
-        let mut listener = server.try_connect().unwrap();
-        let mut pubsub = listener.as_pubsub();
-        pubsub.subscribe(&keys.channel).unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &keys,
-            (
-                "newcomer",
-                Duration::from_secs(1),
-                Duration::from_secs(1),
-                false,
-            ),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
-        assert_eq!(reply[0], 0, "the newcomer passed the waiter: {reply:?}");
-        let value: String = redis::cmd("GET")
-            .arg(permits.slot(1).unwrap())
-            .query(&mut con)
-            .unwrap();
-        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
-        assert!(
-            notice.starts_with("waiter:") && notice.ends_with(":4000"),
-            "{notice:?}"
-        );
-        // A holder's value, with the notice's fencing token and the number
-        // of permits.
-        let lines: Vec<&str> = value.split('\n').collect();
-        assert_eq!(lines.len(), 7, "{value:?}");
-        assert_eq!(lines[..4], ["waiter", "host", "7", "w"], "{value:?}");
-        assert!(lines[4].parse::<u64>().is_ok(), "{value:?}");
-        assert_eq!(lines[5], notice.split(':').nth(1).unwrap(), "{value:?}");
-        assert_eq!(lines[6], "2", "{value:?}");
-        // The newcomer is queued now, with an expiry on every key.
-        let queue: Vec<String> = redis::cmd("LRANGE")
-            .arg(&keys.queue)
-            .arg(0)
-            .arg(-1)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(queue, ["newcomer"]);
-        for (key, (_, expires)) in snapshot(&mut con) {
-            assert!(expires, "{key} has no expiry");
-        }
-        // Asked again, the waiter finds its permit, with the fencing token
-        // its value carries since the hand-over.
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &keys,
-            ("waiter", Duration::from_secs(1), Duration::ZERO, false),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
-        let handed: i64 = notice.split(':').nth(1).unwrap().parse().unwrap();
-        assert_eq!((reply[0], reply[2]), (1, 1));
-        assert_eq!(reply[1], handed);
-        // Its give-back hands the permit to the newcomer.
-        let given: i64 = give_back_invocation(&permits, &keys, "waiter")
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(given, 1);
-        let value: String = redis::cmd("GET")
-            .arg(permits.slot(1).unwrap())
-            .query(&mut con)
-            .unwrap();
-        assert!(value.starts_with("newcomer\n"), "{value:?}");
-        assert!(value.ends_with("\n2"), "{value:?}");
-    }
-
-    fn get(con: &mut Connection, key: &str) -> Option<String> {
-        redis::cmd("GET").arg(key).query(con).unwrap()
-    }
-
-    /// A caller asking for fewer permits than a semaphore whose record is
-    /// gone and whose holders are all beyond that number is told to look at
-    /// every permit (nothing written), and is then refused.
-    #[test]
-    fn a_caller_asking_fewer_looks_at_every_permit() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let mut five = Keys::new("t:", "s", Duration::from_secs(60));
-        let five = Permits::make(&mut five, 5);
-        let mut two = Keys::new("t:", "s", Duration::from_secs(60));
-        two.holder = Arc::from("h\np\nl");
-        let permits = Permits::make(&mut two, 2);
-        let attempt = ("n", Duration::from_secs(1), Duration::from_secs(1), false);
-        // Nobody holds a permit (no fence counter): one request, no look at
-        // every permit.
-        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(reply[0], 1, "{reply:?}");
-        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
-        // The counter a held permit keeps alive.
-        let _: () = redis::cmd("SET")
-            .arg(&two.fence)
-            .arg(7)
-            .arg("PX")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
-        for (held, answer) in [
-            ("holder\nh\np\nl\n1\n7\n5", [-1, 5]),
-            // Written by an older version: no number.
-            ("holder\nh\np\nl\n1\n7", [-1, -1]),
-        ] {
-            let _: () = redis::cmd("SET")
-                .arg(five.slot(3).unwrap())
-                .arg(held)
-                .arg("PX")
-                .arg(5_000)
-                .query(&mut con)
-                .unwrap();
-            let before = snapshot(&mut con);
-            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
-                .invoke(&mut con)
-                .unwrap();
-            assert_eq!(reply, [-2, 0]);
-            assert_eq!(before, snapshot(&mut con));
-            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
-                .invoke(&mut con)
-                .unwrap();
-            assert_eq!(reply, answer);
-            assert_eq!(before, snapshot(&mut con));
-        }
-        // Nothing held beyond: granted, with the number recorded.
-        let _: () = redis::cmd("DEL")
-            .arg(five.slot(3).unwrap())
-            .query(&mut con)
-            .unwrap();
-        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!((reply[0], reply[2]), (1, 0), "{reply:?}");
-        let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
-        assert!(value.ends_with(&format!("\n{}\n2", reply[1])), "{value:?}");
-        assert_eq!(get(&mut con, &permits.record).as_deref(), Some("2"));
-        // A caller of 5 sees the number in the permit, record or none.
-        let _: () = redis::cmd("DEL")
-            .arg(&permits.record)
-            .query(&mut con)
-            .unwrap();
-        let other = ("o", attempt.1, attempt.2, false);
-        let reply: Vec<i64> = acquire_invocation(&five, &two, other, false)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(reply, [-1, 2]);
-        // A caller of 2 is served without looking further.
-        let reply: Vec<i64> =
-            acquire_invocation(&permits, &two, ("m", attempt.1, attempt.2, false), false)
-                .invoke(&mut con)
-                .unwrap();
-        assert_eq!((reply[0], reply[2]), (1, 1), "{reply:?}");
-    }
-
-    /// An operator's forced release finds the token in the permit's value,
-    /// whatever follows it, and hands the permit on with those lines.
-    #[test]
-    fn a_forced_permit_keeps_its_fields_when_handed_on() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        let _: () = redis::cmd("SET")
-            .arg(permits.slot(0).unwrap())
-            .arg("holder\nh\np\nl\n1\n42\n2\nmore")
-            .arg("PX")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
-        let seen: SemaphoreSeen = permits
-            .invocation(&INSPECT, &keys)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(seen.held.len(), 1, "{seen:?}");
-        let permit = &seen.held[0];
-        assert_eq!(permit.seen.who, "h\np\nl\n1");
-        assert_eq!((permit.seen.fence, permit.permits), (Some(42), Some(2)));
-        let mut force = permits.invocation(&FORCE_RELEASE, &keys);
-        force.arg(42).arg(60_000).arg(2).arg(&keys.channel);
-        let released: Released = force.invoke(&mut con).unwrap();
-        assert_eq!(released.0.as_deref(), Some("h\np\nl\n1"));
-        let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
-        let lines: Vec<&str> = value.split('\n').collect();
-        assert_eq!(lines.len(), 8, "{value:?}");
-        assert_eq!(lines[..4], ["waiter", "host", "7", "w"], "{value:?}");
-        assert!(lines[5].parse::<u64>().unwrap() > 42, "{value:?}");
-        assert_eq!(&lines[6..], ["2", "more"], "{value:?}");
-        // The token no permit holds any more frees nothing.
-        let released: Released = force.invoke(&mut con).unwrap();
-        assert_eq!(released.0, None);
     }
 }
