@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use super::deployment::Backend;
 use super::queue::Queued;
-use super::scripts::{holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
+use super::scripts::{Call, lua};
 use super::shared::millis;
 use crate::LockError;
 use crate::layout::Keys;
@@ -83,123 +83,8 @@ use redis::{Script, ScriptInvocation};
 /// is given back at once (deleted, `-:0:0` published on its channel when
 /// anyone waits), so the caller never holds part of the set while it
 /// waits; with the queue flag it then queues again at the end.
-pub(crate) static ACQUIRE_SET: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        r"
-local lease_arg, retention_arg, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<since ms>:<holder>')
-end
-",
-        ms_arg_lua!("lease", "lease_arg", "1"),
-        ms_arg_lua!("retention", "retention_arg", "0"),
-        ms_arg_lua!("wait", "ARGV[3]", "0"),
-        r"
-if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 4 + #KEYS / 4 or (ARGV[4] ~= '0' and ARGV[4] ~= '1') then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, the arguments end with 0 or 1 and a channel per name')
-end
-local busy = -1
-local first_busy
-for i = 1, #KEYS, 4 do
-  local value = redis.call('get', KEYS[i])
-  if value and not ",
-        owns_lua!("value", "ARGV[1]"),
-        r" then
-    local ttl = redis.call('pttl', KEYS[i])
-    if ttl < 0 then
-      ttl = 0
-    end
-    if ttl > busy then
-      busy = ttl
-    end
-    first_busy = first_busy or i
-  end
-end
-if busy >= 0 then
-  for i = 1, #KEYS, 4 do
-    local value = redis.call('get', KEYS[i])
-    if ",
-        owns_lua!("value", "ARGV[1]"),
-        r" then
-      redis.call('del', KEYS[i])
-      redis.call('pexpire', KEYS[i + 1], retention)
-      if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
-        redis.call('publish', ARGV[4 + (i + 3) / 4], '-:0:0')
-      end
-    end
-  end
-  if wait > 0 then
-    local now = redis.call('time')
-    local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
-    -- An entry queued in the FIFO queue has its queue time; one that is
-    -- not has 0. A queued entry is kept as it is: it holds its place.
-    local entry = string.format('%d:%d:0:', now_ms + wait, lease) .. who
-    for i = 1, #KEYS, 4 do
-      local old = redis.call('hget', KEYS[i + 3], ARGV[1])
-      local queued = old and string.match(old, '^%d+:%d+:(%d+):')
-      if ARGV[4] == '1' and i == first_busy and (not queued or queued == '0') then
-        redis.call('rpush', KEYS[i + 2], ARGV[1])
-        if redis.call('pttl', KEYS[i + 2]) < wait then
-          redis.call('pexpire', KEYS[i + 2], wait)
-        end
-        redis.call('hset', KEYS[i + 3], ARGV[1], string.format('%d:%d:%d:', now_ms + wait, lease, now_ms) .. who)
-      elseif not queued or queued == '0' then
-        redis.call('hset', KEYS[i + 3], ARGV[1], entry)
-      end
-      if redis.call('pttl', KEYS[i + 3]) < wait then
-        redis.call('pexpire', KEYS[i + 3], wait)
-      end
-      -- The marker: a release that frees the lock pops it and publishes
-      -- `-:0:0` (see RELEASE_LUA). One at the end, shared by every set.
-      redis.call('lrem', KEYS[i + 2], 0, '-')
-      redis.call('rpush', KEYS[i + 2], '-')
-      if redis.call('pttl', KEYS[i + 2]) < wait then
-        redis.call('pexpire', KEYS[i + 2], wait)
-      end
-    end
-  else
-    for i = 1, #KEYS, 4 do
-      if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 and ARGV[4] == '1' then
-        redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
-      end
-    end
-  end
-  return {0, busy}
-end
-local fences = {1}
-for i = 1, #KEYS, 4 do
-  local held = redis.call('get', KEYS[i])
-  local fence = held and ",
-        holder_fence_lua!("held"),
-        r"
-  if not fence then
-    local ok = redis.pcall('incr', KEYS[i + 1])
-    if type(ok) == 'table' and ok.err then
-      return ok
-    end
-    fence = ok
-    if fence == 1 then
-      local now = redis.call('time')
-      fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-      redis.call('set', KEYS[i + 1], string.format('%d', fence), 'PX', lease + retention)
-    end
-  end
-",
-        keep_fence_lua!("KEYS[i + 1]", "lease + retention"),
-        r"
-  fences[#fences + 1] = fence
-end
-local value = ARGV[1] .. '\n' .. who .. '\n' .. since .. '\n'
-for i = 1, #KEYS, 4 do
-  redis.call('set', KEYS[i], value .. string.format('%d', fences[(i + 3) / 4 + 1]), 'PX', lease)
-  if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 and ARGV[4] == '1' then
-    redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
-  end
-end
-return fences
-",
-    ))
-});
+pub(crate) static ACQUIRE_SET: Lazy<Script> =
+    Lazy::new(|| Script::new(lua!("helpers.lua", "set_acquire.lua")));
 
 /// Gives back what a set token holds or waits for, name by name: deletes
 /// each lock the token owns (publishing `-:0:0` on its channel when anyone
@@ -212,32 +97,7 @@ return fences
 /// KEYS: for each name, its lock, fence, queue and waiters keys. ARGV:
 /// token, how long a fence counter outlives a lease in ms, then each
 /// name's channel. Returns how many locks it deleted.
-pub(crate) const GIVE_BACK_SET_LUA: &str = concat!(
-    ms_arg_lua!("retention", "ARGV[2]", "0"),
-    r"
-if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 2 + #KEYS / 4 then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, and a channel per name')
-end
-local deleted = 0
-for i = 1, #KEYS, 4 do
-  if redis.call('hdel', KEYS[i + 3], ARGV[1]) == 1 then
-    redis.call('lrem', KEYS[i + 2], 0, ARGV[1])
-  end
-  local value = redis.call('get', KEYS[i])
-  if ",
-    owns_lua!("value", "ARGV[1]"),
-    r" then
-    redis.call('del', KEYS[i])
-    redis.call('pexpire', KEYS[i + 1], retention)
-    deleted = deleted + 1
-    if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
-      redis.call('publish', ARGV[2 + (i + 3) / 4], '-:0:0')
-    end
-  end
-end
-return deleted
-",
-);
+pub(crate) const GIVE_BACK_SET_LUA: &str = lua!("helpers.lua", "queue.lua", "set_give_back.lua");
 
 /// [`GIVE_BACK_SET_LUA`], loaded on first use.
 pub(crate) static GIVE_BACK_SET: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_SET_LUA));
@@ -280,40 +140,31 @@ pub(crate) fn acquire_call(
 }
 
 /// A [`GIVE_BACK_SET`] call for the names of `group`.
-pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
-    let mut invocation = GIVE_BACK_SET.prepare_invoke();
+fn give_back_set(group: &[&Keys], token: &str) -> Call {
+    let mut call = Call::new(GIVE_BACK_SET_LUA, &GIVE_BACK_SET);
     for keys in group {
-        invocation
-            .key(&keys.lock)
+        call.key(&keys.lock)
             .key(&keys.fence)
             .key(&keys.queue)
             .key(&keys.waiters);
     }
     let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
-    invocation.arg(token).arg(whole_millis(retention));
+    call.arg(token).arg(whole_millis(retention));
     for keys in group {
-        invocation.arg(&keys.channel);
+        call.arg(&keys.channel);
     }
-    invocation
+    call
+}
+
+/// A [`GIVE_BACK_SET`] call for the names of `group`.
+pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
+    give_back_set(group, token).invocation()
 }
 
 /// [`give_back_call`] as an EVAL with the source (see
 /// `scripts::give_back`): it may run on a server that never saw the script.
 pub(crate) fn give_back_eval(group: &[&Keys], token: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(GIVE_BACK_SET_LUA).arg(group.len() * 4);
-    for keys in group {
-        cmd.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.queue)
-            .arg(&keys.waiters);
-    }
-    let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
-    cmd.arg(token).arg(whole_millis(retention));
-    for keys in group {
-        cmd.arg(&keys.channel);
-    }
-    cmd
+    give_back_set(group, token).eval()
 }
 
 /// Whole milliseconds, rounded down, saturating.
@@ -469,7 +320,6 @@ impl Tried {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::test_server::Server;
 
     #[test]
     fn slots_match_redis_cluster() {
@@ -479,144 +329,5 @@ mod tests {
         assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
         assert_eq!(slot("{}x"), slot("{}x"));
         assert_eq!(slot("lockattr:{a}"), slot("a"));
-    }
-
-    fn keys_of(con: &mut redis::Connection) -> Vec<String> {
-        let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
-        keys.sort();
-        keys
-    }
-
-    #[test]
-    fn the_set_scripts_check_their_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let keys = [
-            "t:{a}",
-            "t:{a}:fence",
-            "t:{a}:queue",
-            "t:{a}:waiters",
-            "t:{b}",
-            "t:{b}:fence",
-            "t:{b}:queue",
-            "t:{b}:waiters",
-        ];
-        let bad_second = [
-            "0:0:1:h",
-            "x:0:1:h",
-            "1.5:0:1:h",
-            "-1:0:1:h",
-            "2592000001:0:1:h",
-            "100:-1:1:h",
-            "100:0:h",
-            "",
-        ];
-        for second in bad_second {
-            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg(second)
-                .arg(100)
-                .arg("0")
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "{second:?}: {reply:?}");
-            assert!(keys_of(&mut con).is_empty(), "{second:?} wrote something");
-        }
-        for wait in ["-1", "x", "0.5", "2592000001"] {
-            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg("100:0:1:h")
-                .arg(wait)
-                .arg("0")
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "wait {wait:?}: {reply:?}");
-            assert!(
-                keys_of(&mut con).is_empty(),
-                "wait {wait:?} wrote something"
-            );
-        }
-        let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-            .key(&keys[..6])
-            .arg("tok")
-            .arg("100:0:1:h")
-            .arg(0)
-            .arg("0")
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con);
-        assert!(reply.is_err(), "six keys: {reply:?}");
-        assert!(keys_of(&mut con).is_empty());
-
-        for flag in ["2", "", "yes"] {
-            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg("100:0:1:h")
-                .arg(100)
-                .arg(flag)
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "flag {flag:?}: {reply:?}");
-            assert!(keys_of(&mut con).is_empty());
-        }
-
-        // Taken, then a give-back with a bad retention changes nothing.
-        let taken: Vec<i64> = ACQUIRE_SET
-            .key(&keys[..])
-            .arg("tok")
-            .arg("10000:1000:1:h\n1\nl")
-            .arg(0)
-            .arg("0")
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(taken.len(), 3);
-        assert_eq!(taken[0], 1);
-        let before = keys_of(&mut con);
-        for retention in ["-1", "x", "2592000001"] {
-            let reply: redis::RedisResult<i64> = GIVE_BACK_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg(retention)
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "retention {retention:?}: {reply:?}");
-            assert_eq!(keys_of(&mut con), before);
-        }
-        // Sent twice: the second run takes nothing again (same counters).
-        let again: Vec<i64> = ACQUIRE_SET
-            .key(&keys[..])
-            .arg("tok")
-            .arg("10000:1000:1:h\n1\nl")
-            .arg(0)
-            .arg("0")
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(again, taken);
-        let deleted: i64 = GIVE_BACK_SET
-            .key(&keys[..])
-            .arg("tok")
-            .arg(1000)
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(deleted, 2);
-        // Only the counters are left, each with a time to live.
-        for key in keys_of(&mut con) {
-            assert!(key.ends_with(":fence"), "{key}");
-            let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
-            assert!(ttl > 0, "{key} has no expiry");
-        }
     }
 }

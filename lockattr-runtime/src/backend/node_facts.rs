@@ -48,31 +48,7 @@ use super::scripts;
 /// went back), the server's id}`: the id of the marker in database 0 when
 /// it can be reached (`SELECT` inside a script only affects the script), of
 /// this database's marker otherwise.
-const MARKER_LUA: &str = r"
-local now = redis.call('time')
-now = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local function marker()
-  local value = redis.call('get', KEYS[1])
-  local sep = value and string.find(value, ':', 1, true)
-  local since = sep and tonumber(string.sub(value, 1, sep - 1))
-  if not since then
-    since = now
-    value = string.format('%d:%s', now, ARGV[1])
-    redis.call('set', KEYS[1], value)
-    sep = string.find(value, ':', 1, true)
-  end
-  return since, string.sub(value, sep + 1)
-end
-local since, id = marker()
-if ARGV[2] ~= '0' then
-  local selected = redis.pcall('select', 0)
-  if type(selected) == 'table' and selected.ok then
-    local _, shared = marker()
-    id = shared
-  end
-end
-return {math.max(0, math.floor((now - since) / 1000)), id}
-";
+const MARKER_LUA: &str = scripts::lua!("helpers.lua", "marker.lua");
 
 /// What the latest connections to a node told.
 #[derive(Debug, Default, Clone)]

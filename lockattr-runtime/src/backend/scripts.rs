@@ -16,227 +16,19 @@
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
-use redis::{Script, ScriptInvocation};
+use redis::{Script, ScriptInvocation, ToRedisArgs};
 
 use super::shared::{Renewal, millis};
 use crate::layout::Keys;
 
-/// The most milliseconds any script accepts as a duration: 30 days,
-/// [`MAX_EXPIRE`](crate::MAX_EXPIRE) (a lease, an extension, a wait, a
-/// retention). Far below where Lua's numbers stop printing as integers.
-macro_rules! max_ms {
-    () => {
-        "2592000000"
+/// The source of a script: the files of `src/lua/` named, joined in order
+/// (the shared helpers first, then the script's own file).
+macro_rules! lua {
+    ($($file:literal),+) => {
+        concat!($(include_str!(concat!("../lua/", $file))),+)
     };
 }
-
-/// How far past a guard's fencing token the counter may be for a re-sent
-/// release that finds the lock gone to count the lock as released by the
-/// first try (see `RELEASE_LUA`): a thousand acquisitions, which take far
-/// longer than the round trip of a re-send, while a counter started again
-/// from the server's clock in microseconds (after Redis lost the lock) is a
-/// thousand past any token handed out a millisecond before.
-macro_rules! recent_fence {
-    () => {
-        "1000"
-    };
-}
-
-/// Lua that sets the local `$name` to the number in `$arg`, or returns an
-/// error (before anything is written) unless it is a whole number of
-/// milliseconds from `$min` to [`max_ms!`]. Refuses text, fractions,
-/// negatives, NaN and infinities.
-macro_rules! ms_arg_lua {
-    ($name:literal, $arg:literal, $min:literal) => {
-        concat!(
-            "local ",
-            $name,
-            " = tonumber(",
-            $arg,
-            ")\nif not ",
-            $name,
-            " or ",
-            $name,
-            " ~= math.floor(",
-            $name,
-            ") or ",
-            $name,
-            " < ",
-            $min,
-            " or ",
-            $name,
-            " > ",
-            max_ms!(),
-            " then\n  return redis.error_reply('ERR lockattr: ",
-            $name,
-            " must be a whole number of milliseconds from ",
-            $min,
-            " to ",
-            max_ms!(),
-            "')\nend\n"
-        )
-    };
-}
-
-/// The next fencing token of a lock, from its counter key.
-///
-/// A counter that does not exist yet (a new name, a counter that expired
-/// after its retention, or a Redis that restarted without persistence or
-/// evicted the key) starts at the server's time in microseconds, not at 1:
-/// tokens handed out after the counter was lost are then still larger than
-/// every token handed out before, as long as the Redis host's clock does
-/// not step back and a name is taken less than a million times a second. A
-/// microsecond count stays below 2^53, so Lua's doubles hold it exactly.
-///
-/// The counter then lives at least `$ttl` ms more (the lease it is taken
-/// for plus the retention): a new one is written with it, an existing one
-/// whose time to live is shorter is raised to it, never lowered (a
-/// semaphore's counter serves longer leases of other permits). Renewal,
-/// `extend` and `hold_at_least` raise it the same way, so a counter never
-/// expires while a hold it counted is alive, and never lives longer than
-/// the retention after the last one ended.
-///
-/// Lua statements that set the local `fence` (declared by the caller),
-/// spliced into the scripts (inline rather than a Lua function, which each
-/// call would build anew).
-macro_rules! next_fence_lua {
-    ($key:literal, $ttl:literal) => {
-        concat!(
-            "fence = redis.call('incr', ",
-            $key,
-            r")
-if fence == 1 then
-  local now = redis.call('time')
-  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('set', ",
-            $key,
-            r", string.format('%d', fence), 'PX', ",
-            $ttl,
-            r")
-elseif redis.call('pttl', ",
-            $key,
-            ") < ",
-            $ttl,
-            " then\n  redis.call('pexpire', ",
-            $key,
-            ", ",
-            $ttl,
-            r")
-end
-"
-        )
-    };
-}
-
-/// A Lua expression: whether the lock value `$value` (a local: the lock key's
-/// value, `false` when there is none) belongs to the owner token `$token`.
-/// A lock's value is `<token>\n<holder>\n<since>` (see [`ACQUIRE`]).
-macro_rules! owns_lua {
-    ($value:literal, $token:literal) => {
-        concat!(
-            "(",
-            $value,
-            " == ",
-            $token,
-            " or (",
-            $value,
-            " and string.sub(",
-            $value,
-            ", 1, #",
-            $token,
-            " + 1) == ",
-            $token,
-            " .. '\\n'))"
-        )
-    };
-}
-
-/// A Lua expression: the fencing token that the holder value `$value` (a
-/// local, a string) carries, or `nil` when it carries none (written by an
-/// older version). Every holder's value is
-/// `<token>\n<host>\n<pid>\n<label>\n<since ms>\n<fencing token>`, written
-/// whole by whoever grants the hold (an acquisition or a hand-over), and
-/// operator calls read a holder's token here, never from the counter.
-macro_rules! holder_fence_lua {
-    ($value:literal) => {
-        concat!(
-            "tonumber(string.match(",
-            $value,
-            r", '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n(%d+)'))"
-        )
-    };
-}
-
-/// A Lua expression: the lines of the holder value `$value` (a local, a
-/// string) after its fencing token, with their leading line break (a
-/// kind's own fields, such as a permit's number of permits), or `''`. A
-/// hand-over copies them into the new holder's value.
-macro_rules! kind_fields_lua {
-    ($value:literal) => {
-        concat!(
-            "(string.match(",
-            $value,
-            r", '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*(\n.*)$') or '')"
-        )
-    };
-}
-
-/// Lua statements that make the fence counter `$key` live at least `$ttl`
-/// ms more (never shorter): whatever grants or extends a hold keeps the
-/// counter for the hold plus the retention, so a holder's token can never
-/// be handed out again while it holds. A counter that is gone stays gone.
-macro_rules! keep_fence_lua {
-    ($key:literal, $ttl:literal) => {
-        concat!(
-            "if redis.call('pttl', ",
-            $key,
-            ") < ",
-            $ttl,
-            " then redis.call('pexpire', ",
-            $key,
-            ", ",
-            $ttl,
-            ") end\n"
-        )
-    };
-}
-
-/// Lua statements run when a hold's time left becomes `$ttl` ms (a local;
-/// renewal, `extend`, `hold_at_least`): the fence counter `$fence` lives
-/// at least the hold plus the local `retention`, and the kind's index of
-/// holders `$index` (a sorted set scored by each holder's end, such as a
-/// read-write lock's readers; the holder's own key when the kind has none)
-/// records the new end of `$token` and lives at least as long. So no key
-/// of a kind expires under a hold that is renewed, whatever the kind.
-macro_rules! keep_hold_lua {
-    ($holder:literal, $fence:literal, $index:literal, $token:literal, $ttl:literal) => {
-        concat!(
-            "local hold_end = ",
-            $ttl,
-            " + retention\n",
-            keep_fence_lua!($fence, "hold_end"),
-            "if ",
-            $index,
-            " ~= ",
-            $holder,
-            " then\n",
-            "  local t = redis.call('time')\n",
-            "  redis.call('zadd', ",
-            $index,
-            ", math.floor(tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000) + ",
-            $ttl,
-            ", ",
-            $token,
-            ")\n",
-            "  ",
-            keep_fence_lua!($index, $ttl),
-            "end\n"
-        )
-    };
-}
-
-// For the scripts of several names at once (`super::lockset`).
-pub(crate) use {holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
+pub(crate) use lua;
 
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
@@ -271,215 +63,8 @@ pub(crate) use {holder_fence_lua, keep_fence_lua, max_ms, ms_arg_lua, owns_lua};
 /// with waiters queued when a holder's lease ran out (a release hands the
 /// lock to the oldest waiter instead), and then the first waiter whose timer
 /// fires takes it.
-pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    // The counter is incremented after the lock is written: if the INCR
-    // fails (a foreign value at the fence key), the lock is deleted again
-    // before the script stops. Redis does not roll back a failed script's
-    // writes.
-    Script::new(concat!(
-        r"
-local lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
-end
-",
-        ms_arg_lua!("lease", "lease_arg", "1"),
-        ms_arg_lua!("retention", "retention_arg", "0"),
-        ms_arg_lua!("wait", "ARGV[3]", "0"),
-        r"
-local counter = redis.call('get', KEYS[2])
-local fence = tonumber(counter)
-if counter and (not fence or fence ~= math.floor(fence) or fence < 0) then
-  return redis.error_reply('ERR lockattr: the fence counter ' .. KEYS[2] .. ' holds a foreign value')
-end
-if fence then
-  fence = fence + 1
-else
-  local now = redis.call('time')
-  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-end
-if redis.call('set', KEYS[1], ARGV[1] .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence), 'NX', 'PX', lease) then
-  redis.call('set', KEYS[2], string.format('%d', fence), 'PX', lease + retention)
-  if queued == '1' and redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
-    redis.call('lrem', KEYS[3], 0, ARGV[1])
-  end
-  return {1, fence}
-end
-local holder = redis.call('get', KEYS[1])
-if ",
-        owns_lua!("holder", "ARGV[1]"),
-        r" then
-  redis.call('pexpire', KEYS[1], lease)
-  fence = ",
-        holder_fence_lua!("holder"),
-        r"
-  if fence then
-",
-        keep_fence_lua!("KEYS[2]", "lease + retention"),
-        r"
-  else
-    fence = tonumber(redis.call('get', KEYS[2]))
-    if fence then
-",
-        keep_fence_lua!("KEYS[2]", "lease + retention"),
-        r"
-    else
-",
-        next_fence_lua!("KEYS[2]", "lease + retention"),
-        r"
-    end
-    redis.call('set', KEYS[1], holder .. string.format('\n%d', fence), 'PX', lease)
-  end
-  return {1, fence}
-end
-if wait > 0 then
-  if redis.call('hexists', KEYS[4], ARGV[1]) == 0 then
-    local now = redis.call('time')
-    local queued_at = now[1] * 1000 + math.floor(now[2] / 1000)
-    redis.call('rpush', KEYS[3], ARGV[1])
-    redis.call('hset', KEYS[4], ARGV[1], string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. who)
-    for i = 3, 4 do
-      if redis.call('pttl', KEYS[i]) < wait then
-        redis.call('pexpire', KEYS[i], wait)
-      end
-    end
-  end
-elseif redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
-  redis.call('lrem', KEYS[3], 0, ARGV[1])
-end
-return {0, redis.call('pttl', KEYS[1])}
-",
-    ))
-});
-
-/// Lua that ends a release: hands the lock to the oldest waiter whose
-/// deadline has not passed, or deletes it (see [`RELEASE_LUA`]), with the
-/// channel in `ARGV[2]` and the notify flag in `ARGV[3]`; returns the
-/// hand-over's notice, or 1 when the lock was deleted.
-macro_rules! hand_over_lua {
-    () => {
-        concat!(
-            "local channel, notify, shared = ARGV[2], ARGV[3], ARGV[7] == '1'\n",
-            hand_over_body_lua!("channel", "notify", "barge", "shared"),
-        )
-    };
-}
-
-/// The statements of [`hand_over_lua!`], with the channel and the notify
-/// flag in the Lua locals named `$channel` and `$notify`, and `$shared` a
-/// Lua expression, true when the fence counter is shared with other live
-/// holders (a semaphore's permits): a deletion then only raises the
-/// counter's time to live to the retention, never lowers it under them.
-/// `retention` is a checked local, and `value` the released holder value
-/// (its fields after the fencing token go with a hand-over: a kind's own,
-/// such as a permit's count). Ends by returning from the enclosing
-/// function: the notice published for the waiter handed the lock, or 1
-/// when it was deleted.
-macro_rules! hand_over_body_lua {
-    ($channel:literal, $notify:literal, $barge:literal, $shared:literal) => {
-        concat!(
-            r"
-local now_ms
-local set_waiting = false
-if ",
-            $barge,
-            r" > 0 then
-  local oldest = redis.call('lindex', KEYS[3], 0)
-  local entry = oldest and redis.call('hget', KEYS[4], oldest)
-  if entry then
-    local deadline, queued_at = string.match(entry, '^(%d+):%d+:(%d+):')
-    if queued_at then
-      now_ms = redis.call('time')
-      now_ms = now_ms[1] * 1000 + math.floor(now_ms[2] / 1000)
-      if tonumber(deadline) >= now_ms and tonumber(queued_at) + ",
-            $barge,
-            r" > now_ms then
-        redis.call('del', KEYS[1])
-        redis.call('pexpire', KEYS[2], retention)
-        local notice = oldest .. ':0:0'
-        redis.call('publish', ",
-            $channel,
-            r", notice)
-        return notice
-      end
-    end
-  end
-end
-while true do
-  local waiter = redis.call('lpop', KEYS[3])
-  if not waiter then
-    break
-  end
-  if waiter == '-' then
-    set_waiting = true
-  end
-  local entry = redis.call('hget', KEYS[4], waiter)
-  if entry then
-    if not now_ms then
-      now_ms = redis.call('time')
-      now_ms = now_ms[1] * 1000 + math.floor(now_ms[2] / 1000)
-    end
-    redis.call('hdel', KEYS[4], waiter)
-    local sep = string.find(entry, ':', 1, true)
-    local sep2 = sep and string.find(entry, ':', sep + 1, true)
-    local deadline = sep and tonumber(string.sub(entry, 1, sep - 1))
-    local lease = sep and tonumber(string.sub(entry, sep + 1, (sep2 or 0) - 1))
-    local who = sep2 and string.sub(entry, sep2 + 1) or ''
-    local sep3 = sep2 and string.find(entry, ':', sep2 + 1, true)
-    if sep3 and string.match(string.sub(entry, sep2 + 1, sep3 - 1), '^%d+$') then
-      who = string.sub(entry, sep3 + 1)
-    end
-    if deadline and deadline >= now_ms and lease and lease == math.floor(lease)
-        and lease >= 1 and lease <= ",
-            max_ms!(),
-            r" then
-      local fence
-",
-            next_fence_lua!("KEYS[2]", "lease + retention"),
-            r"
-      local kind_fields = value and ",
-            kind_fields_lua!("value"),
-            r" or ''
-      redis.call('set', KEYS[1], waiter .. '\n' .. who .. '\n' .. now_ms .. '\n' .. string.format('%d', fence) .. kind_fields, 'PX', lease)
-      local notice = string.format('%s:%d:%d', waiter, fence, lease)
-      redis.call('publish', ",
-            $channel,
-            r", notice)
-      if set_waiting then
-        local wait_ttl = redis.call('pttl', KEYS[4])
-        if wait_ttl > 0 then
-          redis.call('rpush', KEYS[3], '-')
-          if redis.call('pttl', KEYS[3]) < 0 then
-            redis.call('pexpire', KEYS[3], wait_ttl)
-          end
-        end
-      end
-      return notice
-    end
-  end
-end
-redis.call('del', KEYS[1])
-if ",
-            $shared,
-            r" then
-",
-            keep_fence_lua!("KEYS[2]", "retention"),
-            r"
-else
-  redis.call('pexpire', KEYS[2], retention)
-end
-if ",
-            $notify,
-            r" == '1' or set_waiting then
-  redis.call('publish', ",
-            $channel,
-            r", '-:0:0')
-end
-return 1
-"
-        )
-    };
-}
+pub(crate) static ACQUIRE: Lazy<Script> =
+    Lazy::new(|| Script::new(lua!("helpers.lua", "queue.lua", "acquire.lua")));
 
 /// Releases the lock if the token owns it, handing it straight to the oldest
 /// waiter whose deadline has not passed (with a new fencing token and that
@@ -506,7 +91,7 @@ return 1
 /// and handed to a waiter (so that the releasing process can wake a waiter
 /// of its own at once, without waiting for the notice to come round through
 /// its subscriber connection), 0 when the token did not own the lock, and 2
-/// when it did not, but the fence counter is at most `recent_fence!()` past
+/// when it did not, but the fence counter is at most `RECENT_FENCE` (1000, `lua/helpers.lua`) past
 /// the given fencing token: no more than that many acquisitions since the
 /// token's, and not a counter started again from the clock because Redis
 /// lost the lock (a restart without persistence).
@@ -514,34 +99,7 @@ return 1
 /// Running it twice is harmless (the second finds the lock no longer the
 /// token's and changes nothing of another owner's), but the second answer
 /// is not 1: see `SingleNode::release` for what a re-sent release means.
-pub(crate) const RELEASE_LUA: &str = concat!(
-    ms_arg_lua!("retention", "ARGV[4]", "0"),
-    ms_arg_lua!("barge", "ARGV[6]", "0"),
-    r"
-local granted = tonumber(ARGV[5])
-if not granted or granted ~= math.floor(granted) or granted < 0 or granted >= 9007199254740992 then
-  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 0 to 2^53 - 1')
-end
-local value = redis.call('get', KEYS[1])
-if not ",
-    owns_lua!("value", "ARGV[1]"),
-    r" then
-  if redis.call('hdel', KEYS[4], ARGV[1]) == 1 then
-    redis.call('lrem', KEYS[3], 0, ARGV[1])
-  end
-  if granted > 0 then
-    local fence = tonumber(redis.call('get', KEYS[2]))
-    if fence and fence >= granted and fence - granted <= ",
-    recent_fence!(),
-    r" then
-      return 2
-    end
-  end
-  return 0
-end
-",
-    hand_over_lua!(),
-);
+pub(crate) const RELEASE_LUA: &str = lua!("helpers.lua", "queue.lua", "release.lua");
 
 /// Frees a lock whoever holds it (an operator's forced unlock), exactly as
 /// its owner's release would: handed to the oldest waiter, or deleted.
@@ -553,36 +111,8 @@ end
 /// (never the counter, which may have moved on or be gone).
 /// Returns 0 when the lock was free (or held under another token), or `{1, <holder>\n<since>}` of the
 /// owner it took the lock from (never the owner token).
-pub(crate) static FORCE_UNLOCK: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        ms_arg_lua!("retention", "ARGV[3]", "0"),
-        r"
-local expected = tonumber(ARGV[4])
-if not expected or expected ~= math.floor(expected) or expected < 0 or expected >= 9007199254740992 then
-  return redis.error_reply('ERR lockattr: the expected fencing token must be a whole number from 0 to 2^53 - 1')
-end
-local value = redis.call('get', KEYS[1])
-if not value then
-  return 0
-end
-if expected > 0 and ",
-        holder_fence_lua!("value"),
-        r" ~= expected then
-  return 0
-end
-local sep = string.find(value, '\n', 1, true)
-local forced = sep and string.sub(value, sep + 1) or ''
-local function release()
-  local channel, notify = ARGV[1], ARGV[2]
-",
-        hand_over_body_lua!("channel", "notify", "0", "false"),
-        r"
-end
-release()
-return {1, forced}
-",
-    ))
-});
+pub(crate) static FORCE_UNLOCK: Lazy<Script> =
+    Lazy::new(|| Script::new(lua!("helpers.lua", "queue.lua", "force_unlock.lua")));
 
 /// What [`INSPECT`] tells of one lock on one server.
 ///
@@ -592,23 +122,8 @@ return {1, forced}
 /// the owner token}`, or 0
 /// when the lock is free. The owner token itself never leaves Redis: its
 /// hash only tells owners apart (a Redlock's majority view).
-pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        r"
-local value = redis.call('get', KEYS[1])
-if not value then
-  return 0
-end
-local sep = string.find(value, '\n', 1, true)
-local token = sep and string.sub(value, 1, sep - 1) or value
-local who = sep and string.sub(value, sep + 1) or ''
-local fence = ",
-        holder_fence_lua!("value"),
-        r" or -1
-return {who, redis.call('pttl', KEYS[1]), string.format('%d', fence), redis.call('hlen', KEYS[3]), redis.sha1hex(token)}
-",
-    ))
-});
+pub(crate) static INSPECT: Lazy<Script> =
+    Lazy::new(|| Script::new(lua!("helpers.lua", "inspect.lua")));
 
 /// [`RELEASE_LUA`] as a script.
 pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
@@ -618,7 +133,7 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA))
 /// nothing) when the lease would have more than the max lease left.
 ///
 /// KEYS: the holder key, its fence counter, and its kind's index of holders
-/// (the holder key again when the kind keeps none; see [`keep_hold_lua!`]).
+/// (the holder key again when the kind keeps none; see `keep_hold` in `lua/helpers.lua`).
 /// ARGV: token, ms, mode, max lease in ms, how long the fence counter
 /// outlives the lease in ms, and for `hold` the lock's channel. Whatever
 /// the mode, the counter and the index then live at least as long as the
@@ -633,109 +148,20 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA))
 ///   again, with ms the time the lease was known to have then plus the
 ///   addition, less the time since, so that the first try or the re-send
 ///   applies, never both.
-pub(crate) static EXTEND: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        ms_arg_lua!("ms", "ARGV[2]", "1"),
-        ms_arg_lua!("max", "ARGV[4]", "1"),
-        ms_arg_lua!("retention", "ARGV[5]", "0"),
-        r"
-local mode = ARGV[3]
-if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' and mode ~= 'hold' then
-  return redis.error_reply('ERR lockattr: the mode must be add, set, raise or hold')
-end
-if #KEYS ~= 3 then
-  return redis.error_reply('ERR lockattr: the keys must be the holder, its fence counter and its index')
-end
-if mode == 'hold' and not ARGV[6] then
-  return redis.error_reply('ERR lockattr: the mode hold needs the lock channel')
-end
-local value = redis.call('get', KEYS[1])
-if not ",
-        owns_lua!("value", "ARGV[1]"),
-        r" then
-  return -1
-end
-local ttl = ms
-if mode == 'add' or mode == 'raise' then
-  local left = redis.call('pttl', KEYS[1])
-  if left < 0 then
-    return -1
-  end
-  if mode == 'add' then
-    ttl = ttl + left
-  elseif left >= ttl then
-    return left
-  end
-end
-if ttl > max then
-  return -2
-end
-redis.call('pexpire', KEYS[1], ttl)
-",
-        keep_hold_lua!("KEYS[1]", "KEYS[2]", "KEYS[3]", "ARGV[1]", "ttl"),
-        r"
-if mode == 'hold' then
-  redis.call('publish', ARGV[6], string.format('-:0:%d', ttl))
-end
-return ttl
-",
-    ))
-});
+pub(crate) static EXTEND: Lazy<Script> =
+    Lazy::new(|| Script::new(lua!("helpers.lua", "extend.lua")));
 
 /// Renews many leases in one call (the watchdog's batch).
 ///
 /// KEYS: for each hold, its holder key, fence counter and index (as
 /// [`EXTEND`]'s). ARGV: how long a fence counter outlives a lease in ms,
 /// then for each hold its owner's token and the lease in ms. A raised lease
-/// keeps the hold's counter and index alive with it (see [`keep_hold_lua!`]).
+/// keeps the hold's counter and index alive with it (see `keep_hold` in `lua/helpers.lua`).
 /// A lease is raised to that many ms if it has less left; it is never
 /// shortened (an owner may have extended it further), and 0 only reads it.
 /// Returns, per key, the time left in ms, or -1 when the token does not own
 /// the lock: a deleted or taken lock is never brought back. Safe to repeat.
-pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        ms_arg_lua!("retention", "ARGV[1]", "0"),
-        r"
-if #KEYS % 3 ~= 0 or #ARGV ~= 1 + 2 * #KEYS / 3 then
-  return redis.error_reply('ERR lockattr: three keys (holder, fence counter, index) and a token and a lease for each hold')
-end
-local lease = {}
-for i = 1, #KEYS / 3 do
-  local ms = tonumber(ARGV[2 * i + 1])
-  if not ms or ms ~= math.floor(ms) or ms < 0 or ms > ",
-        max_ms!(),
-        r" then
-    return redis.error_reply('ERR lockattr: each lease must be a whole number of milliseconds from 0 to ",
-        max_ms!(),
-        r"')
-  end
-  lease[i] = ms
-end
-local left = {}
-for i = 1, #KEYS / 3 do
-  local key, token = KEYS[3 * i - 2], ARGV[2 * i]
-  local value = redis.call('get', key)
-  if ",
-        owns_lua!("value", "token"),
-        r" then
-    local ms = lease[i]
-    local ttl = redis.call('pttl', key)
-    if ttl < ms then
-      redis.call('pexpire', key, ms)
-      ttl = ms
-",
-        keep_hold_lua!("key", "KEYS[3 * i - 1]", "KEYS[3 * i]", "token", "ttl"),
-        r"
-    end
-    left[i] = ttl
-  else
-    left[i] = -1
-  end
-end
-return left
-",
-    ))
-});
+pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| Script::new(lua!("helpers.lua", "renew.lua")));
 
 /// Raises a lock's fence counter to a Redlock's fencing token, if the token
 /// still owns the lock there (see `Redlock`'s fencing); a raised counter
@@ -745,34 +171,63 @@ return left
 /// counter outlives the lease in ms.
 /// Returns 1 when the owner token owns the lock (the counter is then at
 /// least the fencing token), 0 when not.
-pub(crate) static RAISE_FENCE: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        r"
-local token = tonumber(ARGV[2])
-if not token or token ~= math.floor(token) or token < 1 or token >= 9007199254740992 then
-  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 1 to 2^53 - 1')
-end
-",
-        ms_arg_lua!("retention", "ARGV[3]", "0"),
-        r"
-local value = redis.call('get', KEYS[1])
-if not ",
-        owns_lua!("value", "ARGV[1]"),
-        r" then
-  return 0
-end
-local left = math.max(redis.call('pttl', KEYS[1]), 1)
-if (tonumber(redis.call('get', KEYS[2])) or 0) < token then
-  redis.call('set', KEYS[2], string.format('%d', token), 'PX', left + retention)
-end
-local head, rest = string.match(value, '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)\n%d+(.*)$')
-if head then
-  redis.call('set', KEYS[1], head .. string.format('\n%d', token) .. rest, 'PX', left)
-end
-return 1
-",
-    ))
-});
+pub(crate) static RAISE_FENCE: Lazy<Script> =
+    Lazy::new(|| Script::new(lua!("helpers.lua", "raise_fence.lua")));
+
+/// One call of a script, its keys and arguments written once, sent as
+/// EVALSHA ([`Call::invocation`]: loaded on NOSCRIPT) or as EVAL with the
+/// source ([`Call::eval`]: a give-back that may reach a server that never
+/// saw the script, or lost its script cache).
+pub(crate) struct Call {
+    source: &'static str,
+    script: &'static Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    /// A call of `script`, whose source is `source`.
+    pub(crate) fn new(source: &'static str, script: &'static Script) -> Call {
+        Call {
+            source,
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Call {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Call {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// As EVALSHA.
+    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key.as_slice());
+        }
+        for arg in &self.args {
+            invocation.arg(arg.as_slice());
+        }
+        invocation
+    }
+
+    /// As EVAL with the source.
+    pub(crate) fn eval(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.source).arg(self.keys.len());
+        for part in self.keys.iter().chain(&self.args) {
+            cmd.arg(part.as_slice());
+        }
+        cmd
+    }
+}
 
 /// What [`RELEASE_LUA`] answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -833,11 +288,32 @@ pub(crate) fn release(
 ) -> ScriptInvocation<'static> {
     if let Some(rw) = &keys.rw {
         // A read-write lock's release never hands a reader's key on.
-        return super::rwlock::release_invocation(keys, rw, token, fencing_token);
+        return super::rwlock::release_call(keys, rw, token, fencing_token).invocation();
     }
-    let mut invocation = RELEASE.prepare_invoke();
-    invocation
-        .key(&keys.lock)
+    release_call(keys, token, fencing_token, notify, keys.barge).invocation()
+}
+
+/// A [`RELEASE_LUA`] call sent as EVAL with the source, to give back an
+/// acquisition whose answer was not read: it may run after a restart or on
+/// a server that never saw the script, where EVALSHA would only say
+/// NOSCRIPT long after anyone listened. No fencing token, no notice, no
+/// barging window: the lock goes straight to the oldest waiter.
+pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
+    if let Some(rw) = &keys.rw {
+        return super::rwlock::give_back_eval(keys, rw, token);
+    }
+    release_call(keys, token, 0, false, Duration::ZERO).eval()
+}
+
+fn release_call(
+    keys: &Keys,
+    token: &str,
+    fencing_token: u64,
+    notify: bool,
+    barge: Duration,
+) -> Call {
+    let mut call = Call::new(RELEASE_LUA, &RELEASE);
+    call.key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.queue)
         .key(&keys.waiters)
@@ -846,33 +322,9 @@ pub(crate) fn release(
         .arg(if notify { "1" } else { "0" })
         .arg(whole_millis(keys.fence_retention))
         .arg(fencing_token)
-        .arg(whole_millis(keys.barge))
+        .arg(whole_millis(barge))
         .arg(if keys.permits > 0 { "1" } else { "0" });
-    invocation
-}
-
-/// A [`RELEASE_LUA`] call sent as EVAL with the source, to give back an
-/// acquisition whose answer was not read: it may run after a restart or on
-/// a server that never saw the script, where EVALSHA would only say
-/// NOSCRIPT long after anyone listened.
-pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
-    if let Some(rw) = &keys.rw {
-        return super::rwlock::give_back_eval(keys, rw, token);
-    }
-    redis::cmd("EVAL")
-        .arg(RELEASE_LUA)
-        .arg(4)
-        .arg(&keys.lock)
-        .arg(&keys.fence)
-        .arg(&keys.queue)
-        .arg(&keys.waiters)
-        .arg(token)
-        .arg(&keys.channel)
-        .arg("0")
-        .arg(whole_millis(keys.fence_retention))
-        .arg(0)
-        .arg(0)
-        .to_owned()
+    call
 }
 
 /// An [`EXTEND`] call: `ms` in `mode`, refused beyond `max_lease` (`hold`
@@ -940,509 +392,5 @@ fn whole_millis(d: Duration) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The scripts called directly, with a plain connection to a private
-    //! redis-server (never 6379), the way a caller that bypasses the API,
-    //! or a bug in it, would: a bad argument is an error, and changes
-    //! nothing in Redis.
-
-    use std::collections::BTreeMap;
-
-    use redis::{Connection, Value};
-
-    use super::*;
-    use crate::backend::test_server::Server;
-
-    /// Every key: its serialized value, and its time to live (-1: none).
-    fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, i64)> {
-        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
-        keys.into_iter()
-            .map(|key| {
-                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
-                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
-                (key, (dump, ttl))
-            })
-            .collect()
-    }
-
-    /// Asserts that nothing was written between the two snapshots: the
-    /// same keys and values, and no time to live raised, dropped or added
-    /// (they only ran down).
-    fn unchanged(
-        before: &BTreeMap<String, (Vec<u8>, i64)>,
-        after: &BTreeMap<String, (Vec<u8>, i64)>,
-        call: &str,
-    ) {
-        let names = |m: &BTreeMap<String, (Vec<u8>, i64)>| m.keys().cloned().collect::<Vec<_>>();
-        assert_eq!(names(before), names(after), "{call} changed the keys");
-        for (key, (value, ttl)) in before {
-            let (value_after, ttl_after) = &after[key];
-            assert_eq!(value, value_after, "{call} changed {key}");
-            assert_eq!(
-                *ttl < 0,
-                *ttl_after < 0,
-                "{call} changed the expiry of {key}"
-            );
-            assert!(ttl_after <= ttl, "{call} raised the expiry of {key}");
-        }
-    }
-
-    /// The lock "held" (token `holder`, 3 s left, counter 5 with a time to
-    /// live, one waiter queued), and the free lock "free" with no keys.
-    fn setup(con: &mut Connection) -> (Keys, Keys) {
-        let held = Keys::new("t:", "held", Duration::from_secs(60));
-        let free = Keys::new("t:", "free", Duration::from_secs(60));
-        let _: () = redis::pipe()
-            .cmd("FLUSHALL")
-            .cmd("SET")
-            .arg(&held.lock)
-            .arg("holder")
-            .arg("PX")
-            .arg(3_000)
-            .cmd("SET")
-            .arg(&held.fence)
-            .arg(5)
-            .arg("PX")
-            .arg(60_000)
-            .cmd("RPUSH")
-            .arg(&held.queue)
-            .arg("waiter")
-            .cmd("HSET")
-            .arg(&held.waiters)
-            .arg("waiter")
-            .arg("99999999999999:1000")
-            .cmd("PEXPIRE")
-            .arg(&held.queue)
-            .arg(50_000)
-            .cmd("PEXPIRE")
-            .arg(&held.waiters)
-            .arg(50_000)
-            .query(con)
-            .unwrap();
-        (held, free)
-    }
-
-    /// Calls the script with these keys and arguments; asserts that Redis
-    /// answered an error and that nothing was written.
-    fn refused(con: &mut Connection, script: &Script, keys: &[&str], args: &[&str], call: &str) {
-        let before = snapshot(con);
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        let answer: redis::RedisResult<Value> = invocation.invoke(con);
-        let after = snapshot(con);
-        assert!(answer.is_err(), "{call} was accepted: {answer:?}");
-        unchanged(&before, &after, call);
-    }
-
-    /// Numbers that are not a whole count of milliseconds within bounds.
-    const NOT_MS: &[&str] = &[
-        "abc",
-        "",
-        "-1",
-        "1.5",
-        "1e17",
-        "100000000000000000",
-        "2592000001",
-        "nan",
-        "inf",
-        "-inf",
-    ];
-
-    #[test]
-    fn max_ms_is_the_longest_duration_the_api_accepts() {
-        let max: u128 = max_ms!().parse().unwrap();
-        assert_eq!(max, crate::MAX_EXPIRE.as_millis());
-        assert_eq!(max, crate::MAX_ACQUIRE_TIMEOUT.as_millis());
-    }
-
-    #[test]
-    fn acquire_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, free) = setup(&mut con);
-        for keys in [&held, &free] {
-            let k = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
-            for bad in NOT_MS.iter().chain(&["0"]) {
-                let call = format!("ACQUIRE {} lease {bad:?}", keys.lock);
-                let lease = format!("{bad}:60000:0:1:");
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
-            }
-            for bad in NOT_MS {
-                let call = format!("ACQUIRE {} wait {bad:?}", keys.lock);
-                refused(
-                    &mut con,
-                    &ACQUIRE,
-                    &k,
-                    &["newcomer", "1000:60000:1:1:", bad],
-                    &call,
-                );
-                let call = format!("ACQUIRE {} retention {bad:?}", keys.lock);
-                let lease = format!("1000:{bad}:0:1:");
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
-                let lease = format!("1000:{bad}:0:1:host\n1\nlabel");
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
-            }
-            for lease in [
-                "1000",
-                "",
-                ":",
-                "1000:",
-                ":60000",
-                "1000:60000",
-                "1000:60000:0",
-                "1000:60000:0:1",
-                "1000:60000:2:1:h",
-                "1000:60000:0:x:h",
-                "1000:60000:0:-1:h",
-                "1000::0:1:h",
-                "1000:6x:0:1:h",
-                ":60000:0:1:h",
-            ] {
-                let call = format!("ACQUIRE {} lease and retention {lease:?}", keys.lock);
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", lease, "5000"], &call);
-            }
-            let call = format!("ACQUIRE {} without a wait", keys.lock);
-            refused(
-                &mut con,
-                &ACQUIRE,
-                &k,
-                &["newcomer", "1000:60000:0:1:"],
-                &call,
-            );
-        }
-    }
-
-    #[test]
-    fn release_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str(), &held.fence, &held.queue, &held.waiters];
-        for token in ["holder", "waiter"] {
-            for bad in NOT_MS {
-                let call = format!("RELEASE by {token} retention {bad:?}");
-                let args = [token, &held.channel, "0", bad, "5"];
-                refused(&mut con, &RELEASE, &k, &args, &call);
-            }
-            for bad in ["abc", "", "-1", "1.5", "1e30", "9007199254740992", "nan"] {
-                let call = format!("RELEASE by {token} granted {bad:?}");
-                let args = [token, &held.channel, "0", "1000", bad];
-                refused(&mut con, &RELEASE, &k, &args, &call);
-            }
-        }
-        let args = ["holder", &held.channel, "0", "1000"];
-        refused(
-            &mut con,
-            &RELEASE,
-            &k,
-            &args,
-            "RELEASE without a fencing token",
-        );
-    }
-
-    /// A release by a token that no longer owns the lock says whether the
-    /// counter is still near the token's fencing token (the lock was
-    /// released, or handed over, since), or not (started again from the
-    /// clock after Redis lost the lock, or many acquisitions since).
-    #[test]
-    fn a_release_that_finds_the_lock_gone_tells_a_recent_counter() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let answer = |con: &mut Connection, granted: u64| -> i64 {
-            release(&held, "gone", granted, false).invoke(con).unwrap()
-        };
-        // The counter is 5.
-        assert_eq!(answer(&mut con, 5), 2);
-        assert_eq!(answer(&mut con, 4), 2, "one acquisition since");
-        assert_eq!(answer(&mut con, 6), 0, "a counter below the token");
-        assert_eq!(answer(&mut con, 0), 0, "no fencing token given");
-        let _: () = redis::cmd("SET")
-            .arg(&held.fence)
-            .arg(1_005)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(answer(&mut con, 5), 2, "a thousand acquisitions since");
-        let _: () = redis::cmd("SET")
-            .arg(&held.fence)
-            .arg(1_006)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(answer(&mut con, 5), 0, "more than a thousand since");
-        let _: () = redis::cmd("DEL").arg(&held.fence).query(&mut con).unwrap();
-        assert_eq!(answer(&mut con, 5), 0, "the counter is gone");
-        assert_eq!(
-            redis::cmd("GET")
-                .arg(&held.lock)
-                .query::<String>(&mut con)
-                .unwrap(),
-            "holder",
-            "the owner's lock is left alone"
-        );
-    }
-
-    #[test]
-    fn extend_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str(), &held.fence, &held.lock];
-        let channel = held.channel.as_str();
-        for mode in ["add", "set", "raise", "hold"] {
-            for bad in NOT_MS.iter().chain(&["0"]) {
-                let call = format!("EXTEND {mode} by {bad:?}");
-                refused(
-                    &mut con,
-                    &EXTEND,
-                    &k,
-                    &["holder", bad, mode, "60000", "60000", channel],
-                    &call,
-                );
-                let call = format!("EXTEND {mode} with max {bad:?}");
-                refused(
-                    &mut con,
-                    &EXTEND,
-                    &k,
-                    &["holder", "1000", mode, bad, "60000", channel],
-                    &call,
-                );
-            }
-            for bad in NOT_MS {
-                let call = format!("EXTEND {mode} with retention {bad:?}");
-                refused(
-                    &mut con,
-                    &EXTEND,
-                    &k,
-                    &["holder", "1000", mode, "60000", bad, channel],
-                    &call,
-                );
-            }
-            let call = format!("EXTEND {mode} with the holder key alone");
-            refused(
-                &mut con,
-                &EXTEND,
-                &k[..1],
-                &["holder", "1000", mode, "60000", "60000", channel],
-                &call,
-            );
-        }
-        refused(
-            &mut con,
-            &EXTEND,
-            &k,
-            &["holder", "1000", "hold", "60000", "60000"],
-            "EXTEND hold without a channel",
-        );
-        for mode in ["", "ADD", "replace"] {
-            let call = format!("EXTEND in mode {mode:?}");
-            refused(
-                &mut con,
-                &EXTEND,
-                &k,
-                &["holder", "1000", mode, "60000", "60000"],
-                &call,
-            );
-        }
-    }
-
-    #[test]
-    fn hold_sets_the_time_left_and_tells_the_waiters() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let mut listener = server.connect();
-        let mut pubsub = listener.as_pubsub();
-        pubsub.subscribe(&held.channel).unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        // Longer than the 3 s left: a hold may keep the lock past its lease.
-        let left: i64 = extend(&held, "holder", 20_000, "hold", Duration::from_secs(60))
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(left, 20_000);
-        let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
-        assert!((19_000..=20_000).contains(&ttl), "lock PTTL {ttl}");
-        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
-        assert_eq!(notice, "-:0:20000");
-        // Another owner's lock: -1, nothing changed, nobody told.
-        let before = snapshot(&mut con);
-        let left: i64 = extend(&held, "stranger", 1_000, "hold", Duration::from_secs(60))
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(left, -1);
-        unchanged(&before, &snapshot(&mut con), "EXTEND hold by a stranger");
-        let _: () = redis::cmd("PUBLISH")
-            .arg(&held.channel)
-            .arg("marker")
-            .query(&mut con)
-            .unwrap();
-        let next: String = pubsub.get_message().unwrap().get_payload().unwrap();
-        assert_eq!(next, "marker", "a refused hold published a notice");
-    }
-
-    #[test]
-    fn renew_checks_every_lease_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let other = Keys::new("t:", "other", Duration::ZERO);
-        let _: () = redis::cmd("SET")
-            .arg(&other.lock)
-            .arg("other")
-            .arg("PX")
-            .arg(3_000)
-            .query(&mut con)
-            .unwrap();
-        let k = [
-            held.lock.as_str(),
-            &held.fence,
-            &held.lock,
-            &other.lock,
-            &other.fence,
-            &other.lock,
-        ];
-        for bad in NOT_MS {
-            // The first lease alone would be renewed: it must not be.
-            let call = format!("RENEW with a second lease of {bad:?}");
-            refused(
-                &mut con,
-                &RENEW,
-                &k,
-                &["60000", "holder", "20000", "other", bad],
-                &call,
-            );
-        }
-        refused(
-            &mut con,
-            &RENEW,
-            &k,
-            &["60000", "holder", "20000", "other"],
-            "RENEW short of a lease",
-        );
-        for bad in NOT_MS {
-            let call = format!("RENEW with retention {bad:?}");
-            let args = [*bad, "holder", "20000", "other", "20000"];
-            refused(&mut con, &RENEW, &k, &args, &call);
-        }
-        refused(
-            &mut con,
-            &RENEW,
-            &k[..4],
-            &["60000", "holder", "20000", "other", "20000"],
-            "RENEW with a key short",
-        );
-    }
-
-    #[test]
-    fn raise_fence_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str(), &held.fence];
-        for bad in [
-            "abc",
-            "",
-            "0",
-            "-3",
-            "1.5",
-            "1e30",
-            "9007199254740992",
-            "nan",
-            "inf",
-        ] {
-            let call = format!("RAISE_FENCE to {bad:?}");
-            refused(&mut con, &RAISE_FENCE, &k, &["holder", bad, "60000"], &call);
-        }
-        for bad in NOT_MS {
-            let call = format!("RAISE_FENCE with retention {bad:?}");
-            refused(&mut con, &RAISE_FENCE, &k, &["holder", "100", bad], &call);
-        }
-    }
-
-    #[test]
-    fn force_unlock_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str(), &held.fence, &held.queue, &held.waiters];
-        for bad in [
-            "abc",
-            "",
-            "-3",
-            "1.5",
-            "1e30",
-            "9007199254740992",
-            "nan",
-            "inf",
-        ] {
-            let call = format!("FORCE_UNLOCK expecting token {bad:?}");
-            let args = [held.channel.as_str(), "0", "60000", bad];
-            refused(&mut con, &FORCE_UNLOCK, &k, &args, &call);
-        }
-        for bad in NOT_MS {
-            let call = format!("FORCE_UNLOCK with retention {bad:?}");
-            let args = [held.channel.as_str(), "0", bad, "0"];
-            refused(&mut con, &FORCE_UNLOCK, &k, &args, &call);
-        }
-        let call = "FORCE_UNLOCK without an expected token";
-        refused(
-            &mut con,
-            &FORCE_UNLOCK,
-            &k,
-            &[&held.channel, "0", "60000"],
-            call,
-        );
-    }
-
-    /// A queue entry that is not `<deadline>:<lease>` (written by an older
-    /// version, or by hand) is skipped: the lock goes to the next valid
-    /// waiter, or is deleted, and never stays without a time to live.
-    #[test]
-    fn release_skips_a_malformed_queue_entry() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let _: () = redis::pipe()
-            .cmd("DEL")
-            .arg(&held.queue)
-            .arg(&held.waiters)
-            .cmd("RPUSH")
-            .arg(&held.queue)
-            .arg("bad")
-            .arg("good")
-            .cmd("HSET")
-            .arg(&held.waiters)
-            .arg("bad")
-            .arg("99999999999999:1e17")
-            .cmd("HSET")
-            .arg(&held.waiters)
-            .arg("good")
-            .arg("99999999999999:4000")
-            .query(&mut con)
-            .unwrap();
-        let released: ReleaseReply = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
-        // Handed to "good" (a fresh counter starts at the server's clock).
-        let ReleaseReply::Handed(notice) = released else {
-            panic!("not handed over: {released:?}");
-        };
-        let fence: u64 = notice
-            .strip_prefix("good:")
-            .and_then(|rest| rest.strip_suffix(":4000"))
-            .and_then(|fence| fence.parse().ok())
-            .unwrap_or_else(|| panic!("notice {notice:?}"));
-        assert!(fence > 5, "{notice:?}");
-        let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
-        // The owner token, then the holder (none recorded) and the time.
-        assert!(owner.starts_with("good\n\n"), "{owner:?}");
-        let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
-        assert!((1..=4_000).contains(&ttl), "lock PTTL {ttl}");
-        let fence_ttl: i64 = redis::cmd("PTTL").arg(&held.fence).query(&mut con).unwrap();
-        assert!((1..=64_000).contains(&fence_ttl), "fence PTTL {fence_ttl}");
-    }
-}
+#[path = "../lua/tests.rs"]
+mod tests;

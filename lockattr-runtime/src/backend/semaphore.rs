@@ -76,27 +76,26 @@ use redis::{Script, ScriptInvocation};
 
 use super::deployment::Backend;
 use super::queue::Queued;
+use super::scripts::Call;
 use super::shared::millis;
 use super::single::{Request, SingleNode};
 use crate::LockError;
 use crate::layout::{Keys, MAX_PERMITS, Permits};
 
-macro_rules! max_permits {
-    () => {
-        "256"
-    };
-}
-
 impl Permits {
-    fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
+    /// The keys of a call of its scripts: fence, queue, waiters, record,
+    /// then one per permit.
+    fn keys<'a>(&'a self, keys: &'a Keys) -> impl Iterator<Item = &'a str> {
+        [&keys.fence, &keys.queue, &keys.waiters, &self.record]
+            .into_iter()
+            .chain(&self.slots)
+            .map(String::as_str)
+    }
+
+    pub(super) fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters)
-            .key(&self.record);
-        for slot in &self.slots {
-            invocation.key(slot);
+        for key in self.keys(keys) {
+            invocation.key(key);
         }
         invocation
     }
@@ -111,127 +110,6 @@ impl Permits {
         }
         invocation
     }
-}
-
-/// Lua that defines the functions `permits_of(value)`, the number of
-/// permits a permit's value records (its line after the fencing token), or
-/// `nil` when it records none (written by an older version), and
-/// `kind_fields(value)`, the lines of a value after its fencing token
-/// (`'\n<permits>'`; `''` when none), which a hand-over copies.
-macro_rules! permit_fields_lua {
-    () => {
-        concat!(
-            r"
-local function permits_of(value)
-  local line = string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)')
-  if line and string.match(line, '^%d+$') then
-    return tonumber(line)
-  end
-  return nil
-end
-local function kind_fields(value)
-  return ",
-            kind_fields_lua!("value"),
-            r"
-end
-"
-        )
-    };
-}
-
-/// Lua shared by [`ACQUIRE`], [`GIVE_BACK`] and [`FORCE_RELEASE`]: KEYS
-/// are fence, queue, waiters, record and the permits; the locals `permits`
-/// (checked against the number of keys), `retention` and `channel` must be
-/// set first.
-macro_rules! helpers_lua {
-    () => {
-        concat!(
-            permit_fields_lua!(),
-            r"
-local now_ms
-local function now()
-  if not now_ms then
-    local t = redis.call('time')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now_ms
-end
-local function next_fence(ttl)
-  local fence
-",
-            next_fence_lua!("KEYS[1]", "ttl"),
-            r"
-  return fence
-end
--- The oldest queued waiter whose deadline has not passed, taken out of the
--- queue (the dead ones before it are dropped): token, lease, holder.
-local function next_waiter()
-  while true do
-    local waiter = redis.call('lpop', KEYS[2])
-    if not waiter then
-      return nil
-    end
-    local entry = redis.call('hget', KEYS[3], waiter)
-    if entry then
-      redis.call('hdel', KEYS[3], waiter)
-      local deadline, lease, who = string.match(entry, '^(%d+):(%d+):%d+:(.*)$')
-      deadline, lease = tonumber(deadline), tonumber(lease)
-      if deadline and deadline >= now() and lease and lease >= 1 and lease <= ",
-            max_ms!(),
-            r" then
-        return waiter, lease, who
-      end
-    end
-  end
-end
--- Gives permit `i` to a waiter and tells it, as a release does: the value
--- is a holder's with its fencing token (what an operator reads and frees
--- it by), then `fields` (`kind_fields` of the value released, or the
--- number of permits).
-local function hand(i, waiter, lease, who, fields)
-  local fence = next_fence(lease + retention)
-  redis.call('set', KEYS[4 + i], waiter .. '\n' .. who .. '\n' .. string.format('%d', now()) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
-  redis.call('publish', channel, string.format('%s:%d:%d', waiter, fence, lease))
-end
--- Frees permit `i`, whose value is `value`, as a release does: to the
--- oldest waiter (keeping the value's number of permits), or deleted.
-local function free_permit(i, value)
-  local waiter, wlease, wwho = next_waiter()
-  if waiter then
-    hand(i, waiter, wlease, wwho, kind_fields(value))
-  else
-    redis.call('del', KEYS[4 + i])
-  end
-end
-"
-        )
-    };
-}
-
-/// Lua that sets `permits` from `$arg`, or returns an error unless it is a
-/// whole number from 1 to [`MAX_PERMITS`] and there are `$keys` keys (a Lua
-/// expression of `permits`: one key per permit after the four others).
-macro_rules! permits_arg_lua {
-    ($arg:literal) => {
-        permits_arg_lua!($arg, "4 + permits")
-    };
-    ($arg:literal, $keys:literal) => {
-        concat!(
-            "local permits = tonumber(",
-            $arg,
-            r")
-if not permits or permits ~= math.floor(permits) or permits < 1 or permits > ",
-            max_permits!(),
-            " or #KEYS ~= ",
-            $keys,
-            r" then
-  return redis.error_reply('ERR lockattr: permits must be a whole number from 1 to ",
-            max_permits!(),
-            r", with one key per permit')
-end
-"
-        )
-    };
 }
 
 /// Takes a permit, or queues the caller.
@@ -254,152 +132,11 @@ end
 /// when none of the caller's permits records the number and the record is
 /// gone: ask again looking at every permit.
 pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        r"
-local lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
-end
-",
-        ms_arg_lua!("lease", "lease_arg", "1"),
-        ms_arg_lua!("retention", "retention_arg", "0"),
-        ms_arg_lua!("wait", "ARGV[3]", "0"),
-        "local MAX_PERMITS = ",
-        max_permits!(),
-        r"
-local every = ARGV[6] == '1'
-if ARGV[6] and ARGV[6] ~= '0' and not every then
-  return redis.error_reply('ERR lockattr: the sixth argument must be 0 or 1')
-end
-",
-        permits_arg_lua!("ARGV[4]", "(every and 4 + MAX_PERMITS or 4 + permits)"),
-        r"
-local channel = ARGV[5]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
-local token = ARGV[1]
-local FIVE_LINES = '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)'
-local number = '\n' .. string.format('%d', permits)
-",
-        helpers_lua!(),
-        r"
-local keep = math.max(lease + retention, wait)
-local function remember()
-  if redis.call('pttl', KEYS[4]) < keep then
-    redis.call('set', KEYS[4], string.format('%d', permits), 'PX', keep)
-  end
-end
-local function unqueue()
-  if redis.call('hdel', KEYS[3], token) == 1 then
-    redis.call('lrem', KEYS[2], 0, token)
-  end
-end
-local free = {}
-local first_end = -1
--- A permit records this number of permits, or another.
-local known, other = false, nil
-for i = 1, permits do
-  local value = redis.call('get', KEYS[4 + i])
-  if ",
-        owns_lua!("value", "token"),
-        r" then
-    -- A hand-over (or a retry whose answer was lost): the token its value
-    -- carries stands, so an operator who saw it can still name it.
-    local fence = ",
-        holder_fence_lua!("value"),
-        r"
-    if fence and permits_of(value) then
-      redis.call('pexpire', KEYS[4 + i], lease)
-",
-        keep_fence_lua!("KEYS[1]", "lease + retention"),
-        r"
-    else
-      fence = fence or next_fence(lease + retention)
-      local fields = permits_of(value) and kind_fields(value) or number
-      redis.call('set', KEYS[4 + i], (string.match(value, FIVE_LINES) or value) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
-    end
-    if queued == '1' then
-      unqueue()
-    end
-    remember()
-    return {1, fence, i - 1}
-  end
-  if value then
-    local n = permits_of(value)
-    if n == permits then
-      known = true
-    elseif n and not other then
-      other = n
-    end
-    local left = redis.call('pttl', KEYS[4 + i])
-    if first_end < 0 or left < first_end then
-      first_end = left
-    end
-  else
-    free[#free + 1] = i
-  end
-end
-if other then
-  return {-1, other}
-end
-local recorded = redis.call('get', KEYS[4])
-if recorded and recorded ~= string.format('%d', permits) then
-  return {-1, tonumber(recorded) or -1}
-end
--- Holders of a semaphore of more permits may hold only permits beyond
--- this caller's number. Not when the fence counter is gone: every live
--- permit keeps it for its hold plus the retention, so nobody holds one.
-if not recorded and not known and permits < MAX_PERMITS and redis.call('pttl', KEYS[1]) ~= -2 then
-  if not every then
-    return {-2, 0}
-  end
-  for i = permits + 1, MAX_PERMITS do
-    local value = redis.call('get', KEYS[4 + i])
-    if value then
-      return {-1, permits_of(value) or -1}
-    end
-  end
-end
-local mine
-local drained = false
-while #free > 0 and not drained do
-  local waiter, wlease, wwho = next_waiter()
-  if not waiter then
-    drained = true
-  elseif waiter == token and not mine then
-    mine = table.remove(free, 1)
-  else
-    hand(table.remove(free, 1), waiter, wlease, wwho, number)
-  end
-end
-if not mine and #free > 0 then
-  mine = free[1]
-end
-if mine then
-  local fence = next_fence(lease + retention)
-  redis.call('set', KEYS[4 + mine], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence) .. number, 'PX', lease)
-  unqueue()
-  remember()
-  return {1, fence, mine - 1}
-end
-if wait > 0 then
-  if redis.call('hexists', KEYS[3], token) == 0 then
-    local queued_at = now()
-    redis.call('rpush', KEYS[2], token)
-    redis.call('hset', KEYS[3], token, string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. who)
-    for i = 2, 3 do
-      if redis.call('pttl', KEYS[i]) < wait then
-        redis.call('pexpire', KEYS[i], wait)
-      end
-    end
-  end
-  remember()
-else
-  unqueue()
-end
-return {0, first_end}
-",
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "sem_helpers.lua",
+        "sem_acquire.lua"
     ))
 });
 
@@ -409,32 +146,11 @@ return {0, first_end}
 /// KEYS: as [`ACQUIRE`]. ARGV: token, retention in ms, the number of
 /// permits, the channel. Returns 1 when a permit was given back, 0 when
 /// the token held none.
-pub(crate) const GIVE_BACK_LUA: &str = concat!(
-    ms_arg_lua!("retention", "ARGV[2]", "0"),
-    permits_arg_lua!("ARGV[3]"),
-    r"
-local channel = ARGV[4]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
-local token = ARGV[1]
-",
-    helpers_lua!(),
-    r"
-for i = 1, permits do
-  local value = redis.call('get', KEYS[4 + i])
-  if ",
-    owns_lua!("value", "token"),
-    r" then
-    free_permit(i, value)
-    return 1
-  end
-end
-if redis.call('hdel', KEYS[3], token) == 1 then
-  redis.call('lrem', KEYS[2], 0, token)
-end
-return 0
-",
+pub(crate) const GIVE_BACK_LUA: &str = lua!(
+    "helpers.lua",
+    "queue.lua",
+    "sem_helpers.lua",
+    "sem_give_back.lua"
 );
 
 /// [`GIVE_BACK_LUA`] as a script.
@@ -451,37 +167,11 @@ pub(crate) static GIVE_BACK: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_L
 /// carries them; the owner token itself never leaves Redis); `oldest
 /// waiters` the first 100 of the queue, each `<holder>\n<queued at>`.
 pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        permit_fields_lua!(),
-        r"
-local recorded = tonumber(redis.call('get', KEYS[4])) or -1
-local held = {}
-for i = 5, #KEYS do
-  local value = redis.call('get', KEYS[i])
-  if value then
-    local token = string.match(value, '^[^\n]*')
-    local who = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)') or ''
-    local fence = ",
-        holder_fence_lua!("value"),
-        r"
-    held[#held + 1] = {who, redis.call('pttl', KEYS[i]), fence and string.format('%d', fence) or '-1', redis.sha1hex(token), permits_of(value) or -1}
-  else
-    held[#held + 1] = 0
-  end
-end
-local oldest = {}
-for _, waiter in ipairs(redis.call('lrange', KEYS[2], 0, 99)) do
-  local entry = redis.call('hget', KEYS[3], waiter)
-  local queued_at, who
-  if entry then
-    queued_at, who = string.match(entry, '^%d+:%d+:(%d+):(.*)$')
-  end
-  if who then
-    oldest[#oldest + 1] = who .. '\n' .. queued_at
-  end
-end
-return {recorded, redis.call('hlen', KEYS[3]), held, oldest}
-",
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "sem_helpers.lua",
+        "sem_inspect.lua"
     ))
 });
 
@@ -497,33 +187,11 @@ return {recorded, redis.call('hlen', KEYS[3]), held, oldest}
 /// from, or 0 when no permit is held with that token (freed, or handed on
 /// meanwhile).
 pub(crate) static FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
-    Script::new(concat!(
-        ms_arg_lua!("retention", "ARGV[2]", "0"),
-        permits_arg_lua!("ARGV[3]"),
-        r"
-local expected = tonumber(ARGV[1])
-if not expected or expected ~= math.floor(expected) or expected < 1 or expected >= 9007199254740992 then
-  return redis.error_reply('ERR lockattr: the fencing token must be a whole number from 1 to 2^53 - 1')
-end
-local channel = ARGV[4]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
-",
-        helpers_lua!(),
-        r"
-for i = 1, permits do
-  local value = redis.call('get', KEYS[4 + i])
-  if value and ",
-        holder_fence_lua!("value"),
-        r" == expected then
-    local who = string.match(value, '^[^\n]*\n([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)') or ''
-    free_permit(i, value)
-    return {1, who}
-  end
-end
-return 0
-",
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "sem_helpers.lua",
+        "sem_force_release.lua"
     ))
 });
 
@@ -585,7 +253,7 @@ impl redis::FromRedisValue for SemaphoreSeen {
 }
 
 /// [`FORCE_RELEASE`]'s answer: the holder it was taken from.
-struct Released(Option<String>);
+pub(super) struct Released(pub(super) Option<String>);
 
 impl redis::FromRedisValue for Released {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
@@ -679,7 +347,7 @@ impl Answer {
 }
 
 /// An [`ACQUIRE`] call; with `every`, looking at every permit.
-fn acquire_invocation<'a>(
+pub(super) fn acquire_invocation<'a>(
     permits: &Permits,
     keys: &Keys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
@@ -709,34 +377,30 @@ fn acquire_invocation<'a>(
     invocation
 }
 
-fn give_back_invocation<'a>(permits: &Permits, keys: &Keys, token: &str) -> ScriptInvocation<'a> {
-    let mut invocation = permits.invocation(&GIVE_BACK, keys);
-    invocation
-        .arg(token)
+fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Call {
+    let mut call = Call::new(GIVE_BACK_LUA, &GIVE_BACK);
+    for key in permits.keys(keys) {
+        call.key(key);
+    }
+    call.arg(token)
         .arg(whole_millis(keys.fence_retention))
         .arg(permits.slots.len())
         .arg(&keys.channel);
-    invocation
+    call
+}
+
+pub(super) fn give_back_invocation(
+    permits: &Permits,
+    keys: &Keys,
+    token: &str,
+) -> ScriptInvocation<'static> {
+    give_back(permits, keys, token).invocation()
 }
 
 /// [`GIVE_BACK_LUA`] as EVAL with the source: runs even where the script
 /// cache was emptied (sent after a request whose answer was lost).
 pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(GIVE_BACK_LUA)
-        .arg(4 + permits.slots.len())
-        .arg(&keys.fence)
-        .arg(&keys.queue)
-        .arg(&keys.waiters)
-        .arg(&permits.record);
-    for slot in &permits.slots {
-        cmd.arg(slot);
-    }
-    cmd.arg(token)
-        .arg(whole_millis(keys.fence_retention))
-        .arg(permits.slots.len())
-        .arg(&keys.channel);
-    cmd
+    give_back(permits, keys, token).eval()
 }
 
 pub(super) fn whole_millis(d: Duration) -> u64 {
@@ -827,382 +491,3 @@ impl std::fmt::Display for NoAuth {
 }
 
 impl std::error::Error for NoAuth {}
-
-#[cfg(test)]
-mod tests {
-    //! The scripts called directly on a private redis-server: a bad
-    //! argument is an error and changes nothing; a mismatch of permits
-    //! writes nothing; free permits go to the oldest live waiter.
-
-    use std::collections::BTreeMap;
-
-    use redis::Connection;
-
-    use super::*;
-    use crate::backend::test_server::Server;
-
-    fn snapshot(con: &mut Connection) -> BTreeMap<String, (Vec<u8>, bool)> {
-        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
-        keys.into_iter()
-            .map(|key| {
-                let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
-                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
-                (key, (dump, ttl >= 0))
-            })
-            .collect()
-    }
-
-    /// A semaphore of 2: permit 0 held by `holder`, permit 1 free, `waiter`
-    /// queued.
-    fn setup(con: &mut Connection) -> (Keys, Permits) {
-        let mut keys = Keys::new("t:", "s", Duration::from_secs(60));
-        let permits = Permits::make(&mut keys, 2);
-        let _: () = redis::pipe()
-            .cmd("SET")
-            .arg(permits.slot(0).unwrap())
-            .arg("holder\nh\n1")
-            .arg("PX")
-            .arg(5_000)
-            .cmd("SET")
-            .arg(&permits.record)
-            .arg(2)
-            .arg("PX")
-            .arg(60_000)
-            .cmd("RPUSH")
-            .arg(&keys.queue)
-            .arg("waiter")
-            .cmd("HSET")
-            .arg(&keys.waiters)
-            .arg("waiter")
-            .arg("99999999999999:4000:1:host\n7\nw")
-            .query(con)
-            .unwrap();
-        (keys, permits)
-    }
-
-    fn call(
-        con: &mut Connection,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> redis::RedisResult<redis::Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        invocation.invoke(con)
-    }
-
-    #[test]
-    fn the_scripts_check_their_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        let all: Vec<&str> = [
-            keys.fence.as_str(),
-            &keys.queue,
-            &keys.waiters,
-            &permits.record,
-        ]
-        .into_iter()
-        .chain(permits.slots.iter().map(String::as_str))
-        .collect();
-        let short = &all[..all.len() - 1];
-        let channel = keys.channel.as_str();
-        let before = snapshot(&mut con);
-        let mut refused = |keys: &[&str], script: &Script, args: &[&str]| {
-            let answer = call(&mut con, script, keys, args);
-            assert!(answer.is_err(), "{args:?} accepted: {answer:?}");
-            assert_eq!(before, snapshot(&mut con), "{args:?} wrote");
-        };
-        for bad in ["", "x", "-1", "1.5", "nan", "inf", "2592000001"] {
-            let lease = format!("{bad}:60000:0:1:h");
-            refused(&all, &ACQUIRE, &["n", &lease, "1000", "2", channel]);
-            let retention = format!("1000:{bad}:0:1:h");
-            refused(&all, &ACQUIRE, &["n", &retention, "1000", "2", channel]);
-            refused(
-                &all,
-                &ACQUIRE,
-                &["n", "1000:60000:0:1:h", bad, "2", channel],
-            );
-            refused(&all, &GIVE_BACK, &["holder", bad, "2", channel]);
-        }
-        for bad in ["", "0", "-1", "1.5", "3", "257", "nan"] {
-            refused(
-                &all,
-                &ACQUIRE,
-                &["n", "1000:60000:0:1:h", "1000", bad, channel],
-            );
-            refused(&all, &GIVE_BACK, &["holder", "60000", bad, channel]);
-        }
-        // One key per permit.
-        refused(
-            short,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1:h", "1000", "2", channel],
-        );
-        refused(short, &GIVE_BACK, &["holder", "60000", "2", channel]);
-        // No channel.
-        refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2"]);
-        refused(&all, &GIVE_BACK, &["holder", "60000", "2"]);
-        refused(
-            &all,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1", "1000", "2", channel],
-        );
-        // Looking at every permit: 0 or 1, and then every permit's key.
-        for bad in ["", "2", "x", "true"] {
-            refused(
-                &all,
-                &ACQUIRE,
-                &["n", "1000:60000:0:1:h", "1000", "2", channel, bad],
-            );
-        }
-        refused(
-            &all,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1:h", "1000", "2", channel, "1"],
-        );
-    }
-
-    #[test]
-    fn a_mismatch_writes_nothing() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let _ = setup(&mut con);
-        let mut three = Keys::new("t:", "s", Duration::from_secs(60));
-        let permits = Permits::make(&mut three, 3);
-        let before = snapshot(&mut con);
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &three,
-            ("n", Duration::from_secs(1), Duration::from_secs(1), false),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
-        assert_eq!(reply, [-1, 2]);
-        assert_eq!(before, snapshot(&mut con));
-    }
-
-    /// A free permit goes to the oldest waiter whose entry is valid and
-    /// whose deadline has not passed, not to the caller behind it.
-    #[test]
-    fn a_free_permit_goes_to_the_oldest_live_waiter() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        // Before `waiter`: one whose deadline passed, one malformed.
-        let _: () = redis::pipe()
-            .cmd("LPUSH")
-            .arg(&keys.queue)
-            .arg("bad")
-            .arg("late")
-            .cmd("HSET")
-            .arg(&keys.waiters)
-            .arg("late")
-            .arg("1:4000:1:w")
-            .arg("bad")
-            .arg("99999999999999:1e17:1:w")
-            .query(&mut con)
-            .unwrap();
-        let mut listener = server.try_connect().unwrap();
-        let mut pubsub = listener.as_pubsub();
-        pubsub.subscribe(&keys.channel).unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &keys,
-            (
-                "newcomer",
-                Duration::from_secs(1),
-                Duration::from_secs(1),
-                false,
-            ),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
-        assert_eq!(reply[0], 0, "the newcomer passed the waiter: {reply:?}");
-        let value: String = redis::cmd("GET")
-            .arg(permits.slot(1).unwrap())
-            .query(&mut con)
-            .unwrap();
-        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
-        assert!(
-            notice.starts_with("waiter:") && notice.ends_with(":4000"),
-            "{notice:?}"
-        );
-        // A holder's value, with the notice's fencing token and the number
-        // of permits.
-        let lines: Vec<&str> = value.split('\n').collect();
-        assert_eq!(lines.len(), 7, "{value:?}");
-        assert_eq!(lines[..4], ["waiter", "host", "7", "w"], "{value:?}");
-        assert!(lines[4].parse::<u64>().is_ok(), "{value:?}");
-        assert_eq!(lines[5], notice.split(':').nth(1).unwrap(), "{value:?}");
-        assert_eq!(lines[6], "2", "{value:?}");
-        // The newcomer is queued now, with an expiry on every key.
-        let queue: Vec<String> = redis::cmd("LRANGE")
-            .arg(&keys.queue)
-            .arg(0)
-            .arg(-1)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(queue, ["newcomer"]);
-        for (key, (_, expires)) in snapshot(&mut con) {
-            assert!(expires, "{key} has no expiry");
-        }
-        // Asked again, the waiter finds its permit, with the fencing token
-        // its value carries since the hand-over.
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &keys,
-            ("waiter", Duration::from_secs(1), Duration::ZERO, false),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
-        let handed: i64 = notice.split(':').nth(1).unwrap().parse().unwrap();
-        assert_eq!((reply[0], reply[2]), (1, 1));
-        assert_eq!(reply[1], handed);
-        // Its give-back hands the permit to the newcomer.
-        let given: i64 = give_back_invocation(&permits, &keys, "waiter")
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(given, 1);
-        let value: String = redis::cmd("GET")
-            .arg(permits.slot(1).unwrap())
-            .query(&mut con)
-            .unwrap();
-        assert!(value.starts_with("newcomer\n"), "{value:?}");
-        assert!(value.ends_with("\n2"), "{value:?}");
-    }
-
-    fn get(con: &mut Connection, key: &str) -> Option<String> {
-        redis::cmd("GET").arg(key).query(con).unwrap()
-    }
-
-    /// A caller asking for fewer permits than a semaphore whose record is
-    /// gone and whose holders are all beyond that number is told to look at
-    /// every permit (nothing written), and is then refused.
-    #[test]
-    fn a_caller_asking_fewer_looks_at_every_permit() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let mut five = Keys::new("t:", "s", Duration::from_secs(60));
-        let five = Permits::make(&mut five, 5);
-        let mut two = Keys::new("t:", "s", Duration::from_secs(60));
-        two.holder = std::sync::Arc::from("h\np\nl");
-        let permits = Permits::make(&mut two, 2);
-        let attempt = ("n", Duration::from_secs(1), Duration::from_secs(1), false);
-        // Nobody holds a permit (no fence counter): one request, no look at
-        // every permit.
-        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(reply[0], 1, "{reply:?}");
-        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
-        // The counter a held permit keeps alive.
-        let _: () = redis::cmd("SET")
-            .arg(&two.fence)
-            .arg(7)
-            .arg("PX")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
-        for (held, answer) in [
-            ("holder\nh\np\nl\n1\n7\n5", [-1, 5]),
-            // Written by an older version: no number.
-            ("holder\nh\np\nl\n1\n7", [-1, -1]),
-        ] {
-            let _: () = redis::cmd("SET")
-                .arg(five.slot(3).unwrap())
-                .arg(held)
-                .arg("PX")
-                .arg(5_000)
-                .query(&mut con)
-                .unwrap();
-            let before = snapshot(&mut con);
-            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
-                .invoke(&mut con)
-                .unwrap();
-            assert_eq!(reply, [-2, 0]);
-            assert_eq!(before, snapshot(&mut con));
-            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
-                .invoke(&mut con)
-                .unwrap();
-            assert_eq!(reply, answer);
-            assert_eq!(before, snapshot(&mut con));
-        }
-        // Nothing held beyond: granted, with the number recorded.
-        let _: () = redis::cmd("DEL")
-            .arg(five.slot(3).unwrap())
-            .query(&mut con)
-            .unwrap();
-        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!((reply[0], reply[2]), (1, 0), "{reply:?}");
-        let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
-        assert!(value.ends_with(&format!("\n{}\n2", reply[1])), "{value:?}");
-        assert_eq!(get(&mut con, &permits.record).as_deref(), Some("2"));
-        // A caller of 5 sees the number in the permit, record or none.
-        let _: () = redis::cmd("DEL")
-            .arg(&permits.record)
-            .query(&mut con)
-            .unwrap();
-        let other = ("o", attempt.1, attempt.2, false);
-        let reply: Vec<i64> = acquire_invocation(&five, &two, other, false)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(reply, [-1, 2]);
-        // A caller of 2 is served without looking further.
-        let reply: Vec<i64> =
-            acquire_invocation(&permits, &two, ("m", attempt.1, attempt.2, false), false)
-                .invoke(&mut con)
-                .unwrap();
-        assert_eq!((reply[0], reply[2]), (1, 1), "{reply:?}");
-    }
-
-    /// An operator's forced release finds the token in the permit's value,
-    /// whatever follows it, and hands the permit on with those lines.
-    #[test]
-    fn a_forced_permit_keeps_its_fields_when_handed_on() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        let _: () = redis::cmd("SET")
-            .arg(permits.slot(0).unwrap())
-            .arg("holder\nh\np\nl\n1\n42\n2\nmore")
-            .arg("PX")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
-        let seen: SemaphoreSeen = permits
-            .invocation(&INSPECT, &keys)
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(seen.held.len(), 1, "{seen:?}");
-        let permit = &seen.held[0];
-        assert_eq!(permit.seen.who, "h\np\nl\n1");
-        assert_eq!((permit.seen.fence, permit.permits), (Some(42), Some(2)));
-        let mut force = permits.invocation(&FORCE_RELEASE, &keys);
-        force.arg(42).arg(60_000).arg(2).arg(&keys.channel);
-        let released: Released = force.invoke(&mut con).unwrap();
-        assert_eq!(released.0.as_deref(), Some("h\np\nl\n1"));
-        let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
-        let lines: Vec<&str> = value.split('\n').collect();
-        assert_eq!(lines.len(), 8, "{value:?}");
-        assert_eq!(lines[..4], ["waiter", "host", "7", "w"], "{value:?}");
-        assert!(lines[5].parse::<u64>().unwrap() > 42, "{value:?}");
-        assert_eq!(&lines[6..], ["2", "more"], "{value:?}");
-        // The token no permit holds any more frees nothing.
-        let released: Released = force.invoke(&mut con).unwrap();
-        assert_eq!(released.0, None);
-    }
-}

@@ -1,0 +1,153 @@
+-- Helpers joined in front of every script (see `backend::scripts`).
+--
+-- Every script checks its numeric arguments before it writes anything: a
+-- check answers an error reply and the script returns it, leaving Redis as
+-- it was (Redis does not roll back the writes of a script that fails
+-- halfway). Each number is then passed on to Redis as the checked Lua
+-- number, never as the caller's text.
+
+-- The most milliseconds any script accepts as a duration: 30 days,
+-- `MAX_EXPIRE` (a lease, an extension, a wait, a retention). Far below
+-- where Lua's numbers stop printing as integers.
+local MAX_MS = 2592000000
+-- How far past a guard's fencing token the counter may be for a re-sent
+-- release that finds the lock gone to count the lock as released by the
+-- first try: a thousand acquisitions, which take far longer than the round
+-- trip of a re-send, while a counter started again from the server's clock
+-- in microseconds (after Redis lost the lock) is a thousand past any token
+-- handed out a millisecond before.
+local RECENT_FENCE = 1000
+-- 2^53: fencing tokens stay below it, where Lua's doubles are exact.
+local MAX_TOKEN = 9007199254740992
+
+-- Checks durations given as name, argument, minimum, name, argument,
+-- minimum...: each must be a whole number of milliseconds from its minimum
+-- to MAX_MS (text, fractions, negatives, NaN and infinities are refused).
+-- Returns nil and the numbers, or the error reply of the first bad one.
+local function ms_args(...)
+  local args, numbers = {...}, {}
+  for i = 1, select('#', ...), 3 do
+    local name, n, min = args[i], tonumber(args[i + 1]), args[i + 2]
+    if not n or n ~= math.floor(n) or n < min or n > MAX_MS then
+      return redis.error_reply('ERR lockattr: ' .. name .. ' must be a whole number of milliseconds from ' .. min .. ' to ' .. MAX_MS)
+    end
+    numbers[#numbers + 1] = n
+  end
+  return nil, unpack(numbers)
+end
+
+-- Checks a fencing token argument (`what` names it in the error): a whole
+-- number from `min` to 2^53 - 1. Returns nil and the number, or the error.
+local function token_arg(what, arg, min)
+  local n = tonumber(arg)
+  if not n or n ~= math.floor(n) or n < min or n >= MAX_TOKEN then
+    return redis.error_reply('ERR lockattr: ' .. what .. ' must be a whole number from ' .. min .. ' to 2^53 - 1')
+  end
+  return nil, n
+end
+
+-- The server's clock in microseconds (below 2^53, exact in a double).
+local function clock_us()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The server's clock in ms, read anew.
+local function clock_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The server's clock in ms, read once per call of the script.
+local now_ms
+local function now()
+  now_ms = now_ms or clock_ms()
+  return now_ms
+end
+
+-- Makes `key` live at least `ms` more (never shorter). A key that is gone
+-- stays gone. Whatever grants or extends a hold keeps the fence counter for
+-- the hold plus the retention, so a holder's token can never be handed out
+-- again while it holds.
+local function keep_ttl(key, ms)
+  if redis.call('pttl', key) < ms then
+    redis.call('pexpire', key, ms)
+  end
+end
+
+-- The next fencing token of a lock, from its counter key `key`.
+--
+-- A counter that does not exist yet (a new name, a counter that expired
+-- after its retention, or a Redis that restarted without persistence or
+-- evicted the key) starts at the server's time in microseconds, not at 1:
+-- tokens handed out after the counter was lost are then still larger than
+-- every token handed out before, as long as the Redis host's clock does
+-- not step back and a name is taken less than a million times a second.
+--
+-- The counter then lives at least `ttl` ms more (the lease it is taken
+-- for plus the retention): a new one is written with it, an existing one
+-- whose time to live is shorter is raised to it, never lowered (a
+-- semaphore's counter serves longer leases of other permits). Renewal,
+-- `extend` and `hold_at_least` raise it the same way, so a counter never
+-- expires while a hold it counted is alive, and never lives longer than
+-- the retention after the last one ended.
+local function next_fence(key, ttl)
+  local fence = redis.call('incr', key)
+  if fence == 1 then
+    fence = clock_us()
+    redis.call('set', key, string.format('%d', fence), 'PX', ttl)
+  else
+    keep_ttl(key, ttl)
+  end
+  return fence
+end
+
+-- Whether the holder value `value` (false when there is none) belongs to
+-- the owner token `token`. Every holder's value is
+-- `<token>\n<host>\n<pid>\n<label>\n<since ms>\n<fencing token>`, written
+-- whole by whoever grants the hold (an acquisition or a hand-over), then a
+-- kind's own fields (a permit's number of permits).
+local function owns(value, token)
+  return value == token or (value and string.sub(value, 1, #token + 1) == token .. '\n')
+end
+
+-- The fencing token the holder value `value` carries, or nil when it
+-- carries none (written by an older version). Operator calls read a
+-- holder's token here, never from the counter.
+local function holder_fence(value)
+  return tonumber(string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n(%d+)'))
+end
+
+-- The lines of the holder value `value` after its fencing token, with
+-- their leading line break (a kind's own fields), or ''. A hand-over copies
+-- them into the new holder's value.
+local function kind_fields(value)
+  return string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*(\n.*)$') or ''
+end
+
+-- Run when a hold's time left becomes `ttl` ms (renewal, `extend`,
+-- `hold_at_least`): the fence counter `fence` lives at least the hold plus
+-- `retention`, and the kind's index of holders `index` (a sorted set scored
+-- by each holder's end, such as a read-write lock's readers; the holder's
+-- own key when the kind has none) records the new end of `token` and lives
+-- at least as long. So no key of a kind expires under a hold that is
+-- renewed, whatever the kind.
+local function keep_hold(holder, fence, index, token, ttl, retention)
+  keep_ttl(fence, ttl + retention)
+  if index ~= holder then
+    redis.call('zadd', index, clock_ms() + ttl, token)
+    keep_ttl(index, ttl)
+  end
+end
+
+-- Whether a release by a token that no longer holds its lock may have been
+-- the first try's: it was granted `granted` (0: none) and the counter
+-- `fence_key` is at most RECENT_FENCE past it (not a counter started again
+-- from the clock because Redis lost the lock).
+local function recent_fence(fence_key, granted)
+  if granted > 0 then
+    local fence = tonumber(redis.call('get', fence_key))
+    return fence and fence >= granted and fence - granted <= RECENT_FENCE
+  end
+  return false
+end

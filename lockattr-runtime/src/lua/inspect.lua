@@ -1,0 +1,13 @@
+-- INSPECT: what one lock shows on one server.
+-- KEYS: lock, fence, waiters.
+-- Returns 0 when free, else {<holder>\n<since>..., pttl, fencing token or
+-- -1, waiters queued, sha1 of the owner token}.
+local value = redis.call('get', KEYS[1])
+if not value then
+  return 0
+end
+local sep = string.find(value, '\n', 1, true)
+local token = sep and string.sub(value, 1, sep - 1) or value
+local who = sep and string.sub(value, sep + 1) or ''
+local fence = holder_fence(value) or -1
+return {who, redis.call('pttl', KEYS[1]), string.format('%d', fence), redis.call('hlen', KEYS[3]), redis.sha1hex(token)}

@@ -1,0 +1,127 @@
+-- The waiting queue shared by locks, semaphores and read-write locks: the
+-- list `queue` of waiting tokens, oldest first, and the hash `waiters` of
+-- their entries, `<deadline>:<lease>:<queued at>:<kind's tag><holder>`
+-- (all times in ms; the tag is a read-write lock's `r:` or `w:`, empty
+-- otherwise). Both expire with the longest wait.
+
+-- Takes `token` out of the queue, if it is in it.
+local function unqueue(queue, waiters, token)
+  if redis.call('hdel', waiters, token) == 1 then
+    redis.call('lrem', queue, 0, token)
+  end
+end
+
+-- Queues `token` at the end (unless it is queued already) to wait `wait`
+-- ms for a lease of `lease` ms.
+local function enqueue(queue, waiters, token, wait, lease, tag, who)
+  if redis.call('hexists', waiters, token) == 0 then
+    local queued_at = now()
+    redis.call('rpush', queue, token)
+    redis.call('hset', waiters, token, string.format('%d:%d:%d:', queued_at + wait, lease, queued_at) .. tag .. who)
+    keep_ttl(queue, wait)
+    keep_ttl(waiters, wait)
+  end
+end
+
+-- Takes the oldest waiter whose deadline has not passed out of the queue
+-- (the dead or malformed entries before it are dropped). Returns its
+-- token, lease and holder (nil when none is left), and whether the marker
+-- `-` (never a token; see the lock's release) was popped on the way. An
+-- entry may lack the queue time and the holder (`<deadline>:<lease>`,
+-- written by an older version).
+local function pop_waiter(queue, waiters)
+  local marker = false
+  while true do
+    local waiter = redis.call('lpop', queue)
+    if not waiter then
+      return nil, nil, nil, marker
+    end
+    marker = marker or waiter == '-'
+    local entry = redis.call('hget', waiters, waiter)
+    if entry then
+      local at = now()
+      redis.call('hdel', waiters, waiter)
+      local sep = string.find(entry, ':', 1, true)
+      local sep2 = sep and string.find(entry, ':', sep + 1, true)
+      local deadline = sep and tonumber(string.sub(entry, 1, sep - 1))
+      local lease = sep and tonumber(string.sub(entry, sep + 1, (sep2 or 0) - 1))
+      local who = sep2 and string.sub(entry, sep2 + 1) or ''
+      local sep3 = sep2 and string.find(entry, ':', sep2 + 1, true)
+      if sep3 and string.match(string.sub(entry, sep2 + 1, sep3 - 1), '^%d+$') then
+        who = string.sub(entry, sep3 + 1)
+      end
+      if deadline and deadline >= at and lease and lease == math.floor(lease)
+          and lease >= 1 and lease <= MAX_MS then
+        return waiter, lease, who, marker
+      end
+    end
+  end
+end
+
+-- Gives the holder key `key` to `waiter` for `lease` ms with a new fencing
+-- token from `fence_key`, its value a holder's followed by `fields` (a
+-- kind's own), and tells it on `channel`. Returns the notice published,
+-- `<waiter's token>:<fencing token>:<lease ms>`.
+local function hand(key, fence_key, channel, waiter, lease, who, fields, retention)
+  local fence = next_fence(fence_key, lease + retention)
+  redis.call('set', key, waiter .. '\n' .. who .. '\n' .. string.format('%d', now()) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
+  local notice = string.format('%s:%d:%d', waiter, fence, lease)
+  redis.call('publish', channel, notice)
+  return notice
+end
+
+-- Ends the release of the lock KEYS[1] (fence KEYS[2], queue KEYS[3],
+-- waiters KEYS[4]), whose holder value was `value`: hands it to the oldest
+-- waiter whose deadline has not passed, or deletes it.
+--
+-- Within the barging window (`barge` ms after the oldest waiter queued) the
+-- lock is deleted instead and the oldest waiter named with `<token>:0:0`,
+-- to race for it. A hand-over copies the kind's fields of `value`; one that
+-- pops the marker `-` puts it back at the end (while a set still has an
+-- entry in the waiters hash, and with that hash's time to live when the pop
+-- emptied the queue). A deletion publishes `-:0:0` when `notify` is '1' or
+-- the marker was popped, and lets the counter expire after `retention`;
+-- when `shared` (a semaphore's permits share the counter) it only raises
+-- the counter's time to live, never lowers it under the other holders.
+-- Returns the notice published for the waiter handed the lock, or 1 when
+-- it was deleted.
+local function hand_over(channel, notify, barge, shared, retention, value)
+  if barge > 0 then
+    local oldest = redis.call('lindex', KEYS[3], 0)
+    local entry = oldest and redis.call('hget', KEYS[4], oldest)
+    if entry then
+      local deadline, queued_at = string.match(entry, '^(%d+):%d+:(%d+):')
+      if queued_at and tonumber(deadline) >= now() and tonumber(queued_at) + barge > now() then
+        redis.call('del', KEYS[1])
+        redis.call('pexpire', KEYS[2], retention)
+        local notice = oldest .. ':0:0'
+        redis.call('publish', channel, notice)
+        return notice
+      end
+    end
+  end
+  local waiter, lease, who, marker = pop_waiter(KEYS[3], KEYS[4])
+  if waiter then
+    local notice = hand(KEYS[1], KEYS[2], channel, waiter, lease, who, value and kind_fields(value) or '', retention)
+    if marker then
+      local wait_ttl = redis.call('pttl', KEYS[4])
+      if wait_ttl > 0 then
+        redis.call('rpush', KEYS[3], '-')
+        if redis.call('pttl', KEYS[3]) < 0 then
+          redis.call('pexpire', KEYS[3], wait_ttl)
+        end
+      end
+    end
+    return notice
+  end
+  redis.call('del', KEYS[1])
+  if shared then
+    keep_ttl(KEYS[2], retention)
+  else
+    redis.call('pexpire', KEYS[2], retention)
+  end
+  if notify == '1' or marker then
+    redis.call('publish', channel, '-:0:0')
+  end
+  return 1
+end

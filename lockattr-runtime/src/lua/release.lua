@@ -1,0 +1,27 @@
+-- RELEASE: releases the lock if the token owns it, handing it to the oldest
+-- live waiter (see `hand_over`); a token that does not own it leaves the
+-- queue instead.
+-- KEYS: lock, fence, queue, waiters.
+-- ARGV: token, channel, notify (1: publish `-:0:0` when the lock is
+-- deleted), retention ms, the fencing token granted (0: none), barging
+-- window ms, shared (1: the counter serves other live holders).
+-- Returns 1 (deleted), the notice (handed over), 0 (not the token's), or 2
+-- (not the token's, but the counter is near the granted token).
+local bad, retention, barge = ms_args('retention', ARGV[4], 0, 'barge', ARGV[6], 0)
+if bad then
+  return bad
+end
+local bad_token, granted = token_arg('the fencing token', ARGV[5], 0)
+if bad_token then
+  return bad_token
+end
+local token = ARGV[1]
+local value = redis.call('get', KEYS[1])
+if not owns(value, token) then
+  unqueue(KEYS[3], KEYS[4], token)
+  if recent_fence(KEYS[2], granted) then
+    return 2
+  end
+  return 0
+end
+return hand_over(ARGV[2], ARGV[3], barge, ARGV[7] == '1', retention, value)

@@ -1,0 +1,39 @@
+-- Helpers of the semaphore's scripts. KEYS: fence, queue, waiters, record
+-- (the number of permits callers asked for), then one key per permit.
+
+-- The most permits a semaphore may have (`MAX_PERMITS` in Rust).
+local MAX_PERMITS = 256
+
+-- Checks the number of permits in `arg`: a whole number from 1 to
+-- MAX_PERMITS, with one key per permit after the four others (every one of
+-- the MAX_PERMITS with `every`). Returns nil and the number, or the error.
+local function permits_arg(arg, every)
+  local permits = tonumber(arg)
+  if not permits or permits ~= math.floor(permits) or permits < 1 or permits > MAX_PERMITS
+      or #KEYS ~= (every and 4 + MAX_PERMITS or 4 + permits) then
+    return redis.error_reply('ERR lockattr: permits must be a whole number from 1 to ' .. MAX_PERMITS .. ', with one key per permit')
+  end
+  return nil, permits
+end
+
+-- The number of permits a permit's value records (its line after the
+-- fencing token), or nil when it records none (written by an older
+-- version).
+local function permits_of(value)
+  local line = string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)')
+  if line and string.match(line, '^%d+$') then
+    return tonumber(line)
+  end
+  return nil
+end
+
+-- Frees permit `i`, whose value is `value`, as a release does: to the
+-- oldest waiter (keeping the value's number of permits), or deleted.
+local function free_permit(i, value, channel, retention)
+  local waiter, lease, who = pop_waiter(KEYS[2], KEYS[3])
+  if waiter then
+    hand(KEYS[4 + i], KEYS[1], channel, waiter, lease, who, kind_fields(value), retention)
+  else
+    redis.call('del', KEYS[4 + i])
+  end
+end
