@@ -10,7 +10,7 @@
 //!
 //! An attempt that finds the name held queues its owner token in Redis (in
 //! the same script call) and sleeps until a release hands it the name and
-//! says so on the name's channel (see [`crate::backend::Wakeups`]). The
+//! says so on the name's channel (see `backend::wake::Wakeups`). The
 //! message is the fast path, not the only one: the waiter also asks Redis
 //! once a second ([`RECHECK`]), when the holder's lease would end, and at
 //! its deadline. A waiter that was handed the name finds its own token on
@@ -334,7 +334,7 @@ pub(crate) struct Request<'a> {
 /// When the name is held, the attempt also queues this request in Redis,
 /// and the loop sleeps until the first of:
 /// - a release hands it the name (a message on the name's channel: see
-///   [`crate::backend::Wakeups`]);
+///   `backend::wake::Wakeups`);
 /// - the channel is subscribed (the first time it waits, or after the
 ///   subscriber connection was replaced): one more attempt, since a
 ///   release may have come before;

@@ -12,7 +12,7 @@
 //! and every runtime alike, and does not stop when a caller's runtime does.
 //! It starts with the first renewed guard and ends when none is left.
 //!
-//! What a renewal finds goes to the guard's [`LeaseState`](crate::lost::LeaseState): a lease that
+//! What a renewal finds goes to the guard's [`LeaseState`]: a lease that
 //! Redis still holds for the guard moves its `valid_until`; one deleted or
 //! taken marks the guard lost at once and leaves the watch. A renewal that
 //! fails (Redis down or slow) is retried soon; if none succeeds before

@@ -79,7 +79,7 @@ impl Backend {
         }
     }
 
-    /// Renews a batch of leases (see [`scripts::RENEW`]); per lease, what
+    /// Renews a batch of leases (see [`RENEW`](super::scripts::RENEW)); per lease, what
     /// the renewal found. An error when the whole batch failed.
     pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         match self {

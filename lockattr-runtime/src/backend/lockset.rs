@@ -35,7 +35,7 @@
 //! lock to a queued waiter puts it back at the end. The set waiter,
 //! subscribed to the channel of every name of the set, tries again at
 //! once. A release with nobody waiting runs no extra command. It also tries again when the longest lease it saw ends, once a
-//! second ([`RECHECK`]), and at its deadline, like a queued waiter.
+//! second (`RECHECK`), and at its deadline, like a queued waiter.
 //!
 //! A release that hands a name to a queued single-name waiter does not
 //! free it, so a name handed from waiter to waiter without a pause would

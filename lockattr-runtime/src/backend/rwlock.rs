@@ -44,7 +44,7 @@
 //!
 //! A writer's key and a reader's key are lock keys, so the guard's renewal,
 //! extension, `hold_at_least` and lost signal run the scripts of a lock
-//! unchanged on them. Taking ([`ACQUIRE`]) and releasing ([`RELEASE`], also
+//! unchanged on them. Taking ([`ACQUIRE`]) and releasing (`scripts::RW_RELEASE`, also
 //! the give-back of abandoned attempts) have scripts of their own.
 //!
 //! Both first drop the dead readers and then *admit* from the head of the
@@ -74,7 +74,7 @@ use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
 use super::queue::Queued;
-use super::scripts::Call;
+use super::scripts::rw_release_call;
 use super::semaphore::{unauthenticated, whole_millis};
 use super::shared::millis;
 use crate::LockError;
@@ -101,52 +101,11 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
     ))
 });
 
-/// Releases one side if the token holds it, then admits the waiters that
-/// may take the lock now (see the module docs), each named on the channel;
-/// a token that holds nothing leaves the queue instead. Safe to repeat; the
-/// give-back of an abandoned attempt too.
-///
-/// KEYS: write, readers, fence, queue, waiters, then the key the token
-/// holds (the write key, or its own reader key). ARGV as the lock's
-/// [`RELEASE_LUA`](super::scripts::RELEASE_LUA): token, channel (unused:
-/// it follows from the write key), notify (unused), retention in ms, the
-/// fencing token the token was granted, barge (unused). Returns as the
-/// lock's: the first notice published when the lock was handed on, 1 when
-/// released, 0 when the token did not hold it, and 2 when it did not but
-/// may have just released it: a writer whose fencing token is at most a
-/// thousand behind the counter, or a reader (whose key nobody else takes).
-pub(crate) const RELEASE_LUA: &str = lua!(
-    "helpers.lua",
-    "queue.lua",
-    "rw_helpers.lua",
-    "rw_release.lua"
-);
-
-/// [`RELEASE_LUA`] as a script.
-pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
-
-/// A [`RELEASE`] call for `token` (see `scripts::release`).
-pub(crate) fn release_call(keys: &Keys, rw: &RwKeys, token: &str, fencing_token: u64) -> Call {
-    let mut call = Call::new(RELEASE_LUA, &RELEASE);
-    call.key(&rw.write)
-        .key(&rw.readers)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
-        .key(rw.holder_key(token))
-        .arg(token)
-        .arg(&keys.channel)
-        .arg("0")
-        .arg(whole_millis(keys.fence_retention))
-        .arg(fencing_token)
-        .arg(0);
-    call
-}
-
-/// [`RELEASE_LUA`] as EVAL with the source, to give back an attempt whose
-/// answer was not read (see `scripts::give_back`).
+/// [`RW_RELEASE_LUA`](super::scripts::RW_RELEASE_LUA) as EVAL with the
+/// source, to give back an attempt whose answer was not read (see
+/// `scripts::give_back`).
 pub(crate) fn give_back_eval(keys: &Keys, rw: &RwKeys, token: &str) -> redis::Cmd {
-    release_call(keys, rw, token, 0).eval()
+    rw_release_call(keys, rw, token, 0).eval()
 }
 
 pub(super) fn acquire_invocation<'a>(
@@ -227,7 +186,7 @@ impl Queued<'_> {
         rw: &RwKeys,
         token: &str,
     ) -> Result<(), LockError> {
-        let invocation = release_call(keys, rw, token, 0).invocation();
+        let invocation = rw_release_call(keys, rw, token, 0).invocation();
         let given: Result<redis::Value, LockError> = match self {
             Queued::Single(node) => node.run_script(&invocation).await,
             Queued::Cluster(nodes) => nodes.run_script(&invocation).await,

@@ -19,7 +19,7 @@ use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation, ToRedisArgs};
 
 use super::shared::{Renewal, millis};
-use crate::layout::Keys;
+use crate::layout::{Keys, RwKeys};
 
 /// The source of a script: the files of `src/lua/` named, joined in order
 /// (the shared helpers first, then the script's own file).
@@ -288,7 +288,7 @@ pub(crate) fn release(
 ) -> ScriptInvocation<'static> {
     if let Some(rw) = &keys.rw {
         // A read-write lock's release never hands a reader's key on.
-        return super::rwlock::release_call(keys, rw, token, fencing_token).invocation();
+        return rw_release_call(keys, rw, token, fencing_token).invocation();
     }
     release_call(keys, token, fencing_token, notify, keys.barge).invocation()
 }
@@ -300,9 +300,51 @@ pub(crate) fn release(
 /// barging window: the lock goes straight to the oldest waiter.
 pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
     if let Some(rw) = &keys.rw {
-        return super::rwlock::give_back_eval(keys, rw, token);
+        return rw_release_call(keys, rw, token, 0).eval();
     }
     release_call(keys, token, 0, false, Duration::ZERO).eval()
+}
+
+/// Releases one side of a read-write lock if the token holds it, then admits the waiters that
+/// may take the lock now (see `backend::rwlock`), each named on the channel;
+/// a token that holds nothing leaves the queue instead. Safe to repeat; the
+/// give-back of an abandoned attempt too.
+///
+/// KEYS: write, readers, fence, queue, waiters, then the key the token
+/// holds (the write key, or its own reader key). ARGV as the lock's
+/// [`RELEASE_LUA`]: token, channel (unused:
+/// it follows from the write key), notify (unused), retention in ms, the
+/// fencing token the token was granted, barge (unused). Returns as the
+/// lock's: the first notice published when the lock was handed on, 1 when
+/// released, 0 when the token did not hold it, and 2 when it did not but
+/// may have just released it: a writer whose fencing token is at most a
+/// thousand behind the counter, or a reader (whose key nobody else takes).
+pub(crate) const RW_RELEASE_LUA: &str = lua!(
+    "helpers.lua",
+    "queue.lua",
+    "rw_helpers.lua",
+    "rw_release.lua"
+);
+
+/// [`RW_RELEASE_LUA`] as a script.
+pub(crate) static RW_RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RW_RELEASE_LUA));
+
+/// A [`RW_RELEASE`] call for `token` (see [`release`]).
+pub(crate) fn rw_release_call(keys: &Keys, rw: &RwKeys, token: &str, fencing_token: u64) -> Call {
+    let mut call = Call::new(RW_RELEASE_LUA, &RW_RELEASE);
+    call.key(&rw.write)
+        .key(&rw.readers)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .key(rw.holder_key(token))
+        .arg(token)
+        .arg(&keys.channel)
+        .arg("0")
+        .arg(whole_millis(keys.fence_retention))
+        .arg(fencing_token)
+        .arg(0);
+    call
 }
 
 fn release_call(

@@ -80,7 +80,7 @@ pub(crate) struct Renewal<'a> {
     pub(crate) expire: Duration,
 }
 
-/// How [`Backend::extend`] changes a lease.
+/// How `Backend::extend` changes a lease.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Extend {
     /// Add to the time left. Adding is not safe to repeat, so a request

@@ -211,7 +211,7 @@ impl Channel {
     /// release, or a release within `hold_at_least`) reaches every waiter
     /// as [`Wake::Rearm`]. A hand-over wakes the waiter it names; the
     /// others hear of the new lease only when it is shorter than
-    /// [`RECHECK`](RECHECK).
+    /// [`RECHECK`].
     ///
     /// Those others are queued waiters (only one server and a cluster hand
     /// over), which ask Redis again within `RECHECK` of their last request

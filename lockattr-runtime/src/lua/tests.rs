@@ -538,6 +538,7 @@ mod rwlock {
 
     use super::*;
     use crate::backend::rwlock::*;
+    use crate::backend::scripts::{RW_RELEASE, rw_release_call};
     use crate::backend::test_server::Server;
 
     fn keys_for(mode: RwMode) -> (Keys, RwKeys) {
@@ -572,7 +573,7 @@ mod rwlock {
 
     fn release(con: &mut Connection, mode: RwMode, token: &str) -> redis::Value {
         let (keys, rw) = keys_for(mode);
-        release_call(&keys, &rw, token, 0)
+        rw_release_call(&keys, &rw, token, 0)
             .invocation()
             .invoke(con)
             .unwrap()
@@ -634,13 +635,13 @@ mod rwlock {
             let reader = rw.holder_key("a");
             let mut six = all.to_vec();
             six.push(&reader);
-            refused(&RELEASE, &six, &["a", "c", "0", bad, "0", "0"]);
+            refused(&RW_RELEASE, &six, &["a", "c", "0", bad, "0", "0"]);
         }
         let reader = rw.holder_key("a");
         let mut six = all.to_vec();
         six.push(&reader);
         for bad in ["", "x", "-1", "1.5", "nan", "inf", "9007199254740992"] {
-            refused(&RELEASE, &six, &["a", "c", "0", "60000", bad, "0"]);
+            refused(&RW_RELEASE, &six, &["a", "c", "0", "60000", bad, "0"]);
         }
         // Not a side; not the write key first; not the caller's reader key.
         refused(&ACQUIRE, &all, &["n", "x:1000:60000:0:1:h", "1000"]);
@@ -650,7 +651,7 @@ mod rwlock {
         let other = rw.holder_key("someone-else");
         let mut six = all.to_vec();
         six.push(&other);
-        refused(&RELEASE, &six, &["a", "c", "0", "60000", "0", "0"]);
+        refused(&RW_RELEASE, &six, &["a", "c", "0", "60000", "0", "0"]);
     }
 
     #[test]
