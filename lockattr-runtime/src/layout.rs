@@ -88,12 +88,21 @@ pub(crate) struct Keys {
     /// [`Fairness`](crate::Fairness)); zero: every release hands the lock to
     /// the oldest waiter.
     pub(crate) barge: Duration,
-    /// A semaphore's number of permits (its `lock` is then the key of the
-    /// permit held); 0 for a lock.
-    pub(crate) permits: u32,
-    /// A read-write lock's side and keys (its `lock` is then the key the
-    /// holder holds: the writer's, or the reader's own); `None` otherwise.
-    pub(crate) rw: Option<RwKeys>,
+    /// The kind that holds under these keys, with what it adds to them.
+    pub(crate) kind: KindKeys,
+}
+
+/// The closed list of what holds under a name's keys.
+#[derive(Debug, Clone)]
+pub(crate) enum KindKeys {
+    /// A lock (also each name of a set).
+    Lock,
+    /// One side of a read-write lock: its `lock` is the key the holder
+    /// holds (the writer's, or the reader's own).
+    Rw(RwKeys),
+    /// A permit of a semaphore of this many permits: its `lock` is the key
+    /// of the permit held.
+    Permit(u32),
 }
 
 impl Keys {
@@ -101,10 +110,10 @@ impl Keys {
     /// (a read-write lock's readers, for a reader); the holder key itself
     /// when the kind keeps none.
     pub(crate) fn index(&self) -> &str {
-        self.rw
-            .as_ref()
-            .and_then(|rw| rw.index())
-            .unwrap_or(&self.lock)
+        match &self.kind {
+            KindKeys::Rw(rw) => rw.index().unwrap_or(&self.lock),
+            KindKeys::Lock | KindKeys::Permit(_) => &self.lock,
+        }
     }
 
     pub(crate) fn new(prefix: &str, name: &str, fence_retention: Duration) -> Keys {
@@ -122,8 +131,7 @@ impl Keys {
             fence_retention,
             holder: Arc::from(""),
             barge: Duration::ZERO,
-            permits: 0,
-            rw: None,
+            kind: KindKeys::Lock,
         }
     }
 }
@@ -181,9 +189,9 @@ pub(crate) struct RwKeys {
 
 impl RwKeys {
     /// Turns `keys` (of the name, as [`Keys::new`] made them) into a
-    /// read-write lock's, for `mode`; a reader's `lock` is set when its
+    /// read-write lock's, for `mode`, and returns them; a reader's `lock` is set when its
     /// token is known ([`RwKeys::holder_key`]).
-    pub(crate) fn make(keys: &mut Keys, mode: RwMode) {
+    pub(crate) fn make(keys: &mut Keys, mode: RwMode) -> RwKeys {
         let base = format!("{}:rw", keys.lock);
         keys.fence = format!("{base}:fence");
         keys.queue = format!("{base}:queue");
@@ -197,7 +205,8 @@ impl RwKeys {
             readers: format!("{base}:reading"),
         };
         keys.lock = rw.write.clone();
-        keys.rw = Some(rw);
+        keys.kind = KindKeys::Rw(rw.clone());
+        rw
     }
 
     /// The index of readers that a reader's renewal updates; `None` for a
@@ -245,7 +254,7 @@ impl Permits {
         keys.channel = format!("{base}:wake");
         // Semaphores always hand a permit to the oldest waiter.
         keys.barge = Duration::ZERO;
-        keys.permits = permits;
+        keys.kind = KindKeys::Permit(permits);
         let slots: Vec<String> = (0..permits).map(|i| format!("{base}:permit:{i}")).collect();
         if let Some(first) = slots.first() {
             keys.lock = first.clone();

@@ -14,7 +14,7 @@ use crate::guard::{Lease, LockGuard};
 use crate::hold::{self, Hold};
 use crate::inner::Inner;
 use crate::layout::Keys;
-use crate::layout::new_token;
+use crate::layout::{KindKeys, new_token};
 use crate::lost::{LeaseState, whole_ms};
 use crate::observe::{Acquiring, Kind, Report};
 use crate::wait::{self, Contender};
@@ -1397,25 +1397,14 @@ async fn acquire(
     (lease, wait): (Lease, Duration),
     gone: io::CallerGone,
 ) -> Result<(LockGuard, bool), LockError> {
-    let (lease, grant) = if lease.keys.rw.is_some() {
-        crate::rwlock::acquire(lease, wait, gone).await?
-    } else if lease.keys.permits > 0 {
-        crate::semaphore::acquire(lease, wait, gone).await?
-    } else {
-        let won = wait::acquire(
-            Contender::Lock(Cow::Borrowed(&lease.keys)),
-            wait::Request {
-                backend: &lease.locker.backend,
-                name: &lease.name,
-                token: lease.token.clone(),
-                expire: lease.expire,
-                wait,
-            },
-            gone,
-        )
-        .await?;
-        let grant = won.grant();
-        (lease, grant)
+    let (lease, grant) = match lease.keys.kind {
+        KindKeys::Rw(_) => crate::rwlock::acquire(lease, wait, gone).await?,
+        KindKeys::Permit(_) => crate::semaphore::acquire(lease, wait, gone).await?,
+        KindKeys::Lock => {
+            let contender = Contender::Lock(Cow::Borrowed(&lease.keys));
+            let won = wait::acquire(contender, wait::Request::of(&lease, wait), gone).await?;
+            (lease, won.grant())
+        }
     };
     let handed = grant.handed;
     Ok((granted(lease, grant), handed))

@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use crate::guard::Lease;
 use crate::inner::Inner;
+use crate::layout::KindKeys;
 
 /// The locks held by an async call chain, innermost first.
 #[derive(Clone, Default)]
@@ -49,8 +50,7 @@ tokio::task_local! {
 /// one Redis with one prefix share locks, so they share reentry too.
 fn same(lease: &Lease, locker: &Inner, name: &str) -> bool {
     lease.name == name
-        && lease.keys.permits == 0
-        && lease.keys.rw.is_none()
+        && matches!(lease.keys.kind, KindKeys::Lock)
         && lease.locker.prefix == locker.prefix
         && lease.locker.backend.server() == locker.backend.server()
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::backend::{Backend, Grant};
 use crate::guard::Lease;
 use crate::layout::Keys;
-use crate::layout::{RwKeys, RwMode};
+use crate::layout::{KindKeys, RwKeys, RwMode};
 use crate::wait::{self, Contender};
 use crate::{LockBuilder, LockError, Locker, io};
 
@@ -124,7 +124,7 @@ pub(crate) async fn acquire(
     wait: Duration,
     gone: io::CallerGone,
 ) -> Result<(Lease, Grant), LockError> {
-    let Some(rw) = lease.keys.rw.clone() else {
+    let KindKeys::Rw(rw) = lease.keys.kind.clone() else {
         return Err(LockError::invalid(
             "read-write lock",
             "not a read-write lock request",
@@ -132,13 +132,7 @@ pub(crate) async fn acquire(
     };
     let won = wait::acquire(
         Contender::Rw(Cow::Borrowed(&lease.keys), Cow::Borrowed(&rw)),
-        wait::Request {
-            backend: &lease.locker.backend,
-            name: &lease.name,
-            token: lease.token.clone(),
-            expire: lease.expire,
-            wait,
-        },
+        wait::Request::of(&lease, wait),
         gone,
     )
     .await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::backend::{Backend, Grant};
 use crate::guard::Lease;
 use crate::layout::Keys;
-use crate::layout::{MAX_PERMITS, Permits};
+use crate::layout::{KindKeys, MAX_PERMITS, Permits};
 use crate::wait::{self, Contender, Taken};
 use crate::{LockBuilder, LockError, Locker, io};
 
@@ -113,26 +113,25 @@ pub(crate) async fn acquire(
     wait: Duration,
     gone: io::CallerGone,
 ) -> Result<(Lease, Grant), LockError> {
+    let KindKeys::Permit(count) = lease.keys.kind else {
+        return Err(LockError::invalid("semaphore", "not a semaphore request"));
+    };
+    // The permits' keys, made again from the name (the lease's keys name
+    // the first permit).
     let mut keys = Keys::new(
         &lease.locker.prefix,
         &lease.name,
         lease.keys.fence_retention,
     );
     keys.holder = lease.keys.holder.clone();
-    let permits = Permits::make(&mut keys, lease.keys.permits);
+    let permits = Permits::make(&mut keys, count);
     let won = wait::acquire(
         Contender::Permit {
             keys: Cow::Borrowed(&keys),
             permits: Cow::Borrowed(&permits),
             every: false,
         },
-        wait::Request {
-            backend: &lease.locker.backend,
-            name: &lease.name,
-            token: lease.token.clone(),
-            expire: lease.expire,
-            wait,
-        },
+        wait::Request::of(&lease, wait),
         gone,
     )
     .await?;

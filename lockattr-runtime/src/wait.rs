@@ -68,6 +68,7 @@ use crate::backend::rwlock as rw_side;
 use crate::backend::semaphore as sem_side;
 use crate::backend::shared::{Attempt, Backoff, FALLBACK_PAUSE, RETRY_MAX, soon_after};
 use crate::backend::{Backend, Grant, Waiter, Wake};
+use crate::guard::Lease;
 use crate::layout::{Keys, MAX_EXPIRE, Permits, RwKeys, new_token};
 use crate::{LockError, io};
 
@@ -325,6 +326,19 @@ pub(crate) struct Request<'a> {
     pub(crate) expire: Duration,
     /// How long to wait while the name is held.
     pub(crate) wait: Duration,
+}
+
+impl<'a> Request<'a> {
+    /// The request of `lease`, waiting up to `wait`.
+    pub(crate) fn of(lease: &'a Lease, wait: Duration) -> Request<'a> {
+        Request {
+            backend: &lease.locker.backend,
+            name: &lease.name,
+            token: lease.token.clone(),
+            expire: lease.expire,
+            wait,
+        }
+    }
 }
 
 /// Takes what `contender` waits for, with the loop of the Locker's

@@ -19,7 +19,7 @@ use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation, ToRedisArgs};
 
 use super::shared::{Renewal, millis};
-use crate::layout::{Keys, RwKeys};
+use crate::layout::{Keys, KindKeys, RwKeys};
 
 /// The source of a script: the files of `src/lua/` named, joined in order
 /// (the shared helpers first, then the script's own file).
@@ -286,7 +286,7 @@ pub(crate) fn release(
     fencing_token: u64,
     notify: bool,
 ) -> ScriptInvocation<'static> {
-    if let Some(rw) = &keys.rw {
+    if let KindKeys::Rw(rw) = &keys.kind {
         // A read-write lock's release never hands a reader's key on.
         return rw_release_call(keys, rw, token, fencing_token).invocation();
     }
@@ -299,7 +299,7 @@ pub(crate) fn release(
 /// NOSCRIPT long after anyone listened. No fencing token, no notice, no
 /// barging window: the lock goes straight to the oldest waiter.
 pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
-    if let Some(rw) = &keys.rw {
+    if let KindKeys::Rw(rw) = &keys.kind {
         return rw_release_call(keys, rw, token, 0).eval();
     }
     release_call(keys, token, 0, false, Duration::ZERO).eval()
@@ -365,7 +365,11 @@ fn release_call(
         .arg(whole_millis(keys.fence_retention))
         .arg(fencing_token)
         .arg(whole_millis(barge))
-        .arg(if keys.permits > 0 { "1" } else { "0" });
+        .arg(if matches!(keys.kind, KindKeys::Permit(_)) {
+            "1"
+        } else {
+            "0"
+        });
     call
 }
 

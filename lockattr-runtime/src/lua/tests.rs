@@ -543,8 +543,7 @@ mod rwlock {
 
     fn keys_for(mode: RwMode) -> (Keys, RwKeys) {
         let mut keys = Keys::new("t:", "rw", Duration::from_secs(60));
-        RwKeys::make(&mut keys, mode);
-        let rw = keys.rw.clone().unwrap();
+        let rw = RwKeys::make(&mut keys, mode);
         (keys, rw)
     }
 
