@@ -1403,7 +1403,7 @@ async fn acquire(
         KindKeys::Lock => {
             let contender = Contender::Lock(Cow::Borrowed(&lease.keys));
             let won = wait::acquire(contender, wait::Request::of(&lease, wait), gone).await?;
-            (lease, won.grant())
+            (lease, won.grant)
         }
     };
     let handed = grant.handed;

@@ -16,7 +16,7 @@ use crate::backend::lockset as set;
 use crate::guard::Lease;
 use crate::layout::Keys;
 use crate::observe::{Acquiring, Kind};
-use crate::wait::{self, Contender, Taken, Won};
+use crate::wait::{self, Contender, Won};
 use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockGuard, Locker, io};
 
 impl Locker {
@@ -327,11 +327,7 @@ async fn take(
 ) -> Result<LockSetGuard, LockError> {
     let keys: Vec<Keys> = leases.iter().map(|l| l.keys.clone()).collect();
     let groups = set::groups(&request.backend, &keys);
-    let contender = Contender::Set {
-        keys: Cow::Owned(keys),
-        groups,
-        busy_since: None,
-    };
+    let contender = Contender::Set(Cow::Owned(keys), groups);
     let won = wait::acquire(
         contender,
         wait::Request {
@@ -345,16 +341,10 @@ async fn take(
     )
     .await?;
     let Won {
-        taken: Taken::Set(fencing_tokens),
-        sent,
-        token,
+        grant: Grant { sent, token, .. },
+        fencing_tokens,
         ..
-    } = won
-    else {
-        return Err(LockError::Runtime {
-            reason: "a lock set was answered as one name".into(),
-        });
-    };
+    } = won;
     let members = leases
         .into_iter()
         .zip(fencing_tokens)

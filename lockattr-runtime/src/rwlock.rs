@@ -136,7 +136,7 @@ pub(crate) async fn acquire(
         gone,
     )
     .await?;
-    let grant = won.grant();
+    let grant = won.grant;
     lease.keys.lock = rw.holder_key(&grant.token);
     Ok((lease, grant))
 }

@@ -8,7 +8,7 @@ use crate::backend::{Backend, Grant};
 use crate::guard::Lease;
 use crate::layout::Keys;
 use crate::layout::{KindKeys, MAX_PERMITS, Permits};
-use crate::wait::{self, Contender, Taken};
+use crate::wait::{self, Contender};
 use crate::{LockBuilder, LockError, Locker, io};
 
 impl Locker {
@@ -126,21 +126,14 @@ pub(crate) async fn acquire(
     keys.holder = lease.keys.holder.clone();
     let permits = Permits::make(&mut keys, count);
     let won = wait::acquire(
-        Contender::Permit {
-            keys: Cow::Borrowed(&keys),
-            permits: Cow::Borrowed(&permits),
-            every: false,
-        },
+        Contender::Permit(Cow::Borrowed(&keys), Cow::Borrowed(&permits)),
         wait::Request::of(&lease, wait),
         gone,
     )
     .await?;
-    if let Taken::One { slot, .. } = won.taken
-        && let Some(slot) = permits.slot(slot)
-    {
+    if let Some(slot) = permits.slot(won.slot) {
         keys.lock = slot.to_owned();
     }
-    let grant = won.grant();
     lease.keys = keys;
-    Ok((lease, grant))
+    Ok((lease, won.grant))
 }

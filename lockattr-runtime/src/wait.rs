@@ -61,10 +61,14 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::backend::lockset::{self as set_side, Tried};
-use crate::backend::queue::{Queued, RECHECK, may_have_run, retryable, stopped_waiting};
+use crate::backend::queue::{
+    Queued, RECHECK, Reply, may_have_run, retryable, stopped_waiting, unauthenticated,
+};
 use crate::backend::redlock::LockRequest;
+use crate::backend::redlock::Redlock;
 use crate::backend::redlock::set::SetOnNodes;
 use crate::backend::rwlock as rw_side;
+use crate::backend::scripts;
 use crate::backend::semaphore as sem_side;
 use crate::backend::shared::{Attempt, Backoff, FALLBACK_PAUSE, RETRY_MAX, soon_after};
 use crate::backend::{Backend, Grant, Waiter, Wake};
@@ -94,64 +98,44 @@ pub(crate) enum Contender<'a> {
     /// One side of a read-write lock.
     Rw(Cow<'a, Keys>, Cow<'a, RwKeys>),
     /// A permit of a semaphore.
-    Permit {
-        keys: Cow<'a, Keys>,
-        permits: Cow<'a, Permits>,
-        /// The last answer said to look at every permit.
-        every: bool,
-    },
+    Permit(Cow<'a, Keys>, Cow<'a, Permits>),
     /// Every name of a set, or none: the keys in their fixed order, and the
     /// indices of each group taken in one script call (one per Cluster
     /// slot).
-    Set {
-        keys: Cow<'a, [Keys]>,
-        groups: Vec<Vec<usize>>,
-        /// Since when an attempt found a name held.
-        busy_since: Option<Instant>,
-    },
-}
-
-/// What an acquisition got.
-#[derive(Debug)]
-pub(crate) enum Taken {
-    /// One name: its fencing token, and the index of the permit taken (0
-    /// for the other kinds).
-    One { fencing_token: u64, slot: usize },
-    /// Each name of a set's fencing token, in the order of its keys.
-    Set(Vec<u64>),
+    Set(Cow<'a, [Keys]>, Vec<Vec<usize>>),
 }
 
 /// An acquisition that succeeded.
 #[derive(Debug)]
 pub(crate) struct Won {
-    pub(crate) taken: Taken,
-    /// When the request that took it was sent: the lease started after.
-    pub(crate) sent: Instant,
-    /// Whether a release handed it over while this caller waited.
-    pub(crate) handed: bool,
-    /// The owner token it is held under.
-    pub(crate) token: String,
+    /// The grant (of a set: with its first name's fencing token).
+    pub(crate) grant: Grant,
+    /// The index of the permit taken (0 for the other kinds).
+    pub(crate) slot: usize,
+    /// Each name of a set's fencing token, in the order of its keys (empty
+    /// for one name).
+    pub(crate) fencing_tokens: Vec<u64>,
 }
 
 impl Won {
-    /// The grant of one name (the first of a set).
-    pub(crate) fn grant(self) -> Grant {
-        let fencing_token = match self.taken {
-            Taken::One { fencing_token, .. } => fencing_token,
-            Taken::Set(tokens) => tokens.first().copied().unwrap_or(0),
-        };
-        Grant {
-            fencing_token,
-            sent: self.sent,
-            handed: self.handed,
-            token: self.token,
+    fn of(grant: Grant, slot: usize, fencing_tokens: Vec<u64>) -> Won {
+        Won {
+            grant,
+            slot,
+            fencing_tokens,
         }
     }
 }
 
 /// What one attempt found.
 enum Answer {
-    Taken(Taken),
+    /// Taken: the fencing token (a set's first name's), the permit's index
+    /// (0 for the other kinds) and each name of a set's fencing token.
+    Taken {
+        fencing_token: u64,
+        slot: usize,
+        of_set: Vec<u64>,
+    },
     /// Held; the first holder's lease ends in this much time, if known.
     Busy(Option<Duration>),
     /// Nothing written: ask again at once (a semaphore asked to look at
@@ -161,100 +145,127 @@ enum Answer {
     Refused(LockError),
 }
 
+impl Answer {
+    /// One name taken.
+    fn taken(fencing_token: u64, slot: usize) -> Answer {
+        Answer::Taken {
+            fencing_token,
+            slot,
+            of_set: Vec::new(),
+        }
+    }
+}
+
+/// What the loop remembers between the attempts of one acquisition.
+#[derive(Default)]
+struct Progress {
+    /// A semaphore's last answer said to look at every permit.
+    every: bool,
+    /// Since when a set's attempts found a name held.
+    busy_since: Option<Instant>,
+}
+
 impl Contender<'_> {
     /// The keys of the names waited for.
     fn keys(&self) -> &[Keys] {
         match self {
-            Contender::Lock(keys) | Contender::Rw(keys, _) | Contender::Permit { keys, .. } => {
+            Contender::Lock(keys) | Contender::Rw(keys, _) | Contender::Permit(keys, _) => {
                 std::slice::from_ref(keys.as_ref())
             }
-            Contender::Set { keys, .. } => keys,
+            Contender::Set(keys, _) => keys,
         }
     }
 
     /// One attempt for `token`; `queued`: an earlier attempt may have
-    /// queued it.
+    /// queued it. An attempt whose answer is not read is given back on its
+    /// connection (see [`Queued::attempt`]).
     async fn attempt(
-        &mut self,
+        &self,
         on: Queued<'_>,
         (name, token, expire, wait): (&str, &str, Duration, Duration),
         queued: bool,
+        progress: &mut Progress,
     ) -> Result<Answer, LockError> {
         let attempt = (token, expire, wait, queued);
-        Ok(match self {
-            Contender::Lock(keys) => match on.try_acquire(keys, token, expire, wait, queued).await?
-            {
-                Attempt::Acquired { fencing_token } => Answer::Taken(Taken::One {
-                    fencing_token,
-                    slot: 0,
-                }),
-                Attempt::Held { expires_in } => Answer::Busy(expires_in),
-            },
-            Contender::Rw(keys, rw) => match on.try_rw(keys, rw, attempt).await? {
-                rw_side::Answer::Taken { fencing_token } => Answer::Taken(Taken::One {
-                    fencing_token,
-                    slot: 0,
-                }),
-                rw_side::Answer::Busy { first_end } => Answer::Busy(first_end),
-            },
-            Contender::Permit {
-                keys,
-                permits,
-                every,
-            } => {
-                let looked_at_every = std::mem::take(every);
-                match on
-                    .try_permit(permits, keys, attempt, looked_at_every)
-                    .await?
-                {
-                    sem_side::Answer::LookAtEvery if !looked_at_every => {
-                        *every = true;
-                        Answer::Again
-                    }
-                    // Not an answer a look at every permit gives.
-                    sem_side::Answer::LookAtEvery => Answer::Busy(None),
-                    sem_side::Answer::Taken {
-                        fencing_token,
-                        slot,
-                    } if permits.slot(slot).is_some() => Answer::Taken(Taken::One {
-                        fencing_token,
-                        slot,
-                    }),
-                    sem_side::Answer::Taken { slot, .. } => {
-                        return Err(LockError::Runtime {
-                            reason: format!(
-                                "Redis answered a semaphore attempt with permit {slot}, which it \
-                                 does not have"
-                            ),
-                        });
-                    }
-                    sem_side::Answer::Mismatch { recorded } => {
-                        Answer::Refused(LockError::PermitsMismatch {
-                            name: name.to_owned(),
-                            permits: u32::try_from(permits.len()).unwrap_or(u32::MAX),
-                            recorded,
-                        })
-                    }
-                    sem_side::Answer::Busy { first_end } => Answer::Busy(first_end),
-                }
+        let reply = match self {
+            Contender::Lock(keys) => {
+                return Ok(
+                    match on.try_acquire(keys, token, expire, wait, queued).await? {
+                        Attempt::Acquired { fencing_token } => Answer::taken(fencing_token, 0),
+                        Attempt::Held { expires_in } => Answer::Busy(expires_in),
+                    },
+                );
             }
-            Contender::Set {
-                keys,
-                groups,
-                busy_since,
-            } => {
+            Contender::Set(keys, groups) => {
                 let sent = Instant::now();
                 // Waited long enough: join the FIFO queue of a busy name.
-                let queue = busy_since.is_some_and(|since| since.elapsed() >= JOIN_QUEUE_AFTER);
+                let queue = progress
+                    .busy_since
+                    .is_some_and(|since| since.elapsed() >= JOIN_QUEUE_AFTER);
                 let groups = by_group(keys, groups);
-                match set_side::attempt(on, &groups, token, expire, wait, queue).await? {
-                    Tried::Taken(fencing_tokens) => Answer::Taken(Taken::Set(fencing_tokens)),
-                    Tried::Busy(longest) => {
-                        busy_since.get_or_insert(sent);
-                        Answer::Busy(Some(longest))
-                    }
-                }
+                return Ok(
+                    match set_side::attempt(on, &groups, token, expire, wait, queue).await? {
+                        Tried::Taken(of_set) => Answer::Taken {
+                            fencing_token: of_set.first().copied().unwrap_or(0),
+                            slot: 0,
+                            of_set,
+                        },
+                        Tried::Busy(longest) => {
+                            progress.busy_since.get_or_insert(sent);
+                            Answer::Busy(Some(longest))
+                        }
+                    },
+                );
             }
+            Contender::Rw(keys, rw) => {
+                let invocation = rw_side::acquire_invocation(keys, rw, attempt);
+                on.attempt(&invocation, &|| rw_side::give_back_eval(keys, rw, token))
+                    .await
+            }
+            Contender::Permit(keys, permits) => {
+                let every = progress.every;
+                let invocation = sem_side::acquire_invocation(permits, keys, attempt, every);
+                on.attempt(&invocation, &|| {
+                    sem_side::give_back_eval(permits, keys, token)
+                })
+                .await
+            }
+        };
+        let reply = reply.map_err(unauthenticated)?;
+        let looked_at_every = std::mem::take(&mut progress.every);
+        Ok(match (Reply::of(&reply), self) {
+            // Nothing was written: at once, the same request looking at
+            // every permit.
+            (Reply::LookAtEvery, Contender::Permit(..)) if !looked_at_every => {
+                progress.every = true;
+                Answer::Again
+            }
+            (Reply::Taken([fence, ..]), Contender::Rw(..)) => {
+                Answer::taken(u64::try_from(*fence).unwrap_or(0), 0)
+            }
+            (Reply::Taken([fence, slot, ..]), Contender::Permit(_, permits))
+                if permits
+                    .slot(usize::try_from(*slot).unwrap_or(usize::MAX))
+                    .is_some() =>
+            {
+                let slot = usize::try_from(*slot).unwrap_or(0);
+                Answer::taken(u64::try_from(*fence).unwrap_or(0), slot)
+            }
+            (Reply::Taken(_), _) => {
+                return Err(LockError::Runtime {
+                    reason: format!("Redis answered an attempt of {name} with {reply:?}"),
+                });
+            }
+            (Reply::Mismatch(recorded), Contender::Permit(_, permits)) => {
+                Answer::Refused(LockError::PermitsMismatch {
+                    name: name.to_owned(),
+                    permits: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+                    recorded,
+                })
+            }
+            (Reply::Busy(first_end), _) => Answer::Busy(first_end),
+            // Not an answer this kind is given.
+            (Reply::Mismatch(_) | Reply::LookAtEvery, _) => Answer::Busy(None),
         })
     }
 
@@ -263,13 +274,18 @@ impl Contender<'_> {
     async fn give_back(&self, on: Queued<'_>, token: &str) -> Result<(), LockError> {
         match self {
             Contender::Lock(keys) => on.give_back(keys, token).await,
-            Contender::Rw(keys, rw) => on.give_back_rw(keys, rw, token).await,
-            Contender::Permit { keys, permits, .. } => {
-                on.give_back_permit(permits, keys, token).await
-            }
-            Contender::Set { keys, groups, .. } => {
+            Contender::Rw(keys, rw) => on
+                .run(&scripts::rw_release_call(keys, rw, token, 0).invocation())
+                .await
+                .map(|_: redis::Value| ()),
+            Contender::Permit(keys, permits) => on
+                .run(&sem_side::give_back_invocation(permits, keys, token))
+                .await
+                .map(|_: i64| ())
+                .map_err(unauthenticated),
+            Contender::Set(keys, groups) => {
                 for group in by_group(keys, groups) {
-                    set_side::give_back(on, &group, token).await?;
+                    let _: i64 = on.run(&set_side::give_back_call(&group, token)).await?;
                 }
                 Ok(())
             }
@@ -279,29 +295,14 @@ impl Contender<'_> {
     /// The same contender, owning its keys (for a give-back in the
     /// background).
     fn into_owned(self) -> Contender<'static> {
+        let own = |keys: Cow<'_, Keys>| Cow::Owned(keys.into_owned());
         match self {
-            Contender::Lock(keys) => Contender::Lock(Cow::Owned(keys.into_owned())),
-            Contender::Rw(keys, rw) => {
-                Contender::Rw(Cow::Owned(keys.into_owned()), Cow::Owned(rw.into_owned()))
+            Contender::Lock(keys) => Contender::Lock(own(keys)),
+            Contender::Rw(keys, rw) => Contender::Rw(own(keys), Cow::Owned(rw.into_owned())),
+            Contender::Permit(keys, permits) => {
+                Contender::Permit(own(keys), Cow::Owned(permits.into_owned()))
             }
-            Contender::Permit {
-                keys,
-                permits,
-                every,
-            } => Contender::Permit {
-                keys: Cow::Owned(keys.into_owned()),
-                permits: Cow::Owned(permits.into_owned()),
-                every,
-            },
-            Contender::Set {
-                keys,
-                groups,
-                busy_since,
-            } => Contender::Set {
-                keys: Cow::Owned(keys.into_owned()),
-                groups,
-                busy_since,
-            },
+            Contender::Set(keys, groups) => Contender::Set(Cow::Owned(keys.into_owned()), groups),
         }
     }
 }
@@ -371,61 +372,71 @@ pub(crate) async fn acquire(
     match &**request.backend {
         Backend::Single(node) => waiting(Queued::Single(node), contender, request, gone).await,
         Backend::Cluster(nodes) => waiting(Queued::Cluster(nodes), contender, request, gone).await,
-        Backend::Redlock(nodes) => match &contender {
-            Contender::Lock(keys) => {
-                let grant = crate::backend::redlock::acquire(
-                    nodes,
-                    LockRequest {
-                        redlock: nodes,
-                        name: request.name,
-                        keys,
-                        token: request.token,
-                        expire: request.expire,
-                        wait: request.wait,
-                    },
-                    gone,
-                )
-                .await?;
-                Ok(Won {
-                    taken: Taken::One {
-                        fencing_token: grant.fencing_token,
-                        slot: 0,
-                    },
-                    sent: grant.sent,
-                    handed: grant.handed,
-                    token: grant.token,
-                })
-            }
-            Contender::Set { keys, .. } => {
-                let set = SetOnNodes {
-                    keys,
-                    name: request.name,
-                    token: request.token,
-                    expire: request.expire,
-                    wait: request.wait,
-                };
-                let mut owed = Owed::new(
-                    contender.clone(),
-                    request.backend,
-                    request.expire,
-                    String::new(),
-                );
-                let grant =
-                    crate::backend::redlock::set::acquire(nodes, set, &mut owed.stale, gone)
-                        .await?;
-                Ok(Won {
-                    taken: Taken::Set(grant.fencing_tokens),
-                    sent: grant.sent,
-                    handed: false,
-                    token: grant.token,
-                })
-            }
-            Contender::Rw(..) | Contender::Permit { .. } => Err(LockError::invalid(
-                "lock kind",
-                "read-write locks and semaphores need one server or a Redis Cluster, not a \
-                 Redlock Locker",
-            )),
-        },
+        Backend::Redlock(nodes) => on_redlock(nodes, contender, request, gone).await,
+    }
+}
+
+/// A Redlock counts votes instead of queueing: its own loop takes a lock
+/// (`backend::redlock`) or a set (`backend::redlock::set`); the set's
+/// abandoned attempts are given back by this module's guard.
+async fn on_redlock(
+    nodes: &Arc<Redlock>,
+    contender: Contender<'_>,
+    request: Request<'_>,
+    gone: io::CallerGone,
+) -> Result<Won, LockError> {
+    let Request {
+        backend,
+        name,
+        token,
+        expire,
+        wait,
+    } = request;
+    match contender {
+        Contender::Lock(keys) => {
+            let lock = LockRequest {
+                redlock: nodes,
+                name,
+                keys: &keys,
+                token,
+                expire,
+                wait,
+            };
+            let grant = crate::backend::redlock::acquire(nodes, lock, gone).await?;
+            Ok(Won::of(grant, 0, Vec::new()))
+        }
+        Contender::Set(..) => {
+            let mut owed = Owed::new(contender, backend, expire, String::new());
+            let Owed {
+                contender: Contender::Set(keys, _),
+                stale,
+                ..
+            } = &mut owed
+            else {
+                unreachable!("matched as a set just above");
+            };
+            let set = SetOnNodes {
+                keys,
+                name,
+                token,
+                expire,
+                wait,
+            };
+            let grant = crate::backend::redlock::set::acquire(nodes, set, stale, gone).await?;
+            let first = grant.fencing_tokens.first().copied().unwrap_or(0);
+            let one = Grant {
+                fencing_token: first,
+                sent: grant.sent,
+                handed: false,
+                token: grant.token,
+            };
+            Ok(Won::of(one, 0, grant.fencing_tokens))
+        }
+        Contender::Rw(..) | Contender::Permit(..) => Err(LockError::invalid(
+            "lock kind",
+            "read-write locks and semaphores need one server or a Redis Cluster, not a Redlock \
+             Locker",
+        )),
     }
 }
 
@@ -447,7 +458,7 @@ async fn waiting(
     let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
     let wakeups = on.wakeups();
     let mut owed = Owed::new(contender, backend, expire, token);
-    let one_name = !matches!(owed.contender, Contender::Set { .. });
+    let one_name = !matches!(owed.contender, Contender::Set(..));
     // Uncontended: no pub/sub work at all, unless every channel is already
     // subscribed (names in demand), in which case waiting starts warm.
     let mut waiters: Vec<Waiter> = owed
@@ -462,6 +473,7 @@ async fn waiting(
     let mut polling_until: Option<Instant> = None;
     // A hand-over was heard: the next answer is the grant.
     let mut handed = false;
+    let mut progress = Progress::default();
     loop {
         // Attempts whose answer was lost come first: their tokens are given
         // back before a new token tries.
@@ -474,19 +486,29 @@ async fn waiting(
         owed.sending = true;
         let attempt = owed
             .contender
-            .attempt(on, (name, &owed.current, expire, left), owed.queued)
+            .attempt(
+                on,
+                (name, &owed.current, expire, left),
+                owed.queued,
+                &mut progress,
+            )
             .await;
         owed.sending = false;
         let first_end = match attempt {
-            Ok(Answer::Taken(taken)) => {
+            Ok(Answer::Taken {
+                fencing_token,
+                slot,
+                of_set,
+            }) => {
                 owed.queued = false;
                 let token = std::mem::take(&mut owed.current);
-                return Ok(Won {
-                    taken,
+                let grant = Grant {
+                    fencing_token,
                     sent,
                     handed,
                     token,
-                });
+                };
+                return Ok(Won::of(grant, slot, of_set));
             }
             Ok(Answer::Busy(first_end)) => first_end,
             Ok(Answer::Again) => continue,
@@ -558,15 +580,13 @@ async fn waiting(
                 Wake::Handed { fencing_token } if matches!(owed.contender, Contender::Lock(_)) => {
                     owed.queued = false;
                     let token = std::mem::take(&mut owed.current);
-                    return Ok(Won {
-                        taken: Taken::One {
-                            fencing_token,
-                            slot: 0,
-                        },
+                    let grant = Grant {
+                        fencing_token,
                         sent,
                         handed: true,
                         token,
-                    });
+                    };
+                    return Ok(Won::of(grant, 0, Vec::new()));
                 }
                 // Ours; asking once more says which key and tokens. The
                 // waiter is no longer registered.
@@ -715,8 +735,7 @@ impl Drop for Owed<'_> {
         let giving = io::spawn(async move {
             let Some(on) = Queued::of(&backend) else {
                 // A set on a Redlock: given back on every node.
-                if let (Backend::Redlock(nodes), Contender::Set { keys, .. }) =
-                    (&*backend, &contender)
+                if let (Backend::Redlock(nodes), Contender::Set(keys, _)) = (&*backend, &contender)
                 {
                     for token in tokens {
                         nodes

@@ -196,6 +196,24 @@ impl ClusterNodes {
         self.invoke(invocation, &mut connection).await
     }
 
+    /// [`run_script`](Self::run_script) for a script that takes something:
+    /// an acquisition whose answer is not read (timed out, or this future
+    /// dropped) may still run, so `give_back()` is then sent on the same
+    /// connection, and runs after it on that master.
+    pub(crate) async fn run_script_or_give_back<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        give_back: &(dyn Fn() -> redis::Cmd + Sync),
+    ) -> Result<T, LockError> {
+        let mut connection = self.connection().await?;
+        let mut pending = GiveBack(Some((connection.clone(), give_back)));
+        let answer = self.invoke(invocation, &mut connection).await;
+        if answer.is_ok() {
+            pending.0 = None;
+        }
+        answer
+    }
+
     /// Runs a command without keys on any node.
     pub(crate) async fn run_command<T: FromRedisValue>(
         &self,
@@ -238,17 +256,11 @@ impl ClusterNodes {
         wait: Duration,
         queued: bool,
     ) -> Result<Attempt, LockError> {
-        let mut connection = self.connection().await?;
         let invocation = scripts::acquire(keys, token, expire, wait, queued);
-        // An acquisition whose answer is not read (timed out, or this future
-        // dropped) may still run: give it back, on the same connection, so
-        // the release runs after it on that master.
-        let mut pending = GiveBack(Some((connection.clone(), keys.clone(), token.to_owned())));
-        let answer = self.invoke(&invocation, &mut connection).await;
-        if answer.is_ok() {
-            pending.0 = None;
-        }
-        Ok(Attempt::from_reply(answer?))
+        let answer = self
+            .run_script_or_give_back(&invocation, &|| scripts::give_back(keys, token))
+            .await?;
+        Ok(Attempt::from_reply(answer))
     }
 
     pub(crate) async fn release(
@@ -363,14 +375,14 @@ fn timed_out(server: &str, limit: Duration) -> LockError {
 
 /// An acquisition sent but not answered: dropped while set, it sends the
 /// release in the background.
-struct GiveBack(Option<(ClusterConnection, Keys, String)>);
+struct GiveBack<'a>(Option<(ClusterConnection, &'a (dyn Fn() -> redis::Cmd + Sync))>);
 
-impl Drop for GiveBack {
+impl Drop for GiveBack<'_> {
     fn drop(&mut self) {
-        let Some((mut connection, keys, token)) = self.0.take() else {
+        let Some((mut connection, give_back)) = self.0.take() else {
             return;
         };
-        let release = scripts::give_back(&keys, &token);
+        let release = give_back();
         let _ = io::spawn(async move {
             let released: redis::RedisResult<redis::Value> =
                 release.query_async(&mut connection).await;

@@ -196,42 +196,6 @@ pub(crate) fn slot(key: &str) -> u16 {
     crc % 16384
 }
 
-impl Queued<'_> {
-    /// One try at a group; a request whose answer is not read is given
-    /// back (on the same connection on one server).
-    async fn take_set(
-        self,
-        group: &[&Keys],
-        token: &str,
-        expire: Duration,
-        wait: Duration,
-        queue: bool,
-    ) -> Result<Vec<i64>, LockError> {
-        let invocation = acquire_call(group, token, expire, wait, queue);
-        match self {
-            Queued::Single(node) => {
-                node.run_script_or_give_back(&invocation, give_back_eval(group, token))
-                    .await
-            }
-            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
-        }
-    }
-}
-
-/// Gives back whatever `token` holds or queued of the names of `group`.
-pub(crate) async fn give_back(
-    on: Queued<'_>,
-    group: &[&Keys],
-    token: &str,
-) -> Result<(), LockError> {
-    let invocation = give_back_call(group, token);
-    let _: i64 = match on {
-        Queued::Single(node) => node.run_script(&invocation).await?,
-        Queued::Cluster(nodes) => nodes.run_script(&invocation).await?,
-    };
-    Ok(())
-}
-
 /// A set taken.
 pub(crate) struct SetGrant {
     /// Each name's fencing token, in the order of the request's keys.
@@ -280,12 +244,15 @@ pub(crate) async fn attempt(
 ) -> Result<Tried, LockError> {
     let mut fences = Vec::new();
     for (taken, group) in groups.iter().enumerate() {
-        let reply = on.take_set(group, token, expire, wait, queue).await?;
+        let invocation = acquire_call(group, token, expire, wait, queue);
+        let reply = on
+            .attempt(&invocation, &|| give_back_eval(group, token))
+            .await?;
         match Tried::from_reply(&reply, group.len())? {
             Tried::Taken(group_fences) => fences.extend(group_fences),
             busy @ Tried::Busy(_) => {
                 for group in &groups[..taken] {
-                    give_back(on, group, token).await?;
+                    let _: i64 = on.run(&give_back_call(group, token)).await?;
                 }
                 return Ok(busy);
             }

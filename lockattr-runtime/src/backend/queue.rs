@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use redis::{FromRedisValue, ScriptInvocation};
+
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
 use super::shared::Attempt;
@@ -61,6 +63,32 @@ impl<'a> Queued<'a> {
         }
     }
 
+    /// Runs an attempt (safe to repeat) of a read-write lock, a semaphore
+    /// or a set; when its answer will not be read (it timed out, or the
+    /// caller dropped this future), `give_back()` is sent on the same
+    /// connection, so that it runs after the attempt.
+    pub(crate) async fn attempt(
+        self,
+        invocation: &ScriptInvocation<'_>,
+        give_back: &(dyn Fn() -> redis::Cmd + Sync),
+    ) -> Result<Vec<i64>, LockError> {
+        match self {
+            Queued::Single(node) => node.run_script_or_give_back(invocation, give_back).await,
+            Queued::Cluster(nodes) => nodes.run_script_or_give_back(invocation, give_back).await,
+        }
+    }
+
+    /// Runs a script that is safe to repeat (a give-back).
+    pub(crate) async fn run<T: FromRedisValue>(
+        self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        match self {
+            Queued::Single(node) => node.run_script(invocation).await,
+            Queued::Cluster(nodes) => nodes.run_script(invocation).await,
+        }
+    }
+
     /// Where waiters hear that a release handed them the lock.
     pub(crate) fn wakeups(self) -> &'a Wakeups {
         match self {
@@ -69,6 +97,68 @@ impl<'a> Queued<'a> {
         }
     }
 }
+
+/// An attempt's reply, as every kind but the lock writes it: `{1, fencing
+/// token(s)..., [permit index]}` when taken, `{0, ms until the first
+/// holder's lease ends}` when held, a semaphore's `{-1, recorded number of
+/// permits}` and `{-2}` (look at every permit).
+pub(crate) enum Reply<'r> {
+    /// Taken: what follows the 1.
+    Taken(&'r [i64]),
+    /// Held; the first holder's lease ends in this much time, if known.
+    Busy(Option<Duration>),
+    /// A semaphore in use with this many permits (-1: not known).
+    Mismatch(i64),
+    /// A semaphore's caller must look at every permit.
+    LookAtEvery,
+}
+
+impl Reply<'_> {
+    pub(crate) fn of(reply: &[i64]) -> Reply<'_> {
+        match reply {
+            [1, rest @ ..] => Reply::Taken(rest),
+            [-1, recorded, ..] => Reply::Mismatch(*recorded),
+            [-2, ..] => Reply::LookAtEvery,
+            [_, left, ..] => Reply::Busy(u64::try_from(*left).ok().map(Duration::from_millis)),
+            _ => Reply::Busy(None),
+        }
+    }
+}
+
+/// Redis reads at most ten words of a request from a client that has not
+/// authenticated, and a semaphore's requests are longer (a key per
+/// permit): a URL without the password is then answered with a protocol
+/// error instead of NOAUTH. Says what it means.
+pub(crate) fn unauthenticated(e: LockError) -> LockError {
+    match e {
+        LockError::Redis { server, source } if source.to_string().contains("unauthenticated") => {
+            LockError::Redis {
+                server,
+                source: Box::new(NoAuth(source.to_string())),
+            }
+        }
+        e => e,
+    }
+}
+
+/// A semaphore or read-write lock request refused for want of
+/// authentication.
+#[derive(Debug)]
+struct NoAuth(String);
+
+impl std::fmt::Display for NoAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "NOAUTH: the server requires authentication (it answered a semaphore or read-write \
+             lock request sent before authenticating with `{}`); put the user and password in \
+             the URL: redis://user:password@host:port/",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NoAuth {}
 
 pub(crate) fn stopped_waiting() -> LockError {
     LockError::Runtime {

@@ -73,11 +73,9 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
-use super::queue::Queued;
 use super::scripts::rw_release_call;
-use super::semaphore::{unauthenticated, whole_millis};
+use super::semaphore::whole_millis;
 use super::shared::millis;
-use crate::LockError;
 use crate::layout::Keys;
 use crate::layout::{RwKeys, RwMode};
 
@@ -108,7 +106,7 @@ pub(crate) fn give_back_eval(keys: &Keys, rw: &RwKeys, token: &str) -> redis::Cm
     rw_release_call(keys, rw, token, 0).eval()
 }
 
-pub(super) fn acquire_invocation<'a>(
+pub(crate) fn acquire_invocation<'a>(
     keys: &Keys,
     rw: &RwKeys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
@@ -137,60 +135,4 @@ pub(super) fn acquire_invocation<'a>(
         ))
         .arg(whole_millis(wait));
     invocation
-}
-
-/// What one [`ACQUIRE`] call found.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Answer {
-    /// The token holds its side.
-    Taken { fencing_token: u64 },
-    /// Not taken; the first holder's lease ends in this much time.
-    Busy { first_end: Option<Duration> },
-}
-
-impl Answer {
-    fn from_reply(reply: &[i64]) -> Answer {
-        match reply {
-            [1, fence, ..] => Answer::Taken {
-                fencing_token: u64::try_from(*fence).unwrap_or(0),
-            },
-            [_, left, ..] => Answer::Busy {
-                first_end: u64::try_from(*left).ok().map(Duration::from_millis),
-            },
-            _ => Answer::Busy { first_end: None },
-        }
-    }
-}
-
-impl Queued<'_> {
-    pub(crate) async fn try_rw(
-        self,
-        keys: &Keys,
-        rw: &RwKeys,
-        attempt: (&str, Duration, Duration, bool),
-    ) -> Result<Answer, LockError> {
-        let invocation = acquire_invocation(keys, rw, attempt);
-        let reply: Result<Vec<i64>, LockError> = match self {
-            Queued::Single(node) => {
-                node.run_acquisition(&invocation, give_back_eval(keys, rw, attempt.0))
-                    .await
-            }
-            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
-        };
-        Ok(Answer::from_reply(&reply.map_err(unauthenticated)?))
-    }
-
-    pub(crate) async fn give_back_rw(
-        self,
-        keys: &Keys,
-        rw: &RwKeys,
-        token: &str,
-    ) -> Result<(), LockError> {
-        let invocation = rw_release_call(keys, rw, token, 0).invocation();
-        let given: Result<redis::Value, LockError> = match self {
-            Queued::Single(node) => node.run_script(&invocation).await,
-            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
-        };
-        given.map(drop)
-    }
 }

@@ -75,10 +75,9 @@ use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
 use super::deployment::Backend;
-use super::queue::Queued;
+use super::queue::unauthenticated;
 use super::scripts::Call;
 use super::shared::millis;
-use super::single::{Request, SingleNode};
 use crate::LockError;
 use crate::layout::{Keys, MAX_PERMITS, Permits};
 
@@ -313,41 +312,8 @@ pub(crate) async fn force_release(
     Ok(released.0)
 }
 
-/// What one [`ACQUIRE`] call found.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Answer {
-    /// The token holds permit `slot`.
-    Taken { fencing_token: u64, slot: usize },
-    /// Every permit is taken; the first ends in this much time (if known).
-    Busy { first_end: Option<Duration> },
-    /// The semaphore is in use with this many permits (-1: not known).
-    Mismatch { recorded: i64 },
-    /// Nothing tells the number of permits without looking at every
-    /// permit: ask again, looking at every one.
-    LookAtEvery,
-}
-
-impl Answer {
-    fn from_reply(reply: &[i64]) -> Answer {
-        match reply {
-            [1, fence, slot, ..] => Answer::Taken {
-                fencing_token: u64::try_from(*fence).unwrap_or(0),
-                slot: usize::try_from(*slot).unwrap_or(usize::MAX),
-            },
-            [-1, recorded, ..] => Answer::Mismatch {
-                recorded: *recorded,
-            },
-            [-2, ..] => Answer::LookAtEvery,
-            [_, left, ..] => Answer::Busy {
-                first_end: u64::try_from(*left).ok().map(Duration::from_millis),
-            },
-            _ => Answer::Busy { first_end: None },
-        }
-    }
-}
-
 /// An [`ACQUIRE`] call; with `every`, looking at every permit.
-pub(super) fn acquire_invocation<'a>(
+pub(crate) fn acquire_invocation<'a>(
     permits: &Permits,
     keys: &Keys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
@@ -389,7 +355,7 @@ fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Call {
     call
 }
 
-pub(super) fn give_back_invocation(
+pub(crate) fn give_back_invocation(
     permits: &Permits,
     keys: &Keys,
     token: &str,
@@ -406,88 +372,3 @@ pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> red
 pub(super) fn whole_millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
-
-impl SingleNode {
-    /// Sends an acquisition (safe to repeat); when its answer is not read,
-    /// `give_back` follows it on the same connection.
-    pub(super) async fn run_acquisition<T: redis::FromRedisValue>(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-        give_back: redis::Cmd,
-    ) -> Result<T, LockError> {
-        let give_back = |connection: redis::aio::MultiplexedConnection| {
-            super::single::give_back_in_order(connection, give_back.clone());
-        };
-        self.send(Request::Script(invocation), Some(&give_back))
-            .await
-    }
-}
-
-impl Queued<'_> {
-    pub(crate) async fn try_permit(
-        self,
-        permits: &Permits,
-        keys: &Keys,
-        attempt: (&str, Duration, Duration, bool),
-        every: bool,
-    ) -> Result<Answer, LockError> {
-        let invocation = acquire_invocation(permits, keys, attempt, every);
-        let reply: Result<Vec<i64>, LockError> = match self {
-            Queued::Single(node) => {
-                node.run_acquisition(&invocation, give_back_eval(permits, keys, attempt.0))
-                    .await
-            }
-            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
-        };
-        Ok(Answer::from_reply(&reply.map_err(unauthenticated)?))
-    }
-
-    pub(crate) async fn give_back_permit(
-        self,
-        permits: &Permits,
-        keys: &Keys,
-        token: &str,
-    ) -> Result<(), LockError> {
-        let invocation = give_back_invocation(permits, keys, token);
-        let given: Result<i64, LockError> = match self {
-            Queued::Single(node) => node.run_script(&invocation).await,
-            Queued::Cluster(nodes) => nodes.run_script(&invocation).await,
-        };
-        given.map(drop).map_err(unauthenticated)
-    }
-}
-
-/// Redis reads at most ten words of a request from a client that has not
-/// authenticated, and a semaphore's requests are longer (a key per
-/// permit): a URL without the password is then answered with a protocol
-/// error instead of NOAUTH. Says what it means.
-pub(super) fn unauthenticated(e: LockError) -> LockError {
-    match e {
-        LockError::Redis { server, source } if source.to_string().contains("unauthenticated") => {
-            LockError::Redis {
-                server,
-                source: Box::new(NoAuth(source.to_string())),
-            }
-        }
-        e => e,
-    }
-}
-
-/// A semaphore or read-write lock request refused for want of
-/// authentication.
-#[derive(Debug)]
-struct NoAuth(String);
-
-impl std::fmt::Display for NoAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "NOAUTH: the server requires authentication (it answered a semaphore or read-write \
-             lock request sent before authenticating with `{}`); put the user and password in \
-             the URL: redis://user:password@host:port/",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for NoAuth {}

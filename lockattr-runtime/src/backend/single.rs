@@ -465,10 +465,10 @@ impl SingleNode {
     pub(crate) async fn run_script_or_give_back<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
-        give_back: redis::Cmd,
+        give_back: &(dyn Fn() -> redis::Cmd + Sync),
     ) -> Result<T, LockError> {
         let give_back = |connection: MultiplexedConnection| {
-            give_back_in_order(connection, give_back.clone());
+            give_back_in_order(connection, give_back());
         };
         self.send(Request::Script(invocation), Some(&give_back))
             .await

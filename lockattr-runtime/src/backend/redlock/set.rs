@@ -56,7 +56,7 @@ impl Redlock {
             .each_ready(all.into_iter().zip(ready), limit, |node| async move {
                 let invocation = lockset::acquire_call(group, token, expire, Duration::ZERO, false);
                 let reply: Vec<i64> = node
-                    .run_script_or_give_back(&invocation, lockset::give_back_eval(group, token))
+                    .run_script_or_give_back(&invocation, &|| lockset::give_back_eval(group, token))
                     .await?;
                 Tried::from_reply(&reply, group.len())
             })
