@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::backend::shared::Owner;
 use crate::backend::{Extend, Released};
 use crate::hold::Hold;
 use crate::inner::Inner;
@@ -54,6 +55,14 @@ impl crate::watchdog::Renewable for Lease {
 }
 
 impl Lease {
+    /// Who the backend's requests are for.
+    fn owner(&self) -> Owner<'_> {
+        Owner {
+            keys: &self.keys,
+            token: &self.token,
+        }
+    }
+
     fn not_owned(&self) -> LockError {
         LockError::NotOwned {
             name: self.name.clone(),
@@ -104,12 +113,7 @@ impl Lease {
         match self
             .locker
             .backend
-            .release(
-                &self.keys,
-                (&self.token, self.fencing_token),
-                &self.name,
-                self.expire,
-            )
+            .release(self.owner(), self.fencing_token, (&self.name, self.expire))
             .await?
         {
             Released::Done => Ok(()),
@@ -144,10 +148,8 @@ impl Lease {
             .locker
             .backend
             .extend(
-                &self.keys,
-                &self.token,
-                by,
-                how,
+                self.owner(),
+                (by, how),
                 (&self.name, self.expire, max_lease),
             )
             .await?

@@ -122,17 +122,38 @@ impl Keys {
         lock.push('{');
         spell_name(&mut lock, name);
         lock.push('}');
-        Keys {
-            fence: format!("{lock}:fence"),
-            queue: format!("{lock}:queue"),
-            waiters: format!("{lock}:waiters"),
-            channel: format!("{lock}:wake"),
+        let mut keys = Keys {
+            fence: String::new(),
+            queue: String::new(),
+            waiters: String::new(),
+            channel: String::new(),
             lock,
             fence_retention,
             holder: Arc::from(""),
             barge: Duration::ZERO,
             kind: KindKeys::Lock,
-        }
+        };
+        keys.place(&keys.lock.clone());
+        keys
+    }
+
+    /// Puts the fence counter, the queue, the waiters and the channel under
+    /// `base`.
+    fn place(&mut self, base: &str) {
+        self.fence = format!("{base}:fence");
+        self.queue = format!("{base}:queue");
+        self.waiters = format!("{base}:waiters");
+        self.channel = format!("{base}:wake");
+    }
+
+    /// Moves the keys of a kind of its own (`rw`, `sem`) under
+    /// `<lock>:<kind>`, returned; such a kind always hands over to the
+    /// oldest waiters (no barging).
+    fn rebase(&mut self, kind: &str) -> String {
+        let base = format!("{}:{kind}", self.lock);
+        self.place(&base);
+        self.barge = Duration::ZERO;
+        base
     }
 }
 
@@ -192,13 +213,7 @@ impl RwKeys {
     /// read-write lock's, for `mode`, and returns them; a reader's `lock` is set when its
     /// token is known ([`RwKeys::holder_key`]).
     pub(crate) fn make(keys: &mut Keys, mode: RwMode) -> RwKeys {
-        let base = format!("{}:rw", keys.lock);
-        keys.fence = format!("{base}:fence");
-        keys.queue = format!("{base}:queue");
-        keys.waiters = format!("{base}:waiters");
-        keys.channel = format!("{base}:wake");
-        // Always handed to the oldest waiters.
-        keys.barge = Duration::ZERO;
+        let base = keys.rebase("rw");
         let rw = RwKeys {
             mode,
             write: format!("{base}:write"),
@@ -247,13 +262,7 @@ impl Permits {
     /// Turns `keys` (of the name, as [`Keys::new`] made them) into a
     /// semaphore's: `permits` must be checked (1 to [`MAX_PERMITS`]).
     pub(crate) fn make(keys: &mut Keys, permits: u32) -> Permits {
-        let base = format!("{}:sem", keys.lock);
-        keys.fence = format!("{base}:fence");
-        keys.queue = format!("{base}:queue");
-        keys.waiters = format!("{base}:waiters");
-        keys.channel = format!("{base}:wake");
-        // Semaphores always hand a permit to the oldest waiter.
-        keys.barge = Duration::ZERO;
+        let base = keys.rebase("sem");
         keys.kind = KindKeys::Permit(permits);
         let slots: Vec<String> = (0..permits).map(|i| format!("{base}:permit:{i}")).collect();
         if let Some(first) = slots.first() {

@@ -14,10 +14,10 @@ use crate::guard::{Lease, LockGuard};
 use crate::hold::{self, Hold};
 use crate::inner::Inner;
 use crate::layout::Keys;
-use crate::layout::{KindKeys, new_token};
+use crate::layout::new_token;
 use crate::lost::{LeaseState, whole_ms};
 use crate::observe::{Acquiring, Kind, Report};
-use crate::wait::{self, Contender};
+use crate::wait;
 use crate::watchdog::{self, Watchdog};
 use crate::{LockError, io};
 
@@ -1394,18 +1394,10 @@ fn check_renew_for(renew: Option<bool>, renew_for: Option<Duration>) -> Result<b
 /// loop of the Locker's deployment: on the caller's runtime, or on the I/O
 /// thread. True with the guard when a release handed the lock over.
 async fn acquire(
-    (lease, wait): (Lease, Duration),
+    (mut lease, wait): (Lease, Duration),
     gone: io::CallerGone,
 ) -> Result<(LockGuard, bool), LockError> {
-    let (lease, grant) = match lease.keys.kind {
-        KindKeys::Rw(_) => crate::rwlock::acquire(lease, wait, gone).await?,
-        KindKeys::Permit(_) => crate::semaphore::acquire(lease, wait, gone).await?,
-        KindKeys::Lock => {
-            let contender = Contender::Lock(Cow::Borrowed(&lease.keys));
-            let won = wait::acquire(contender, wait::Request::of(&lease, wait), gone).await?;
-            (lease, won.grant)
-        }
-    };
+    let grant = wait::take(&mut lease, wait, gone).await?;
     let handed = grant.handed;
     Ok((granted(lease, grant), handed))
 }

@@ -2,15 +2,10 @@
 //! ([`Locker::read_lock`], [`Locker::write_lock`]). The Redis side, keys
 //! and protocol are in `backend::rwlock`.
 
-use std::borrow::Cow;
-use std::time::Duration;
-
-use crate::backend::{Backend, Grant};
-use crate::guard::Lease;
-use crate::layout::Keys;
-use crate::layout::{KindKeys, RwKeys, RwMode};
-use crate::wait::{self, Contender};
-use crate::{LockBuilder, LockError, Locker, io};
+use crate::backend::Backend;
+use crate::layout::{Keys, RwKeys, RwMode};
+use crate::wait;
+use crate::{LockBuilder, LockError, Locker};
 
 impl Locker {
     /// A request to read under the read-write lock `name`: any number of
@@ -104,39 +99,8 @@ impl Locker {
 
 /// Checks a read-write request and makes its keys: refused on a Redlock.
 pub(crate) fn check(keys: &mut Keys, mode: RwMode, backend: &Backend) -> Result<(), LockError> {
-    if let Backend::Redlock(_) = backend {
-        return Err(LockError::invalid(
-            "read-write lock",
-            "read-write locks need one server or a Redis Cluster: a Redlock Locker would have to \
-             count readers and hand the lock over by majority across independent masters, which \
-             is not supported; use a Locker on one server (or Sentinel) or a Cluster for \
-             read-write locks",
-        ));
-    }
+    let why = "count readers and hand the lock over by majority across independent masters";
+    wait::queued_only(backend, ("read-write lock", "read-write locks"), why)?;
     RwKeys::make(keys, mode);
     Ok(())
-}
-
-/// Takes the side of `lease` for its lease, waiting up to `wait`; the
-/// lease, now keyed by the key it holds, and the grant.
-pub(crate) async fn acquire(
-    mut lease: Lease,
-    wait: Duration,
-    gone: io::CallerGone,
-) -> Result<(Lease, Grant), LockError> {
-    let KindKeys::Rw(rw) = lease.keys.kind.clone() else {
-        return Err(LockError::invalid(
-            "read-write lock",
-            "not a read-write lock request",
-        ));
-    };
-    let won = wait::acquire(
-        Contender::Rw(Cow::Borrowed(&lease.keys), Cow::Borrowed(&rw)),
-        wait::Request::of(&lease, wait),
-        gone,
-    )
-    .await?;
-    let grant = won.grant;
-    lease.keys.lock = rw.holder_key(&grant.token);
-    Ok((lease, grant))
 }

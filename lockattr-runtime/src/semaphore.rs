@@ -1,15 +1,10 @@
 //! Semaphores: at most N holders of one name at once
 //! ([`Locker::semaphore`]). The Redis side is in `backend::semaphore`.
 
-use std::borrow::Cow;
-use std::time::Duration;
-
-use crate::backend::{Backend, Grant};
-use crate::guard::Lease;
-use crate::layout::Keys;
-use crate::layout::{KindKeys, MAX_PERMITS, Permits};
-use crate::wait::{self, Contender};
-use crate::{LockBuilder, LockError, Locker, io};
+use crate::backend::Backend;
+use crate::layout::{Keys, MAX_PERMITS, Permits};
+use crate::wait;
+use crate::{LockBuilder, LockError, Locker};
 
 impl Locker {
     /// A request for one of the `permits` permits of the semaphore `name`:
@@ -94,46 +89,8 @@ pub(crate) fn check(keys: &mut Keys, permits: u32, backend: &Backend) -> Result<
             ),
         ));
     }
-    if let Backend::Redlock(_) = backend {
-        return Err(LockError::invalid(
-            "semaphore",
-            "semaphores need one server or a Redis Cluster: a Redlock Locker would have to count \
-             each permit by majority across independent masters, which is not supported; use a \
-             Locker on one server (or Sentinel) or a Cluster for semaphores",
-        ));
-    }
+    let why = "count each permit by majority across independent masters";
+    wait::queued_only(backend, ("semaphore", "semaphores"), why)?;
     Permits::make(keys, permits);
     Ok(())
-}
-
-/// Takes a permit for `lease`, waiting up to `wait`; the lease, now keyed
-/// by the permit it holds, and the grant.
-pub(crate) async fn acquire(
-    mut lease: Lease,
-    wait: Duration,
-    gone: io::CallerGone,
-) -> Result<(Lease, Grant), LockError> {
-    let KindKeys::Permit(count) = lease.keys.kind else {
-        return Err(LockError::invalid("semaphore", "not a semaphore request"));
-    };
-    // The permits' keys, made again from the name (the lease's keys name
-    // the first permit).
-    let mut keys = Keys::new(
-        &lease.locker.prefix,
-        &lease.name,
-        lease.keys.fence_retention,
-    );
-    keys.holder = lease.keys.holder.clone();
-    let permits = Permits::make(&mut keys, count);
-    let won = wait::acquire(
-        Contender::Permit(Cow::Borrowed(&keys), Cow::Borrowed(&permits)),
-        wait::Request::of(&lease, wait),
-        gone,
-    )
-    .await?;
-    if let Some(slot) = permits.slot(won.slot) {
-        keys.lock = slot.to_owned();
-    }
-    lease.keys = keys;
-    Ok((lease, won.grant))
 }

@@ -70,10 +70,10 @@ use crate::backend::redlock::set::SetOnNodes;
 use crate::backend::rwlock as rw_side;
 use crate::backend::scripts;
 use crate::backend::semaphore as sem_side;
-use crate::backend::shared::{Attempt, Backoff, FALLBACK_PAUSE, RETRY_MAX, soon_after};
+use crate::backend::shared::{Attempt, Backoff, FALLBACK_PAUSE, Owner, RETRY_MAX, soon_after};
 use crate::backend::{Backend, Grant, Waiter, Wake};
 use crate::guard::Lease;
-use crate::layout::{Keys, MAX_EXPIRE, Permits, RwKeys, new_token};
+use crate::layout::{Keys, KindKeys, MAX_EXPIRE, Permits, RwKeys, new_token};
 use crate::{LockError, io};
 
 /// After Redis refused SUBSCRIBE, how long a waiter checks the name every
@@ -190,7 +190,10 @@ impl Contender<'_> {
         let reply = match self {
             Contender::Lock(keys) => {
                 return Ok(
-                    match on.try_acquire(keys, token, expire, wait, queued).await? {
+                    match on
+                        .try_acquire(Owner { keys, token }, expire, (wait, queued))
+                        .await?
+                    {
                         Attempt::Acquired { fencing_token } => Answer::taken(fencing_token, 0),
                         Attempt::Held { expires_in } => Answer::Busy(expires_in),
                     },
@@ -273,7 +276,7 @@ impl Contender<'_> {
     /// (handing it to the next waiter), or leaves the queue.
     async fn give_back(&self, on: Queued<'_>, token: &str) -> Result<(), LockError> {
         match self {
-            Contender::Lock(keys) => on.give_back(keys, token).await,
+            Contender::Lock(keys) => on.give_back(Owner { keys, token }).await,
             Contender::Rw(keys, rw) => on
                 .run(&scripts::rw_release_call(keys, rw, token, 0).invocation())
                 .await
@@ -342,6 +345,45 @@ impl<'a> Request<'a> {
     }
 }
 
+/// Takes `lease` (of one name, any kind) for its lease, waiting up to
+/// `wait`: the grant, with the lease now keyed by the key it holds (a
+/// reader's own key, the permit taken).
+pub(crate) async fn take(
+    lease: &mut Lease,
+    wait: Duration,
+    gone: io::CallerGone,
+) -> Result<Grant, LockError> {
+    match lease.keys.kind.clone() {
+        KindKeys::Lock => {
+            let contender = Contender::Lock(Cow::Borrowed(&lease.keys));
+            Ok(acquire(contender, Request::of(lease, wait), gone)
+                .await?
+                .grant)
+        }
+        KindKeys::Rw(rw) => {
+            let contender = Contender::Rw(Cow::Borrowed(&lease.keys), Cow::Borrowed(&rw));
+            let won = acquire(contender, Request::of(lease, wait), gone).await?;
+            lease.keys.lock = rw.holder_key(&won.grant.token);
+            Ok(won.grant)
+        }
+        KindKeys::Permit(count) => {
+            // The permits' keys, made again from the name (the lease's keys
+            // name the first permit).
+            let (prefix, retention) = (&lease.locker.prefix, lease.keys.fence_retention);
+            let mut keys = Keys::new(prefix, &lease.name, retention);
+            keys.holder = lease.keys.holder.clone();
+            let permits = Permits::make(&mut keys, count);
+            let contender = Contender::Permit(Cow::Borrowed(&keys), Cow::Borrowed(&permits));
+            let won = acquire(contender, Request::of(lease, wait), gone).await?;
+            if let Some(slot) = permits.slot(won.slot) {
+                keys.lock = slot.to_owned();
+            }
+            lease.keys = keys;
+            Ok(won.grant)
+        }
+    }
+}
+
 /// Takes what `contender` waits for, with the loop of the Locker's
 /// deployment: on the caller's runtime, or on the I/O thread.
 ///
@@ -385,20 +427,14 @@ async fn on_redlock(
     request: Request<'_>,
     gone: io::CallerGone,
 ) -> Result<Won, LockError> {
-    let Request {
-        backend,
-        name,
-        token,
-        expire,
-        wait,
-    } = request;
+    let (name, expire, wait) = (request.name, request.expire, request.wait);
     match contender {
         Contender::Lock(keys) => {
             let lock = LockRequest {
                 redlock: nodes,
                 name,
                 keys: &keys,
-                token,
+                token: request.token,
                 expire,
                 wait,
             };
@@ -406,7 +442,7 @@ async fn on_redlock(
             Ok(Won::of(grant, 0, Vec::new()))
         }
         Contender::Set(..) => {
-            let mut owed = Owed::new(contender, backend, expire, String::new());
+            let mut owed = Owed::new(contender, request.backend, expire, String::new());
             let Owed {
                 contender: Contender::Set(keys, _),
                 stale,
@@ -418,7 +454,7 @@ async fn on_redlock(
             let set = SetOnNodes {
                 keys,
                 name,
-                token,
+                token: request.token,
                 expire,
                 wait,
             };
@@ -437,6 +473,26 @@ async fn on_redlock(
             "read-write locks and semaphores need one server or a Redis Cluster, not a Redlock \
              Locker",
         )),
+    }
+}
+
+/// Refuses a kind that queues its waiters in Redis (`what`, and its
+/// plural) on a Redlock, saying what a Redlock would have to do.
+pub(crate) fn queued_only(
+    backend: &Backend,
+    (what, plural): (&'static str, &str),
+    would_have_to: &str,
+) -> Result<(), LockError> {
+    match backend {
+        Backend::Redlock(_) => Err(LockError::invalid(
+            what,
+            format!(
+                "{plural} need one server or a Redis Cluster: a Redlock Locker would have to \
+                 {would_have_to}, which is not supported; use a Locker on one server (or \
+                 Sentinel) or a Cluster for {plural}"
+            ),
+        )),
+        Backend::Single(_) | Backend::Cluster(_) => Ok(()),
     }
 }
 

@@ -23,12 +23,11 @@ use redis::{FromRedisValue, RedisError, ScriptInvocation};
 use super::scripts;
 use super::scripts::ReleaseReply;
 use super::shared::Timeouts;
-use super::shared::{Attempt, Extend, Renewal, Renewed, millis};
+use super::shared::{Attempt, Extend, Owner, Renewal, Renewed, millis};
 use super::single::SingleNode;
 use super::source::Source;
 use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
-use crate::layout::Keys;
 use crate::{LockError, io};
 
 /// A Redis Cluster.
@@ -250,11 +249,9 @@ impl ClusterNodes {
 
     pub(crate) async fn try_acquire(
         &self,
-        keys: &Keys,
-        token: &str,
+        Owner { keys, token }: Owner<'_>,
         expire: Duration,
-        wait: Duration,
-        queued: bool,
+        (wait, queued): (Duration, bool),
     ) -> Result<Attempt, LockError> {
         let invocation = scripts::acquire(keys, token, expire, wait, queued);
         let answer = self
@@ -265,8 +262,7 @@ impl ClusterNodes {
 
     pub(crate) async fn release(
         &self,
-        keys: &Keys,
-        token: &str,
+        Owner { keys, token }: Owner<'_>,
         fencing_token: u64,
     ) -> Result<bool, LockError> {
         let mut connection = self.connection().await?;
@@ -284,10 +280,8 @@ impl ClusterNodes {
 
     pub(crate) async fn extend(
         &self,
-        keys: &Keys,
-        token: &str,
-        by: Duration,
-        how: Extend,
+        Owner { keys, token }: Owner<'_>,
+        (by, how): (Duration, Extend),
         max_lease: Duration,
     ) -> Result<Option<Duration>, LockError> {
         let mut connection = self.connection().await?;

@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use super::cluster::ClusterNodes;
 use super::redlock::{self, Redlock};
-use super::shared::{Extend, Released, Renewal, Renewed};
+use super::shared::{Extend, Owner, Released, Renewal, Renewed};
 use super::single::SingleNode;
 use crate::LockError;
-use crate::layout::Keys;
 
 /// One way of reaching Redis.
 #[derive(Debug)]
@@ -41,19 +40,14 @@ impl Backend {
     /// the queue). On a Redlock: done when a majority still held it.
     pub(crate) async fn release(
         &self,
-        keys: &Keys,
-        (token, fencing_token): (&str, u64),
-        name: &str,
-        expire: Duration,
+        owner: Owner<'_>,
+        fencing_token: u64,
+        (name, expire): (&str, Duration),
     ) -> Result<Released, LockError> {
         match self {
-            Backend::Single(node) => node.release(keys, token, fencing_token, false).await,
-            Backend::Redlock(nodes) => {
-                nodes
-                    .release(keys, (token, fencing_token), name, expire)
-                    .await
-            }
-            Backend::Cluster(nodes) => Ok(if nodes.release(keys, token, fencing_token).await? {
+            Backend::Single(node) => node.release(owner, fencing_token, false).await,
+            Backend::Redlock(nodes) => nodes.release(owner, fencing_token, (name, expire)).await,
+            Backend::Cluster(nodes) => Ok(if nodes.release(owner, fencing_token).await? {
                 Released::Done
             } else {
                 Released::NotOwned
@@ -61,21 +55,19 @@ impl Backend {
         }
     }
 
-    /// Changes the lease if `token` owns the lock; its new time left, or
-    /// `None` when `token` did not own it. [`LockError::InvalidInput`] (and
+    /// Changes the lease if `owner` owns the lock; its new time left, or
+    /// `None` when it did not own it. [`LockError::InvalidInput`] (and
     /// no change) when the lease would have more than `max_lease` left.
     pub(crate) async fn extend(
         &self,
-        keys: &Keys,
-        token: &str,
-        by: Duration,
-        how: Extend,
+        owner: Owner<'_>,
+        change: (Duration, Extend),
         (name, expire, max_lease): (&str, Duration, Duration),
     ) -> Result<Option<Duration>, LockError> {
         match self {
-            Backend::Single(node) => node.extend(keys, token, by, how, max_lease).await,
-            Backend::Redlock(nodes) => nodes.extend(keys, token, by, how, name, expire).await,
-            Backend::Cluster(nodes) => nodes.extend(keys, token, by, how, max_lease).await,
+            Backend::Single(node) => node.extend(owner, change, max_lease).await,
+            Backend::Redlock(nodes) => nodes.extend(owner, change, (name, expire)).await,
+            Backend::Cluster(nodes) => nodes.extend(owner, change, max_lease).await,
         }
     }
 
@@ -83,18 +75,8 @@ impl Backend {
     /// the renewal found. An error when the whole batch failed.
     pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         match self {
-            Backend::Single(node) => Ok(node
-                .renew(leases)
-                .await?
-                .into_iter()
-                .map(|left| left.map_or(Renewed::NotOwned, Renewed::Left))
-                .collect()),
-            Backend::Redlock(nodes) => Ok(nodes
-                .renew(leases)
-                .await?
-                .into_iter()
-                .map(|left| left.map_or(Renewed::NotOwned, Renewed::Left))
-                .collect()),
+            Backend::Single(node) => node.renew(leases).await.map(renewed),
+            Backend::Redlock(nodes) => nodes.renew(leases).await.map(renewed),
             Backend::Cluster(nodes) => nodes.renew(leases).await,
         }
     }
@@ -116,4 +98,11 @@ impl Backend {
             Backend::Cluster(nodes) => nodes.server(),
         }
     }
+}
+
+/// Each lease's time left, or `None` when not owned, as renewal outcomes.
+fn renewed(left: Vec<Option<Duration>>) -> Vec<Renewed> {
+    left.into_iter()
+        .map(|left| left.map_or(Renewed::NotOwned, Renewed::Left))
+        .collect()
 }

@@ -52,8 +52,8 @@ use std::time::{Duration, Instant};
 
 use super::deployment::Backend;
 use super::queue::Queued;
-use super::scripts::{Call, lua};
-use super::shared::millis;
+use super::scripts::{Call, lua, packed};
+use super::shared::whole_millis;
 use crate::LockError;
 use crate::layout::Keys;
 
@@ -110,9 +110,6 @@ pub(crate) fn acquire_call(
     wait: Duration,
     queue: bool,
 ) -> ScriptInvocation<'static> {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
     let mut invocation = ACQUIRE_SET.prepare_invoke();
     for keys in group {
         invocation
@@ -121,16 +118,12 @@ pub(crate) fn acquire_call(
             .key(&keys.queue)
             .key(&keys.waiters);
     }
-    let (retention, holder) = group
+    let packed = group
         .first()
-        .map_or((Duration::ZERO, ""), |k| (k.fence_retention, &*k.holder));
+        .map_or_else(String::new, |keys| packed(keys, expire, None));
     invocation
         .arg(token)
-        .arg(format!(
-            "{}:{}:{since}:{holder}",
-            millis(expire),
-            whole_millis(retention)
-        ))
+        .arg(packed)
         .arg(whole_millis(wait))
         .arg(if queue { "1" } else { "0" });
     for keys in group {
@@ -165,11 +158,6 @@ pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'
 /// `scripts::give_back`): it may run on a server that never saw the script.
 pub(crate) fn give_back_eval(group: &[&Keys], token: &str) -> redis::Cmd {
     give_back_set(group, token).eval()
-}
-
-/// Whole milliseconds, rounded down, saturating.
-fn whole_millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The Redis Cluster slot of `key` (CRC16 of its hash tag, modulo 16384).

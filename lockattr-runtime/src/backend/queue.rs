@@ -8,11 +8,10 @@ use redis::{FromRedisValue, ScriptInvocation};
 
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
-use super::shared::Attempt;
+use super::shared::{Attempt, Owner};
 use super::single::SingleNode;
 use super::wake::Wakeups;
 use crate::LockError;
-use crate::layout::Keys;
 
 pub(crate) use super::shared::RECHECK;
 
@@ -42,24 +41,22 @@ impl<'a> Queued<'a> {
     /// `queued`: an earlier attempt may have queued `token`.
     pub(crate) async fn try_acquire(
         self,
-        keys: &Keys,
-        token: &str,
+        owner: Owner<'_>,
         expire: Duration,
-        wait: Duration,
-        queued: bool,
+        waiting: (Duration, bool),
     ) -> Result<Attempt, LockError> {
         match self {
-            Queued::Single(node) => node.try_acquire(keys, token, expire, wait, queued).await,
-            Queued::Cluster(nodes) => nodes.try_acquire(keys, token, expire, wait, queued).await,
+            Queued::Single(node) => node.try_acquire(owner, expire, waiting).await,
+            Queued::Cluster(nodes) => nodes.try_acquire(owner, expire, waiting).await,
         }
     }
 
     /// Gives back whatever `token` holds: releases the lock if it owns it
     /// (handing it to the next waiter), or takes it out of the queue.
-    pub(crate) async fn give_back(self, keys: &Keys, token: &str) -> Result<(), LockError> {
+    pub(crate) async fn give_back(self, owner: Owner<'_>) -> Result<(), LockError> {
         match self {
-            Queued::Single(node) => node.release(keys, token, 0, false).await.map(drop),
-            Queued::Cluster(nodes) => nodes.release(keys, token, 0).await.map(drop),
+            Queued::Single(node) => node.release(owner, 0, false).await.map(drop),
+            Queued::Cluster(nodes) => nodes.release(owner, 0).await.map(drop),
         }
     }
 

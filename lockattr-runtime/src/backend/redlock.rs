@@ -64,7 +64,7 @@ use futures_util::stream::FuturesUnordered;
 
 use super::node_facts;
 use super::shared::{
-    Attempt, Backoff, Extend, FALLBACK_PAUSE, Grant, RETRY_MAX, Released, Renewal, Timeouts,
+    Attempt, Backoff, Extend, FALLBACK_PAUSE, Grant, Owner, RETRY_MAX, Released, Renewal, Timeouts,
     random_fraction, soon_after,
 };
 use super::single::SingleNode;
@@ -485,8 +485,15 @@ impl Redlock {
         let mut requests = self.start_each(all.into_iter().zip(ready), limit, |node| {
             let (keys, token) = (keys.clone(), token.clone());
             async move {
-                node.try_acquire(&keys, &token, expire, Duration::ZERO, false)
-                    .await
+                node.try_acquire(
+                    Owner {
+                        keys: &keys,
+                        token: &token,
+                    },
+                    expire,
+                    (Duration::ZERO, false),
+                )
+                .await
             }
         });
         let mut votes = Votes::default();
@@ -594,7 +601,17 @@ impl Redlock {
         let requests = self
             .start_uncut(which, limit, |node| {
                 let (keys, token) = (keys.clone(), token.clone());
-                async move { node.release(&keys, &token, 0, false).await }
+                async move {
+                    node.release(
+                        Owner {
+                            keys: &keys,
+                            token: &token,
+                        },
+                        0,
+                        false,
+                    )
+                    .await
+                }
             })
             .await;
         self.gather(requests, which, limit, |_, _| false).await;
@@ -712,10 +729,9 @@ impl Redlock {
     /// the lock gone (see [`Released::Unsure`]).
     pub(crate) async fn release(
         &self,
-        keys: &Keys,
-        (token, fencing_token): (&str, u64),
-        name: &str,
-        expire: Duration,
+        Owner { keys, token }: Owner<'_>,
+        fencing_token: u64,
+        (name, expire): (&str, Duration),
     ) -> Result<Released, LockError> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
         let limit = self.timeout(expire);
@@ -723,7 +739,13 @@ impl Redlock {
         let requests = self
             .start_uncut(&all, limit, |node| {
                 let (keys, token) = (keys.clone(), token.clone());
-                async move { node.release(&keys, &token, fencing_token, true).await }
+                async move {
+                    let owner = Owner {
+                        keys: &keys,
+                        token: &token,
+                    };
+                    node.release(owner, fencing_token, true).await
+                }
             })
             .await;
         let mut owned = 0;
@@ -820,16 +842,13 @@ impl Redlock {
     /// (less the drift), or `None` when a majority does not.
     pub(crate) async fn extend(
         &self,
-        keys: &Keys,
-        token: &str,
-        by: Duration,
-        how: Extend,
-        name: &str,
-        expire: Duration,
+        Owner { keys, token }: Owner<'_>,
+        (by, how): (Duration, Extend),
+        (name, expire): (&str, Duration),
     ) -> Result<Option<Duration>, LockError> {
         let mut answers = self
             .each(0..self.nodes.len(), self.timeout(expire), |node| {
-                node.extend(keys, token, by, how, self.max_lease)
+                node.extend(Owner { keys, token }, (by, how), self.max_lease)
             })
             .await;
         // A lease beyond the max lease is the caller's mistake, not an outage.
@@ -1020,7 +1039,16 @@ impl LateGrants {
                 if counter < fencing_token {
                     let _ = node.raise_fence(&keys, &token, fencing_token).await;
                 } else if counter > fencing_token {
-                    let _ = node.release(&keys, &token, 0, false).await;
+                    let _ = node
+                        .release(
+                            Owner {
+                                keys: &keys,
+                                token: &token,
+                            },
+                            0,
+                            false,
+                        )
+                        .await;
                 }
             }
         });

@@ -73,9 +73,8 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
-use super::scripts::rw_release_call;
-use super::semaphore::whole_millis;
-use super::shared::millis;
+use super::scripts::{packed, rw_release_call};
+use super::shared::whole_millis;
 use crate::layout::Keys;
 use crate::layout::{RwKeys, RwMode};
 
@@ -111,9 +110,6 @@ pub(crate) fn acquire_invocation<'a>(
     rw: &RwKeys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
 ) -> ScriptInvocation<'a> {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, whole_millis);
     let side = match rw.mode {
         RwMode::Read => 'r',
         RwMode::Write => 'w',
@@ -126,13 +122,7 @@ pub(crate) fn acquire_invocation<'a>(
         .key(&keys.queue)
         .key(&keys.waiters)
         .arg(token)
-        .arg(format!(
-            "{side}:{}:{}:{}:{since}:{}",
-            millis(expire),
-            whole_millis(keys.fence_retention),
-            u8::from(queued),
-            keys.holder
-        ))
+        .arg(format!("{side}:{}", packed(keys, expire, Some(queued))))
         .arg(whole_millis(wait));
     invocation
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation, ToRedisArgs};
 
-use super::shared::{Renewal, millis};
+use super::shared::{Renewal, millis, whole_millis};
 use crate::layout::{Keys, KindKeys, RwKeys};
 
 /// The source of a script: the files of `src/lua/` named, joined in order
@@ -257,9 +257,6 @@ pub(crate) fn acquire(
     wait: Duration,
     queued: bool,
 ) -> ScriptInvocation<'static> {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
     let mut invocation = ACQUIRE.prepare_invoke();
     invocation
         .key(&keys.lock)
@@ -267,15 +264,28 @@ pub(crate) fn acquire(
         .key(&keys.queue)
         .key(&keys.waiters)
         .arg(token)
-        .arg(format!(
-            "{}:{}:{}:{since}:{}",
-            millis(expire),
-            whole_millis(keys.fence_retention),
-            u8::from(queued),
-            keys.holder
-        ))
+        .arg(packed(keys, expire, Some(queued)))
         .arg(whole_millis(wait));
     invocation
+}
+
+/// The packed second argument of every acquire script (one argument, so
+/// that the lock's ACQUIRE stays within the ten words Redis reads before
+/// authentication): `<lease ms>:<retention ms>[:<queued 0 or 1>]:<since
+/// ms>:<holder>`, `since` by this process's clock.
+pub(crate) fn packed(keys: &Keys, expire: Duration, queued: Option<bool>) -> String {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let (lease, retention) = (millis(expire), whole_millis(keys.fence_retention));
+    match queued {
+        Some(queued) => format!(
+            "{lease}:{retention}:{}:{since}:{}",
+            u8::from(queued),
+            keys.holder
+        ),
+        None => format!("{lease}:{retention}:{since}:{}", keys.holder),
+    }
 }
 
 /// A [`RELEASE`] call for `token`, granted `fencing_token` (0: none);
@@ -430,11 +440,6 @@ pub(crate) fn raise_fence(
         .arg(fencing_token)
         .arg(whole_millis(keys.fence_retention));
     invocation
-}
-
-/// Whole milliseconds, rounded down, saturating (zero stays zero).
-fn whole_millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

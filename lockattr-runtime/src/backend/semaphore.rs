@@ -76,8 +76,8 @@ use redis::{Script, ScriptInvocation};
 
 use super::deployment::Backend;
 use super::queue::unauthenticated;
-use super::scripts::Call;
-use super::shared::millis;
+use super::scripts::{Call, packed};
+use super::shared::whole_millis;
 use crate::LockError;
 use crate::layout::{Keys, MAX_PERMITS, Permits};
 
@@ -319,9 +319,6 @@ pub(crate) fn acquire_invocation<'a>(
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
     every: bool,
 ) -> ScriptInvocation<'a> {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
     let mut invocation = if every {
         permits.invocation_of_every(&ACQUIRE, keys)
     } else {
@@ -329,13 +326,7 @@ pub(crate) fn acquire_invocation<'a>(
     };
     invocation
         .arg(token)
-        .arg(format!(
-            "{}:{}:{}:{since}:{}",
-            millis(expire),
-            whole_millis(keys.fence_retention),
-            u8::from(queued),
-            keys.holder
-        ))
+        .arg(packed(keys, expire, Some(queued)))
         .arg(whole_millis(wait))
         .arg(permits.slots.len())
         .arg(&keys.channel)
@@ -367,8 +358,4 @@ pub(crate) fn give_back_invocation(
 /// cache was emptied (sent after a request whose answer was lost).
 pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> redis::Cmd {
     give_back(permits, keys, token).eval()
-}
-
-pub(super) fn whole_millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

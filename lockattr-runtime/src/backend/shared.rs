@@ -53,6 +53,13 @@ impl Attempt {
     }
 }
 
+/// Who a request is for: a hold's keys and its owner token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner<'a> {
+    pub(crate) keys: &'a Keys,
+    pub(crate) token: &'a str,
+}
+
 /// A lock taken by an acquisition loop.
 #[derive(Debug)]
 pub(crate) struct Grant {
@@ -180,6 +187,12 @@ pub(crate) fn extended(reply: i64, max_lease: Duration) -> Result<Option<Duratio
         ));
     }
     Ok(left_of(reply))
+}
+
+/// Whole milliseconds, rounded down, saturating (a retention or a wait may
+/// be zero).
+pub(crate) fn whole_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Milliseconds for Redis: at least 1 (PX 0 is an error), saturating.

@@ -13,7 +13,7 @@ use super::node_facts::NodeFacts;
 use super::scripts;
 use super::scripts::ReleaseReply;
 use super::shared::Timeouts;
-use super::shared::{Attempt, Extend, Released, Renewal, extended, left_of, millis};
+use super::shared::{Attempt, Extend, Owner, Released, Renewal, extended, left_of, millis};
 use super::source::{Sentinels, Source};
 use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
@@ -332,11 +332,9 @@ impl SingleNode {
 
     pub(crate) async fn try_acquire(
         &self,
-        keys: &Keys,
-        token: &str,
+        Owner { keys, token }: Owner<'_>,
         expire: Duration,
-        wait: Duration,
-        queued: bool,
+        (wait, queued): (Duration, bool),
     ) -> Result<Attempt, LockError> {
         let invocation = scripts::acquire(keys, token, expire, wait, queued);
         // An acquisition whose answer timed out may still run, later, when a
@@ -367,8 +365,7 @@ impl SingleNode {
     /// [`Released::NotOwned`].
     pub(crate) async fn release(
         &self,
-        keys: &Keys,
-        token: &str,
+        Owner { keys, token }: Owner<'_>,
         fencing_token: u64,
         notify: bool,
     ) -> Result<Released, LockError> {
@@ -406,10 +403,8 @@ impl SingleNode {
     /// with its connection is sent again as a raise (see [`Extend::Add`]).
     pub(crate) async fn extend(
         &self,
-        keys: &Keys,
-        token: &str,
-        by: Duration,
-        how: Extend,
+        Owner { keys, token }: Owner<'_>,
+        (by, how): (Duration, Extend),
         max_lease: Duration,
     ) -> Result<Option<Duration>, LockError> {
         let first = scripts::extend(keys, token, millis(by), how.mode(), max_lease);
