@@ -667,12 +667,29 @@ async fn waiting(
                 }
                 // Another waiter got the name: a crash of that holder is
                 // what to watch for now (see the module docs).
-                Wake::Rearm { lease } if one_name => {
-                    wake_at = next_check(recheck, Some(lease), polling_until.is_some());
+                Wake::Rearm { lease } => {
+                    let polling = polling_until.is_some();
+                    wake_at = rearmed(wake_at, (recheck, lease), one_name, polling);
                 }
-                Wake::Rearm { lease } => wake_at = wake_at.min(soon_after(lease)),
             }
         }
+    }
+}
+
+/// The next check after a notice that another waiter took the name, whose
+/// lease is `lease` (see the module docs): for one name, when that lease
+/// ends (later or earlier than planned, never after `recheck`); for a set,
+/// which waits on several names, never later than planned.
+fn rearmed(
+    wake_at: Instant,
+    (recheck, lease): (Instant, Duration),
+    one_name: bool,
+    polling: bool,
+) -> Instant {
+    if one_name {
+        next_check(recheck, Some(lease), polling)
+    } else {
+        wake_at.min(soon_after(lease))
     }
 }
 
@@ -820,5 +837,35 @@ impl Drop for Owed<'_> {
         if let Err(e) = giving {
             tracing::debug!(target: "lockattr", error = %e, "cannot leave a queue; the entry expires with the wait");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rearm_moves_one_names_check_to_the_new_lease_and_a_sets_only_earlier() {
+        let now = Instant::now();
+        let (soon, recheck) = (now + Duration::from_millis(50), now + RECHECK);
+        let later = Duration::from_millis(500);
+        // One name: the holder whose lease was watched is gone; the new
+        // holder's lease is what counts, even when it ends later.
+        let one = rearmed(soon, (recheck, later), true, false);
+        assert!(one > soon + Duration::from_millis(300) && one <= recheck);
+        // Never past the recheck.
+        let long = rearmed(soon, (recheck, Duration::from_secs(60)), true, false);
+        assert_eq!(long, recheck);
+        // A set: another of its names may still end first.
+        assert_eq!(rearmed(soon, (recheck, later), false, false), soon);
+        let earlier = rearmed(recheck, (recheck, Duration::from_millis(5)), false, false);
+        assert!(earlier < now + Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_polling_waiter_checks_soon_whatever_the_lease() {
+        let now = Instant::now();
+        let at = rearmed(now + RECHECK, (now + RECHECK, RECHECK), true, true);
+        assert!(at <= now + FALLBACK_PAUSE + Duration::from_millis(50));
     }
 }

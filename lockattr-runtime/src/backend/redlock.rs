@@ -94,6 +94,12 @@ pub(crate) struct LockRequest<'a> {
     pub(crate) wait: Duration,
 }
 
+/// A request to one node that owns what it needs, so that it can finish
+/// in the background.
+trait NodeOp<T>: Future<Output = Result<T, LockError>> + Send + 'static {}
+
+impl<T, F: Future<Output = Result<T, LockError>> + Send + 'static> NodeOp<T> for F {}
+
 /// Several independent Redis masters.
 #[derive(Debug)]
 pub(crate) struct Redlock {
@@ -399,16 +405,12 @@ impl Redlock {
     /// need, answering in the order they come: an operation that a
     /// majority has decided can leave the others to finish in the
     /// background (see [`Late`]).
-    fn start_each<T, F>(
+    fn start_each<T: Send + 'static, F: NodeOp<T>>(
         &self,
         which: impl Iterator<Item = (usize, Result<(), LockError>)>,
         limit: Duration,
         op: impl Fn(Arc<SingleNode>) -> F,
-    ) -> Requests<T>
-    where
-        F: Future<Output = Result<T, LockError>> + Send + 'static,
-        T: Send + 'static,
-    {
+    ) -> Requests<T> {
         which
             .map(|(i, ready)| {
                 let node = &self.nodes[i];
@@ -781,16 +783,12 @@ impl Redlock {
     /// release dropped on its way to its connection would never be sent,
     /// and leave the lock on that node until its lease ends. See
     /// [`gather`](Self::gather) for waiting on them.
-    async fn start_uncut<T, F>(
+    async fn start_uncut<T: Send + 'static, F: NodeOp<T>>(
         &self,
         which: &[usize],
         limit: Duration,
         op: impl Fn(Arc<SingleNode>) -> F,
-    ) -> Requests<T>
-    where
-        F: Future<Output = Result<T, LockError>> + Send + 'static,
-        T: Send + 'static,
-    {
+    ) -> Requests<T> {
         let ready = self.ready(which, limit).await;
         self.start_each(
             which.iter().copied().zip(ready),
