@@ -21,16 +21,9 @@ fn snapshot(con: &mut Connection) -> Snapshot {
     let keys: Vec<String> = query(con, &["KEYS", "*"]);
     keys.into_iter()
         .map(|key| {
-            let (kind, dump, ttl): (String, Vec<u8>, i64) = redis::pipe()
-                .cmd("TYPE")
-                .arg(&key)
-                .cmd("DUMP")
-                .arg(&key)
-                .cmd("PTTL")
-                .arg(&key)
-                .query(con)
-                .unwrap();
-            (key, (kind, dump, ttl))
+            let commands: [&[&str]; 3] = [&["TYPE", &key], &["DUMP", &key], &["PTTL", &key]];
+            let seen = pipeline(con, &commands);
+            (key, seen)
         })
         .collect()
 }
@@ -48,6 +41,14 @@ fn unchanged(before: &Snapshot, after: &Snapshot, call: &str) {
         assert_eq!(*ttl < 0, *ttl_after < 0, "{what}'s expiry");
         assert!(ttl_after <= ttl, "{call} raised the expiry of {key}");
     }
+}
+
+/// A private server, a connection to it, and what `setup` made there.
+fn start<T>(setup: impl FnOnce(&mut Connection) -> T) -> (Server, Connection, T) {
+    let server = Server::start();
+    let mut con = server.connect();
+    let made = setup(&mut con);
+    (server, con, made)
 }
 
 /// Calls the script with these keys and arguments.
@@ -76,12 +77,16 @@ fn query<T: FromRedisValue>(con: &mut Connection, words: &[&str]) -> T {
 }
 
 /// Runs the commands, each given as its words, in one pipeline.
-fn write(con: &mut Connection, commands: &[&[&str]]) {
+fn pipeline<T: FromRedisValue>(con: &mut Connection, commands: &[&[&str]]) -> T {
     let mut pipe = redis::pipe();
     for words in commands {
         pipe.cmd(words[0]).arg(&words[1..]);
     }
-    pipe.query::<()>(con).unwrap();
+    pipe.query(con).unwrap()
+}
+
+fn write(con: &mut Connection, commands: &[&[&str]]) {
+    pipeline::<()>(con, commands);
 }
 
 fn get(con: &mut Connection, key: &str) -> Option<String> {
@@ -159,17 +164,14 @@ mod lock {
         (held, free)
     }
 
-    /// A server, a connection and the two locks of `setup`.
-    fn start() -> (Server, Connection, Keys, Keys) {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, free) = setup(&mut con);
-        (server, con, held, free)
-    }
-
     /// The lock's four keys.
     fn four(keys: &Keys) -> [&str; 4] {
         [&keys.lock, &keys.fence, &keys.queue, &keys.waiters]
+    }
+
+    /// The keys EXTEND and RENEW take for a lock: holder, counter, index.
+    fn three(keys: &Keys) -> [&str; 3] {
+        [&keys.lock, &keys.fence, &keys.lock]
     }
 
     #[test]
@@ -185,7 +187,7 @@ mod lock {
 
     #[test]
     fn acquire_checks_its_arguments_before_writing() {
-        let (_server, mut con, held, free) = start();
+        let (_server, mut con, (held, free)) = start(setup);
         for keys in [&held, &free] {
             let k = four(keys);
             let mut refuse = |args: &[&str]| refused(&mut con, &ACQUIRE, &k, args);
@@ -223,7 +225,7 @@ mod lock {
 
     #[test]
     fn release_checks_its_arguments_before_writing() {
-        let (_server, mut con, held, _) = start();
+        let (_server, mut con, (held, _)) = start(setup);
         let k = four(&held);
         let mut refuse = |args: &[&str]| refused(&mut con, &RELEASE, &k, args);
         for token in ["holder", "waiter"] {
@@ -244,7 +246,7 @@ mod lock {
     /// clock after Redis lost the lock, or many acquisitions since).
     #[test]
     fn a_release_that_finds_the_lock_gone_tells_a_recent_counter() {
-        let (_server, mut con, held, _) = start();
+        let (_server, mut con, (held, _)) = start(setup);
         let answer = |con: &mut Connection, granted: u64| -> i64 {
             release(&held, "gone", granted, false).invoke(con).unwrap()
         };
@@ -269,8 +271,8 @@ mod lock {
 
     #[test]
     fn extend_checks_its_arguments_before_writing() {
-        let (_server, mut con, held, _) = start();
-        let k = [held.lock.as_str(), &held.fence, &held.lock];
+        let (_server, mut con, (held, _)) = start(setup);
+        let k = three(&held);
         let channel = held.channel.as_str();
         let mut refuse = |keys: &[&str], args: &[&str]| refused(&mut con, &EXTEND, keys, args);
         for mode in ["add", "set", "raise", "hold"] {
@@ -295,7 +297,7 @@ mod lock {
 
     #[test]
     fn hold_sets_the_time_left_and_tells_the_waiters() {
-        let (server, mut con, held, _) = start();
+        let (server, mut con, (held, _)) = start(setup);
         let mut listener = server.connect();
         let mut pubsub = listen(&mut listener, &held.channel);
         let hold = |con: &mut Connection, token: &str, ms: u64| -> i64 {
@@ -321,17 +323,10 @@ mod lock {
 
     #[test]
     fn renew_checks_every_lease_before_writing() {
-        let (_server, mut con, held, _) = start();
+        let (_server, mut con, (held, _)) = start(setup);
         let other = Keys::new("t:", "other", Duration::ZERO);
         write(&mut con, &[&["SET", &other.lock, "other", "PX", "3000"]]);
-        let k = [
-            held.lock.as_str(),
-            &held.fence,
-            &held.lock,
-            &other.lock,
-            &other.fence,
-            &other.lock,
-        ];
+        let k = [three(&held), three(&other)].concat();
         let mut refuse = |keys: &[&str], args: &[&str]| refused(&mut con, &RENEW, keys, args);
         for bad in NOT_MS {
             // The first lease alone would be renewed: it must not be.
@@ -345,7 +340,7 @@ mod lock {
 
     #[test]
     fn raise_fence_checks_its_arguments_before_writing() {
-        let (_server, mut con, held, _) = start();
+        let (_server, mut con, (held, _)) = start(setup);
         let k = [held.lock.as_str(), &held.fence];
         for bad in NOT_TOKEN.iter().chain(&["0"]) {
             refused(&mut con, &RAISE_FENCE, &k, &["holder", bad, "60000"]);
@@ -357,7 +352,7 @@ mod lock {
 
     #[test]
     fn force_unlock_checks_its_arguments_before_writing() {
-        let (_server, mut con, held, _) = start();
+        let (_server, mut con, (held, _)) = start(setup);
         let (k, channel) = (four(&held), held.channel.as_str());
         let mut refuse = |args: &[&str]| refused(&mut con, &FORCE_UNLOCK, &k, args);
         for bad in NOT_TOKEN {
@@ -375,7 +370,7 @@ mod lock {
     /// waiter, or is deleted, and never stays without a time to live.
     #[test]
     fn release_skips_a_malformed_queue_entry() {
-        let (_server, mut con, held, _) = start();
+        let (_server, mut con, (held, _)) = start(setup);
         write(
             &mut con,
             &[
@@ -461,9 +456,7 @@ mod rwlock {
 
     #[test]
     fn the_scripts_check_their_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (keys, rw) = keys_for(RwMode::Read);
+        let (_server, mut con, (keys, rw)) = start(|_| keys_for(RwMode::Read));
         assert_eq!(take(&mut con, RwMode::Read, "a", Duration::ZERO)[0], 1);
         enqueue(&mut con, &keys, "q", 'w', true);
         let all = [
@@ -507,9 +500,7 @@ mod rwlock {
 
     #[test]
     fn a_readers_release_hands_the_lock_to_the_queued_writer() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (keys, rw) = keys_for(RwMode::Read);
+        let (server, mut con, (keys, rw)) = start(|_| keys_for(RwMode::Read));
         let (reader, writer, now) = (RwMode::Read, RwMode::Write, Duration::ZERO);
         let fence_before = take(&mut con, writer, "w0", now)[1];
         release(&mut con, writer, "w0");
@@ -537,9 +528,7 @@ mod rwlock {
 
     #[test]
     fn a_writers_release_admits_the_leading_live_readers() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (keys, rw) = keys_for(RwMode::Read);
+        let (server, mut con, (keys, rw)) = start(|_| keys_for(RwMode::Read));
         let written = take(&mut con, RwMode::Write, "w0", Duration::ZERO)[1];
         for (token, side, live) in [
             ("dead", 'w', false),
@@ -602,24 +591,14 @@ mod semaphore {
     fn setup(con: &mut Connection) -> (Keys, Permits) {
         let mut keys = Keys::new("t:", "s", Duration::from_secs(60));
         let permits = Permits::make(&mut keys, 2);
+        let (slot, entry) = (permits.slot(0).unwrap(), "99999999999999:4000:1:host\n7\nw");
         write(
             con,
             &[
-                &[
-                    "SET",
-                    permits.slot(0).unwrap(),
-                    "holder\nh\n1",
-                    "PX",
-                    "5000",
-                ],
+                &["SET", slot, "holder\nh\n1", "PX", "5000"],
                 &["SET", &permits.record, "2", "PX", "60000"],
                 &["RPUSH", &keys.queue, "waiter"],
-                &[
-                    "HSET",
-                    &keys.waiters,
-                    "waiter",
-                    "99999999999999:4000:1:host\n7\nw",
-                ],
+                &["HSET", &keys.waiters, "waiter", entry],
             ],
         );
         (keys, permits)
@@ -652,18 +631,10 @@ mod semaphore {
 
     #[test]
     fn the_scripts_check_their_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (keys, permits) = setup(&mut con);
-        let all: Vec<&str> = [
-            keys.fence.as_str(),
-            &keys.queue,
-            &keys.waiters,
-            &permits.record,
-        ]
-        .into_iter()
-        .chain(permits.slots.iter().map(String::as_str))
-        .collect();
+        let (_server, mut con, (keys, permits)) = start(setup);
+        let mut all = vec![&keys.fence, &keys.queue, &keys.waiters, &permits.record];
+        all.extend(&permits.slots);
+        let all: Vec<&str> = all.into_iter().map(String::as_str).collect();
         let short = &all[..all.len() - 1];
         let channel = keys.channel.as_str();
         let mut refuse = |keys: &[&str], script: &Script, args: &[&str]| {
@@ -708,9 +679,7 @@ mod semaphore {
 
     #[test]
     fn a_mismatch_writes_nothing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let _ = setup(&mut con);
+        let (_server, mut con, _) = start(setup);
         let (three, permits) = semaphore(3, None);
         let before = snapshot(&mut con);
         let second = Duration::from_secs(1);
@@ -723,9 +692,7 @@ mod semaphore {
     /// whose deadline has not passed, not to the caller behind it.
     #[test]
     fn a_free_permit_goes_to_the_oldest_live_waiter() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (keys, permits) = setup(&mut con);
+        let (server, mut con, (keys, permits)) = start(setup);
         let slot = permits.slot(1).unwrap();
         // Before `waiter`: one whose deadline passed, one malformed.
         write(
@@ -834,14 +801,10 @@ mod semaphore {
     /// whatever follows it, and hands the permit on with those lines.
     #[test]
     fn a_forced_permit_keeps_its_fields_when_handed_on() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (keys, permits) = setup(&mut con);
+        let (_server, mut con, (keys, permits)) = start(setup);
         let slot = permits.slot(0).unwrap();
-        write(
-            &mut con,
-            &[&["SET", slot, "holder\nh\np\nl\n1\n42\n2\nmore", "PX", "5000"]],
-        );
+        let value = "holder\nh\np\nl\n1\n42\n2\nmore";
+        write(&mut con, &[&["SET", slot, value, "PX", "5000"]]);
         let seen: SemaphoreSeen = permits
             .invocation(&INSPECT, &keys)
             .invoke(&mut con)
@@ -879,16 +842,9 @@ mod set {
     fn the_set_scripts_check_their_arguments_before_writing() {
         let server = Server::start();
         let mut con = server.connect();
-        let keys = [
-            "t:{a}",
-            "t:{a}:fence",
-            "t:{a}:queue",
-            "t:{a}:waiters",
-            "t:{b}",
-            "t:{b}:fence",
-            "t:{b}:queue",
-            "t:{b}:waiters",
-        ];
+        let names = ["t:{a}", "t:{b}"]
+            .map(|name| ["", ":fence", ":queue", ":waiters"].map(|key| format!("{name}{key}")));
+        let keys: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
         let mut refuse = |script: &Script, keys: &[&str], args: &[&str]| {
             refused(&mut con, script, keys, args);
         };
