@@ -4,14 +4,8 @@
 -- wait ms (0: no wait, and leave the queue).
 -- Returns {1, fencing token} when the token holds the lock, {0, pttl of
 -- the holder} when not.
-local lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
-end
-local bad, lease, retention, wait = ms_args('lease', lease_arg, 1, 'retention', retention_arg, 0, 'wait', ARGV[3], 0)
-if bad then
-  return bad
-end
+local lease, retention, wait, queued, since, who = acquire_args('<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+if refusal then return refusal end
 local token = ARGV[1]
 -- The free lock first: an uncontended acquisition costs GET, SET NX and
 -- SET of the counter. The counter is written after the lock, and a

@@ -5,20 +5,14 @@
 -- ms, and for `hold` the channel.
 -- Returns the new time left in ms, -1 when not the token's, -2 (nothing
 -- changed) beyond the max lease.
-local bad, ms, max, retention = ms_args('ms', ARGV[2], 1, 'max', ARGV[4], 1, 'retention', ARGV[5], 0)
-if bad then
-  return bad
-end
+local ms = ms_arg('ms', ARGV[2], 1)
+local max = ms_arg('max', ARGV[4], 1)
+local retention = ms_arg('retention', ARGV[5], 0)
 local mode = ARGV[3]
-if mode ~= 'add' and mode ~= 'set' and mode ~= 'raise' and mode ~= 'hold' then
-  return redis.error_reply('ERR lockattr: the mode must be add, set, raise or hold')
-end
-if #KEYS ~= 3 then
-  return redis.error_reply('ERR lockattr: the keys must be the holder, its fence counter and its index')
-end
-if mode == 'hold' and not ARGV[6] then
-  return redis.error_reply('ERR lockattr: the mode hold needs the lock channel')
-end
+check(mode == 'add' or mode == 'set' or mode == 'raise' or mode == 'hold', 'the mode must be add, set, raise or hold')
+check(#KEYS == 3, 'the keys must be the holder, its fence counter and its index')
+check(mode ~= 'hold' or ARGV[6], 'the mode hold needs the lock channel')
+if refusal then return refusal end
 local value = redis.call('get', KEYS[1])
 if not owns(value, ARGV[1]) then
   return -1

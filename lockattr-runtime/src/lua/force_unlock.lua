@@ -4,14 +4,9 @@
 -- have (0: any holder).
 -- Returns 0 when the lock was free (or held under another token), or
 -- {1, <holder>\n<since>...} of the holder it was taken from.
-local bad, retention = ms_args('retention', ARGV[3], 0)
-if bad then
-  return bad
-end
-local bad_token, expected = token_arg('the expected fencing token', ARGV[4], 0)
-if bad_token then
-  return bad_token
-end
+local retention = ms_arg('retention', ARGV[3], 0)
+local expected = token_arg('the expected fencing token', ARGV[4], 0)
+if refusal then return refusal end
 local value = redis.call('get', KEYS[1])
 if not value or (expected > 0 and holder_fence(value) ~= expected) then
   return 0

@@ -20,30 +20,69 @@ local RECENT_FENCE = 1000
 -- 2^53: fencing tokens stay below it, where Lua's doubles are exact.
 local MAX_TOKEN = 9007199254740992
 
--- Checks durations given as name, argument, minimum, name, argument,
--- minimum...: each must be a whole number of milliseconds from its minimum
--- to MAX_MS (text, fractions, negatives, NaN and infinities are refused).
--- Returns nil and the numbers, or the error reply of the first bad one.
-local function ms_args(...)
-  local args, numbers = {...}, {}
-  for i = 1, select('#', ...), 3 do
-    local name, n, min = args[i], tonumber(args[i + 1]), args[i + 2]
-    if not n or n ~= math.floor(n) or n < min or n > MAX_MS then
-      return redis.error_reply('ERR lockattr: ' .. name .. ' must be a whole number of milliseconds from ' .. min .. ' to ' .. MAX_MS)
-    end
-    numbers[#numbers + 1] = n
+-- The error reply of the first bad argument, or nil. A script runs all its
+-- checks, then returns `refusal` if one failed: only the first refusal
+-- stands, so the checks answer in the order the script runs them.
+local refusal
+
+-- Refuses the call with `message` unless `ok`. Returns `ok`.
+local function check(ok, message)
+  if not ok and not refusal then
+    refusal = redis.error_reply('ERR lockattr: ' .. message)
   end
-  return nil, unpack(numbers)
+  return ok
+end
+
+-- Checks a duration named `name`: a whole number of milliseconds from `min`
+-- to MAX_MS (text, fractions, negatives, NaN and infinities are refused).
+-- Returns the number.
+local function ms_arg(name, arg, min)
+  local n = tonumber(arg)
+  if not n or n ~= math.floor(n) or n < min or n > MAX_MS then
+    check(false, name .. ' must be a whole number of milliseconds from ' .. min .. ' to ' .. MAX_MS)
+  end
+  return n
 end
 
 -- Checks a fencing token argument (`what` names it in the error): a whole
--- number from `min` to 2^53 - 1. Returns nil and the number, or the error.
+-- number from `min` to 2^53 - 1. Returns the number.
 local function token_arg(what, arg, min)
   local n = tonumber(arg)
   if not n or n ~= math.floor(n) or n < min or n >= MAX_TOKEN then
-    return redis.error_reply('ERR lockattr: ' .. what .. ' must be a whole number from ' .. min .. ' to 2^53 - 1')
+    check(false, what .. ' must be a whole number from ' .. min .. ' to 2^53 - 1')
   end
-  return nil, n
+  return n
+end
+
+-- The fields an acquisition's second argument may pack, as its error names
+-- them, and the pattern of each.
+local PACKED = {
+  ['<r or w>'] = '([rw])', ['<lease ms>'] = '([^:]*)', ['<retention ms>'] = '([^:]*)',
+  ['<0 or 1>'] = '([01])', ['<since ms>'] = '(%d+)', ['<holder>'] = '(.*)',
+}
+
+-- Checks an acquisition's arguments: ARGV[2] packed as `shape` (fields of
+-- PACKED joined by `:`, the lease and the retention among them), then the
+-- lease, the retention and the wait ARGV[3]. Returns the lease, retention
+-- and wait in ms, then the shape's other fields in order.
+local function acquire_args(shape)
+  local fields = {string.match(ARGV[2], '^' .. string.gsub(shape, '<[^>]*>', PACKED) .. '$')}
+  if not check(#fields > 0, 'the second argument must be ' .. shape) then
+    return
+  end
+  local lease, retention, rest = nil, nil, {}
+  local i = 0
+  for name in string.gmatch(shape, '<[^>]*>') do
+    i = i + 1
+    if name == '<lease ms>' then
+      lease = ms_arg('lease', fields[i], 1)
+    elseif name == '<retention ms>' then
+      retention = ms_arg('retention', fields[i], 0)
+    else
+      rest[#rest + 1] = fields[i]
+    end
+  end
+  return lease, retention, ms_arg('wait', ARGV[3], 0), unpack(rest)
 end
 
 -- The server's clock in microseconds (below 2^53, exact in a double).

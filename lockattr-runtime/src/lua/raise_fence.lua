@@ -3,14 +3,9 @@
 -- KEYS: lock, fence.
 -- ARGV: owner token, fencing token, retention ms.
 -- Returns 1 when the owner token owns the lock, 0 when not.
-local bad_token, token = token_arg('the fencing token', ARGV[2], 1)
-if bad_token then
-  return bad_token
-end
-local bad, retention = ms_args('retention', ARGV[3], 0)
-if bad then
-  return bad
-end
+local token = token_arg('the fencing token', ARGV[2], 1)
+local retention = ms_arg('retention', ARGV[3], 0)
+if refusal then return refusal end
 local value = redis.call('get', KEYS[1])
 if not owns(value, ARGV[1]) then
   return 0

@@ -7,14 +7,10 @@
 -- window ms, shared (1: the counter serves other live holders).
 -- Returns 1 (deleted), the notice (handed over), 0 (not the token's), or 2
 -- (not the token's, but the counter is near the granted token).
-local bad, retention, barge = ms_args('retention', ARGV[4], 0, 'barge', ARGV[6], 0)
-if bad then
-  return bad
-end
-local bad_token, granted = token_arg('the fencing token', ARGV[5], 0)
-if bad_token then
-  return bad_token
-end
+local retention = ms_arg('retention', ARGV[4], 0)
+local barge = ms_arg('barge', ARGV[6], 0)
+local granted = token_arg('the fencing token', ARGV[5], 0)
+if refusal then return refusal end
 local token = ARGV[1]
 local value = redis.call('get', KEYS[1])
 if not owns(value, token) then

@@ -3,21 +3,15 @@
 -- KEYS: for each hold, its holder key, fence counter and index.
 -- ARGV: retention ms, then for each hold its token and lease ms.
 -- Returns, per hold, the time left in ms or -1 when not the token's.
-local bad, retention = ms_args('retention', ARGV[1], 0)
-if bad then
-  return bad
-end
-if #KEYS % 3 ~= 0 or #ARGV ~= 1 + 2 * #KEYS / 3 then
-  return redis.error_reply('ERR lockattr: three keys (holder, fence counter, index) and a token and a lease for each hold')
+local retention = ms_arg('retention', ARGV[1], 0)
+if not check(#KEYS % 3 == 0 and #ARGV == 1 + 2 * #KEYS / 3, 'three keys (holder, fence counter, index) and a token and a lease for each hold') then
+  return refusal
 end
 local lease = {}
 for i = 1, #KEYS / 3 do
-  local ms = tonumber(ARGV[2 * i + 1])
-  if not ms or ms ~= math.floor(ms) or ms < 0 or ms > MAX_MS then
-    return redis.error_reply('ERR lockattr: each lease must be a whole number of milliseconds from 0 to ' .. MAX_MS)
-  end
-  lease[i] = ms
+  lease[i] = ms_arg('each lease', ARGV[2 * i + 1], 0)
 end
+if refusal then return refusal end
 local left = {}
 for i = 1, #KEYS / 3 do
   local key, token = KEYS[3 * i - 2], ARGV[2 * i]

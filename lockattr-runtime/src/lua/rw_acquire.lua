@@ -4,18 +4,9 @@
 -- ms>:<holder>`, wait ms (0: no wait, and leave the queue).
 -- Returns {1, fencing token} when the token holds its side, {0, pttl of
 -- the holder whose lease ends first, or -1} when not.
-local side, lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([rw]):([^:]*):([^:]*):([01]):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <r or w>:<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
-end
-local bad, lease, retention, wait = ms_args('lease', lease_arg, 1, 'retention', retention_arg, 0, 'wait', ARGV[3], 0)
-if bad then
-  return bad
-end
-local bad_keys = rw_keys()
-if bad_keys then
-  return bad_keys
-end
+local lease, retention, wait, side, queued, since, who = acquire_args('<r or w>:<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+rw_keys()
+if refusal then return refusal end
 local token = ARGV[1]
 local mine_key = KEYS[1]
 if side == 'r' then

@@ -5,16 +5,14 @@ local base, channel, legacy
 -- Checks the first two keys and names the others from the write key.
 -- `legacy` is the set of readers an older version kept (no time to live, a
 -- scan per call): read while a rolling deploy runs both versions, never
--- written. Returns the error reply when a key is wrong.
+-- written. Returns whether the keys are right (see `check`).
 local function rw_keys()
-  if string.sub(KEYS[1], -6) ~= ':write' then
-    return redis.error_reply('ERR lockattr: the first key must be the write key')
+  if not check(string.sub(KEYS[1], -6) == ':write', 'the first key must be the write key') then
+    return false
   end
   base = string.sub(KEYS[1], 1, -7)
   channel, legacy = base .. ':wake', base .. ':readers'
-  if KEYS[2] == legacy then
-    return redis.error_reply('ERR lockattr: the second key must be the readers index')
-  end
+  return check(KEYS[2] ~= legacy, 'the second key must be the readers index')
 end
 
 local function read_key(t)

@@ -6,24 +6,14 @@
 -- token granted, barge (unused).
 -- Returns the first notice published, 1 (released), 0 (not the token's),
 -- or 2 (not the token's, but it may have just released it).
-local bad, retention = ms_args('retention', ARGV[4], 0)
-if bad then
-  return bad
-end
-local bad_token, granted = token_arg('the fencing token', ARGV[5], 0)
-if bad_token then
-  return bad_token
-end
-local bad_keys = rw_keys()
-if bad_keys then
-  return bad_keys
-end
+local retention = ms_arg('retention', ARGV[4], 0)
+local granted = token_arg('the fencing token', ARGV[5], 0)
+if not rw_keys() then return refusal end
 local token = ARGV[1]
 local key = KEYS[6]
 local writing = key == KEYS[1]
-if not writing and key ~= read_key(token) then
-  return redis.error_reply('ERR lockattr: the sixth key must be the write key or the reader key of the token')
-end
+check(writing or key == read_key(token), 'the sixth key must be the write key or the reader key of the token')
+if refusal then return refusal end
 local value = redis.call('get', key)
 if not owns(value, token) then
   unqueue(KEYS[4], KEYS[5], token)

@@ -7,26 +7,12 @@
 -- Returns {1, fencing token, permit index}, {0, pttl of the permit that
 -- ends first or -1}, {-1, the semaphore's number of permits or -1} (in
 -- use with another number) or {-2, 0} (ask again looking at every permit).
-local lease_arg, retention_arg, queued, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
-end
-local bad, lease, retention, wait = ms_args('lease', lease_arg, 1, 'retention', retention_arg, 0, 'wait', ARGV[3], 0)
-if bad then
-  return bad
-end
+local lease, retention, wait, queued, since, who = acquire_args('<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
 local every = ARGV[6] == '1'
-if ARGV[6] and ARGV[6] ~= '0' and not every then
-  return redis.error_reply('ERR lockattr: the sixth argument must be 0 or 1')
-end
-local bad_permits, permits = permits_arg(ARGV[4], every)
-if bad_permits then
-  return bad_permits
-end
-local channel = ARGV[5]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
+check(not ARGV[6] or ARGV[6] == '0' or every, 'the sixth argument must be 0 or 1')
+local permits = permits_arg(ARGV[4], every)
+local channel = channel_arg(ARGV[5])
+if refusal then return refusal end
 local token = ARGV[1]
 local FIVE_LINES = '^([^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*)'
 local number = '\n' .. string.format('%d', permits)

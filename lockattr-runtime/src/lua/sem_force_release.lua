@@ -3,22 +3,11 @@
 -- KEYS: fence, queue, waiters, record, then one key per permit.
 -- ARGV: fencing token, retention ms, permits, channel.
 -- Returns {1, <holder>\n<since>} of the holder it was taken from, or 0.
-local bad, retention = ms_args('retention', ARGV[2], 0)
-if bad then
-  return bad
-end
-local bad_permits, permits = permits_arg(ARGV[3])
-if bad_permits then
-  return bad_permits
-end
-local bad_token, expected = token_arg('the fencing token', ARGV[1], 1)
-if bad_token then
-  return bad_token
-end
-local channel = ARGV[4]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
+local retention = ms_arg('retention', ARGV[2], 0)
+local permits = permits_arg(ARGV[3])
+local expected = token_arg('the fencing token', ARGV[1], 1)
+local channel = channel_arg(ARGV[4])
+if refusal then return refusal end
 for i = 1, permits do
   local value = redis.call('get', KEYS[4 + i])
   if value and holder_fence(value) == expected then

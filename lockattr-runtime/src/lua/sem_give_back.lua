@@ -3,18 +3,10 @@
 -- KEYS: fence, queue, waiters, record, then one key per permit.
 -- ARGV: token, retention ms, permits, channel.
 -- Returns 1 when a permit was given back, 0 when the token held none.
-local bad, retention = ms_args('retention', ARGV[2], 0)
-if bad then
-  return bad
-end
-local bad_permits, permits = permits_arg(ARGV[3])
-if bad_permits then
-  return bad_permits
-end
-local channel = ARGV[4]
-if not channel then
-  return redis.error_reply('ERR lockattr: the channel is missing')
-end
+local retention = ms_arg('retention', ARGV[2], 0)
+local permits = permits_arg(ARGV[3])
+local channel = channel_arg(ARGV[4])
+if refusal then return refusal end
 local token = ARGV[1]
 for i = 1, permits do
   local value = redis.call('get', KEYS[4 + i])

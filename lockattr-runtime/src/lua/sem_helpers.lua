@@ -6,14 +6,20 @@ local MAX_PERMITS = 256
 
 -- Checks the number of permits in `arg`: a whole number from 1 to
 -- MAX_PERMITS, with one key per permit after the four others (every one of
--- the MAX_PERMITS with `every`). Returns nil and the number, or the error.
+-- the MAX_PERMITS with `every`). Returns the number.
 local function permits_arg(arg, every)
   local permits = tonumber(arg)
   if not permits or permits ~= math.floor(permits) or permits < 1 or permits > MAX_PERMITS
       or #KEYS ~= (every and 4 + MAX_PERMITS or 4 + permits) then
-    return redis.error_reply('ERR lockattr: permits must be a whole number from 1 to ' .. MAX_PERMITS .. ', with one key per permit')
+    check(false, 'permits must be a whole number from 1 to ' .. MAX_PERMITS .. ', with one key per permit')
   end
-  return nil, permits
+  return permits
+end
+
+-- Checks that the channel `arg` is given. Returns it.
+local function channel_arg(arg)
+  check(arg, 'the channel is missing')
+  return arg
 end
 
 -- The number of permits a permit's value records (its line after the

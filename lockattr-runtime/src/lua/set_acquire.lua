@@ -6,17 +6,10 @@
 -- the first busy name), then each name's channel.
 -- Returns {1, fencing token of each name...} or {0, longest time left of a
 -- busy name in ms}.
-local lease_arg, retention_arg, since, who = string.match(ARGV[2], '^([^:]*):([^:]*):(%d+):(.*)$')
-if not who then
-  return redis.error_reply('ERR lockattr: the second argument must be <lease ms>:<retention ms>:<since ms>:<holder>')
-end
-local bad, lease, retention, wait = ms_args('lease', lease_arg, 1, 'retention', retention_arg, 0, 'wait', ARGV[3], 0)
-if bad then
-  return bad
-end
-if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 4 + #KEYS / 4 or (ARGV[4] ~= '0' and ARGV[4] ~= '1') then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, the arguments end with 0 or 1 and a channel per name')
-end
+local lease, retention, wait, since, who = acquire_args('<lease ms>:<retention ms>:<since ms>:<holder>')
+check(#KEYS > 0 and #KEYS % 4 == 0 and #ARGV == 4 + #KEYS / 4 and (ARGV[4] == '0' or ARGV[4] == '1'),
+  'the keys must be the lock, fence, queue and waiters keys of each name, the arguments end with 0 or 1 and a channel per name')
+if refusal then return refusal end
 local busy = -1
 local first_busy
 for i = 1, #KEYS, 4 do

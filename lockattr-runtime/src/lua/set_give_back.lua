@@ -3,13 +3,10 @@
 -- KEYS: for each name, its lock, fence, queue and waiters keys.
 -- ARGV: token, retention ms, then each name's channel.
 -- Returns how many locks it deleted.
-local bad, retention = ms_args('retention', ARGV[2], 0)
-if bad then
-  return bad
-end
-if #KEYS == 0 or #KEYS % 4 ~= 0 or #ARGV ~= 2 + #KEYS / 4 then
-  return redis.error_reply('ERR lockattr: the keys must be the lock, fence, queue and waiters keys of each name, and a channel per name')
-end
+local retention = ms_arg('retention', ARGV[2], 0)
+check(#KEYS > 0 and #KEYS % 4 == 0 and #ARGV == 2 + #KEYS / 4,
+  'the keys must be the lock, fence, queue and waiters keys of each name, and a channel per name')
+if refusal then return refusal end
 local deleted = 0
 for i = 1, #KEYS, 4 do
   unqueue(KEYS[i + 2], KEYS[i + 3], ARGV[1])

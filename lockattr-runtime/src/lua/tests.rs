@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Connection, Script, Value};
+use redis::{Connection, FromRedisValue, PubSub, Script, Value};
 
+use crate::backend::test_server::Server;
 use crate::layout::{Keys, MAX_PERMITS, Permits, RwKeys, RwMode};
 
 /// What a test sees of Redis: every key, with its type, its serialized
@@ -17,19 +18,12 @@ use crate::layout::{Keys, MAX_PERMITS, Permits, RwKeys, RwMode};
 type Snapshot = BTreeMap<String, (String, Vec<u8>, i64)>;
 
 fn snapshot(con: &mut Connection) -> Snapshot {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    let keys: Vec<String> = query(con, &["KEYS", "*"]);
     keys.into_iter()
         .map(|key| {
-            let (kind, dump, ttl): (String, Vec<u8>, i64) = redis::pipe()
-                .cmd("TYPE")
-                .arg(&key)
-                .cmd("DUMP")
-                .arg(&key)
-                .cmd("PTTL")
-                .arg(&key)
-                .query(con)
-                .unwrap();
-            (key, (kind, dump, ttl))
+            let commands: [&[&str]; 3] = [&["TYPE", &key], &["DUMP", &key], &["PTTL", &key]];
+            let seen = pipeline(con, &commands);
+            (key, seen)
         })
         .collect()
 }
@@ -42,35 +36,79 @@ fn unchanged(before: &Snapshot, after: &Snapshot, call: &str) {
     assert_eq!(names(before), names(after), "{call} changed the keys");
     for (key, (kind, value, ttl)) in before {
         let (kind_after, value_after, ttl_after) = &after[key];
-        assert_eq!(
-            (kind, value),
-            (kind_after, value_after),
-            "{call} changed {key}"
-        );
-        assert_eq!(
-            *ttl < 0,
-            *ttl_after < 0,
-            "{call} changed the expiry of {key}"
-        );
+        let what = format!("{call} changed {key}");
+        assert_eq!((kind, value), (kind_after, value_after), "{what}");
+        assert_eq!(*ttl < 0, *ttl_after < 0, "{what}'s expiry");
         assert!(ttl_after <= ttl, "{call} raised the expiry of {key}");
     }
 }
 
+/// A private server, a connection to it, and what `setup` made there.
+fn start<T>(setup: impl FnOnce(&mut Connection) -> T) -> (Server, Connection, T) {
+    let server = Server::start();
+    let mut con = server.connect();
+    let made = setup(&mut con);
+    (server, con, made)
+}
+
+/// Calls the script with these keys and arguments.
+fn call<T: FromRedisValue>(
+    con: &mut Connection,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+) -> redis::RedisResult<T> {
+    script.key(keys).arg(args).invoke(con)
+}
+
 /// Calls the script with these keys and arguments; asserts that Redis
 /// answered an error and that nothing was written.
-fn refused(con: &mut Connection, script: &Script, keys: &[&str], args: &[&str], call: &str) {
+fn refused(con: &mut Connection, script: &Script, keys: &[&str], args: &[&str]) {
     let before = snapshot(con);
-    let mut invocation = script.prepare_invoke();
-    for key in keys {
-        invocation.key(*key);
+    let answer = call::<Value>(con, script, keys, args);
+    let what = format!("{args:?} on {keys:?}");
+    assert!(answer.is_err(), "{what} was accepted: {answer:?}");
+    unchanged(&before, &snapshot(con), &what);
+}
+
+/// Runs one command, given as its words.
+fn query<T: FromRedisValue>(con: &mut Connection, words: &[&str]) -> T {
+    redis::cmd(words[0]).arg(&words[1..]).query(con).unwrap()
+}
+
+/// Runs the commands, each given as its words, in one pipeline.
+fn pipeline<T: FromRedisValue>(con: &mut Connection, commands: &[&[&str]]) -> T {
+    let mut pipe = redis::pipe();
+    for words in commands {
+        pipe.cmd(words[0]).arg(&words[1..]);
     }
-    for arg in args {
-        invocation.arg(*arg);
-    }
-    let answer: redis::RedisResult<Value> = invocation.invoke(con);
-    let after = snapshot(con);
-    assert!(answer.is_err(), "{call} was accepted: {answer:?}");
-    unchanged(&before, &after, call);
+    pipe.query(con).unwrap()
+}
+
+fn write(con: &mut Connection, commands: &[&[&str]]) {
+    pipeline::<()>(con, commands);
+}
+
+fn get(con: &mut Connection, key: &str) -> Option<String> {
+    query(con, &["GET", key])
+}
+
+fn pttl(con: &mut Connection, key: &str) -> i64 {
+    query(con, &["PTTL", key])
+}
+
+/// `listener` subscribed to `channel`, waiting 5 s at most for a message.
+fn listen<'a>(listener: &'a mut Connection, channel: &str) -> PubSub<'a> {
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe(channel).unwrap();
+    let timeout = Some(Duration::from_secs(5));
+    pubsub.set_read_timeout(timeout).unwrap();
+    pubsub
+}
+
+/// The next message heard.
+fn heard(pubsub: &mut PubSub) -> String {
+    pubsub.get_message().unwrap().get_payload().unwrap()
 }
 
 /// Numbers that are not a whole count of milliseconds within bounds.
@@ -87,49 +125,53 @@ const NOT_MS: &[&str] = &[
     "-inf",
 ];
 
+/// Numbers that are not a fencing token (nor 0, where 0 is accepted).
+const NOT_TOKEN: &[&str] = &[
+    "abc",
+    "",
+    "-3",
+    "1.5",
+    "1e30",
+    "9007199254740992",
+    "nan",
+    "inf",
+];
+
 mod lock {
-    //! The scripts called directly, with a plain connection to a private
-    //! redis-server (never 6379), the way a caller that bypasses the API,
-    //! or a bug in it, would: a bad argument is an error, and changes
-    //! nothing in Redis.
+    //! The lock's scripts: a bad argument is an error, and changes nothing
+    //! in Redis; a release reads the counter and the queue as it must.
 
     use super::*;
     use crate::backend::scripts::*;
-    use crate::backend::test_server::Server;
 
     /// The lock "held" (token `holder`, 3 s left, counter 5 with a time to
     /// live, one waiter queued), and the free lock "free" with no keys.
     fn setup(con: &mut Connection) -> (Keys, Keys) {
         let held = Keys::new("t:", "held", Duration::from_secs(60));
         let free = Keys::new("t:", "free", Duration::from_secs(60));
-        let _: () = redis::pipe()
-            .cmd("FLUSHALL")
-            .cmd("SET")
-            .arg(&held.lock)
-            .arg("holder")
-            .arg("PX")
-            .arg(3_000)
-            .cmd("SET")
-            .arg(&held.fence)
-            .arg(5)
-            .arg("PX")
-            .arg(60_000)
-            .cmd("RPUSH")
-            .arg(&held.queue)
-            .arg("waiter")
-            .cmd("HSET")
-            .arg(&held.waiters)
-            .arg("waiter")
-            .arg("99999999999999:1000")
-            .cmd("PEXPIRE")
-            .arg(&held.queue)
-            .arg(50_000)
-            .cmd("PEXPIRE")
-            .arg(&held.waiters)
-            .arg(50_000)
-            .query(con)
-            .unwrap();
+        write(
+            con,
+            &[
+                &["FLUSHALL"],
+                &["SET", &held.lock, "holder", "PX", "3000"],
+                &["SET", &held.fence, "5", "PX", "60000"],
+                &["RPUSH", &held.queue, "waiter"],
+                &["HSET", &held.waiters, "waiter", "99999999999999:1000"],
+                &["PEXPIRE", &held.queue, "50000"],
+                &["PEXPIRE", &held.waiters, "50000"],
+            ],
+        );
         (held, free)
+    }
+
+    /// The lock's four keys.
+    fn four(keys: &Keys) -> [&str; 4] {
+        [&keys.lock, &keys.fence, &keys.queue, &keys.waiters]
+    }
+
+    /// The keys EXTEND and RENEW take for a lock: holder, counter, index.
+    fn three(keys: &Keys) -> [&str; 3] {
+        [&keys.lock, &keys.fence, &keys.lock]
     }
 
     #[test]
@@ -145,31 +187,20 @@ mod lock {
 
     #[test]
     fn acquire_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, free) = setup(&mut con);
+        let (_server, mut con, (held, free)) = start(setup);
         for keys in [&held, &free] {
-            let k = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
+            let k = four(keys);
+            let mut refuse = |args: &[&str]| refused(&mut con, &ACQUIRE, &k, args);
             for bad in NOT_MS.iter().chain(&["0"]) {
-                let call = format!("ACQUIRE {} lease {bad:?}", keys.lock);
-                let lease = format!("{bad}:60000:0:1:");
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
+                refuse(&["newcomer", &format!("{bad}:60000:0:1:"), "5000"]);
             }
             for bad in NOT_MS {
-                let call = format!("ACQUIRE {} wait {bad:?}", keys.lock);
-                refused(
-                    &mut con,
-                    &ACQUIRE,
-                    &k,
-                    &["newcomer", "1000:60000:1:1:", bad],
-                    &call,
-                );
-                let call = format!("ACQUIRE {} retention {bad:?}", keys.lock);
-                let lease = format!("1000:{bad}:0:1:");
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
-                let lease = format!("1000:{bad}:0:1:host\n1\nlabel");
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", &lease, "5000"], &call);
+                refuse(&["newcomer", "1000:60000:1:1:", bad]);
+                refuse(&["newcomer", &format!("1000:{bad}:0:1:"), "5000"]);
+                let holder = format!("1000:{bad}:0:1:host\n1\nlabel");
+                refuse(&["newcomer", &holder, "5000"]);
             }
+            // Not `<lease>:<retention>:<0 or 1>:<since>:<holder>`.
             for lease in [
                 "1000",
                 "",
@@ -186,46 +217,27 @@ mod lock {
                 "1000:6x:0:1:h",
                 ":60000:0:1:h",
             ] {
-                let call = format!("ACQUIRE {} lease and retention {lease:?}", keys.lock);
-                refused(&mut con, &ACQUIRE, &k, &["newcomer", lease, "5000"], &call);
+                refuse(&["newcomer", lease, "5000"]);
             }
-            let call = format!("ACQUIRE {} without a wait", keys.lock);
-            refused(
-                &mut con,
-                &ACQUIRE,
-                &k,
-                &["newcomer", "1000:60000:0:1:"],
-                &call,
-            );
+            refuse(&["newcomer", "1000:60000:0:1:"]);
         }
     }
 
     #[test]
     fn release_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str(), &held.fence, &held.queue, &held.waiters];
+        let (_server, mut con, (held, _)) = start(setup);
+        let k = four(&held);
+        let mut refuse = |args: &[&str]| refused(&mut con, &RELEASE, &k, args);
         for token in ["holder", "waiter"] {
             for bad in NOT_MS {
-                let call = format!("RELEASE by {token} retention {bad:?}");
-                let args = [token, &held.channel, "0", bad, "5"];
-                refused(&mut con, &RELEASE, &k, &args, &call);
+                refuse(&[token, &held.channel, "0", bad, "5", "0"]);
             }
-            for bad in ["abc", "", "-1", "1.5", "1e30", "9007199254740992", "nan"] {
-                let call = format!("RELEASE by {token} granted {bad:?}");
-                let args = [token, &held.channel, "0", "1000", bad];
-                refused(&mut con, &RELEASE, &k, &args, &call);
+            for bad in NOT_TOKEN {
+                refuse(&[token, &held.channel, "0", "1000", bad, "0"]);
             }
         }
-        let args = ["holder", &held.channel, "0", "1000"];
-        refused(
-            &mut con,
-            &RELEASE,
-            &k,
-            &args,
-            "RELEASE without a fencing token",
-        );
+        // Without a fencing token.
+        refuse(&["holder", &held.channel, "0", "1000"]);
     }
 
     /// A release by a token that no longer owns the lock says whether the
@@ -234,9 +246,7 @@ mod lock {
     /// clock after Redis lost the lock, or many acquisitions since).
     #[test]
     fn a_release_that_finds_the_lock_gone_tells_a_recent_counter() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
+        let (_server, mut con, (held, _)) = start(setup);
         let answer = |con: &mut Connection, granted: u64| -> i64 {
             release(&held, "gone", granted, false).invoke(con).unwrap()
         };
@@ -245,242 +255,114 @@ mod lock {
         assert_eq!(answer(&mut con, 4), 2, "one acquisition since");
         assert_eq!(answer(&mut con, 6), 0, "a counter below the token");
         assert_eq!(answer(&mut con, 0), 0, "no fencing token given");
-        let _: () = redis::cmd("SET")
-            .arg(&held.fence)
-            .arg(1_005)
-            .query(&mut con)
-            .unwrap();
+        write(&mut con, &[&["SET", &held.fence, "1005"]]);
         assert_eq!(answer(&mut con, 5), 2, "a thousand acquisitions since");
-        let _: () = redis::cmd("SET")
-            .arg(&held.fence)
-            .arg(1_006)
-            .query(&mut con)
-            .unwrap();
+        write(&mut con, &[&["SET", &held.fence, "1006"]]);
         assert_eq!(answer(&mut con, 5), 0, "more than a thousand since");
-        let _: () = redis::cmd("DEL").arg(&held.fence).query(&mut con).unwrap();
+        write(&mut con, &[&["DEL", &held.fence]]);
         assert_eq!(answer(&mut con, 5), 0, "the counter is gone");
+        let owner = get(&mut con, &held.lock);
         assert_eq!(
-            redis::cmd("GET")
-                .arg(&held.lock)
-                .query::<String>(&mut con)
-                .unwrap(),
-            "holder",
+            owner.as_deref(),
+            Some("holder"),
             "the owner's lock is left alone"
         );
     }
 
     #[test]
     fn extend_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str(), &held.fence, &held.lock];
+        let (_server, mut con, (held, _)) = start(setup);
+        let k = three(&held);
         let channel = held.channel.as_str();
+        let mut refuse = |keys: &[&str], args: &[&str]| refused(&mut con, &EXTEND, keys, args);
         for mode in ["add", "set", "raise", "hold"] {
             for bad in NOT_MS.iter().chain(&["0"]) {
-                let call = format!("EXTEND {mode} by {bad:?}");
-                refused(
-                    &mut con,
-                    &EXTEND,
-                    &k,
-                    &["holder", bad, mode, "60000", "60000", channel],
-                    &call,
-                );
-                let call = format!("EXTEND {mode} with max {bad:?}");
-                refused(
-                    &mut con,
-                    &EXTEND,
-                    &k,
-                    &["holder", "1000", mode, bad, "60000", channel],
-                    &call,
-                );
+                refuse(&k, &["holder", bad, mode, "60000", "60000", channel]);
+                refuse(&k, &["holder", "1000", mode, bad, "60000", channel]);
             }
             for bad in NOT_MS {
-                let call = format!("EXTEND {mode} with retention {bad:?}");
-                refused(
-                    &mut con,
-                    &EXTEND,
-                    &k,
-                    &["holder", "1000", mode, "60000", bad, channel],
-                    &call,
-                );
+                refuse(&k, &["holder", "1000", mode, "60000", bad, channel]);
             }
-            let call = format!("EXTEND {mode} with the holder key alone");
-            refused(
-                &mut con,
-                &EXTEND,
+            // The holder key alone.
+            refuse(
                 &k[..1],
                 &["holder", "1000", mode, "60000", "60000", channel],
-                &call,
             );
         }
-        refused(
-            &mut con,
-            &EXTEND,
-            &k,
-            &["holder", "1000", "hold", "60000", "60000"],
-            "EXTEND hold without a channel",
-        );
-        for mode in ["", "ADD", "replace"] {
-            let call = format!("EXTEND in mode {mode:?}");
-            refused(
-                &mut con,
-                &EXTEND,
-                &k,
-                &["holder", "1000", mode, "60000", "60000"],
-                &call,
-            );
+        // Hold without a channel; modes that are not one.
+        for mode in ["hold", "", "ADD", "replace"] {
+            refuse(&k, &["holder", "1000", mode, "60000", "60000"]);
         }
     }
 
     #[test]
     fn hold_sets_the_time_left_and_tells_the_waiters() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
+        let (server, mut con, (held, _)) = start(setup);
         let mut listener = server.connect();
-        let mut pubsub = listener.as_pubsub();
-        pubsub.subscribe(&held.channel).unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        let mut pubsub = listen(&mut listener, &held.channel);
+        let hold = |con: &mut Connection, token: &str, ms: u64| -> i64 {
+            let max = Duration::from_secs(60);
+            extend(&held, token, ms, "hold", max).invoke(con).unwrap()
+        };
         // Longer than the 3 s left: a hold may keep the lock past its lease.
-        let left: i64 = extend(&held, "holder", 20_000, "hold", Duration::from_secs(60))
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(left, 20_000);
-        let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
+        assert_eq!(hold(&mut con, "holder", 20_000), 20_000);
+        let ttl = pttl(&mut con, &held.lock);
         assert!((19_000..=20_000).contains(&ttl), "lock PTTL {ttl}");
-        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
-        assert_eq!(notice, "-:0:20000");
+        assert_eq!(heard(&mut pubsub), "-:0:20000");
         // Another owner's lock: -1, nothing changed, nobody told.
         let before = snapshot(&mut con);
-        let left: i64 = extend(&held, "stranger", 1_000, "hold", Duration::from_secs(60))
-            .invoke(&mut con)
-            .unwrap();
-        assert_eq!(left, -1);
+        assert_eq!(hold(&mut con, "stranger", 1_000), -1);
         unchanged(&before, &snapshot(&mut con), "EXTEND hold by a stranger");
-        let _: () = redis::cmd("PUBLISH")
-            .arg(&held.channel)
-            .arg("marker")
-            .query(&mut con)
-            .unwrap();
-        let next: String = pubsub.get_message().unwrap().get_payload().unwrap();
-        assert_eq!(next, "marker", "a refused hold published a notice");
+        write(&mut con, &[&["PUBLISH", &held.channel, "marker"]]);
+        assert_eq!(
+            heard(&mut pubsub),
+            "marker",
+            "a refused hold published a notice"
+        );
     }
 
     #[test]
     fn renew_checks_every_lease_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
+        let (_server, mut con, (held, _)) = start(setup);
         let other = Keys::new("t:", "other", Duration::ZERO);
-        let _: () = redis::cmd("SET")
-            .arg(&other.lock)
-            .arg("other")
-            .arg("PX")
-            .arg(3_000)
-            .query(&mut con)
-            .unwrap();
-        let k = [
-            held.lock.as_str(),
-            &held.fence,
-            &held.lock,
-            &other.lock,
-            &other.fence,
-            &other.lock,
-        ];
+        write(&mut con, &[&["SET", &other.lock, "other", "PX", "3000"]]);
+        let k = [three(&held), three(&other)].concat();
+        let mut refuse = |keys: &[&str], args: &[&str]| refused(&mut con, &RENEW, keys, args);
         for bad in NOT_MS {
             // The first lease alone would be renewed: it must not be.
-            let call = format!("RENEW with a second lease of {bad:?}");
-            refused(
-                &mut con,
-                &RENEW,
-                &k,
-                &["60000", "holder", "20000", "other", bad],
-                &call,
-            );
+            refuse(&k, &["60000", "holder", "20000", "other", bad]);
+            refuse(&k, &[bad, "holder", "20000", "other", "20000"]);
         }
-        refused(
-            &mut con,
-            &RENEW,
-            &k,
-            &["60000", "holder", "20000", "other"],
-            "RENEW short of a lease",
-        );
-        for bad in NOT_MS {
-            let call = format!("RENEW with retention {bad:?}");
-            let args = [*bad, "holder", "20000", "other", "20000"];
-            refused(&mut con, &RENEW, &k, &args, &call);
-        }
-        refused(
-            &mut con,
-            &RENEW,
-            &k[..4],
-            &["60000", "holder", "20000", "other", "20000"],
-            "RENEW with a key short",
-        );
+        // Short of a lease; a key short.
+        refuse(&k, &["60000", "holder", "20000", "other"]);
+        refuse(&k[..4], &["60000", "holder", "20000", "other", "20000"]);
     }
 
     #[test]
     fn raise_fence_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
+        let (_server, mut con, (held, _)) = start(setup);
         let k = [held.lock.as_str(), &held.fence];
-        for bad in [
-            "abc",
-            "",
-            "0",
-            "-3",
-            "1.5",
-            "1e30",
-            "9007199254740992",
-            "nan",
-            "inf",
-        ] {
-            let call = format!("RAISE_FENCE to {bad:?}");
-            refused(&mut con, &RAISE_FENCE, &k, &["holder", bad, "60000"], &call);
+        for bad in NOT_TOKEN.iter().chain(&["0"]) {
+            refused(&mut con, &RAISE_FENCE, &k, &["holder", bad, "60000"]);
         }
         for bad in NOT_MS {
-            let call = format!("RAISE_FENCE with retention {bad:?}");
-            refused(&mut con, &RAISE_FENCE, &k, &["holder", "100", bad], &call);
+            refused(&mut con, &RAISE_FENCE, &k, &["holder", "100", bad]);
         }
     }
 
     #[test]
     fn force_unlock_checks_its_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let k = [held.lock.as_str(), &held.fence, &held.queue, &held.waiters];
-        for bad in [
-            "abc",
-            "",
-            "-3",
-            "1.5",
-            "1e30",
-            "9007199254740992",
-            "nan",
-            "inf",
-        ] {
-            let call = format!("FORCE_UNLOCK expecting token {bad:?}");
-            let args = [held.channel.as_str(), "0", "60000", bad];
-            refused(&mut con, &FORCE_UNLOCK, &k, &args, &call);
+        let (_server, mut con, (held, _)) = start(setup);
+        let (k, channel) = (four(&held), held.channel.as_str());
+        let mut refuse = |args: &[&str]| refused(&mut con, &FORCE_UNLOCK, &k, args);
+        for bad in NOT_TOKEN {
+            refuse(&[channel, "0", "60000", bad]);
         }
         for bad in NOT_MS {
-            let call = format!("FORCE_UNLOCK with retention {bad:?}");
-            let args = [held.channel.as_str(), "0", bad, "0"];
-            refused(&mut con, &FORCE_UNLOCK, &k, &args, &call);
+            refuse(&[channel, "0", bad, "0"]);
         }
-        let call = "FORCE_UNLOCK without an expected token";
-        refused(
-            &mut con,
-            &FORCE_UNLOCK,
-            &k,
-            &[&held.channel, "0", "60000"],
-            call,
-        );
+        // Without an expected token.
+        refuse(&[channel, "0", "60000"]);
     }
 
     /// A queue entry that is not `<deadline>:<lease>` (written by an older
@@ -488,27 +370,16 @@ mod lock {
     /// waiter, or is deleted, and never stays without a time to live.
     #[test]
     fn release_skips_a_malformed_queue_entry() {
-        let server = Server::start();
-        let mut con = server.connect();
-        let (held, _) = setup(&mut con);
-        let _: () = redis::pipe()
-            .cmd("DEL")
-            .arg(&held.queue)
-            .arg(&held.waiters)
-            .cmd("RPUSH")
-            .arg(&held.queue)
-            .arg("bad")
-            .arg("good")
-            .cmd("HSET")
-            .arg(&held.waiters)
-            .arg("bad")
-            .arg("99999999999999:1e17")
-            .cmd("HSET")
-            .arg(&held.waiters)
-            .arg("good")
-            .arg("99999999999999:4000")
-            .query(&mut con)
-            .unwrap();
+        let (_server, mut con, (held, _)) = start(setup);
+        write(
+            &mut con,
+            &[
+                &["DEL", &held.queue, &held.waiters],
+                &["RPUSH", &held.queue, "bad", "good"],
+                &["HSET", &held.waiters, "bad", "99999999999999:1e17"],
+                &["HSET", &held.waiters, "good", "99999999999999:4000"],
+            ],
+        );
         let released: ReleaseReply = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
         // Handed to "good" (a fresh counter starts at the server's clock).
         let ReleaseReply::Handed(notice) = released else {
@@ -520,12 +391,12 @@ mod lock {
             .and_then(|fence| fence.parse().ok())
             .unwrap_or_else(|| panic!("notice {notice:?}"));
         assert!(fence > 5, "{notice:?}");
-        let owner: String = redis::cmd("GET").arg(&held.lock).query(&mut con).unwrap();
         // The owner token, then the holder (none recorded) and the time.
+        let owner = get(&mut con, &held.lock).unwrap();
         assert!(owner.starts_with("good\n\n"), "{owner:?}");
-        let ttl: i64 = redis::cmd("PTTL").arg(&held.lock).query(&mut con).unwrap();
+        let ttl = pttl(&mut con, &held.lock);
         assert!((1..=4_000).contains(&ttl), "lock PTTL {ttl}");
-        let fence_ttl: i64 = redis::cmd("PTTL").arg(&held.fence).query(&mut con).unwrap();
+        let fence_ttl = pttl(&mut con, &held.fence);
         assert!((1..=64_000).contains(&fence_ttl), "fence PTTL {fence_ttl}");
     }
 }
@@ -539,7 +410,6 @@ mod rwlock {
     use super::*;
     use crate::backend::rwlock::*;
     use crate::backend::scripts::{RW_RELEASE, rw_release_call};
-    use crate::backend::test_server::Server;
 
     fn keys_for(mode: RwMode) -> (Keys, RwKeys) {
         let mut keys = Keys::new("t:", "rw", Duration::from_secs(60));
@@ -551,16 +421,14 @@ mod rwlock {
     /// (or dead when `live` is false).
     fn enqueue(con: &mut Connection, keys: &Keys, token: &str, side: char, live: bool) {
         let deadline = if live { "99999999999999" } else { "1" };
-        let _: () = redis::pipe()
-            .cmd("RPUSH")
-            .arg(&keys.queue)
-            .arg(token)
-            .cmd("HSET")
-            .arg(&keys.waiters)
-            .arg(token)
-            .arg(format!("{deadline}:4000:1:{side}:{token}"))
-            .query(con)
-            .unwrap();
+        let entry = format!("{deadline}:4000:1:{side}:{token}");
+        write(
+            con,
+            &[
+                &["RPUSH", &keys.queue, token],
+                &["HSET", &keys.waiters, token, &entry],
+            ],
+        );
     }
 
     fn take(con: &mut Connection, mode: RwMode, token: &str, wait: Duration) -> Vec<i64> {
@@ -570,36 +438,26 @@ mod rwlock {
             .unwrap()
     }
 
-    fn release(con: &mut Connection, mode: RwMode, token: &str) -> redis::Value {
+    fn release(con: &mut Connection, mode: RwMode, token: &str) -> Value {
         let (keys, rw) = keys_for(mode);
-        rw_release_call(&keys, &rw, token, 0)
-            .invocation()
-            .invoke(con)
-            .unwrap()
+        let call = rw_release_call(&keys, &rw, token, 0);
+        call.invocation().invoke(con).unwrap()
     }
 
     fn queue(con: &mut Connection) -> Vec<String> {
         let (keys, _) = keys_for(RwMode::Read);
-        redis::cmd("LRANGE")
-            .arg(&keys.queue)
-            .arg(0)
-            .arg(-1)
-            .query(con)
-            .unwrap()
+        query(con, &["LRANGE", &keys.queue, "0", "-1"])
     }
 
     fn exists(con: &mut Connection, key: &str) -> bool {
-        redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1
+        query::<i64>(con, &["EXISTS", key]) == 1
     }
 
     #[test]
     fn the_scripts_check_their_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, rw) = keys_for(RwMode::Read);
+        let (_server, mut con, (keys, rw)) = start(|_| keys_for(RwMode::Read));
         assert_eq!(take(&mut con, RwMode::Read, "a", Duration::ZERO)[0], 1);
         enqueue(&mut con, &keys, "q", 'w', true);
-        let before = snapshot(&mut con);
         let all = [
             rw.write.as_str(),
             &rw.readers,
@@ -607,143 +465,105 @@ mod rwlock {
             &keys.queue,
             &keys.waiters,
         ];
-        let mut refused = |script: &Script, keys: &[&str], args: &[&str]| {
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(*key);
-            }
-            for arg in args {
-                invocation.arg(*arg);
-            }
-            let answer: redis::RedisResult<redis::Value> = invocation.invoke(&mut con);
-            assert!(answer.is_err(), "{args:?} accepted: {answer:?}");
-            unchanged(&before, &snapshot(&mut con), &format!("{args:?}"));
+        let (reader, other) = (rw.holder_key("a"), rw.holder_key("someone-else"));
+        let (mut six, mut six_other) = (all.to_vec(), all.to_vec());
+        six.push(&reader);
+        six_other.push(&other);
+        let mut shifted = all.to_vec();
+        shifted.rotate_left(1);
+        let mut refuse = |script: &Script, keys: &[&str], args: &[&str]| {
+            refused(&mut con, script, keys, args);
         };
-        for bad in ["", "x", "-1", "1.5", "nan", "inf", "2592000001"] {
-            refused(
+        for bad in NOT_MS {
+            refuse(
                 &ACQUIRE,
                 &all,
                 &["n", &format!("r:{bad}:60000:0:1:h"), "1000"],
             );
-            refused(
+            refuse(
                 &ACQUIRE,
                 &all,
                 &["n", &format!("w:1000:{bad}:0:1:h"), "1000"],
             );
-            refused(&ACQUIRE, &all, &["n", "r:1000:60000:0:1:h", bad]);
-            let reader = rw.holder_key("a");
-            let mut six = all.to_vec();
-            six.push(&reader);
-            refused(&RW_RELEASE, &six, &["a", "c", "0", bad, "0", "0"]);
+            refuse(&ACQUIRE, &all, &["n", "r:1000:60000:0:1:h", bad]);
+            refuse(&RW_RELEASE, &six, &["a", "c", "0", bad, "0", "0"]);
         }
-        let reader = rw.holder_key("a");
-        let mut six = all.to_vec();
-        six.push(&reader);
-        for bad in ["", "x", "-1", "1.5", "nan", "inf", "9007199254740992"] {
-            refused(&RW_RELEASE, &six, &["a", "c", "0", "60000", bad, "0"]);
+        for bad in NOT_TOKEN {
+            refuse(&RW_RELEASE, &six, &["a", "c", "0", "60000", bad, "0"]);
         }
         // Not a side; not the write key first; not the caller's reader key.
-        refused(&ACQUIRE, &all, &["n", "x:1000:60000:0:1:h", "1000"]);
-        let mut shifted = all.to_vec();
-        shifted.rotate_left(1);
-        refused(&ACQUIRE, &shifted, &["n", "r:1000:60000:0:1:h", "1000"]);
-        let other = rw.holder_key("someone-else");
-        let mut six = all.to_vec();
-        six.push(&other);
-        refused(&RW_RELEASE, &six, &["a", "c", "0", "60000", "0", "0"]);
+        refuse(&ACQUIRE, &all, &["n", "x:1000:60000:0:1:h", "1000"]);
+        refuse(&ACQUIRE, &shifted, &["n", "r:1000:60000:0:1:h", "1000"]);
+        refuse(&RW_RELEASE, &six_other, &["a", "c", "0", "60000", "0", "0"]);
     }
 
     #[test]
     fn a_readers_release_hands_the_lock_to_the_queued_writer() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, rw) = keys_for(RwMode::Read);
-        let fence_before = take(&mut con, RwMode::Write, "w0", Duration::ZERO)[1];
-        release(&mut con, RwMode::Write, "w0");
-        assert_eq!(
-            take(&mut con, RwMode::Read, "r1", Duration::ZERO),
-            [1, fence_before]
-        );
-        assert_eq!(take(&mut con, RwMode::Read, "r2", Duration::ZERO)[0], 1);
+        let (server, mut con, (keys, rw)) = start(|_| keys_for(RwMode::Read));
+        let (reader, writer, now) = (RwMode::Read, RwMode::Write, Duration::ZERO);
+        let fence_before = take(&mut con, writer, "w0", now)[1];
+        release(&mut con, writer, "w0");
+        assert_eq!(take(&mut con, reader, "r1", now), [1, fence_before]);
+        assert_eq!(take(&mut con, reader, "r2", now)[0], 1);
         // A writer queues; a newcomer reader does not pass it.
-        assert_eq!(
-            take(&mut con, RwMode::Write, "w1", Duration::from_secs(60))[0],
-            0
-        );
-        assert_eq!(take(&mut con, RwMode::Read, "r3", Duration::ZERO)[0], 0);
-        assert_eq!(release(&mut con, RwMode::Read, "r1"), redis::Value::Int(1));
+        assert_eq!(take(&mut con, writer, "w1", Duration::from_secs(60))[0], 0);
+        assert_eq!(take(&mut con, reader, "r3", now)[0], 0);
+        assert_eq!(release(&mut con, reader, "r1"), Value::Int(1));
         assert!(!exists(&mut con, &rw.write));
-        let mut listener = server.try_connect().unwrap();
-        let mut pubsub = listener.as_pubsub();
-        pubsub.subscribe(&keys.channel).unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let notice = release(&mut con, RwMode::Read, "r2");
-        let notice: String = redis::FromRedisValue::from_redis_value(notice).unwrap();
+        let mut listener = server.connect();
+        let mut pubsub = listen(&mut listener, &keys.channel);
+        let notice = String::from_redis_value(release(&mut con, reader, "r2")).unwrap();
         assert!(notice.starts_with("w1:"), "{notice:?}");
-        let heard: String = pubsub.get_message().unwrap().get_payload().unwrap();
-        assert_eq!(heard, notice);
-        let value: String = redis::cmd("GET").arg(&rw.write).query(&mut con).unwrap();
+        assert_eq!(heard(&mut pubsub), notice);
+        let value = get(&mut con, &rw.write).unwrap();
         assert!(value.starts_with("w1\n"), "{value:?}");
         assert!(!exists(&mut con, &rw.holder_key("w1")));
         assert!(queue(&mut con).is_empty());
         // Asked again, the writer finds it, with a token past the last.
-        let reply = take(&mut con, RwMode::Write, "w1", Duration::ZERO);
+        let reply = take(&mut con, writer, "w1", now);
         assert_eq!(reply[0], 1);
         assert!(reply[1] > fence_before);
     }
 
     #[test]
     fn a_writers_release_admits_the_leading_live_readers() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, rw) = keys_for(RwMode::Read);
+        let (server, mut con, (keys, rw)) = start(|_| keys_for(RwMode::Read));
         let written = take(&mut con, RwMode::Write, "w0", Duration::ZERO)[1];
-        enqueue(&mut con, &keys, "dead", 'w', false);
-        enqueue(&mut con, &keys, "r1", 'r', true);
-        enqueue(&mut con, &keys, "r2", 'r', true);
-        enqueue(&mut con, &keys, "w1", 'w', true);
-        enqueue(&mut con, &keys, "r3", 'r', true);
-        let mut listener = server.try_connect().unwrap();
-        let mut pubsub = listener.as_pubsub();
-        pubsub.subscribe(&keys.channel).unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        for (token, side, live) in [
+            ("dead", 'w', false),
+            ("r1", 'r', true),
+            ("r2", 'r', true),
+            ("w1", 'w', true),
+            ("r3", 'r', true),
+        ] {
+            enqueue(&mut con, &keys, token, side, live);
+        }
+        let mut listener = server.connect();
+        let mut pubsub = listen(&mut listener, &keys.channel);
         release(&mut con, RwMode::Write, "w0");
         for reader in ["r1", "r2"] {
-            let heard: String = pubsub.get_message().unwrap().get_payload().unwrap();
-            assert!(
-                heard.starts_with(&format!("{reader}:{written}:")),
-                "{heard:?}"
-            );
+            let notice = heard(&mut pubsub);
+            let start = format!("{reader}:{written}:");
+            assert!(notice.starts_with(&start), "{notice:?}");
             assert!(exists(&mut con, &rw.holder_key(reader)));
         }
         assert!(!exists(&mut con, &rw.write));
         assert_eq!(queue(&mut con), ["w1", "r3"]);
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(&rw.readers)
-            .arg(0)
-            .arg(-1)
-            .query(&mut con)
-            .unwrap();
+        let members: Vec<String> = query(&mut con, &["ZRANGE", &rw.readers, "0", "-1"]);
         assert_eq!(members.len(), 2, "{members:?}");
-        let ttl: i64 = redis::cmd("PTTL").arg(&rw.readers).query(&mut con).unwrap();
+        let ttl = pttl(&mut con, &rw.readers);
         assert!((1..=4_000).contains(&ttl), "readers index PTTL {ttl}");
         // A reader whose lease ended (its key gone, its end passed) is
         // dropped from the index.
-        let _: () = redis::pipe()
-            .cmd("DEL")
-            .arg(rw.holder_key("r1"))
-            .cmd("ZADD")
-            .arg(&rw.readers)
-            .arg(1)
-            .arg("r1")
-            .query(&mut con)
-            .unwrap();
+        write(
+            &mut con,
+            &[
+                &["DEL", &rw.holder_key("r1")],
+                &["ZADD", &rw.readers, "1", "r1"],
+            ],
+        );
         release(&mut con, RwMode::Read, "r2");
-        let value: String = redis::cmd("GET").arg(&rw.write).query(&mut con).unwrap();
+        let value = get(&mut con, &rw.write).unwrap();
         assert!(value.starts_with("w1\n"), "{value:?}");
         assert!(!exists(&mut con, &rw.readers));
     }
@@ -756,7 +576,6 @@ mod semaphore {
 
     use super::*;
     use crate::backend::semaphore::*;
-    use crate::backend::test_server::Server;
 
     #[test]
     fn max_permits_is_the_rust_limit() {
@@ -771,133 +590,99 @@ mod semaphore {
     fn setup(con: &mut Connection) -> (Keys, Permits) {
         let mut keys = Keys::new("t:", "s", Duration::from_secs(60));
         let permits = Permits::make(&mut keys, 2);
-        let _: () = redis::pipe()
-            .cmd("SET")
-            .arg(permits.slot(0).unwrap())
-            .arg("holder\nh\n1")
-            .arg("PX")
-            .arg(5_000)
-            .cmd("SET")
-            .arg(&permits.record)
-            .arg(2)
-            .arg("PX")
-            .arg(60_000)
-            .cmd("RPUSH")
-            .arg(&keys.queue)
-            .arg("waiter")
-            .cmd("HSET")
-            .arg(&keys.waiters)
-            .arg("waiter")
-            .arg("99999999999999:4000:1:host\n7\nw")
-            .query(con)
-            .unwrap();
+        let (slot, entry) = (permits.slot(0).unwrap(), "99999999999999:4000:1:host\n7\nw");
+        write(
+            con,
+            &[
+                &["SET", slot, "holder\nh\n1", "PX", "5000"],
+                &["SET", &permits.record, "2", "PX", "60000"],
+                &["RPUSH", &keys.queue, "waiter"],
+                &["HSET", &keys.waiters, "waiter", entry],
+            ],
+        );
         (keys, permits)
     }
 
-    fn call(
+    /// A semaphore's keys for `permits` permits (its holder described as
+    /// `holder`, if given).
+    fn semaphore(permits: u32, holder: Option<&str>) -> (Keys, Permits) {
+        let mut keys = Keys::new("t:", "s", Duration::from_secs(60));
+        if let Some(holder) = holder {
+            keys.holder = Arc::from(holder);
+        }
+        let permits = Permits::make(&mut keys, permits);
+        (keys, permits)
+    }
+
+    /// An acquisition by `token` for a second, waiting `wait`, looking at
+    /// every permit with `every`.
+    fn acquire(
         con: &mut Connection,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> redis::RedisResult<redis::Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        invocation.invoke(con)
+        (keys, permits): (&Keys, &Permits),
+        token: &str,
+        wait: Duration,
+        every: bool,
+    ) -> Vec<i64> {
+        let attempt = (token, Duration::from_secs(1), wait, false);
+        let invocation = acquire_invocation(permits, keys, attempt, every);
+        invocation.invoke(con).unwrap()
     }
 
     #[test]
     fn the_scripts_check_their_arguments_before_writing() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        let all: Vec<&str> = [
-            keys.fence.as_str(),
-            &keys.queue,
-            &keys.waiters,
-            &permits.record,
-        ]
-        .into_iter()
-        .chain(permits.slots.iter().map(String::as_str))
-        .collect();
+        let (_server, mut con, (keys, permits)) = start(setup);
+        let mut all = vec![&keys.fence, &keys.queue, &keys.waiters, &permits.record];
+        all.extend(&permits.slots);
+        let all: Vec<&str> = all.into_iter().map(String::as_str).collect();
         let short = &all[..all.len() - 1];
         let channel = keys.channel.as_str();
-        let before = snapshot(&mut con);
-        let mut refused = |keys: &[&str], script: &Script, args: &[&str]| {
-            let answer = call(&mut con, script, keys, args);
-            assert!(answer.is_err(), "{args:?} accepted: {answer:?}");
-            unchanged(&before, &snapshot(&mut con), &format!("{args:?}"));
+        let mut refuse = |keys: &[&str], script: &Script, args: &[&str]| {
+            refused(&mut con, script, keys, args);
         };
-        for bad in ["", "x", "-1", "1.5", "nan", "inf", "2592000001"] {
-            let lease = format!("{bad}:60000:0:1:h");
-            refused(&all, &ACQUIRE, &["n", &lease, "1000", "2", channel]);
-            let retention = format!("1000:{bad}:0:1:h");
-            refused(&all, &ACQUIRE, &["n", &retention, "1000", "2", channel]);
-            refused(
+        for bad in NOT_MS {
+            let (lease, retention) = (format!("{bad}:60000:0:1:h"), format!("1000:{bad}:0:1:h"));
+            refuse(&all, &ACQUIRE, &["n", &lease, "1000", "2", channel]);
+            refuse(&all, &ACQUIRE, &["n", &retention, "1000", "2", channel]);
+            refuse(
                 &all,
                 &ACQUIRE,
                 &["n", "1000:60000:0:1:h", bad, "2", channel],
             );
-            refused(&all, &GIVE_BACK, &["holder", bad, "2", channel]);
+            refuse(&all, &GIVE_BACK, &["holder", bad, "2", channel]);
         }
         for bad in ["", "0", "-1", "1.5", "3", "257", "nan"] {
-            refused(
+            refuse(
                 &all,
                 &ACQUIRE,
                 &["n", "1000:60000:0:1:h", "1000", bad, channel],
             );
-            refused(&all, &GIVE_BACK, &["holder", "60000", bad, channel]);
+            refuse(&all, &GIVE_BACK, &["holder", "60000", bad, channel]);
         }
+        let good = ["n", "1000:60000:0:1:h", "1000", "2", channel];
         // One key per permit.
-        refused(
-            short,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1:h", "1000", "2", channel],
-        );
-        refused(short, &GIVE_BACK, &["holder", "60000", "2", channel]);
-        // No channel.
-        refused(&all, &ACQUIRE, &["n", "1000:60000:0:1:h", "1000", "2"]);
-        refused(&all, &GIVE_BACK, &["holder", "60000", "2"]);
-        refused(
+        refuse(short, &ACQUIRE, &good);
+        refuse(short, &GIVE_BACK, &["holder", "60000", "2", channel]);
+        // No channel; no holder.
+        refuse(&all, &ACQUIRE, &good[..4]);
+        refuse(&all, &GIVE_BACK, &["holder", "60000", "2"]);
+        refuse(
             &all,
             &ACQUIRE,
             &["n", "1000:60000:0:1", "1000", "2", channel],
         );
         // Looking at every permit: 0 or 1, and then every permit's key.
-        for bad in ["", "2", "x", "true"] {
-            refused(
-                &all,
-                &ACQUIRE,
-                &["n", "1000:60000:0:1:h", "1000", "2", channel, bad],
-            );
+        for bad in ["", "2", "x", "true", "1"] {
+            refuse(&all, &ACQUIRE, &[&good[..], &[bad]].concat());
         }
-        refused(
-            &all,
-            &ACQUIRE,
-            &["n", "1000:60000:0:1:h", "1000", "2", channel, "1"],
-        );
     }
 
     #[test]
     fn a_mismatch_writes_nothing() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let _ = setup(&mut con);
-        let mut three = Keys::new("t:", "s", Duration::from_secs(60));
-        let permits = Permits::make(&mut three, 3);
+        let (_server, mut con, _) = start(setup);
+        let (three, permits) = semaphore(3, None);
         let before = snapshot(&mut con);
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &three,
-            ("n", Duration::from_secs(1), Duration::from_secs(1), false),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
+        let second = Duration::from_secs(1);
+        let reply = acquire(&mut con, (&three, &permits), "n", second, false);
         assert_eq!(reply, [-1, 2]);
         unchanged(&before, &snapshot(&mut con), "the call");
     }
@@ -906,48 +691,24 @@ mod semaphore {
     /// whose deadline has not passed, not to the caller behind it.
     #[test]
     fn a_free_permit_goes_to_the_oldest_live_waiter() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
+        let (server, mut con, (keys, permits)) = start(setup);
+        let slot = permits.slot(1).unwrap();
         // Before `waiter`: one whose deadline passed, one malformed.
-        let _: () = redis::pipe()
-            .cmd("LPUSH")
-            .arg(&keys.queue)
-            .arg("bad")
-            .arg("late")
-            .cmd("HSET")
-            .arg(&keys.waiters)
-            .arg("late")
-            .arg("1:4000:1:w")
-            .arg("bad")
-            .arg("99999999999999:1e17:1:w")
-            .query(&mut con)
-            .unwrap();
-        let mut listener = server.try_connect().unwrap();
-        let mut pubsub = listener.as_pubsub();
-        pubsub.subscribe(&keys.channel).unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &keys,
-            (
-                "newcomer",
-                Duration::from_secs(1),
-                Duration::from_secs(1),
-                false,
-            ),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
+        write(
+            &mut con,
+            &[
+                &["LPUSH", &keys.queue, "bad", "late"],
+                &["HSET", &keys.waiters, "late", "1:4000:1:w"],
+                &["HSET", &keys.waiters, "bad", "99999999999999:1e17:1:w"],
+            ],
+        );
+        let mut listener = server.connect();
+        let mut pubsub = listen(&mut listener, &keys.channel);
+        let second = Duration::from_secs(1);
+        let reply = acquire(&mut con, (&keys, &permits), "newcomer", second, false);
         assert_eq!(reply[0], 0, "the newcomer passed the waiter: {reply:?}");
-        let value: String = redis::cmd("GET")
-            .arg(permits.slot(1).unwrap())
-            .query(&mut con)
-            .unwrap();
-        let notice: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        let value = get(&mut con, slot).unwrap();
+        let notice = heard(&mut pubsub);
         assert!(
             notice.starts_with("waiter:") && notice.ends_with(":4000"),
             "{notice:?}"
@@ -961,26 +722,14 @@ mod semaphore {
         assert_eq!(lines[5], notice.split(':').nth(1).unwrap(), "{value:?}");
         assert_eq!(lines[6], "2", "{value:?}");
         // The newcomer is queued now, with an expiry on every key.
-        let queue: Vec<String> = redis::cmd("LRANGE")
-            .arg(&keys.queue)
-            .arg(0)
-            .arg(-1)
-            .query(&mut con)
-            .unwrap();
+        let queue: Vec<String> = query(&mut con, &["LRANGE", &keys.queue, "0", "-1"]);
         assert_eq!(queue, ["newcomer"]);
         for (key, (_, _, ttl)) in snapshot(&mut con) {
             assert!(ttl >= 0, "{key} has no expiry");
         }
         // Asked again, the waiter finds its permit, with the fencing token
         // its value carries since the hand-over.
-        let reply: Vec<i64> = acquire_invocation(
-            &permits,
-            &keys,
-            ("waiter", Duration::from_secs(1), Duration::ZERO, false),
-            false,
-        )
-        .invoke(&mut con)
-        .unwrap();
+        let reply = acquire(&mut con, (&keys, &permits), "waiter", Duration::ZERO, false);
         let handed: i64 = notice.split(':').nth(1).unwrap().parse().unwrap();
         assert_eq!((reply[0], reply[2]), (1, 1));
         assert_eq!(reply[1], handed);
@@ -989,16 +738,9 @@ mod semaphore {
             .invoke(&mut con)
             .unwrap();
         assert_eq!(given, 1);
-        let value: String = redis::cmd("GET")
-            .arg(permits.slot(1).unwrap())
-            .query(&mut con)
-            .unwrap();
+        let value = get(&mut con, slot).unwrap();
         assert!(value.starts_with("newcomer\n"), "{value:?}");
         assert!(value.ends_with("\n2"), "{value:?}");
-    }
-
-    fn get(con: &mut Connection, key: &str) -> Option<String> {
-        redis::cmd("GET").arg(key).query(con).unwrap()
     }
 
     /// A caller asking for fewer permits than a semaphore whose record is
@@ -1007,79 +749,50 @@ mod semaphore {
     #[test]
     fn a_caller_asking_fewer_looks_at_every_permit() {
         let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let mut five = Keys::new("t:", "s", Duration::from_secs(60));
-        let five = Permits::make(&mut five, 5);
-        let mut two = Keys::new("t:", "s", Duration::from_secs(60));
-        two.holder = Arc::from("h\np\nl");
-        let permits = Permits::make(&mut two, 2);
-        let attempt = ("n", Duration::from_secs(1), Duration::from_secs(1), false);
+        let mut con = server.connect();
+        let (_, five) = semaphore(5, None);
+        let (two, permits) = semaphore(2, Some("h\np\nl"));
+        let second = Duration::from_secs(1);
+        let ask = |con: &mut Connection, token, every| {
+            acquire(con, (&two, &permits), token, second, every)
+        };
         // Nobody holds a permit (no fence counter): one request, no look at
         // every permit.
-        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
-            .invoke(&mut con)
-            .unwrap();
+        let reply = ask(&mut con, "n", false);
         assert_eq!(reply[0], 1, "{reply:?}");
-        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
         // The counter a held permit keeps alive.
-        let _: () = redis::cmd("SET")
-            .arg(&two.fence)
-            .arg(7)
-            .arg("PX")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
+        write(
+            &mut con,
+            &[&["FLUSHALL"], &["SET", &two.fence, "7", "PX", "5000"]],
+        );
         for (held, answer) in [
             ("holder\nh\np\nl\n1\n7\n5", [-1, 5]),
             // Written by an older version: no number.
             ("holder\nh\np\nl\n1\n7", [-1, -1]),
         ] {
-            let _: () = redis::cmd("SET")
-                .arg(five.slot(3).unwrap())
-                .arg(held)
-                .arg("PX")
-                .arg(5_000)
-                .query(&mut con)
-                .unwrap();
+            write(
+                &mut con,
+                &[&["SET", five.slot(3).unwrap(), held, "PX", "5000"]],
+            );
             let before = snapshot(&mut con);
-            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, false)
-                .invoke(&mut con)
-                .unwrap();
-            assert_eq!(reply, [-2, 0]);
+            assert_eq!(ask(&mut con, "n", false), [-2, 0]);
             unchanged(&before, &snapshot(&mut con), "the call");
-            let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
-                .invoke(&mut con)
-                .unwrap();
-            assert_eq!(reply, answer);
+            assert_eq!(ask(&mut con, "n", true), answer);
             unchanged(&before, &snapshot(&mut con), "the call");
         }
         // Nothing held beyond: granted, with the number recorded.
-        let _: () = redis::cmd("DEL")
-            .arg(five.slot(3).unwrap())
-            .query(&mut con)
-            .unwrap();
-        let reply: Vec<i64> = acquire_invocation(&permits, &two, attempt, true)
-            .invoke(&mut con)
-            .unwrap();
+        write(&mut con, &[&["DEL", five.slot(3).unwrap()]]);
+        let reply = ask(&mut con, "n", true);
         assert_eq!((reply[0], reply[2]), (1, 0), "{reply:?}");
         let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
         assert!(value.ends_with(&format!("\n{}\n2", reply[1])), "{value:?}");
         assert_eq!(get(&mut con, &permits.record).as_deref(), Some("2"));
         // A caller of 5 sees the number in the permit, record or none.
-        let _: () = redis::cmd("DEL")
-            .arg(&permits.record)
-            .query(&mut con)
-            .unwrap();
-        let other = ("o", attempt.1, attempt.2, false);
-        let reply: Vec<i64> = acquire_invocation(&five, &two, other, false)
-            .invoke(&mut con)
-            .unwrap();
+        write(&mut con, &[&["DEL", &permits.record]]);
+        let reply = acquire(&mut con, (&two, &five), "o", second, false);
         assert_eq!(reply, [-1, 2]);
         // A caller of 2 is served without looking further.
-        let reply: Vec<i64> =
-            acquire_invocation(&permits, &two, ("m", attempt.1, attempt.2, false), false)
-                .invoke(&mut con)
-                .unwrap();
+        let reply = ask(&mut con, "m", false);
         assert_eq!((reply[0], reply[2]), (1, 1), "{reply:?}");
     }
 
@@ -1087,16 +800,10 @@ mod semaphore {
     /// whatever follows it, and hands the permit on with those lines.
     #[test]
     fn a_forced_permit_keeps_its_fields_when_handed_on() {
-        let server = Server::start();
-        let mut con = server.try_connect().unwrap();
-        let (keys, permits) = setup(&mut con);
-        let _: () = redis::cmd("SET")
-            .arg(permits.slot(0).unwrap())
-            .arg("holder\nh\np\nl\n1\n42\n2\nmore")
-            .arg("PX")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
+        let (_server, mut con, (keys, permits)) = start(setup);
+        let slot = permits.slot(0).unwrap();
+        let value = "holder\nh\np\nl\n1\n42\n2\nmore";
+        write(&mut con, &[&["SET", slot, value, "PX", "5000"]]);
         let seen: SemaphoreSeen = permits
             .invocation(&INSPECT, &keys)
             .invoke(&mut con)
@@ -1109,7 +816,7 @@ mod semaphore {
         force.arg(42).arg(60_000).arg(2).arg(&keys.channel);
         let released: Released = force.invoke(&mut con).unwrap();
         assert_eq!(released.0.as_deref(), Some("h\np\nl\n1"));
-        let value = get(&mut con, permits.slot(0).unwrap()).unwrap();
+        let value = get(&mut con, slot).unwrap();
         let lines: Vec<&str> = value.split('\n').collect();
         assert_eq!(lines.len(), 8, "{value:?}");
         assert_eq!(lines[..4], ["waiter", "host", "7", "w"], "{value:?}");
@@ -1122,30 +829,25 @@ mod semaphore {
 }
 
 mod set {
+    use super::*;
     use crate::backend::lockset::*;
-    use crate::backend::test_server::Server;
 
-    fn keys_of(con: &mut redis::Connection) -> Vec<String> {
-        let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
-        keys.sort();
-        keys
+    /// ACQUIRE_SET's arguments for the token `tok` and two names.
+    fn args<'a>(second: &'a str, wait: &'a str, flag: &'a str) -> [&'a str; 6] {
+        ["tok", second, wait, flag, "c1", "c2"]
     }
 
     #[test]
     fn the_set_scripts_check_their_arguments_before_writing() {
         let server = Server::start();
         let mut con = server.connect();
-        let keys = [
-            "t:{a}",
-            "t:{a}:fence",
-            "t:{a}:queue",
-            "t:{a}:waiters",
-            "t:{b}",
-            "t:{b}:fence",
-            "t:{b}:queue",
-            "t:{b}:waiters",
-        ];
-        let bad_second = [
+        let names = ["t:{a}", "t:{b}"]
+            .map(|name| ["", ":fence", ":queue", ":waiters"].map(|key| format!("{name}{key}")));
+        let keys: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
+        let mut refuse = |script: &Script, keys: &[&str], args: &[&str]| {
+            refused(&mut con, script, keys, args);
+        };
+        for second in [
             "0:0:1:h",
             "x:0:1:h",
             "1.5:0:1:h",
@@ -1154,113 +856,39 @@ mod set {
             "100:-1:1:h",
             "100:0:h",
             "",
-        ];
-        for second in bad_second {
-            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg(second)
-                .arg(100)
-                .arg("0")
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "{second:?}: {reply:?}");
-            assert!(keys_of(&mut con).is_empty(), "{second:?} wrote something");
+        ] {
+            refuse(&ACQUIRE_SET, &keys, &args(second, "100", "0"));
         }
-        for wait in ["-1", "x", "0.5", "2592000001"] {
-            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg("100:0:1:h")
-                .arg(wait)
-                .arg("0")
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "wait {wait:?}: {reply:?}");
-            assert!(
-                keys_of(&mut con).is_empty(),
-                "wait {wait:?} wrote something"
-            );
+        for wait in NOT_MS {
+            refuse(&ACQUIRE_SET, &keys, &args("100:0:1:h", wait, "0"));
         }
-        let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-            .key(&keys[..6])
-            .arg("tok")
-            .arg("100:0:1:h")
-            .arg(0)
-            .arg("0")
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con);
-        assert!(reply.is_err(), "six keys: {reply:?}");
-        assert!(keys_of(&mut con).is_empty());
-
+        refuse(&ACQUIRE_SET, &keys[..6], &args("100:0:1:h", "0", "0"));
         for flag in ["2", "", "yes"] {
-            let reply: redis::RedisResult<redis::Value> = ACQUIRE_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg("100:0:1:h")
-                .arg(100)
-                .arg(flag)
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "flag {flag:?}: {reply:?}");
-            assert!(keys_of(&mut con).is_empty());
+            refuse(&ACQUIRE_SET, &keys, &args("100:0:1:h", "100", flag));
         }
-
         // Taken, then a give-back with a bad retention changes nothing.
-        let taken: Vec<i64> = ACQUIRE_SET
-            .key(&keys[..])
-            .arg("tok")
-            .arg("10000:1000:1:h\n1\nl")
-            .arg(0)
-            .arg("0")
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con)
-            .unwrap();
+        let take = args("10000:1000:1:h\n1\nl", "0", "0");
+        let taken: Vec<i64> = call(&mut con, &ACQUIRE_SET, &keys, &take).unwrap();
         assert_eq!(taken.len(), 3);
         assert_eq!(taken[0], 1);
-        let before = keys_of(&mut con);
-        for retention in ["-1", "x", "2592000001"] {
-            let reply: redis::RedisResult<i64> = GIVE_BACK_SET
-                .key(&keys[..])
-                .arg("tok")
-                .arg(retention)
-                .arg("c1")
-                .arg("c2")
-                .invoke(&mut con);
-            assert!(reply.is_err(), "retention {retention:?}: {reply:?}");
-            assert_eq!(keys_of(&mut con), before);
+        for retention in NOT_MS {
+            refused(
+                &mut con,
+                &GIVE_BACK_SET,
+                &keys,
+                &["tok", retention, "c1", "c2"],
+            );
         }
         // Sent twice: the second run takes nothing again (same counters).
-        let again: Vec<i64> = ACQUIRE_SET
-            .key(&keys[..])
-            .arg("tok")
-            .arg("10000:1000:1:h\n1\nl")
-            .arg(0)
-            .arg("0")
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con)
-            .unwrap();
+        let again: Vec<i64> = call(&mut con, &ACQUIRE_SET, &keys, &take).unwrap();
         assert_eq!(again, taken);
-        let deleted: i64 = GIVE_BACK_SET
-            .key(&keys[..])
-            .arg("tok")
-            .arg(1000)
-            .arg("c1")
-            .arg("c2")
-            .invoke(&mut con)
-            .unwrap();
+        let give_back = ["tok", "1000", "c1", "c2"];
+        let deleted: i64 = call(&mut con, &GIVE_BACK_SET, &keys, &give_back).unwrap();
         assert_eq!(deleted, 2);
         // Only the counters are left, each with a time to live.
-        for key in keys_of(&mut con) {
+        for key in query::<Vec<String>>(&mut con, &["KEYS", "*"]) {
             assert!(key.ends_with(":fence"), "{key}");
-            let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
-            assert!(ttl > 0, "{key} has no expiry");
+            assert!(pttl(&mut con, &key) > 0, "{key} has no expiry");
         }
     }
 }
