@@ -570,23 +570,19 @@ pub(crate) fn forced_event(inner: &Inner, name: &str, who: &str, forced: Forced)
     let host = gethostname::gethostname();
     let host = host.to_string_lossy();
     match forced {
-        Forced::Lock => tracing::warn!(
+        Forced::Lock | Forced::Writer => tracing::warn!(
             target: "lockattr",
             lock = %name,
             holder = %from,
             forced_by = %inner.label,
             host = %host,
             pid = std::process::id(),
-            "lock force-unlocked"
-        ),
-        Forced::Writer => tracing::warn!(
-            target: "lockattr",
-            lock = %name,
-            holder = %from,
-            forced_by = %inner.label,
-            host = %host,
-            pid = std::process::id(),
-            "read-write lock writer force-unlocked"
+            "{}",
+            if let Forced::Writer = forced {
+                "read-write lock writer force-unlocked"
+            } else {
+                "lock force-unlocked"
+            }
         ),
         Forced::Permit(fencing_token) => tracing::warn!(
             target: "lockattr",
