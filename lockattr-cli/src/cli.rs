@@ -21,6 +21,8 @@ pub const URL_ENV: &str = "REDIS_URL";
     long_about = "List, inspect, watch and force-unlock the Redis locks of lockattr \
                   (#[redis_lock] and lockattr_runtime::Locker).\n\n\
                   Semaphores show in `ls` and `show`; `unlock` frees one of their permits.\n\n\
+                  Read-write locks show in `ls` and `show` (writer and readers); `unlock` frees \
+                  their writer.\n\n\
                   Exit codes: 0 done, 1 not found (a free lock or semaphore), 2 error.",
     max_term_width = 100
 )]
@@ -104,7 +106,8 @@ pub struct UnlockArgs {
     pub name: String,
 
     /// For a semaphore: the fencing token of the permit to free (from
-    /// `show`); needed when more than one permit is held.
+    /// `show`); needed when more than one permit is held. For a read-write
+    /// lock: the writer's, checked before it is freed.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub fencing_token: Option<u64>,
 

@@ -1,17 +1,19 @@
 //! The commands, on the runtime's public API: `Locker::inspect`, `locks`
-//! and `force_unlock_if` for locks; `inspect_semaphore`, `semaphores` and
-//! `force_unlock_permit` for semaphores.
+//! and `force_unlock_if` for locks and read-write locks (`LockInfo::kind`);
+//! `inspect_semaphore`, `semaphores` and `force_unlock_permit` for
+//! semaphores.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Instant, SystemTime};
 
-use lockattr_runtime::{Holder, LockInfo, Locker, SemaphoreInfo};
+use lockattr_runtime::{Holder, LockInfo, LockKind, Locker, SemaphoreInfo};
 
 use crate::cli::{Cli, Command, LsArgs, ShowArgs, Target, UnlockArgs, WatchArgs};
 use crate::exit::{Exit, Failure, redact};
 use crate::format;
 use crate::view::{
-    HolderView, ItemJson, LockJson, LockView, PermitView, SemaphoreJson, SemaphoreView, to_json,
+    HoldView, HolderView, ItemJson, LockJson, LockView, PermitView, RwJson, RwView, SemaphoreJson,
+    SemaphoreView, to_json,
 };
 use crate::watch::{self, HandOvers, RefreshJson, Settings, Snapshot};
 
@@ -53,6 +55,43 @@ fn view(info: &LockInfo) -> LockView {
     }
 }
 
+/// A read-write lock the runtime reported ([`LockKind::ReadWrite`]) in
+/// plain values; `None` for a lock.
+fn rw_view(info: &LockInfo) -> Option<RwView> {
+    if info.kind != LockKind::ReadWrite {
+        return None;
+    }
+    Some(RwView {
+        name: info.name.clone(),
+        writer: info.exclusive.then(|| HoldView {
+            ttl: info.ttl,
+            fencing_token: info.fencing_token,
+            holder: info.holder.as_ref().map(holder_view),
+        }),
+        readers: info
+            .readers
+            .iter()
+            .map(|r| HoldView {
+                ttl: r.ttl,
+                fencing_token: r.fencing_token,
+                holder: r.holder.as_ref().map(holder_view),
+            })
+            .collect(),
+        waiters: info.waiters,
+    })
+}
+
+/// The held locks, then the read-write locks, of what `locks` reported.
+fn by_kind(found: &[LockInfo]) -> (Vec<LockView>, Vec<RwView>) {
+    let rws: Vec<RwView> = found.iter().filter_map(rw_view).collect();
+    let locks = found
+        .iter()
+        .filter(|info| info.kind != LockKind::ReadWrite)
+        .map(view)
+        .collect();
+    (locks, rws)
+}
+
 /// The plain values of a semaphore the runtime reported.
 fn semaphore_view(info: &SemaphoreInfo) -> SemaphoreView {
     SemaphoreView {
@@ -81,12 +120,8 @@ fn limit(limit: u64) -> usize {
 async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
     let limit = limit(args.limit);
     // In name order, as the runtime returns them.
-    let locks: Vec<LockView> = locker
-        .locks(&args.pattern, limit)
-        .await?
-        .iter()
-        .map(view)
-        .collect();
+    let found = locker.locks(&args.pattern, limit).await?;
+    let (locks, rws) = by_kind(&found);
     let semaphores: Vec<SemaphoreView> = locker
         .semaphores(&args.pattern, limit)
         .await?
@@ -97,6 +132,7 @@ async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
         let items: Vec<ItemJson> = locks
             .iter()
             .map(|l| ItemJson::Lock(LockJson::held(l)))
+            .chain(rws.iter().map(|rw| ItemJson::ReadWrite(RwJson::of(rw))))
             .chain(
                 semaphores
                     .iter()
@@ -105,13 +141,14 @@ async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
             .collect();
         print(&(to_json(&items) + "\n"))?;
     } else {
-        print(&format::ls_table_with(
+        print(&format::ls_table_all(
             &locks,
+            &rws,
             &semaphores,
             SystemTime::now(),
         ))?;
     }
-    if locks.len() >= limit {
+    if found.len() >= limit {
         eprintln!("lockattr: listed the first {limit} locks (--limit); there may be more");
     }
     if semaphores.len() >= limit {
@@ -142,7 +179,16 @@ async fn show(locker: &Locker, args: ShowArgs) -> Result<Exit, Failure> {
         };
         return show_semaphore(&sem, args.json);
     }
-    let lock = locker.inspect(&args.name).await?.as_ref().map(view);
+    let info = locker.inspect(&args.name).await?;
+    if let Some(rw) = info.as_ref().and_then(rw_view) {
+        if args.json {
+            print(&(to_json(&RwJson::of(&rw)) + "\n"))?;
+        } else {
+            print(&format::show_rw(&rw, SystemTime::now()))?;
+        }
+        return Ok(Exit::Ok);
+    }
+    let lock = info.as_ref().map(view);
     if lock.is_none()
         && let Some(sem) = in_use(locker, &args.name).await?
     {
@@ -195,7 +241,11 @@ async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
         };
         return unlock_permit(locker, &args, sem).await;
     }
-    let Some(lock) = locker.inspect(&args.name).await?.as_ref().map(view) else {
+    let info = locker.inspect(&args.name).await?;
+    if let Some(rw) = info.as_ref().and_then(rw_view) {
+        return unlock_writer(locker, &args, rw).await;
+    }
+    let Some(lock) = info.as_ref().map(view) else {
         if let Some(sem) = in_use(locker, &args.name).await? {
             return unlock_permit(locker, &args, sem).await;
         }
@@ -244,6 +294,72 @@ async fn unlock(locker: &Locker, args: UnlockArgs) -> Result<Exit, Failure> {
     } else {
         print(&format!(
             "Lock `{name}` was freed or changed hands in the meantime: nothing unlocked; look again.\n"
+        ))?;
+        Ok(Exit::NotFound)
+    }
+}
+
+/// `unlock` of a read-write lock: frees its writer, by the fencing token
+/// shown (which `--fencing-token`, when given, must be), asking first
+/// unless `--force`. Readers are never freed: their leases run out.
+async fn unlock_writer(locker: &Locker, args: &UnlockArgs, rw: RwView) -> Result<Exit, Failure> {
+    let name = format::printable(&args.name).into_owned();
+    print(&format::show_rw(&rw, SystemTime::now()))?;
+    let Some(writer) = rw.writer else {
+        print(&format!(
+            "Read-write lock `{name}` has no writer: nothing unlocked (readers are not \
+             force-unlocked; each is free when its lease ends).\n"
+        ))?;
+        return Ok(Exit::NotFound);
+    };
+    if let Some(token) = args.fencing_token
+        && token != writer.fencing_token
+    {
+        print(&format!(
+            "The writer of `{name}` does not hold fencing token {token}: nothing unlocked; look \
+             again.\n"
+        ))?;
+        return Ok(Exit::NotFound);
+    }
+    if writer.fencing_token == 0 {
+        return Err(Failure::new(format!(
+            "not force-unlocking the writer of `{name}`: its value carries no fencing token (it \
+             was taken by a version of lockattr older than this tool), so this tool cannot make \
+             sure it frees the writer shown and no later one; the writer is free when its lease \
+             ends"
+        )));
+    }
+    if !args.force {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::usage(format!(
+                "not force-unlocking the writer of `{name}`: standard input is not a terminal to \
+                 ask on; pass --force to unlock without asking"
+            )));
+        }
+        let holder = writer
+            .holder
+            .as_ref()
+            .map_or_else(|| "an unknown holder".into(), format::holder);
+        if !confirm(&format!(
+            "Force-unlock the writer of read-write lock {name}, {holder}? [y/N] "
+        ))? {
+            print(&format!("Left `{name}` locked.\n"))?;
+            return Ok(Exit::Ok);
+        }
+    }
+    if locker
+        .force_unlock_if(&args.name, writer.fencing_token)
+        .await?
+    {
+        print(&format!(
+            "Force-unlocked the writer of `{name}` (fencing token {} was held).\n",
+            writer.fencing_token
+        ))?;
+        Ok(Exit::Ok)
+    } else {
+        print(&format!(
+            "The writer of `{name}` was freed or changed in the meantime: nothing unlocked; look \
+             again.\n"
         ))?;
         Ok(Exit::NotFound)
     }
@@ -417,12 +533,9 @@ async fn refresh(
     pattern: &str,
     limit: usize,
 ) -> Result<(Vec<LockView>, Vec<SemaphoreView>), lockattr_runtime::LockError> {
-    let locks = locker
-        .locks(pattern, limit)
-        .await?
-        .iter()
-        .map(view)
-        .collect();
+    // Read-write locks are in `ls` and `show`; the live table keeps to
+    // locks, whose hand-overs it counts, and semaphores.
+    let (locks, _) = by_kind(&locker.locks(pattern, limit).await?);
     let semaphores = locker
         .semaphores(pattern, limit)
         .await?

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use comfy_table::{ContentArrangement, Table, presets};
 use jiff::Timestamp;
 
-use crate::view::{HolderView, LockView, SemaphoreView};
+use crate::view::{HoldView, HolderView, LockView, RwView, SemaphoreView};
 
 /// A duration in at most two units, cut (never rounded) so that a lease is
 /// never overstated: `0ms`, `850ms`, `9.4s`, `42s`, `3m12s`, `2h05m`,
@@ -163,15 +163,111 @@ pub fn ls_semaphore_row(sem: &SemaphoreView, now: SystemTime) -> Vec<String> {
     ]
 }
 
-/// The table of `ls` with semaphores: the locks' rows, then the
+/// The cells of one read-write lock under [`LS_HEADER`]: its name marked
+/// `(read-write)`, its writer (or its one reader marked `(reader)`, or how
+/// many read), the age of the writer's hold (or the oldest reader's), the
+/// writer's time left (or the shortest reader's), its waiters, and the
+/// writer's fencing token (`-` without a writer).
+pub fn ls_rw_row(rw: &RwView, now: SystemTime) -> Vec<String> {
+    let who = match (&rw.writer, rw.readers.as_slice()) {
+        (Some(writer), _) => writer.holder.as_ref().map_or_else(|| "-".into(), holder),
+        (None, [one]) => one
+            .holder
+            .as_ref()
+            .map_or_else(|| "-".into(), |h| format!("{} (reader)", holder(h))),
+        (None, many) => format!("{} readers", many.len()),
+    };
+    let holds: Vec<&HoldView> = rw.writer.iter().chain(rw.readers.iter()).collect();
+    let head = if rw.writer.is_some() {
+        &holds[..1]
+    } else {
+        &holds[..]
+    };
+    let oldest = head
+        .iter()
+        .filter_map(|h| h.holder.as_ref())
+        .map(|h| age(h.since, now))
+        .max()
+        .map_or_else(|| "-".into(), duration);
+    let ttl = head
+        .iter()
+        .map(|h| h.ttl)
+        .min()
+        .map_or_else(|| "-".into(), duration);
+    vec![
+        format!("{} (read-write)", printable(&rw.name)),
+        who,
+        oldest,
+        ttl,
+        rw.waiters.to_string(),
+        rw.writer
+            .as_ref()
+            .map_or_else(|| "-".into(), |w| w.fencing_token.to_string()),
+    ]
+}
+
+/// The table of `ls`: the locks' rows, the read-write locks', then the
 /// semaphores'.
-pub fn ls_table_with(locks: &[LockView], semaphores: &[SemaphoreView], now: SystemTime) -> String {
+pub fn ls_table_all(
+    locks: &[LockView],
+    rws: &[RwView],
+    semaphores: &[SemaphoreView],
+    now: SystemTime,
+) -> String {
     let rows: Vec<Vec<String>> = locks
         .iter()
         .map(|l| ls_row(l, now))
+        .chain(rws.iter().map(|rw| ls_rw_row(rw, now)))
         .chain(semaphores.iter().map(|s| ls_semaphore_row(s, now)))
         .collect();
     table(&LS_HEADER, &rows)
+}
+
+/// The lines of `show` for a held read-write lock: who holds it, then one
+/// row for its writer or each reader.
+pub fn show_rw(rw: &RwView, now: SystemTime) -> String {
+    let mut out = String::new();
+    let held = match (&rw.writer, rw.readers.len()) {
+        (Some(_), _) => "by a writer".to_owned(),
+        (None, 1) => "by 1 reader".to_owned(),
+        (None, n) => format!("by {n} readers"),
+    };
+    let pairs = [
+        ("name", printable(&rw.name).into_owned()),
+        ("kind", "read-write lock".to_owned()),
+        ("held", held),
+        ("waiters", rw.waiters.to_string()),
+    ];
+    for (key, value) in pairs {
+        let _ = writeln!(out, "{:<9} {value}", format!("{key}:"));
+    }
+    let row = |side: &str, h: &HoldView| {
+        vec![
+            side.to_owned(),
+            h.holder.as_ref().map_or_else(|| "-".into(), holder),
+            h.holder.as_ref().map_or_else(
+                || "-".into(),
+                |who| {
+                    format!(
+                        "{} ({} ago)",
+                        utc(who.since, true),
+                        duration(age(who.since, now))
+                    )
+                },
+            ),
+            duration(h.ttl),
+            h.fencing_token.to_string(),
+        ]
+    };
+    let rows: Vec<Vec<String>> = rw
+        .writer
+        .iter()
+        .map(|w| row("writer", w))
+        .chain(rw.readers.iter().map(|r| row("reader", r)))
+        .collect();
+    out.push('\n');
+    out.push_str(&table(&["SIDE", "HOLDER", "SINCE", "TTL", "FENCE"], &rows));
+    out
 }
 
 /// The lines of `show` for a semaphore in use: its permits, then one
@@ -364,7 +460,7 @@ mod tests {
             ls_row(&unknown, since),
             ["order:7", "-", "-", "9.5s", "2", "42"]
         );
-        let text = ls_table_with(&[lock], &[], since);
+        let text = ls_table_all(&[lock], &[], &[], since);
         let mut lines = text.lines();
         assert_eq!(
             lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
@@ -412,7 +508,7 @@ mod tests {
                 "41,43"
             ]
         );
-        let text = ls_table_with(&[held("order:7", 42)], std::slice::from_ref(&sem), now);
+        let text = ls_table_all(&[held("order:7", 42)], &[], std::slice::from_ref(&sem), now);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[1].starts_with("order:7 "), "{text}");
@@ -431,6 +527,47 @@ mod tests {
              WAITING             QUEUED\n\
              billing@web-1:4242  3.0s ago\n"
         );
+    }
+
+    #[test]
+    fn read_write_locks_in_ls_and_show() {
+        let rw = crate::view::tests::read_write("catalog");
+        let since = rw.readers[0].holder.as_ref().unwrap().since;
+        let now = since + Duration::from_secs(3);
+        assert_eq!(
+            ls_rw_row(&rw, now),
+            [
+                "catalog (read-write)",
+                "2 readers",
+                "3.0s",
+                "1.2s",
+                "1",
+                "-"
+            ]
+        );
+        assert_eq!(
+            show_rw(&rw, now),
+            "name:     catalog\n\
+             kind:     read-write lock\n\
+             held:     by 2 readers\n\
+             waiters:  1\n\
+             \n\
+             SIDE    HOLDER              SINCE                                   TTL   FENCE\n\
+             reader  billing@web-1:4242  2023-11-14 22:13:20.123 UTC (3.0s ago)  9.5s  41\n\
+             reader  -                   -                                       1.2s  41\n"
+        );
+        let mut written = rw.clone();
+        written.writer = written.readers.pop();
+        written.writer.as_mut().unwrap().fencing_token = 42;
+        written.readers.clear();
+        assert_eq!(
+            ls_rw_row(&written, now),
+            ["catalog (read-write)", "-", "-", "1.2s", "1", "42"]
+        );
+        let text = ls_table_all(&[held("order:7", 42)], &[rw], &[], now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[2].starts_with("catalog (read-write)"), "{text}");
     }
 
     #[test]

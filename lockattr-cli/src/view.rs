@@ -195,12 +195,87 @@ impl SemaphoreJson {
     }
 }
 
-/// An item of `ls --json`: a lock's object or a semaphore's.
+/// One hold of a read-write lock: its writer's, or a reader's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldView {
+    /// Time left of the lease.
+    pub ttl: Duration,
+    /// The fencing token (a reader's: the last write's).
+    pub fencing_token: u64,
+    /// Who holds it, when recorded.
+    pub holder: Option<HolderView>,
+}
+
+/// A held read-write lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RwView {
+    /// The read-write lock's name.
+    pub name: String,
+    /// Its writer, when one holds it.
+    pub writer: Option<HoldView>,
+    /// Its readers.
+    pub readers: Vec<HoldView>,
+    /// Callers queued for either side.
+    pub waiters: usize,
+}
+
+/// The JSON object of a read-write lock (`show --json` of one, items of
+/// `ls --json` with `"kind": "read-write"`).
+#[derive(Debug, Serialize)]
+pub struct RwJson {
+    /// The read-write lock's name.
+    pub name: String,
+    /// Always `"read-write"`.
+    pub kind: &'static str,
+    /// Always true (a free read-write lock is not shown).
+    pub held: bool,
+    /// Callers queued for either side.
+    pub waiters: usize,
+    /// The writer; `null` when none holds it.
+    pub writer: Option<HoldJson>,
+    /// The readers.
+    pub readers: Vec<HoldJson>,
+}
+
+/// The JSON object of a writer or a reader.
+#[derive(Debug, Serialize)]
+pub struct HoldJson {
+    /// Milliseconds left of the lease.
+    pub ttl_ms: u64,
+    /// The fencing token (a reader's: the last write's).
+    pub fencing_token: u64,
+    /// The holder; `null` when not recorded.
+    pub holder: Option<HolderJson>,
+}
+
+impl RwJson {
+    /// A held read-write lock.
+    pub fn of(view: &RwView) -> RwJson {
+        let hold = |h: &HoldView| HoldJson {
+            ttl_ms: millis(h.ttl),
+            fencing_token: h.fencing_token,
+            holder: h.holder.as_ref().map(HolderJson::of),
+        };
+        RwJson {
+            name: view.name.clone(),
+            kind: "read-write",
+            held: true,
+            waiters: view.waiters,
+            writer: view.writer.as_ref().map(hold),
+            readers: view.readers.iter().map(hold).collect(),
+        }
+    }
+}
+
+/// An item of `ls --json`: a lock's object, a read-write lock's or a
+/// semaphore's.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum ItemJson {
     /// A lock.
     Lock(LockJson),
+    /// A read-write lock.
+    ReadWrite(RwJson),
     /// A semaphore.
     Semaphore(SemaphoreJson),
 }
@@ -331,6 +406,47 @@ pub(crate) mod tests {
                     {"permit": 2, "ttl_ms": 1200, "fencing_token": 43, "holder": null},
                 ],
                 "waiting": [who],
+            })
+        );
+    }
+
+    /// A read-write lock read by two readers, one waiting, for the tests.
+    pub(crate) fn read_write(name: &str) -> RwView {
+        let who = held("x", 1).holder;
+        RwView {
+            name: name.into(),
+            writer: None,
+            readers: vec![
+                HoldView {
+                    ttl: Duration::from_millis(9_500),
+                    fencing_token: 41,
+                    holder: who,
+                },
+                HoldView {
+                    ttl: Duration::from_millis(1_200),
+                    fencing_token: 41,
+                    holder: None,
+                },
+            ],
+            waiters: 1,
+        }
+    }
+
+    #[test]
+    fn read_write_json_has_exactly_the_documented_fields() {
+        let mut rw = read_write("catalog");
+        rw.readers.truncate(1);
+        let value: Value = serde_json::from_str(&to_json(&RwJson::of(&rw))).unwrap();
+        let who = json!({"host": "web-1", "pid": 4242, "label": "billing", "since_ms": 1_700_000_000_123_u64});
+        assert_eq!(
+            value,
+            json!({
+                "name": "catalog",
+                "kind": "read-write",
+                "held": true,
+                "waiters": 1,
+                "writer": null,
+                "readers": [{"ttl_ms": 9500, "fencing_token": 41, "holder": who}],
             })
         );
     }

@@ -155,6 +155,15 @@ impl Keys {
         self.barge = Duration::ZERO;
         base
     }
+
+    /// The keys of the read-write lock of the same name, as its writer
+    /// uses them (what operator calls read and free); `self` as
+    /// [`Keys::new`] made them.
+    pub(crate) fn read_write(&self) -> Keys {
+        let mut keys = self.clone();
+        RwKeys::make(&mut keys, RwMode::Write);
+        keys
+    }
 }
 
 /// Appends `name` as a key spells it: `\\` becomes `\\\\` and `}` becomes
@@ -168,6 +177,53 @@ pub(crate) fn spell_name(out: &mut String, name: &str) {
             c => out.push(c),
         }
     }
+}
+
+/// What follows the lock key `<prefix>{<name>}` in the key of a read-write
+/// lock's writer (see [`RwKeys`]).
+pub(crate) const RW_WRITE: &str = ":rw:write";
+/// What follows the lock key in a read-write lock's index of readers.
+pub(crate) const RW_READING: &str = ":rw:reading";
+/// What follows the lock key in the plain set of readers that versions
+/// before the index kept (read during a rolling deploy, never written).
+pub(crate) const RW_LEGACY_READERS: &str = ":rw:readers";
+/// What follows the lock key in a semaphore's permit key, before the
+/// permit's index (see [`Permits`]).
+pub(crate) const SEM_PERMIT: &str = ":sem:permit:";
+
+/// The kinds a key found by a scan shows held (see [`holder_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Found {
+    /// A lock's key.
+    Lock,
+    /// A read-write lock's writer key or index of readers.
+    ReadWrite,
+    /// A semaphore's permit key, with the permit's index.
+    Permit(u32),
+}
+
+/// The name, and what is held, of a key under `prefix` that shows a hold:
+/// a lock key, a read-write lock's writer key or index of readers (or the
+/// plain set of readers of older versions), a semaphore's permit key.
+/// `None` for every other key (fence counters, queues, a reader's own key).
+pub(crate) fn holder_of(prefix: &str, key: &str) -> Option<(String, Found)> {
+    if let Some(name) = name_of(prefix, key) {
+        return Some((name, Found::Lock));
+    }
+    for suffix in [RW_WRITE, RW_READING, RW_LEGACY_READERS] {
+        if let Some(lock) = key.strip_suffix(suffix) {
+            return Some((name_of(prefix, lock)?, Found::ReadWrite));
+        }
+    }
+    let (lock, index) = permit_of(key)?;
+    Some((name_of(prefix, lock)?, Found::Permit(index)))
+}
+
+/// The lock key and the permit index of a semaphore's permit key
+/// (`<lock key>:sem:permit:<i>`); `None` for another key.
+pub(crate) fn permit_of(key: &str) -> Option<(&str, u32)> {
+    let (lock, index) = key.rsplit_once(SEM_PERMIT)?;
+    Some((lock, index.parse().ok()?))
 }
 
 /// The lock name of a lock key under `prefix` (the reverse of
@@ -213,11 +269,11 @@ impl RwKeys {
     /// read-write lock's, for `mode`, and returns them; a reader's `lock` is set when its
     /// token is known ([`RwKeys::holder_key`]).
     pub(crate) fn make(keys: &mut Keys, mode: RwMode) -> RwKeys {
-        let base = keys.rebase("rw");
+        keys.rebase("rw");
         let rw = RwKeys {
             mode,
-            write: format!("{base}:write"),
-            readers: format!("{base}:reading"),
+            write: format!("{}{RW_WRITE}", keys.lock),
+            readers: format!("{}{RW_READING}", keys.lock),
         };
         keys.lock = rw.write.clone();
         keys.kind = KindKeys::Rw(rw.clone());
@@ -264,7 +320,9 @@ impl Permits {
     pub(crate) fn make(keys: &mut Keys, permits: u32) -> Permits {
         let base = keys.rebase("sem");
         keys.kind = KindKeys::Permit(permits);
-        let slots: Vec<String> = (0..permits).map(|i| format!("{base}:permit:{i}")).collect();
+        let slots: Vec<String> = (0..permits)
+            .map(|i| format!("{}{SEM_PERMIT}{i}", keys.lock))
+            .collect();
         if let Some(first) = slots.first() {
             keys.lock = first.clone();
         }
@@ -320,6 +378,29 @@ mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), names.len());
+    }
+
+    #[test]
+    fn holder_keys_name_their_kind() {
+        let keys = Keys::new("p:", "a}b", Duration::ZERO);
+        let rw_keys = keys.read_write();
+        let KindKeys::Rw(rw) = &rw_keys.kind else {
+            panic!("a read-write lock's keys")
+        };
+        let found = |key: &str| holder_of("p:", key);
+        assert_eq!(found(&keys.lock), Some(("a}b".into(), Found::Lock)));
+        assert_eq!(found(&rw.write), Some(("a}b".into(), Found::ReadWrite)));
+        assert_eq!(found(&rw.readers), Some(("a}b".into(), Found::ReadWrite)));
+        let mut sem = keys.clone();
+        let permits = Permits::make(&mut sem, 3);
+        assert_eq!(
+            found(permits.slot(2).unwrap()),
+            Some(("a}b".into(), Found::Permit(2)))
+        );
+        for other in [&keys.fence, &rw_keys.fence, &rw_keys.queue, &permits.record] {
+            assert_eq!(found(other), None, "{other}");
+        }
+        assert_eq!(found("p:{a}:rw:read:0123"), None);
     }
 
     #[test]

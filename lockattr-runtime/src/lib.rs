@@ -139,7 +139,7 @@ pub use address::RedisAddr;
 pub use default::{default_locker, init, set_default};
 pub use error::LockError;
 pub use guard::LockGuard;
-pub use inspect::{Holder, LockInfo};
+pub use inspect::{Holder, LockInfo, LockKind, ReaderInfo};
 pub use key::LockKey;
 pub use layout::MAX_PERMITS;
 pub use locker::{

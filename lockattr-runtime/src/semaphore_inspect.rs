@@ -14,8 +14,8 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::backend::semaphore::{self as sem, SemaphoreSeen};
 use crate::inner::Inner;
-use crate::inspect::{glob_literal, key_pattern, name_of, parse_holder};
-use crate::layout::Keys;
+use crate::inspect::{Forced, glob_literal, hold, key_pattern, name_of, parse_holder};
+use crate::layout::{Keys, SEM_PERMIT, permit_of};
 use crate::{Holder, LockError, Locker, MAX_PERMITS, io};
 
 /// A semaphore in use, as [`Locker::inspect_semaphore`] and
@@ -108,17 +108,14 @@ async fn count(inner: &Inner, keys: &Keys) -> Result<(u32, SemaphoreSeen), LockE
     for c in keys.lock.chars() {
         glob_literal(&mut pattern, c);
     }
-    pattern.push_str(":sem:permit:*");
-    // The permit indexes found, as text (what a scan keeps).
-    let keep = |key: &str| -> Option<String> {
-        let index: u32 = key.rsplit_once(":sem:permit:")?.1.parse().ok()?;
-        Some(index.to_string())
-    };
+    pattern.push_str(SEM_PERMIT);
+    pattern.push('*');
+    let keep = |key: &str| permit_of(key).map(|(_, index)| index);
     let found = inner
         .backend
         .scan(&pattern, MAX_PERMITS as usize, &keep)
         .await?;
-    let highest = found.iter().filter_map(|i| i.parse::<u32>().ok()).max();
+    let highest = found.last().copied();
     Ok((highest.map_or(0, |i| (i + 1).min(MAX_PERMITS)), first))
 }
 
@@ -151,11 +148,14 @@ async fn look(
     let holders = seen
         .held
         .into_iter()
-        .map(|p| PermitInfo {
-            permit: p.index,
-            ttl: p.seen.ttl,
-            fencing_token: p.seen.fence.unwrap_or(0),
-            holder: parse_holder(&p.seen.who),
+        .map(|p| {
+            let (ttl, fencing_token, holder) = hold(&p.seen);
+            PermitInfo {
+                permit: p.index,
+                ttl,
+                fencing_token,
+                holder,
+            }
         })
         .collect();
     Ok(Some(SemaphoreInfo {
@@ -169,23 +169,23 @@ async fn look(
 
 /// The semaphores whose names match `pattern` that have a permit held, at
 /// most `limit`, in name order.
+/// Empty on a Redlock, which has no semaphores.
 async fn list(
-    inner: &Arc<Inner>,
-    pattern: &str,
+    inner: Arc<Inner>,
+    pattern: String,
     limit: usize,
 ) -> Result<Vec<SemaphoreInfo>, LockError> {
-    let keys = key_pattern(&inner.prefix, pattern) + ":sem:permit:*";
+    if let Backend::Redlock(_) = *inner.backend {
+        return Ok(Vec::new());
+    }
+    let keys = key_pattern(&inner.prefix, &pattern) + SEM_PERMIT + "*";
     let prefix = inner.prefix.clone();
-    let keep = move |key: &str| -> Option<String> {
-        let (lock_key, index) = key.rsplit_once(":sem:permit:")?;
-        index.parse::<u32>().ok()?;
-        name_of(&prefix, lock_key)
-    };
+    let keep = move |key: &str| name_of(&prefix, permit_of(key)?.0);
     let names: BTreeSet<String> = inner.backend.scan(&keys, limit, &keep).await?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         let keys = Keys::new(&inner.prefix, &name, inner.fence_retention);
-        if let Some(info) = look(inner, &keys, name).await? {
+        if let Some(info) = look(&inner, &keys, name).await? {
             out.push(info);
         }
     }
@@ -194,30 +194,55 @@ async fn list(
 
 /// Frees the permit with `fencing_token` of semaphore `name`.
 async fn force(
-    inner: &Arc<Inner>,
-    keys: &Keys,
-    name: &str,
+    inner: Arc<Inner>,
+    keys: Keys,
+    name: String,
     fencing_token: u64,
 ) -> Result<bool, LockError> {
-    let (permits, _) = count(inner, keys).await?;
+    let (permits, _) = count(&inner, &keys).await?;
     if permits == 0 {
         return Ok(false);
     }
-    let Some(who) = sem::force_release(&inner.backend, keys, permits, fencing_token).await? else {
+    let Some(who) = sem::force_release(&inner.backend, &keys, permits, fencing_token).await? else {
         return Ok(false);
     };
-    crate::inspect::forced_event(inner, name, &who, Some(fencing_token));
+    crate::inspect::forced_event(&inner, &name, &who, Forced::Permit(fencing_token));
     Ok(true)
 }
 
-fn check_token(fencing_token: u64) -> Result<(), LockError> {
-    if fencing_token == 0 {
-        return Err(LockError::invalid(
-            "fencing token",
-            "0 is no permit holder's token; read the holder's token with `inspect_semaphore`",
-        ));
+impl Locker {
+    /// The task of [`inspect_semaphore`](Self::inspect_semaphore).
+    fn semaphore_task(
+        &self,
+        name: &str,
+    ) -> Result<impl Future<Output = Result<Option<SemaphoreInfo>, LockError>> + use<>, LockError>
+    {
+        let keys = checked(self, name)?;
+        let inner = self.inner.clone();
+        let name = name.to_owned();
+        Ok(async move { look(&inner, &keys, name).await })
     }
-    Ok(())
+
+    /// The task of [`force_unlock_permit`](Self::force_unlock_permit).
+    fn permit_task(
+        &self,
+        name: &str,
+        fencing_token: u64,
+    ) -> Result<impl Future<Output = Result<bool, LockError>> + use<>, LockError> {
+        if fencing_token == 0 {
+            return Err(LockError::invalid(
+                "fencing token",
+                "0 is no permit holder's token; read the holder's token with `inspect_semaphore`",
+            ));
+        }
+        let keys = checked(self, name)?;
+        Ok(force(
+            self.inner.clone(),
+            keys,
+            name.to_owned(),
+            fencing_token,
+        ))
+    }
 }
 
 impl Locker {
@@ -243,10 +268,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub async fn inspect_semaphore(&self, name: &str) -> Result<Option<SemaphoreInfo>, LockError> {
-        let keys = checked(self, name)?;
-        let inner = self.inner.clone();
-        let name = name.to_owned();
-        io::run_here(async move { look(&inner, &keys, name).await }).await
+        io::run_here(self.semaphore_task(name)?).await
     }
 
     /// [`inspect_semaphore`](Self::inspect_semaphore) for synchronous code.
@@ -261,10 +283,7 @@ impl Locker {
         &self,
         name: &str,
     ) -> Result<Option<SemaphoreInfo>, LockError> {
-        let keys = checked(self, name)?;
-        let inner = self.inner.clone();
-        let name = name.to_owned();
-        io::run_blocking(async move { look(&inner, &keys, name).await })
+        io::run_blocking(self.semaphore_task(name)?)
     }
 
     /// The semaphores with a permit held whose names match the glob
@@ -286,12 +305,7 @@ impl Locker {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<SemaphoreInfo>, LockError> {
-        if let Backend::Redlock(_) = *self.inner.backend {
-            return Ok(Vec::new());
-        }
-        let inner = self.inner.clone();
-        let pattern = pattern.to_owned();
-        io::run_here(async move { list(&inner, &pattern, limit).await }).await
+        io::run_here(list(self.inner.clone(), pattern.to_owned(), limit)).await
     }
 
     /// [`semaphores`](Self::semaphores) for synchronous code.
@@ -307,12 +321,7 @@ impl Locker {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<SemaphoreInfo>, LockError> {
-        if let Backend::Redlock(_) = *self.inner.backend {
-            return Ok(Vec::new());
-        }
-        let inner = self.inner.clone();
-        let pattern = pattern.to_owned();
-        io::run_blocking(async move { list(&inner, &pattern, limit).await })
+        io::run_blocking(list(self.inner.clone(), pattern.to_owned(), limit))
     }
 
     /// Frees the permit of semaphore `name` held with `fencing_token` (from
@@ -349,11 +358,7 @@ impl Locker {
         name: &str,
         fencing_token: u64,
     ) -> Result<bool, LockError> {
-        check_token(fencing_token)?;
-        let keys = checked(self, name)?;
-        let inner = self.inner.clone();
-        let name = name.to_owned();
-        io::run_here(async move { force(&inner, &keys, &name, fencing_token).await }).await
+        io::run_here(self.permit_task(name, fencing_token)?).await
     }
 
     /// [`force_unlock_permit`](Self::force_unlock_permit) for synchronous
@@ -370,11 +375,7 @@ impl Locker {
         name: &str,
         fencing_token: u64,
     ) -> Result<bool, LockError> {
-        check_token(fencing_token)?;
-        let keys = checked(self, name)?;
-        let inner = self.inner.clone();
-        let name = name.to_owned();
-        io::run_blocking(async move { force(&inner, &keys, &name, fencing_token).await })
+        io::run_blocking(self.permit_task(name, fencing_token)?)
     }
 }
 

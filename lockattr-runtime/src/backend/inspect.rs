@@ -1,19 +1,21 @@
-//! What an operator asks of Redis: who holds a lock ([`scripts::INSPECT`]),
-//! which locks are held (`SCAN`, never `KEYS`), and a forced unlock
-//! ([`scripts::FORCE_UNLOCK`]), on every kind of backend.
+//! What an operator asks of Redis: who holds a lock ([`scripts::INSPECT`])
+//! or a read-write lock ([`RW_INSPECT`]), which are held (`SCAN`, never
+//! `KEYS`), and a forced unlock ([`scripts::FORCE_UNLOCK`], [`RW_FORCE_UNLOCK`]
+//! for a writer), on every kind of backend.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use redis::{FromRedisValue, Value};
+use once_cell::sync::Lazy;
+use redis::{FromRedisValue, Script, Value};
 
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
 use super::redlock::Redlock;
-use super::scripts;
+use super::scripts::{self, lua};
 use super::single::SingleNode;
 use crate::LockError;
-use crate::layout::Keys;
+use crate::layout::{Keys, KindKeys};
 
 /// One server's view of one held lock.
 #[derive(Debug, Clone)]
@@ -36,13 +38,123 @@ impl FromRedisValue for Seen {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let (who, ttl, fence, waiters, owner): (String, i64, String, i64, String) =
             FromRedisValue::from_redis_value(v)?;
-        Ok(Seen {
+        Ok(Seen::new((who, ttl, fence, owner), waiters))
+    }
+}
+
+impl Seen {
+    /// One hold of a read-write lock as [`RW_INSPECT`] tells it: `{<holder>,
+    /// pttl, fencing token or -1, sha1 of the owner token}`.
+    fn hold(v: Value) -> Result<Seen, redis::ParsingError> {
+        Ok(Seen::new(FromRedisValue::from_redis_value(v)?, 0))
+    }
+
+    /// From a script's `who, pttl, fencing token or -1, owner`, and the
+    /// waiters.
+    fn new((who, ttl, fence, owner): (String, i64, String, String), waiters: i64) -> Seen {
+        Seen {
             who,
             ttl: Duration::from_millis(u64::try_from(ttl).unwrap_or(0)),
             fence: fence.parse::<u64>().ok(),
             waiters: usize::try_from(waiters).unwrap_or(0),
             owner,
+        }
+    }
+}
+
+/// What an operator reads of a read-write lock, a server's view (its
+/// [`Seen`]s carry no waiters: the lock's are `waiters`).
+#[derive(Debug, Clone)]
+pub(crate) struct RwSeen {
+    /// The writer, when one holds.
+    pub(crate) writer: Option<Seen>,
+    /// Callers queued for either side.
+    pub(crate) waiters: usize,
+    /// The readers (at most 1000).
+    pub(crate) readers: Vec<Seen>,
+}
+
+impl FromRedisValue for RwSeen {
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        let (writer, waiters, readers): (Value, i64, Vec<Value>) =
+            FromRedisValue::from_redis_value(v)?;
+        Ok(RwSeen {
+            writer: match writer {
+                Value::Int(0) => None,
+                v => Some(Seen::hold(v)?),
+            },
+            waiters: usize::try_from(waiters).unwrap_or(0),
+            readers: readers
+                .into_iter()
+                .map(Seen::hold)
+                .collect::<Result<_, _>>()?,
         })
+    }
+}
+
+/// What a read-write lock shows on one server, read only: its writer, its
+/// waiters, its readers (at most 1000).
+///
+/// KEYS: write, readers, fence, queue, waiters (as the read-write lock's
+/// other scripts). Returns 0 when neither a writer nor a reader holds it,
+/// else `{writer or 0, waiters queued, {reader...}}`, each hold as
+/// `{<holder>\n<since>\n<fencing token>, pttl, the fencing token its value
+/// carries or -1, sha1 of the owner token}`. A free read-write lock costs
+/// `GET` and `PTTL` alone (an operator's user needs no more for a name that
+/// is not a read-write lock); its readers are read with `ZRANGE` (and
+/// `SMEMBERS` while an older version's set of readers exists), as the
+/// read-write lock's own scripts read them.
+pub(crate) static RW_INSPECT: Lazy<Script> = Lazy::new(|| {
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "rw_helpers.lua",
+        "rw_inspect.lua"
+    ))
+});
+
+/// Frees a read-write lock's writer whoever it is (an operator's forced
+/// unlock), as its release (`scripts::RW_RELEASE`) would: the fence counter
+/// expires after the retention, and the waiters that may take the lock now
+/// are admitted and named on its channel. Readers are never freed.
+///
+/// KEYS: write, readers, fence, queue, waiters. ARGV: how long the fence
+/// counter outlives a lease in ms, the fencing token the writer must have
+/// (0: any writer), as its own value carries it. Returns 0 when no writer
+/// holds (or one under another token), or `{1, <holder>\n<since>...}` of
+/// the writer it was taken from.
+pub(crate) static RW_FORCE_UNLOCK: Lazy<Script> = Lazy::new(|| {
+    Script::new(lua!(
+        "helpers.lua",
+        "queue.lua",
+        "rw_helpers.lua",
+        "rw_force_unlock.lua"
+    ))
+});
+
+/// The keys of [`RW_INSPECT`] and [`RW_FORCE_UNLOCK`], from the keys
+/// [`Keys::read_write`] made.
+fn rw_call(script: &'static Script, keys: &Keys) -> redis::ScriptInvocation<'static> {
+    let mut invocation = script.prepare_invoke();
+    if let KindKeys::Rw(rw) = &keys.kind {
+        invocation.key(&rw.write).key(&rw.readers);
+    }
+    invocation
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters);
+    invocation
+}
+
+/// [`RW_INSPECT`]'s answer: 0 when nobody holds the read-write lock.
+struct RwAnswer(Option<RwSeen>);
+
+impl FromRedisValue for RwAnswer {
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            Value::Int(0) => Ok(RwAnswer(None)),
+            v => RwSeen::from_redis_value(v).map(|seen| RwAnswer(Some(seen))),
+        }
     }
 }
 
@@ -96,16 +208,16 @@ fn force_call(keys: &Keys, notify: bool, expected: u64) -> redis::ScriptInvocati
     invocation
 }
 
-/// What a scan keeps of a key: a name, `None` to skip it.
-pub(crate) type Keep<'a> = dyn Fn(&str) -> Option<String> + Send + Sync + 'a;
+/// What a scan keeps of a key (a name...), `None` to skip it.
+pub(crate) type Keep<'a, T> = dyn Fn(&str) -> Option<T> + Send + Sync + 'a;
 
 /// `SCAN` with `MATCH pattern` until done or `limit` keys, on one server;
 /// the keys that are lock keys (not the fence, queue... of a lock).
-async fn scan_one(
+async fn scan_one<T: Ord + Send>(
     node: &SingleNode,
-    (pattern, keep): (&str, &Keep<'_>),
+    (pattern, keep): (&str, &Keep<'_, T>),
     limit: usize,
-    out: &mut BTreeSet<String>,
+    out: &mut BTreeSet<T>,
 ) -> Result<(), LockError> {
     let mut cursor: u64 = 0;
     loop {
@@ -159,25 +271,47 @@ impl Backend {
         }
     }
 
-    /// The lock keys matching `pattern` (a `SCAN MATCH` glob over keys), at
-    /// most `limit`, from every master.
-    pub(crate) async fn lock_keys(
+    /// The read-write lock at `keys` (made by [`Keys::read_write`]): its
+    /// writer and readers; `None` when nobody holds it, and always on a
+    /// Redlock (which has no read-write locks).
+    pub(crate) async fn inspect_rw(&self, keys: &Keys) -> Result<Option<RwSeen>, LockError> {
+        let call = rw_call(&RW_INSPECT, keys);
+        match self {
+            Backend::Single(node) => Ok(node.run_script::<RwAnswer>(&call).await?.0),
+            Backend::Cluster(nodes) => Ok(nodes.run_script::<RwAnswer>(&call).await?.0),
+            Backend::Redlock(_) => Ok(None),
+        }
+    }
+
+    /// Frees the writer of the read-write lock at `keys` (made by
+    /// [`Keys::read_write`]) whoever it is (with the fencing token
+    /// `expected`, unless 0), as [`force_unlock`](Self::force_unlock) frees
+    /// a lock; `None` when no writer held it (always on a Redlock). Not
+    /// sent twice.
+    pub(crate) async fn force_unlock_writer(
         &self,
-        pattern: &str,
-        limit: usize,
-    ) -> Result<BTreeSet<String>, LockError> {
-        self.scan(pattern, limit, &|key| Some(key.to_owned())).await
+        keys: &Keys,
+        expected: u64,
+    ) -> Result<Option<String>, LockError> {
+        let mut call = rw_call(&RW_FORCE_UNLOCK, keys);
+        call.arg(u64::try_from(keys.fence_retention.as_millis()).unwrap_or(u64::MAX))
+            .arg(expected);
+        match self {
+            Backend::Single(node) => Ok(node.run_once::<Forced>(&call).await?.0),
+            Backend::Cluster(nodes) => Ok(nodes.run_script::<Forced>(&call).await?.0),
+            Backend::Redlock(_) => Ok(None),
+        }
     }
 
     /// What `keep` makes of the keys matching `pattern` (a `SCAN MATCH`
     /// glob over keys; a key it makes nothing of is skipped), each once, at
     /// most `limit` of them, from every master.
-    pub(crate) async fn scan(
+    pub(crate) async fn scan<T: Ord + Send>(
         &self,
         pattern: &str,
         limit: usize,
-        keep: &Keep<'_>,
-    ) -> Result<BTreeSet<String>, LockError> {
+        keep: &Keep<'_, T>,
+    ) -> Result<BTreeSet<T>, LockError> {
         let pattern = (pattern, keep);
         let mut out = BTreeSet::new();
         match self {
