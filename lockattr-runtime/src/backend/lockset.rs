@@ -31,7 +31,7 @@
 //! entry), and puts the marker `-` at the end of each name's queue (one
 //! marker shared by all sets; never a token). A release that frees the
 //! lock pops the marker and publishes `-:0:0` on the lock's channel (see
-//! [`RELEASE_LUA`](super::scripts::RELEASE_LUA)); a release that hands the
+//! [`RELEASE`](super::scripts::RELEASE)); a release that hands the
 //! lock to a queued waiter puts it back at the end. The set waiter,
 //! subscribed to the channel of every name of the set, tries again at
 //! once. A release with nobody waiting runs no extra command. It also tries again when the longest lease it saw ends, once a
@@ -52,13 +52,12 @@ use std::time::{Duration, Instant};
 
 use super::deployment::Backend;
 use super::queue::Queued;
-use super::scripts::{Call, lua, packed};
+use super::scripts::{Call, Lua, lua, packed};
 use super::shared::whole_millis;
 use crate::LockError;
 use crate::layout::Keys;
 
-use once_cell::sync::Lazy;
-use redis::{Script, ScriptInvocation};
+use redis::ScriptInvocation;
 
 /// Takes every name of a group or none, in one script call; or, busy,
 /// enters the token as a waiter of each name (when it will wait).
@@ -83,8 +82,7 @@ use redis::{Script, ScriptInvocation};
 /// is given back at once (deleted, `-:0:0` published on its channel when
 /// anyone waits), so the caller never holds part of the set while it
 /// waits; with the queue flag it then queues again at the end.
-pub(crate) static ACQUIRE_SET: Lazy<Script> =
-    Lazy::new(|| Script::new(lua!("helpers.lua", "set_acquire.lua")));
+pub(crate) static ACQUIRE_SET: Lua = Lua::new(lua!("helpers.lua", "set_acquire.lua"));
 
 /// Gives back what a set token holds or waits for, name by name: deletes
 /// each lock the token owns (publishing `-:0:0` on its channel when anyone
@@ -97,10 +95,8 @@ pub(crate) static ACQUIRE_SET: Lazy<Script> =
 /// KEYS: for each name, its lock, fence, queue and waiters keys. ARGV:
 /// token, how long a fence counter outlives a lease in ms, then each
 /// name's channel. Returns how many locks it deleted.
-pub(crate) const GIVE_BACK_SET_LUA: &str = lua!("helpers.lua", "queue.lua", "set_give_back.lua");
-
-/// [`GIVE_BACK_SET_LUA`], loaded on first use.
-pub(crate) static GIVE_BACK_SET: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_SET_LUA));
+pub(crate) static GIVE_BACK_SET: Lua =
+    Lua::new(lua!("helpers.lua", "queue.lua", "set_give_back.lua"));
 
 /// An [`ACQUIRE_SET`] call for the names of `group`.
 pub(crate) fn acquire_call(
@@ -134,7 +130,7 @@ pub(crate) fn acquire_call(
 
 /// A [`GIVE_BACK_SET`] call for the names of `group`.
 fn give_back_set(group: &[&Keys], token: &str) -> Call {
-    let mut call = Call::new(GIVE_BACK_SET_LUA, &GIVE_BACK_SET);
+    let mut call = Call::new(&GIVE_BACK_SET);
     for keys in group {
         call.key(&keys.lock)
             .key(&keys.fence)

@@ -70,10 +70,9 @@
 
 use std::time::Duration;
 
-use once_cell::sync::Lazy;
-use redis::{Script, ScriptInvocation};
+use redis::ScriptInvocation;
 
-use super::scripts::{packed, rw_release_call};
+use super::scripts::{Lua, packed, rw_release_call};
 use super::shared::whole_millis;
 use crate::layout::Keys;
 use crate::layout::{RwKeys, RwMode};
@@ -89,16 +88,9 @@ use crate::layout::{RwKeys, RwMode};
 /// Returns `{1, fencing token}` when the token holds its side (a writer's
 /// new token; for a reader, the last write's), `{0, pttl of the holder whose
 /// lease ends first, or -1}` when not.
-pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    Script::new(lua!(
-        "helpers.lua",
-        "queue.lua",
-        "rw_helpers.lua",
-        "rw_acquire.lua"
-    ))
-});
+pub(crate) static ACQUIRE: Lua = Lua::new(lua!(rw: "rw_acquire.lua"));
 
-/// [`RW_RELEASE_LUA`](super::scripts::RW_RELEASE_LUA) as EVAL with the
+/// [`RW_RELEASE`](super::scripts::RW_RELEASE) as EVAL with the
 /// source, to give back an attempt whose answer was not read (see
 /// `scripts::give_back`).
 pub(crate) fn give_back_eval(keys: &Keys, rw: &RwKeys, token: &str) -> redis::Cmd {

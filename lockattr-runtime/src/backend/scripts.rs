@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
-use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation, ToRedisArgs};
+use std::sync::OnceLock;
 
 use super::shared::{Renewal, millis, whole_millis};
 use crate::layout::{Keys, KindKeys, RwKeys};
@@ -24,11 +24,41 @@ use crate::layout::{Keys, KindKeys, RwKeys};
 /// The source of a script: the files of `src/lua/` named, joined in order
 /// (the shared helpers first, then the script's own file).
 macro_rules! lua {
+    (rw: $file:literal) => {
+        lua!("helpers.lua", "queue.lua", "rw_helpers.lua", $file)
+    };
+    (sem: $file:literal) => {
+        lua!("helpers.lua", "queue.lua", "sem_helpers.lua", $file)
+    };
     ($($file:literal),+) => {
         concat!($(include_str!(concat!("../lua/", $file))),+)
     };
 }
 pub(crate) use lua;
+
+/// A script: its Lua source (for EVAL) and the [`Script`] made of it on
+/// first use (for EVALSHA, which loads it on NOSCRIPT).
+pub(crate) struct Lua {
+    pub(crate) source: &'static str,
+    script: OnceLock<Script>,
+}
+
+impl Lua {
+    pub(crate) const fn new(source: &'static str) -> Lua {
+        Lua {
+            source,
+            script: OnceLock::new(),
+        }
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.source))
+    }
+}
 
 /// Takes the lock if it is free, in one round trip; otherwise queues the
 /// caller (when it is willing to wait).
@@ -56,15 +86,14 @@ pub(crate) use lua;
 /// costs that and the counter's `INCR`, nothing else.
 ///
 /// A token that already holds the lock counts as taken: a release handed it
-/// the lock (see [`RELEASE_LUA`]), or this is a retry whose first answer was
+/// the lock (see [`RELEASE`]), or this is a retry whose first answer was
 /// lost. Its lease restarts, so it is never shorter than the caller thinks.
 ///
 /// A free lock goes to whoever asks first, queued or not: it is only free
 /// with waiters queued when a holder's lease ran out (a release hands the
 /// lock to the oldest waiter instead), and then the first waiter whose timer
 /// fires takes it.
-pub(crate) static ACQUIRE: Lazy<Script> =
-    Lazy::new(|| Script::new(lua!("helpers.lua", "queue.lua", "acquire.lua")));
+pub(crate) static ACQUIRE: Lua = Lua::new(lua!("helpers.lua", "queue.lua", "acquire.lua"));
 
 /// Releases the lock if the token owns it, handing it straight to the oldest
 /// waiter whose deadline has not passed (with a new fencing token and that
@@ -99,7 +128,7 @@ pub(crate) static ACQUIRE: Lazy<Script> =
 /// Running it twice is harmless (the second finds the lock no longer the
 /// token's and changes nothing of another owner's), but the second answer
 /// is not 1: see `SingleNode::release` for what a re-sent release means.
-pub(crate) const RELEASE_LUA: &str = lua!("helpers.lua", "queue.lua", "release.lua");
+pub(crate) static RELEASE: Lua = Lua::new(lua!("helpers.lua", "queue.lua", "release.lua"));
 
 /// Frees a lock whoever holds it (an operator's forced unlock), exactly as
 /// its owner's release would: handed to the oldest waiter, or deleted.
@@ -111,8 +140,8 @@ pub(crate) const RELEASE_LUA: &str = lua!("helpers.lua", "queue.lua", "release.l
 /// (never the counter, which may have moved on or be gone).
 /// Returns 0 when the lock was free (or held under another token), or `{1, <holder>\n<since>}` of the
 /// owner it took the lock from (never the owner token).
-pub(crate) static FORCE_UNLOCK: Lazy<Script> =
-    Lazy::new(|| Script::new(lua!("helpers.lua", "queue.lua", "force_unlock.lua")));
+pub(crate) static FORCE_UNLOCK: Lua =
+    Lua::new(lua!("helpers.lua", "queue.lua", "force_unlock.lua"));
 
 /// What [`INSPECT`] tells of one lock on one server.
 ///
@@ -122,11 +151,7 @@ pub(crate) static FORCE_UNLOCK: Lazy<Script> =
 /// the owner token}`, or 0
 /// when the lock is free. The owner token itself never leaves Redis: its
 /// hash only tells owners apart (a Redlock's majority view).
-pub(crate) static INSPECT: Lazy<Script> =
-    Lazy::new(|| Script::new(lua!("helpers.lua", "inspect.lua")));
-
-/// [`RELEASE_LUA`] as a script.
-pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA));
+pub(crate) static INSPECT: Lua = Lua::new(lua!("helpers.lua", "inspect.lua"));
 
 /// Changes the lease of a lock the token owns. Returns the lease's new time
 /// left in ms, -1 when the token does not own the lock, or -2 (and changes
@@ -148,8 +173,7 @@ pub(crate) static RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RELEASE_LUA))
 ///   again, with ms the time the lease was known to have then plus the
 ///   addition, less the time since, so that the first try or the re-send
 ///   applies, never both.
-pub(crate) static EXTEND: Lazy<Script> =
-    Lazy::new(|| Script::new(lua!("helpers.lua", "extend.lua")));
+pub(crate) static EXTEND: Lua = Lua::new(lua!("helpers.lua", "extend.lua"));
 
 /// Renews many leases in one call (the watchdog's batch).
 ///
@@ -161,7 +185,7 @@ pub(crate) static EXTEND: Lazy<Script> =
 /// shortened (an owner may have extended it further), and 0 only reads it.
 /// Returns, per key, the time left in ms, or -1 when the token does not own
 /// the lock: a deleted or taken lock is never brought back. Safe to repeat.
-pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| Script::new(lua!("helpers.lua", "renew.lua")));
+pub(crate) static RENEW: Lua = Lua::new(lua!("helpers.lua", "renew.lua"));
 
 /// Raises a lock's fence counter to a Redlock's fencing token, if the token
 /// still owns the lock there (see `Redlock`'s fencing); a raised counter
@@ -171,25 +195,22 @@ pub(crate) static RENEW: Lazy<Script> = Lazy::new(|| Script::new(lua!("helpers.l
 /// counter outlives the lease in ms.
 /// Returns 1 when the owner token owns the lock (the counter is then at
 /// least the fencing token), 0 when not.
-pub(crate) static RAISE_FENCE: Lazy<Script> =
-    Lazy::new(|| Script::new(lua!("helpers.lua", "raise_fence.lua")));
+pub(crate) static RAISE_FENCE: Lua = Lua::new(lua!("helpers.lua", "raise_fence.lua"));
 
 /// One call of a script, its keys and arguments written once, sent as
 /// EVALSHA ([`Call::invocation`]: loaded on NOSCRIPT) or as EVAL with the
 /// source ([`Call::eval`]: a give-back that may reach a server that never
 /// saw the script, or lost its script cache).
 pub(crate) struct Call {
-    source: &'static str,
-    script: &'static Script,
+    script: &'static Lua,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 }
 
 impl Call {
-    /// A call of `script`, whose source is `source`.
-    pub(crate) fn new(source: &'static str, script: &'static Script) -> Call {
+    /// A call of `script`.
+    pub(crate) fn new(script: &'static Lua) -> Call {
         Call {
-            source,
             script,
             keys: Vec::new(),
             args: Vec::new(),
@@ -221,7 +242,7 @@ impl Call {
     /// As EVAL with the source.
     pub(crate) fn eval(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(self.source).arg(self.keys.len());
+        cmd.arg(self.script.source).arg(self.keys.len());
         for part in self.keys.iter().chain(&self.args) {
             cmd.arg(part.as_slice());
         }
@@ -229,10 +250,10 @@ impl Call {
     }
 }
 
-/// What [`RELEASE_LUA`] answers.
+/// What [`RELEASE`] answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
-    /// 0, 1 or 2 (see [`RELEASE_LUA`]).
+    /// 0, 1 or 2 (see [`RELEASE`]).
     Code(i64),
     /// Released and handed to a waiter: the notice published for it,
     /// `<waiter's token>:<fencing token>:<lease ms>`.
@@ -303,7 +324,7 @@ pub(crate) fn release(
     release_call(keys, token, fencing_token, notify, keys.barge).invocation()
 }
 
-/// A [`RELEASE_LUA`] call sent as EVAL with the source, to give back an
+/// A [`RELEASE`] call sent as EVAL with the source, to give back an
 /// acquisition whose answer was not read: it may run after a restart or on
 /// a server that never saw the script, where EVALSHA would only say
 /// NOSCRIPT long after anyone listened. No fencing token, no notice, no
@@ -322,26 +343,18 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
 ///
 /// KEYS: write, readers, fence, queue, waiters, then the key the token
 /// holds (the write key, or its own reader key). ARGV as the lock's
-/// [`RELEASE_LUA`]: token, channel (unused:
+/// [`RELEASE`]: token, channel (unused:
 /// it follows from the write key), notify (unused), retention in ms, the
 /// fencing token the token was granted, barge (unused). Returns as the
 /// lock's: the first notice published when the lock was handed on, 1 when
 /// released, 0 when the token did not hold it, and 2 when it did not but
 /// may have just released it: a writer whose fencing token is at most a
 /// thousand behind the counter, or a reader (whose key nobody else takes).
-pub(crate) const RW_RELEASE_LUA: &str = lua!(
-    "helpers.lua",
-    "queue.lua",
-    "rw_helpers.lua",
-    "rw_release.lua"
-);
-
-/// [`RW_RELEASE_LUA`] as a script.
-pub(crate) static RW_RELEASE: Lazy<Script> = Lazy::new(|| Script::new(RW_RELEASE_LUA));
+pub(crate) static RW_RELEASE: Lua = Lua::new(lua!(rw: "rw_release.lua"));
 
 /// A [`RW_RELEASE`] call for `token` (see [`release`]).
 pub(crate) fn rw_release_call(keys: &Keys, rw: &RwKeys, token: &str, fencing_token: u64) -> Call {
-    let mut call = Call::new(RW_RELEASE_LUA, &RW_RELEASE);
+    let mut call = Call::new(&RW_RELEASE);
     call.key(&rw.write)
         .key(&rw.readers)
         .key(&keys.fence)
@@ -364,7 +377,7 @@ fn release_call(
     notify: bool,
     barge: Duration,
 ) -> Call {
-    let mut call = Call::new(RELEASE_LUA, &RELEASE);
+    let mut call = Call::new(&RELEASE);
     call.key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.queue)

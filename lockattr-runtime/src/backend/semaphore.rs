@@ -71,12 +71,11 @@
 
 use std::time::Duration;
 
-use once_cell::sync::Lazy;
 use redis::{Script, ScriptInvocation};
 
 use super::deployment::Backend;
 use super::queue::unauthenticated;
-use super::scripts::{Call, packed};
+use super::scripts::{Call, Lua, packed};
 use super::shared::whole_millis;
 use crate::LockError;
 use crate::layout::{Keys, MAX_PERMITS, Permits};
@@ -130,14 +129,7 @@ impl Permits {
 /// beyond the caller's number is held), and `{-2, 0}` (nothing written)
 /// when none of the caller's permits records the number and the record is
 /// gone: ask again looking at every permit.
-pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
-    Script::new(lua!(
-        "helpers.lua",
-        "queue.lua",
-        "sem_helpers.lua",
-        "sem_acquire.lua"
-    ))
-});
+pub(crate) static ACQUIRE: Lua = Lua::new(lua!(sem: "sem_acquire.lua"));
 
 /// Gives back whatever a token got: the permit it holds goes to the oldest
 /// waiter (or is deleted), or the token leaves the queue. Safe to repeat.
@@ -145,15 +137,7 @@ pub(crate) static ACQUIRE: Lazy<Script> = Lazy::new(|| {
 /// KEYS: as [`ACQUIRE`]. ARGV: token, retention in ms, the number of
 /// permits, the channel. Returns 1 when a permit was given back, 0 when
 /// the token held none.
-pub(crate) const GIVE_BACK_LUA: &str = lua!(
-    "helpers.lua",
-    "queue.lua",
-    "sem_helpers.lua",
-    "sem_give_back.lua"
-);
-
-/// [`GIVE_BACK_LUA`] as a script.
-pub(crate) static GIVE_BACK: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_LUA));
+pub(crate) static GIVE_BACK: Lua = Lua::new(lua!(sem: "sem_give_back.lua"));
 
 /// What an operator sees of a semaphore ([`Locker::inspect_semaphore`](crate::Locker::inspect_semaphore)).
 ///
@@ -165,14 +149,7 @@ pub(crate) static GIVE_BACK: Lazy<Script> = Lazy::new(|| Script::new(GIVE_BACK_L
 /// the lock's `INSPECT`, the token and the number as the permit's value
 /// carries them; the owner token itself never leaves Redis); `oldest
 /// waiters` the first 100 of the queue, each `<holder>\n<queued at>`.
-pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
-    Script::new(lua!(
-        "helpers.lua",
-        "queue.lua",
-        "sem_helpers.lua",
-        "sem_inspect.lua"
-    ))
-});
+pub(crate) static INSPECT: Lua = Lua::new(lua!(sem: "sem_inspect.lua"));
 
 /// Frees the permit held with a fencing token, whoever holds it: an
 /// operator's forced release ([`Locker::force_unlock_permit`](crate::Locker::force_unlock_permit)).
@@ -185,14 +162,7 @@ pub(crate) static INSPECT: Lazy<Script> = Lazy::new(|| {
 /// with it. Returns `{1, <holder>\n<since>}` of the holder it was taken
 /// from, or 0 when no permit is held with that token (freed, or handed on
 /// meanwhile).
-pub(crate) static FORCE_RELEASE: Lazy<Script> = Lazy::new(|| {
-    Script::new(lua!(
-        "helpers.lua",
-        "queue.lua",
-        "sem_helpers.lua",
-        "sem_force_release.lua"
-    ))
-});
+pub(crate) static FORCE_RELEASE: Lua = Lua::new(lua!(sem: "sem_force_release.lua"));
 
 /// One permit as [`INSPECT`] saw it.
 #[derive(Debug, Clone)]
@@ -335,7 +305,7 @@ pub(crate) fn acquire_invocation<'a>(
 }
 
 fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Call {
-    let mut call = Call::new(GIVE_BACK_LUA, &GIVE_BACK);
+    let mut call = Call::new(&GIVE_BACK);
     for key in permits.keys(keys) {
         call.key(key);
     }
@@ -354,7 +324,7 @@ pub(crate) fn give_back_invocation(
     give_back(permits, keys, token).invocation()
 }
 
-/// [`GIVE_BACK_LUA`] as EVAL with the source: runs even where the script
+/// [`GIVE_BACK`] as EVAL with the source: runs even where the script
 /// cache was emptied (sent after a request whose answer was lost).
 pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> redis::Cmd {
     give_back(permits, keys, token).eval()

@@ -359,7 +359,7 @@ impl SingleNode {
     /// changes nothing of another owner's), but a re-send that finds the
     /// lock not owned cannot tell whether the first try released it or the
     /// lease had run out. When the lock's counter is still near
-    /// `fencing_token` (see [`scripts::RELEASE_LUA`]), that is
+    /// `fencing_token` (see [`scripts::RELEASE`]), that is
     /// [`Released::Unsure`]; a counter that is gone or far beyond (Redis
     /// lost the lock: the connection broke with a restart) is
     /// [`Released::NotOwned`].
