@@ -157,6 +157,29 @@ local function holder_fence(value)
   return tonumber(string.match(value, '^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n(%d+)'))
 end
 
+-- The owner token of the holder value `value`, and what an operator is
+-- shown of its holder (`<host>\n<pid>\n<label>\n<since>...`).
+local function split_holder(value)
+  local sep = string.find(value, '\n', 1, true)
+  if not sep then
+    return value, ''
+  end
+  return string.sub(value, 1, sep - 1), string.sub(value, sep + 1)
+end
+
+-- The holder value at `key` and what an operator is shown of its holder,
+-- when it carries the fencing token `expected` (0: any holder); nil when
+-- nobody (or another holder) holds it. What an operator's forced unlock
+-- frees.
+local function held_with(key, expected)
+  local value = redis.call('get', key)
+  if not value or (expected > 0 and holder_fence(value) ~= expected) then
+    return nil
+  end
+  local _, who = split_holder(value)
+  return value, who
+end
+
 -- The lines of the holder value `value` after its fencing token, with
 -- their leading line break (a kind's own fields), or ''. A hand-over copies
 -- them into the new holder's value.

@@ -6,8 +6,6 @@ local value = redis.call('get', KEYS[1])
 if not value then
   return 0
 end
-local sep = string.find(value, '\n', 1, true)
-local token = sep and string.sub(value, 1, sep - 1) or value
-local who = sep and string.sub(value, sep + 1) or ''
+local token, who = split_holder(value)
 local fence = holder_fence(value) or -1
 return {who, redis.call('pttl', KEYS[1]), string.format('%d', fence), redis.call('hlen', KEYS[3]), redis.sha1hex(token)}

@@ -6,24 +6,14 @@
 -- ARGV: retention ms, the fencing token the writer must have (0: any).
 -- Returns 0 when no writer holds (or one with another token), or {1,
 -- <holder>\n<since>...} of the writer it was taken from.
-local bad, retention = ms_args('retention', ARGV[1], 0)
-if bad then
-  return bad
-end
-local bad_token, expected = token_arg('the expected fencing token', ARGV[2], 0)
-if bad_token then
-  return bad_token
-end
-local bad_keys = rw_keys()
-if bad_keys then
-  return bad_keys
-end
-local value = redis.call('get', KEYS[1])
-if not value or (expected > 0 and holder_fence(value) ~= expected) then
+local retention = ms_arg('retention', ARGV[1], 0)
+local expected = token_arg('the expected fencing token', ARGV[2], 0)
+rw_keys()
+if refusal then return refusal end
+local value, forced = held_with(KEYS[1], expected)
+if not value then
   return 0
 end
-local sep = string.find(value, '\n', 1, true)
-local forced = sep and string.sub(value, sep + 1) or ''
 redis.call('del', KEYS[1])
 redis.call('pexpire', KEYS[3], retention)
 admit(false, readers(), retention)

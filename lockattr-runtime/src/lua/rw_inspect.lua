@@ -5,18 +5,14 @@
 -- the owner token}, waiters queued, {the readers (at most 1000), each as
 -- the writer}}. A free lock costs `get` and `pttl` alone: the readers'
 -- index is read (`zrange`) only when it exists.
-local bad_keys = rw_keys()
-if bad_keys then
-  return bad_keys
-end
+rw_keys()
+if refusal then return refusal end
 local function seen(key)
   local value = redis.call('get', key)
   if not value then
     return nil
   end
-  local sep = string.find(value, '\n', 1, true)
-  local token = sep and string.sub(value, 1, sep - 1) or value
-  local who = sep and string.sub(value, sep + 1) or ''
+  local token, who = split_holder(value)
   return {who, redis.call('pttl', key), string.format('%d', holder_fence(value) or -1), redis.sha1hex(token)}
 end
 local writer = seen(KEYS[1]) or 0
