@@ -12,6 +12,7 @@ use super::cluster::ClusterNodes;
 use super::deployment::Backend;
 use super::redlock::Redlock;
 use super::scripts::{self, Lua, lua};
+use super::shared::{Forced, OrNone};
 use super::single::SingleNode;
 use crate::LockError;
 use crate::layout::{Keys, KindKeys};
@@ -131,45 +132,6 @@ fn rw_call(script: &'static Script, keys: &Keys) -> redis::ScriptInvocation<'sta
     invocation
 }
 
-/// [`RW_INSPECT`]'s answer: 0 when nobody holds the read-write lock.
-struct RwAnswer(Option<RwSeen>);
-
-impl FromRedisValue for RwAnswer {
-    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
-        match v {
-            Value::Int(0) => Ok(RwAnswer(None)),
-            v => RwSeen::from_redis_value(v).map(|seen| RwAnswer(Some(seen))),
-        }
-    }
-}
-
-/// [`scripts::INSPECT`]'s answer: 0 when the lock is free.
-struct Answer(Option<Seen>);
-
-impl FromRedisValue for Answer {
-    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
-        match v {
-            Value::Int(0) => Ok(Answer(None)),
-            v => Seen::from_redis_value(v).map(|seen| Answer(Some(seen))),
-        }
-    }
-}
-
-/// [`scripts::FORCE_UNLOCK`]'s answer: the holder it was taken from.
-struct Forced(Option<String>);
-
-impl FromRedisValue for Forced {
-    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
-        match v {
-            Value::Int(0) => Ok(Forced(None)),
-            v => {
-                let (_, who): (i64, String) = FromRedisValue::from_redis_value(v)?;
-                Ok(Forced(Some(who)))
-            }
-        }
-    }
-}
-
 fn inspect_call(keys: &Keys) -> redis::ScriptInvocation<'static> {
     let mut invocation = scripts::INSPECT.prepare_invoke();
     invocation
@@ -233,8 +195,8 @@ impl Backend {
     pub(crate) async fn inspect(&self, keys: &Keys) -> Result<Option<Seen>, LockError> {
         let call = inspect_call(keys);
         match self {
-            Backend::Single(node) => Ok(node.run_script::<Answer>(&call).await?.0),
-            Backend::Cluster(nodes) => Ok(nodes.run_script::<Answer>(&call).await?.0),
+            Backend::Single(node) => Ok(node.run_script::<OrNone<Seen>>(&call).await?.0),
+            Backend::Cluster(nodes) => Ok(nodes.run_script::<OrNone<Seen>>(&call).await?.0),
             Backend::Redlock(nodes) => nodes.inspect(&call).await,
         }
     }
@@ -262,8 +224,8 @@ impl Backend {
     pub(crate) async fn inspect_rw(&self, keys: &Keys) -> Result<Option<RwSeen>, LockError> {
         let call = rw_call(&RW_INSPECT, keys);
         match self {
-            Backend::Single(node) => Ok(node.run_script::<RwAnswer>(&call).await?.0),
-            Backend::Cluster(nodes) => Ok(nodes.run_script::<RwAnswer>(&call).await?.0),
+            Backend::Single(node) => Ok(node.run_script::<OrNone<RwSeen>>(&call).await?.0),
+            Backend::Cluster(nodes) => Ok(nodes.run_script::<OrNone<RwSeen>>(&call).await?.0),
             Backend::Redlock(_) => Ok(None),
         }
     }
@@ -336,18 +298,18 @@ impl Redlock {
     /// [`holders_fence`]).
     async fn inspect(&self, call: &redis::ScriptInvocation<'_>) -> Result<Option<Seen>, LockError> {
         let answers = self
-            .on_every_node(|node| node.run_script::<Answer>(call))
+            .on_every_node(|node| node.run_script::<OrNone<Seen>>(call))
             .await;
         let mut answered = 0;
         let mut first_error = None;
         let mut by_owner: HashMap<String, Vec<Seen>> = HashMap::new();
         for answer in answers {
             match answer {
-                Ok(Answer(Some(seen))) => {
+                Ok(OrNone(Some(seen))) => {
                     answered += 1;
                     by_owner.entry(seen.owner.clone()).or_default().push(seen);
                 }
-                Ok(Answer(None)) => answered += 1,
+                Ok(OrNone(None)) => answered += 1,
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }

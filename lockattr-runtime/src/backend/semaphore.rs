@@ -76,6 +76,7 @@ use redis::{Script, ScriptInvocation};
 use super::deployment::Backend;
 use super::queue::unauthenticated;
 use super::scripts::{Call, Lua, packed};
+use super::shared::Forced;
 use super::shared::whole_millis;
 use crate::LockError;
 use crate::layout::{Keys, MAX_PERMITS, Permits};
@@ -221,21 +222,6 @@ impl redis::FromRedisValue for SemaphoreSeen {
     }
 }
 
-/// [`FORCE_RELEASE`]'s answer: the holder it was taken from.
-pub(super) struct Released(pub(super) Option<String>);
-
-impl redis::FromRedisValue for Released {
-    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
-        match v {
-            redis::Value::Int(0) => Ok(Released(None)),
-            v => {
-                let (_, who): (i64, String) = redis::FromRedisValue::from_redis_value(v)?;
-                Ok(Released(Some(who)))
-            }
-        }
-    }
-}
-
 /// Reads the semaphore whose name gave `keys` (as [`Keys::new`] made
 /// them), with `permits` permit keys (0: only its record and queue).
 pub(crate) async fn inspect(
@@ -273,7 +259,7 @@ pub(crate) async fn force_release(
         .arg(whole_millis(keys.fence_retention))
         .arg(permits.slots.len())
         .arg(&keys.channel);
-    let released: Released = match backend {
+    let released: Forced = match backend {
         Backend::Single(node) => node.run_once(&invocation).await,
         Backend::Cluster(nodes) => nodes.run_script(&invocation).await,
         Backend::Redlock(_) => return Ok(None),

@@ -245,6 +245,30 @@ pub(crate) fn random_fraction() -> f64 {
         .unwrap_or(1.0)
 }
 
+/// A script's answer that is 0 when there is nothing to report, else a
+/// `T` (what an operator's call reads).
+pub(crate) struct OrNone<T>(pub(crate) Option<T>);
+
+impl<T: redis::FromRedisValue> redis::FromRedisValue for OrNone<T> {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        match v {
+            redis::Value::Int(0) => Ok(OrNone(None)),
+            v => T::from_redis_value(v).map(|t| OrNone(Some(t))),
+        }
+    }
+}
+
+/// An operator's forced release's answer: 0 when nothing was freed, else
+/// `{1, <holder>}`, the holder it was taken from.
+pub(crate) struct Forced(pub(crate) Option<String>);
+
+impl redis::FromRedisValue for Forced {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let freed: OrNone<(i64, String)> = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(Forced(freed.0.map(|(_, who)| who)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

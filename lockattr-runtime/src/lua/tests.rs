@@ -814,7 +814,7 @@ mod semaphore {
         assert_eq!((permit.seen.fence, permit.permits), (Some(42), Some(2)));
         let mut force = permits.invocation(&FORCE_RELEASE, &keys);
         force.arg(42).arg(60_000).arg(2).arg(&keys.channel);
-        let released: Released = force.invoke(&mut con).unwrap();
+        let released: crate::backend::shared::Forced = force.invoke(&mut con).unwrap();
         assert_eq!(released.0.as_deref(), Some("h\np\nl\n1"));
         let value = get(&mut con, slot).unwrap();
         let lines: Vec<&str> = value.split('\n').collect();
@@ -823,7 +823,7 @@ mod semaphore {
         assert!(lines[5].parse::<u64>().unwrap() > 42, "{value:?}");
         assert_eq!(&lines[6..], ["2", "more"], "{value:?}");
         // The token no permit holds any more frees nothing.
-        let released: Released = force.invoke(&mut con).unwrap();
+        let released: crate::backend::shared::Forced = force.invoke(&mut con).unwrap();
         assert_eq!(released.0, None);
     }
 }
