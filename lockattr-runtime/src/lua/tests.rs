@@ -408,6 +408,7 @@ mod rwlock {
     //! admits the readers before the next writer; dead entries are skipped.
 
     use super::*;
+    use crate::backend::inspect::{RW_FORCE_UNLOCK, RW_INSPECT};
     use crate::backend::rwlock::*;
     use crate::backend::scripts::{RW_RELEASE, rw_release_call};
 
@@ -487,13 +488,17 @@ mod rwlock {
             );
             refuse(&ACQUIRE, &all, &["n", "r:1000:60000:0:1:h", bad]);
             refuse(&RW_RELEASE, &six, &["a", "c", "0", bad, "0", "0"]);
+            refuse(&RW_FORCE_UNLOCK, &all, &[bad, "0"]);
         }
         for bad in NOT_TOKEN {
             refuse(&RW_RELEASE, &six, &["a", "c", "0", "60000", bad, "0"]);
+            refuse(&RW_FORCE_UNLOCK, &all, &["60000", bad]);
         }
         // Not a side; not the write key first; not the caller's reader key.
         refuse(&ACQUIRE, &all, &["n", "x:1000:60000:0:1:h", "1000"]);
         refuse(&ACQUIRE, &shifted, &["n", "r:1000:60000:0:1:h", "1000"]);
+        refuse(&RW_INSPECT, &shifted, &[]);
+        refuse(&RW_FORCE_UNLOCK, &shifted, &["60000", "0"]);
         refuse(&RW_RELEASE, &six_other, &["a", "c", "0", "60000", "0", "0"]);
     }
 
