@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::Either;
 use tracing::Instrument;
 
 pub use crate::{LockError, LockGuard, LockKey, Locker};
 
 use crate::backend::Extend;
 use crate::guard::Lease;
-use crate::{DEFAULT_EXPIRE, LostReason, io, observe, reentry, watchdog};
+use crate::{DEFAULT_EXPIRE, LockBuilder, LostReason, io, observe, reentry, watchdog};
 
 pub mod set;
 
@@ -81,6 +82,15 @@ impl Held {
             guard,
             on_thread: false,
         }
+    }
+
+    /// The guard to release, its nested renewal (if any) stopped first.
+    fn into_guard(self) -> LockGuard {
+        let Held {
+            renewing, guard, ..
+        } = self;
+        drop(renewing);
+        guard
     }
 }
 
@@ -230,21 +240,16 @@ fn reenter_blocking(lease: Arc<Lease>, options: Options) -> Result<Held, LockErr
 /// (`LockBuilder`), though it only matters when it raises the lease.
 fn check_expire(lease: &Lease, expire: Duration) -> Result<(), LockError> {
     let max_lease = lease.locker.max_lease;
-    if expire.is_zero() {
-        return Err(LockError::invalid(
-            "expire",
-            "a lease of zero would free the lock at once; use at least a millisecond",
-        ));
-    }
-    if expire > max_lease {
-        return Err(LockError::invalid(
-            "expire",
-            format!(
-                "{expire:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit right?"
-            ),
-        ));
-    }
-    Ok(())
+    let reason = if expire.is_zero() {
+        "a lease of zero would free the lock at once; use at least a millisecond".to_owned()
+    } else if expire > max_lease {
+        format!(
+            "{expire:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit right?"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(LockError::invalid("expire", reason))
 }
 
 /// Sets the time `lease` has left to `expire`. Only called when the guard
@@ -280,31 +285,32 @@ pub async fn acquire(locker: &Locker, name: &str, options: Options) -> Result<He
     {
         return reenter(lease, options).await;
     }
-    let guard = locker
-        .lock(name)
-        .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
-        .acquire_timeout(options.wait)
-        .renew(options.renew)
-        .hold_at_least(options.hold_at_least.unwrap_or_default())
-        .kind(options.kind);
-    let guard = match options.renew_for {
-        Some(renew_for) => guard.renew_for(renew_for),
-        None => guard,
-    };
-    let guard = guard.acquire().await?;
-    Ok(Held::new(guard))
+    take(locker.lock(name), options).await
 }
 
 /// Runs an async body in the lock's `hold` span: the lock joins its call
 /// chain's held locks.
 pub async fn body<F: Future>(held: &Held, body: F) -> F::Output {
-    let span = held.hold_span();
-    if held.guard.is_outermost() {
-        reentry::scope(held.guard.lease().clone(), body)
-            .instrument(span)
-            .await
-    } else {
-        body.instrument(span).await
+    let leases = held
+        .guard
+        .is_outermost()
+        .then(|| vec![held.guard.lease().clone()]);
+    in_hold(held.hold_span(), leases, body).await
+}
+
+/// An async body in `span`, with `leases` (an outermost call's, `None` for a
+/// nested call's) added to its call chain's held locks. Not an `async fn`:
+/// the future it returns is awaited by the caller's own, which holds `body`
+/// once (a further `async fn` around the body would hold it twice, and the
+/// future of a body nested some calls deep would grow that many times).
+fn in_hold<F: Future>(
+    span: tracing::Span,
+    leases: Option<Vec<Arc<Lease>>>,
+    body: F,
+) -> impl Future<Output = F::Output> {
+    match leases {
+        Some(leases) => Either::Left(reentry::scope(leases, body).instrument(span)),
+        None => Either::Right(body.instrument(span)),
     }
 }
 
@@ -330,11 +336,18 @@ impl std::fmt::Debug for Entered {
 /// counts the body inside the lock on this thread; both are left when the
 /// returned value is dropped.
 pub fn enter_hold(held: &Held) -> Entered {
-    Entered {
-        _on_thread: held
-            .on_thread
-            .then(|| reentry::enter_on_thread(vec![held.guard.lease().clone()])),
-        _span: held.hold_span().entered(),
+    let leases = held.on_thread.then(|| vec![held.guard.lease().clone()]);
+    Entered::new(leases, held.hold_span())
+}
+
+impl Entered {
+    /// Counts the body inside `leases` on this thread (`None`: a body without
+    /// `reentrant`), then enters `span`.
+    fn new(leases: Option<Vec<Arc<Lease>>>, span: tracing::Span) -> Entered {
+        Entered {
+            _on_thread: leases.map(reentry::enter_on_thread),
+            _span: span.entered(),
+        }
     }
 }
 
@@ -352,26 +365,25 @@ pub async fn body_or_lost<F: Future>(held: &Held, body: F) -> Result<F::Output, 
 /// Releases after an async function's body; a lock that was no longer
 /// owned is reported as a warning, the body's result stands.
 pub async fn release(held: Held) {
-    let Held {
-        renewing, guard, ..
-    } = held;
-    drop(renewing);
-    guard.release_or_warn().await;
+    held.into_guard().release_or_warn().await;
 }
 
 /// Releases after an async body (`on_lost = "error"`): the loss, if the lock
 /// was lost before the body finished.
 pub async fn release_checked(held: Held) -> Option<LockError> {
-    let Held {
-        renewing, guard, ..
-    } = held;
-    drop(renewing);
+    let guard = held.into_guard();
     let lost = guard.lost_now();
-    let released = guard.release().await;
-    released_or_lost(released, lost)
+    released_or_lost(guard.release().await, lost, "lock")
 }
 
-fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) -> Option<LockError> {
+/// What a checked release reports: the loss seen before it (`lost`), else a
+/// release that found the lock (one of `locks`) taken as a loss; any other
+/// error of the release is a warning.
+fn released_or_lost(
+    released: Result<(), LockError>,
+    lost: Option<LockError>,
+    locks: &str,
+) -> Option<LockError> {
     match released {
         Ok(()) => lost,
         Err(LockError::NotOwned { name }) => lost.or(Some(LockError::Lost {
@@ -379,7 +391,7 @@ fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) ->
             reason: LostReason::Taken,
         })),
         Err(e) => {
-            tracing::warn!(target: "lockattr", error = %e, "#[redis_lock] could not release its lock");
+            tracing::warn!(target: "lockattr", error = %e, "#[redis_lock] could not release its {locks}");
             lost
         }
     }
@@ -401,32 +413,17 @@ pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result
     {
         return reenter_blocking(lease, options);
     }
-    let guard = locker
-        .lock(name)
-        .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
-        .acquire_timeout(options.wait)
-        .renew(options.renew)
-        .hold_at_least(options.hold_at_least.unwrap_or_default())
-        .kind(options.kind);
-    let guard = match options.renew_for {
-        Some(renew_for) => guard.renew_for(renew_for),
-        None => guard,
-    };
-    let guard = guard.acquire_blocking()?;
     Ok(Held {
         on_thread: options.reentrant,
-        ..Held::new(guard)
+        ..take_blocking(locker.lock(name), options)?
     })
 }
 
 /// Releases after a sync body (`on_lost = "error"`); see [`release_checked`].
 pub fn release_checked_blocking(held: Held) -> Option<LockError> {
-    let Held {
-        renewing, guard, ..
-    } = held;
-    drop(renewing);
+    let guard = held.into_guard();
     let lost = guard.lost_now();
-    released_or_lost(guard.release_blocking(), lost)
+    released_or_lost(guard.release_blocking(), lost, "lock")
 }
 
 /// Runs a sync body as a closure, so its `return`s come back here.
@@ -487,10 +484,7 @@ pub async fn acquire_semaphore(
     permits: u32,
     options: Options,
 ) -> Result<Held, LockError> {
-    let guard = semaphore_request(locker, name, permits, options)
-        .acquire()
-        .await?;
-    Ok(Held::new(guard))
+    take(locker.semaphore(name, permits), options).await
 }
 
 /// Takes a permit of semaphore `name` for a sync function (`permits = N`).
@@ -500,17 +494,7 @@ pub fn acquire_semaphore_blocking(
     permits: u32,
     options: Options,
 ) -> Result<Held, LockError> {
-    let guard = semaphore_request(locker, name, permits, options).acquire_blocking()?;
-    Ok(Held::new(guard))
-}
-
-fn semaphore_request<'a>(
-    locker: &'a Locker,
-    name: &str,
-    permits: u32,
-    options: Options,
-) -> crate::LockBuilder<'a> {
-    with_options(locker.semaphore(name, permits), options)
+    take_blocking(locker.semaphore(name, permits), options)
 }
 
 /// Takes the read side of read-write lock `name` for an async function
@@ -520,10 +504,7 @@ pub async fn acquire_read(
     name: &str,
     options: Options,
 ) -> Result<Held, LockError> {
-    let guard = with_options(locker.read_lock(name), options)
-        .acquire()
-        .await?;
-    Ok(Held::new(guard))
+    take(locker.read_lock(name), options).await
 }
 
 /// Takes the read side of read-write lock `name` for a sync function
@@ -533,8 +514,7 @@ pub fn acquire_read_blocking(
     name: &str,
     options: Options,
 ) -> Result<Held, LockError> {
-    let guard = with_options(locker.read_lock(name), options).acquire_blocking()?;
-    Ok(Held::new(guard))
+    take_blocking(locker.read_lock(name), options)
 }
 
 /// Takes the write side of read-write lock `name` for an async function
@@ -544,10 +524,7 @@ pub async fn acquire_write(
     name: &str,
     options: Options,
 ) -> Result<Held, LockError> {
-    let guard = with_options(locker.write_lock(name), options)
-        .acquire()
-        .await?;
-    Ok(Held::new(guard))
+    take(locker.write_lock(name), options).await
 }
 
 /// Takes the write side of read-write lock `name` for a sync function
@@ -557,12 +534,24 @@ pub fn acquire_write_blocking(
     name: &str,
     options: Options,
 ) -> Result<Held, LockError> {
-    let guard = with_options(locker.write_lock(name), options).acquire_blocking()?;
-    Ok(Held::new(guard))
+    take_blocking(locker.write_lock(name), options)
+}
+
+/// Takes `request` for an async function, with the attribute's options (but
+/// `reentrant`): a lock of its own.
+async fn take(request: LockBuilder<'_>, options: Options) -> Result<Held, LockError> {
+    Ok(Held::new(with_options(request, options).acquire().await?))
+}
+
+/// [`take`] for a sync function.
+fn take_blocking(request: LockBuilder<'_>, options: Options) -> Result<Held, LockError> {
+    Ok(Held::new(
+        with_options(request, options).acquire_blocking()?,
+    ))
 }
 
 /// `request` with the attribute's options (but `reentrant`).
-fn with_options(request: crate::LockBuilder<'_>, options: Options) -> crate::LockBuilder<'_> {
+fn with_options(request: LockBuilder<'_>, options: Options) -> LockBuilder<'_> {
     let request = request
         .expire(options.expire.unwrap_or(DEFAULT_EXPIRE))
         .acquire_timeout(options.wait)

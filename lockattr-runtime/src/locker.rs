@@ -500,6 +500,27 @@ impl std::fmt::Debug for LockerBuilder {
     }
 }
 
+/// The setters of a builder that only store their argument. Each entry,
+/// `pub fn name(arg: Type, ..) => field = value;` after its docs, is the
+/// method `pub fn name(mut self, arg: Type, ..) -> Self` with those docs: it
+/// sets `self.field` (or a field of a field, `timeouts.connect`) to `value`
+/// and returns the builder, for the next setting.
+macro_rules! setters {
+    ($(
+        $(#[$attr:meta])*
+        $vis:vis fn $name:ident($($arg:ident: $ty:ty),+) => $($field:ident).+ = $value:expr;
+    )+) => {
+        $(
+            $(#[$attr])*
+            $vis fn $name(mut self, $($arg: $ty),+) -> Self {
+                self.$($field).+ = $value;
+                self
+            }
+        )+
+    };
+}
+pub(crate) use setters;
+
 impl LockerBuilder {
     fn new(target: Target) -> LockerBuilder {
         LockerBuilder {
@@ -520,226 +541,204 @@ impl LockerBuilder {
         }
     }
 
-    /// Who gets a lock released while others wait (see [`Fairness`]).
-    /// Default: [`Fairness::Fifo`]. No effect on a Redlock.
-    ///
-    /// ```
-    /// # use lockattr_runtime::{Fairness, Locker};
-    /// # use std::time::Duration;
-    /// let locker = Locker::builder("redis://127.0.0.1/")
-    ///     .fairness(Fairness::Bounded(Duration::from_millis(2)))
-    ///     .build()
-    ///     .unwrap();
-    /// ```
-    pub fn fairness(mut self, fairness: Fairness) -> Self {
-        self.fairness = fairness;
-        self
-    }
+    setters! {
+        /// Who gets a lock released while others wait (see [`Fairness`]).
+        /// Default: [`Fairness::Fifo`]. No effect on a Redlock.
+        ///
+        /// ```
+        /// # use lockattr_runtime::{Fairness, Locker};
+        /// # use std::time::Duration;
+        /// let locker = Locker::builder("redis://127.0.0.1/")
+        ///     .fairness(Fairness::Bounded(Duration::from_millis(2)))
+        ///     .build()
+        ///     .unwrap();
+        /// ```
+        pub fn fairness(fairness: Fairness) => fairness = fairness;
 
-    /// Redlock only: how long each node may take to answer one request
-    /// (default: a hundredth of the lock's lease, at least 10 ms and at most
-    /// the response timeout; at most [`MAX_TIMEOUT`]). A node that is down
-    /// or frozen costs an
-    /// operation at most this long; its answer is then not counted. Keep it
-    /// well below the lease: the time spent waiting comes off the lease's
-    /// validity, and above a round trip to the nodes.
-    ///
-    /// It bounds the request only. Opening a connection (and reading what
-    /// the Locker reads on it, and loading the scripts) is bounded by the
-    /// [connect](Self::connect_timeout) and
-    /// [response](Self::response_timeout) timeouts, in a task that goes on
-    /// when an operation stops waiting for it. A request cut off by the node
-    /// timeout leaves its connection open; an acquisition cut off is given
-    /// back on that connection before any later request.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
-    /// let locker = Locker::redlock_builder(urls).node_timeout(Duration::from_millis(25)).build();
-    /// assert!(locker.is_ok());
-    /// let single = Locker::builder("redis://10.0.0.1/").node_timeout(Duration::from_millis(25)).build();
-    /// assert!(single.unwrap_err().to_string().contains("Redlock"));
-    /// ```
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = Some(timeout);
-        self
-    }
+        /// Redlock only: how long each node may take to answer one request
+        /// (default: a hundredth of the lock's lease, at least 10 ms and at most
+        /// the response timeout; at most [`MAX_TIMEOUT`]). A node that is down
+        /// or frozen costs an
+        /// operation at most this long; its answer is then not counted. Keep it
+        /// well below the lease: the time spent waiting comes off the lease's
+        /// validity, and above a round trip to the nodes.
+        ///
+        /// It bounds the request only. Opening a connection (and reading what
+        /// the Locker reads on it, and loading the scripts) is bounded by the
+        /// [connect](Self::connect_timeout) and
+        /// [response](Self::response_timeout) timeouts, in a task that goes on
+        /// when an operation stops waiting for it. A request cut off by the node
+        /// timeout leaves its connection open; an acquisition cut off is given
+        /// back on that connection before any later request.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+        /// let locker = Locker::redlock_builder(urls).node_timeout(Duration::from_millis(25)).build();
+        /// assert!(locker.is_ok());
+        /// let single = Locker::builder("redis://10.0.0.1/").node_timeout(Duration::from_millis(25)).build();
+        /// assert!(single.unwrap_err().to_string().contains("Redlock"));
+        /// ```
+        pub fn node_timeout(timeout: Duration) => node_timeout = Some(timeout);
 
-    /// Redlock only: whether a node that has kept its data for less than the
-    /// Locker's [`max_lease`](Self::max_lease) is kept from counting toward
-    /// any majority (default `true`).
-    ///
-    /// A node restarted without persistence has forgotten the locks it held:
-    /// with the majority of a holder that used it, a second owner could
-    /// take the lock while the first still holds its lease, which may be as
-    /// long as `max_lease` whatever the lease of the lock being requested.
-    /// Delaying the restarted node's vote until every lease it may have held
-    /// has run out closes that gap (the Redlock description's "delayed
-    /// restart", done by the clients).
-    ///
-    /// When a node last started is read on every new connection to it (a
-    /// restart breaks the connections), from two sources: `INFO server`'s
-    /// uptime, and a marker key, `<prefix>node`, that the first Locker to
-    /// find it missing writes with the server's clock (`TIME`) and a random
-    /// id. A restart without persistence, `FLUSHALL` or `FLUSHDB` removes
-    /// the marker with the locks. The later of the two counts: INFO sees a
-    /// restart from an old snapshot that kept the marker, the marker sees a
-    /// restart when INFO is refused. The marker has no TTL (no `volatile-*`
-    /// policy evicts it) and holds about 50 bytes; on a database other than
-    /// 0 the same key is also kept in database 0 (it tells one server's
-    /// databases apart from other servers). The Locker's Redis user needs
-    /// `INFO` (in `@dangerous`: `+@all -@dangerous` refuses it; add `+info`)
-    /// or access to the marker key with `EVAL`, `SELECT` and `TIME` (which
-    /// `+@all -@dangerous` allows); best both. A node for which neither can
-    /// be read does not vote, whatever this setting, and the
-    /// [`LockError::NoQuorum`] of an acquisition says why. With INFO refused,
-    /// a restart from a snapshot that kept the marker is not seen; neither
-    /// is a flush (or an eviction of the marker under an `allkeys-*`
-    /// policy) until the Locker's connection is opened again.
-    ///
-    /// The cost: after nodes start (a new deployment included), and the
-    /// first time a Locker of this version sees a node (there is no marker
-    /// yet), locks whose majority needs them wait until the nodes have kept
-    /// their data for `max_lease`. Turn it off only when the nodes persist
-    /// every write (`appendfsync always`) or are never restarted within
-    /// `max_lease`.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
-    /// let locker = Locker::redlock_builder(urls).delay_restarted_nodes(false).build();
-    /// assert!(locker.is_ok());
-    /// ```
-    pub fn delay_restarted_nodes(mut self, delay: bool) -> Self {
-        self.delay_restarted_nodes = Some(delay);
-        self
-    }
+        /// Redlock only: whether a node that has kept its data for less than the
+        /// Locker's [`max_lease`](Self::max_lease) is kept from counting toward
+        /// any majority (default `true`).
+        ///
+        /// A node restarted without persistence has forgotten the locks it held:
+        /// with the majority of a holder that used it, a second owner could
+        /// take the lock while the first still holds its lease, which may be as
+        /// long as `max_lease` whatever the lease of the lock being requested.
+        /// Delaying the restarted node's vote until every lease it may have held
+        /// has run out closes that gap (the Redlock description's "delayed
+        /// restart", done by the clients).
+        ///
+        /// When a node last started is read on every new connection to it (a
+        /// restart breaks the connections), from two sources: `INFO server`'s
+        /// uptime, and a marker key, `<prefix>node`, that the first Locker to
+        /// find it missing writes with the server's clock (`TIME`) and a random
+        /// id. A restart without persistence, `FLUSHALL` or `FLUSHDB` removes
+        /// the marker with the locks. The later of the two counts: INFO sees a
+        /// restart from an old snapshot that kept the marker, the marker sees a
+        /// restart when INFO is refused. The marker has no TTL (no `volatile-*`
+        /// policy evicts it) and holds about 50 bytes; on a database other than
+        /// 0 the same key is also kept in database 0 (it tells one server's
+        /// databases apart from other servers). The Locker's Redis user needs
+        /// `INFO` (in `@dangerous`: `+@all -@dangerous` refuses it; add `+info`)
+        /// or access to the marker key with `EVAL`, `SELECT` and `TIME` (which
+        /// `+@all -@dangerous` allows); best both. A node for which neither can
+        /// be read does not vote, whatever this setting, and the
+        /// [`LockError::NoQuorum`] of an acquisition says why. With INFO refused,
+        /// a restart from a snapshot that kept the marker is not seen; neither
+        /// is a flush (or an eviction of the marker under an `allkeys-*`
+        /// policy) until the Locker's connection is opened again.
+        ///
+        /// The cost: after nodes start (a new deployment included), and the
+        /// first time a Locker of this version sees a node (there is no marker
+        /// yet), locks whose majority needs them wait until the nodes have kept
+        /// their data for `max_lease`. Turn it off only when the nodes persist
+        /// every write (`appendfsync always`) or are never restarted within
+        /// `max_lease`.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+        /// let locker = Locker::redlock_builder(urls).delay_restarted_nodes(false).build();
+        /// assert!(locker.is_ok());
+        /// ```
+        pub fn delay_restarted_nodes(delay: bool) => delay_restarted_nodes = Some(delay);
 
-    /// The longest lease any lock of this Locker may have: a longer
-    /// `expire` is refused, and so is an `extend` that would leave more time
-    /// than this. Default: [`MAX_EXPIRE`] (30 days) on one server or a
-    /// cluster, [`DEFAULT_REDLOCK_MAX_LEASE`] (60 s) on a Redlock.
-    ///
-    /// On a Redlock it bounds how long a node restarted without its data
-    /// must stay out of every majority (see
-    /// [`delay_restarted_nodes`](Self::delay_restarted_nodes)): no lease on
-    /// any node can outlast it, so once a node has been up this long, every
-    /// lock it forgot has ended. A longer `max_lease` allows longer leases
-    /// and keeps restarted nodes out for longer; renewed locks
-    /// (`renew(true)`) need no long lease, as the watchdog keeps renewing a
-    /// short one.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
-    /// let locker = Locker::redlock_builder(urls)
-    ///     .max_lease(Duration::from_secs(30))
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(locker.max_lease(), Duration::from_secs(30));
-    /// ```
-    pub fn max_lease(mut self, max_lease: Duration) -> Self {
-        self.max_lease = Some(max_lease);
-        self
-    }
+        /// The longest lease any lock of this Locker may have: a longer
+        /// `expire` is refused, and so is an `extend` that would leave more time
+        /// than this. Default: [`MAX_EXPIRE`] (30 days) on one server or a
+        /// cluster, [`DEFAULT_REDLOCK_MAX_LEASE`] (60 s) on a Redlock.
+        ///
+        /// On a Redlock it bounds how long a node restarted without its data
+        /// must stay out of every majority (see
+        /// [`delay_restarted_nodes`](Self::delay_restarted_nodes)): no lease on
+        /// any node can outlast it, so once a node has been up this long, every
+        /// lock it forgot has ended. A longer `max_lease` allows longer leases
+        /// and keeps restarted nodes out for longer; renewed locks
+        /// (`renew(true)`) need no long lease, as the watchdog keeps renewing a
+        /// short one.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+        /// let locker = Locker::redlock_builder(urls)
+        ///     .max_lease(Duration::from_secs(30))
+        ///     .build()
+        ///     .unwrap();
+        /// assert_eq!(locker.max_lease(), Duration::from_secs(30));
+        /// ```
+        pub fn max_lease(max_lease: Duration) => max_lease = Some(max_lease);
 
-    /// How long a lock's fencing counter stays in Redis after the lock's
-    /// lease ended (default [`DEFAULT_FENCE_RETENTION`], 60 s; at most
-    /// [`MAX_EXPIRE`]).
-    ///
-    /// Every lock name has a counter key (`<prefix>{name}:fence`) next to
-    /// its lock key. A new counter gets a time to live of its lease plus
-    /// this retention, a release shortens it to this retention, and an
-    /// acquisition leaves it as it is (no extra command), so nothing of a
-    /// lock stays in Redis longer than this after its last lease ended (a
-    /// counter may go sooner, even while a lock renewed or extended far past
-    /// its first lease is held; the next token then comes from the clock). Without that, every name ever
-    /// locked kept a key forever: ten million order names were about a
-    /// gigabyte, never evictable under a `volatile-*` policy, and under
-    /// `noeviction` a full Redis refused every acquisition.
-    ///
-    /// The trade-off: a counter that no longer exists starts again from
-    /// the Redis server's clock in microseconds, so fencing tokens keep
-    /// increasing across its expiry as long as the server's clock does not
-    /// step back and a name is taken fewer than a million times a second.
-    /// While the counter exists, tokens do not depend on the clock at all:
-    /// a longer retention protects against a clock step for longer after a
-    /// lock was last used, at the cost of one small key per recently used
-    /// name. Zero lets the counter go with the lease. Keep it above a
-    /// second: a release whose answer is lost with its connection is sent
-    /// again, and that second try counts the lock as released only while
-    /// the counter is still there (see [`LockGuard::release`](crate::LockGuard::release)).
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// let locker = Locker::builder("redis://127.0.0.1/")
-    ///     .fence_retention(Duration::from_secs(3600))
-    ///     .build()
-    ///     .unwrap();
-    /// ```
-    pub fn fence_retention(mut self, retention: Duration) -> Self {
-        self.fence_retention = retention;
-        self
-    }
+        /// How long a lock's fencing counter stays in Redis after the lock's
+        /// lease ended (default [`DEFAULT_FENCE_RETENTION`], 60 s; at most
+        /// [`MAX_EXPIRE`]).
+        ///
+        /// Every lock name has a counter key (`<prefix>{name}:fence`) next to
+        /// its lock key. A new counter gets a time to live of its lease plus
+        /// this retention, a release shortens it to this retention, and an
+        /// acquisition leaves it as it is (no extra command), so nothing of a
+        /// lock stays in Redis longer than this after its last lease ended (a
+        /// counter may go sooner, even while a lock renewed or extended far past
+        /// its first lease is held; the next token then comes from the clock). Without that, every name ever
+        /// locked kept a key forever: ten million order names were about a
+        /// gigabyte, never evictable under a `volatile-*` policy, and under
+        /// `noeviction` a full Redis refused every acquisition.
+        ///
+        /// The trade-off: a counter that no longer exists starts again from
+        /// the Redis server's clock in microseconds, so fencing tokens keep
+        /// increasing across its expiry as long as the server's clock does not
+        /// step back and a name is taken fewer than a million times a second.
+        /// While the counter exists, tokens do not depend on the clock at all:
+        /// a longer retention protects against a clock step for longer after a
+        /// lock was last used, at the cost of one small key per recently used
+        /// name. Zero lets the counter go with the lease. Keep it above a
+        /// second: a release whose answer is lost with its connection is sent
+        /// again, and that second try counts the lock as released only while
+        /// the counter is still there (see [`LockGuard::release`](crate::LockGuard::release)).
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// let locker = Locker::builder("redis://127.0.0.1/")
+        ///     .fence_retention(Duration::from_secs(3600))
+        ///     .build()
+        ///     .unwrap();
+        /// ```
+        pub fn fence_retention(retention: Duration) => fence_retention = retention;
 
-    /// Trusts the certificate authority `pem` (one or more PEM
-    /// certificates) for the servers' certificates, instead of the platform's
-    /// (or, with `tls-rustls-webpki-roots`, Mozilla's) roots. For every
-    /// server of the Locker: the one server, each Redlock node, the Cluster
-    /// nodes, the sentinels and their master. The URLs must be `rediss://`
-    /// (a plain URL with TLS settings is refused); host names are still
-    /// checked against the certificates.
-    ///
-    /// Needs a TLS feature of lockattr: `tls-rustls` (any Locker) or
-    /// `tls-native-tls` (one server and Redlock; a Cluster or Sentinel takes
-    /// certificates only with rustls). An untrusted certificate or a wrong
-    /// host name is a [`LockError::Connection`] on first use, within the
-    /// connect timeout; a PEM without a certificate is refused by
-    /// [`build`](Self::build). The certificates never appear in errors or
-    /// `Debug` output.
-    ///
-    /// ```no_run
-    /// # use lockattr_runtime::Locker;
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let locker = Locker::builder("rediss://redis.internal:6380/")
-    ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.crt")?)
-    ///     .build()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_ca = Some(pem.into());
-        self
-    }
+        /// Trusts the certificate authority `pem` (one or more PEM
+        /// certificates) for the servers' certificates, instead of the platform's
+        /// (or, with `tls-rustls-webpki-roots`, Mozilla's) roots. For every
+        /// server of the Locker: the one server, each Redlock node, the Cluster
+        /// nodes, the sentinels and their master. The URLs must be `rediss://`
+        /// (a plain URL with TLS settings is refused); host names are still
+        /// checked against the certificates.
+        ///
+        /// Needs a TLS feature of lockattr: `tls-rustls` (any Locker) or
+        /// `tls-native-tls` (one server and Redlock; a Cluster or Sentinel takes
+        /// certificates only with rustls). An untrusted certificate or a wrong
+        /// host name is a [`LockError::Connection`] on first use, within the
+        /// connect timeout; a PEM without a certificate is refused by
+        /// [`build`](Self::build). The certificates never appear in errors or
+        /// `Debug` output.
+        ///
+        /// ```no_run
+        /// # use lockattr_runtime::Locker;
+        /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// let locker = Locker::builder("rediss://redis.internal:6380/")
+        ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.crt")?)
+        ///     .build()?;
+        /// # Ok(()) }
+        /// ```
+        pub fn tls_root_ca(pem: impl Into<Vec<u8>>) => tls.root_ca = Some(pem.into());
 
-    /// Presents the client certificate `cert_pem` (its chain, PEM) with its
-    /// private key `key_pem` (PEM: PKCS#8, PKCS#1 or SEC1) to every server,
-    /// for servers that require it (mutual TLS, `tls-auth-clients yes`).
-    /// Same rules as [`tls_root_ca`](Self::tls_root_ca); the key is never
-    /// shown in errors or `Debug` output. A certificate the server refuses
-    /// is a [`LockError::Connection`] on first use.
-    ///
-    /// ```no_run
-    /// # use lockattr_runtime::Locker;
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let locker = Locker::builder("rediss://redis.internal:6380/")
-    ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.crt")?)
-    ///     .tls_client_auth(
-    ///         std::fs::read("/etc/myapp/tls/client.crt")?,
-    ///         std::fs::read("/etc/myapp/tls/client.key")?,
-    ///     )
-    ///     .build()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn tls_client_auth(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls.client = Some((cert_pem.into(), key_pem.into()));
-        self
+        /// Presents the client certificate `cert_pem` (its chain, PEM) with its
+        /// private key `key_pem` (PEM: PKCS#8, PKCS#1 or SEC1) to every server,
+        /// for servers that require it (mutual TLS, `tls-auth-clients yes`).
+        /// Same rules as [`tls_root_ca`](Self::tls_root_ca); the key is never
+        /// shown in errors or `Debug` output. A certificate the server refuses
+        /// is a [`LockError::Connection`] on first use.
+        ///
+        /// ```no_run
+        /// # use lockattr_runtime::Locker;
+        /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// let locker = Locker::builder("rediss://redis.internal:6380/")
+        ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.crt")?)
+        ///     .tls_client_auth(
+        ///         std::fs::read("/etc/myapp/tls/client.crt")?,
+        ///         std::fs::read("/etc/myapp/tls/client.key")?,
+        ///     )
+        ///     .build()?;
+        /// # Ok(()) }
+        /// ```
+        pub fn tls_client_auth(cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>)
+            => tls.client = Some((cert_pem.into(), key_pem.into()));
     }
 
     /// Sentinel only: the user and password the master (and, after a
@@ -779,76 +778,66 @@ impl LockerBuilder {
         self
     }
 
-    /// The label this Locker's acquisitions are recorded under, with the
-    /// host name and process id, next to each lock it takes (see
-    /// [`Locker::inspect`]): which service holds a lock, for the operator
-    /// looking at it. Default: the executable's name. At most 100 bytes,
-    /// printable, without line breaks.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// let locker = Locker::builder("redis://127.0.0.1/").label("billing-worker").build().unwrap();
-    /// assert_eq!(locker.label(), "billing-worker");
-    /// assert!(Locker::builder("redis://127.0.0.1/").label("a\nb").build().is_err());
-    /// ```
-    pub fn label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
-        self
-    }
+    setters! {
+        /// The label this Locker's acquisitions are recorded under, with the
+        /// host name and process id, next to each lock it takes (see
+        /// [`Locker::inspect`]): which service holds a lock, for the operator
+        /// looking at it. Default: the executable's name. At most 100 bytes,
+        /// printable, without line breaks.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// let locker = Locker::builder("redis://127.0.0.1/").label("billing-worker").build().unwrap();
+        /// assert_eq!(locker.label(), "billing-worker");
+        /// assert!(Locker::builder("redis://127.0.0.1/").label("a\nb").build().is_err());
+        /// ```
+        pub fn label(label: impl Into<String>) => label = Some(label.into());
 
-    /// The prefix of every Redis key (default `"lockattr:"`).
-    ///
-    /// On a Redis Cluster every key of a lock carries the lock's name as its
-    /// hash tag (`lockattr:{order:7}`, `lockattr:{order:7}:fence`, ...), so
-    /// locks spread over the masters and a lock's keys share one slot. A
-    /// prefix may instead carry a hash tag of its own, one non-empty `{tag}`
-    /// (`"bank:{transfers}:"`): then every key of this Locker's locks is in
-    /// that tag's slot, on one master, and a [set of
-    /// names](Locker::lock_all) is taken by one script call instead of one
-    /// per slot. Any other `{` or `}` in a prefix is refused: an empty or
-    /// unclosed tag would split a lock's keys over several slots. Every
-    /// process that shares locks must use the same prefix.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// let related = Locker::cluster_builder(["redis://127.0.0.1:7000/"])
-    ///     .prefix("bank:{transfers}:")
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(related.prefix(), "bank:{transfers}:");
-    /// assert!(Locker::builder("redis://127.0.0.1/").prefix("a{b").build().is_err());
-    /// assert!(Locker::builder("redis://127.0.0.1/").prefix("a{}:").build().is_err());
-    /// ```
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
+        /// The prefix of every Redis key (default `"lockattr:"`).
+        ///
+        /// On a Redis Cluster every key of a lock carries the lock's name as its
+        /// hash tag (`lockattr:{order:7}`, `lockattr:{order:7}:fence`, ...), so
+        /// locks spread over the masters and a lock's keys share one slot. A
+        /// prefix may instead carry a hash tag of its own, one non-empty `{tag}`
+        /// (`"bank:{transfers}:"`): then every key of this Locker's locks is in
+        /// that tag's slot, on one master, and a [set of
+        /// names](Locker::lock_all) is taken by one script call instead of one
+        /// per slot. Any other `{` or `}` in a prefix is refused: an empty or
+        /// unclosed tag would split a lock's keys over several slots. Every
+        /// process that shares locks must use the same prefix.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// let related = Locker::cluster_builder(["redis://127.0.0.1:7000/"])
+        ///     .prefix("bank:{transfers}:")
+        ///     .build()
+        ///     .unwrap();
+        /// assert_eq!(related.prefix(), "bank:{transfers}:");
+        /// assert!(Locker::builder("redis://127.0.0.1/").prefix("a{b").build().is_err());
+        /// assert!(Locker::builder("redis://127.0.0.1/").prefix("a{}:").build().is_err());
+        /// ```
+        pub fn prefix(prefix: impl Into<String>) => prefix = prefix.into();
 
-    /// How long opening a connection may take, handshake included (default
-    /// 1 s, at most [`MAX_TIMEOUT`]).
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// let b = Locker::builder("redis://127.0.0.1/").connect_timeout(Duration::from_millis(200));
-    /// ```
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
+        /// How long opening a connection may take, handshake included (default
+        /// 1 s, at most [`MAX_TIMEOUT`]).
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// let b = Locker::builder("redis://127.0.0.1/").connect_timeout(Duration::from_millis(200));
+        /// ```
+        pub fn connect_timeout(timeout: Duration) => timeouts.connect = timeout;
 
-    /// How long one answer from Redis may take (default 1 s, at most
-    /// [`MAX_TIMEOUT`]). A frozen or overloaded server turns into
-    /// [`LockError::Connection`] after this long.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// let b = Locker::builder("redis://127.0.0.1/").response_timeout(Duration::from_millis(200));
-    /// ```
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.response = timeout;
-        self
+        /// How long one answer from Redis may take (default 1 s, at most
+        /// [`MAX_TIMEOUT`]). A frozen or overloaded server turns into
+        /// [`LockError::Connection`] after this long.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// let b = Locker::builder("redis://127.0.0.1/").response_timeout(Duration::from_millis(200));
+        /// ```
+        pub fn response_timeout(timeout: Duration) => timeouts.response = timeout;
     }
 
     /// Checks the settings and makes the Locker. Does not connect.
@@ -1024,176 +1013,160 @@ pub struct LockBuilder<'a> {
 }
 
 impl LockBuilder<'_> {
-    /// The lease: the lock frees itself this long after it is taken unless it
-    /// is released or extended first (default 10 s, at most 30 days, not zero).
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
-    /// let request = locker.lock("x").expire(Duration::from_secs(30));
-    /// ```
-    pub fn expire(mut self, expire: Duration) -> Self {
-        self.expire = expire;
-        self
-    }
+    setters! {
+        /// The lease: the lock frees itself this long after it is taken unless it
+        /// is released or extended first (default 10 s, at most 30 days, not zero).
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+        /// let request = locker.lock("x").expire(Duration::from_secs(30));
+        /// ```
+        pub fn expire(expire: Duration) => expire = expire;
 
-    /// How long to wait while another owner holds the lock (default 10 s,
-    /// at most [`MAX_ACQUIRE_TIMEOUT`], 30 days; `Duration::MAX` waits that
-    /// long). Zero makes exactly one attempt.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
-    /// let request = locker.lock("x").acquire_timeout(Duration::from_millis(250));
-    /// ```
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
+        /// How long to wait while another owner holds the lock (default 10 s,
+        /// at most [`MAX_ACQUIRE_TIMEOUT`], 30 days; `Duration::MAX` waits that
+        /// long). Zero makes exactly one attempt.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+        /// let request = locker.lock("x").acquire_timeout(Duration::from_millis(250));
+        /// ```
+        pub fn acquire_timeout(timeout: Duration) => acquire_timeout = timeout;
 
-    /// Renews the lease while the guard is held (default off): every
-    /// `expire / 3` the lock's time left is raised back to `expire`, so the
-    /// work may take as long as it needs, while the lock of a crashed owner
-    /// still frees itself within `expire`.
-    ///
-    /// One task per Locker renews all its locks, several per round trip; it
-    /// stops before [`LockGuard::release`] returns, and when a guard is
-    /// dropped. A renewal only touches a lock that still holds this guard's
-    /// token: a released, expired or taken lock is never brought back. When
-    /// a renewal finds the lock gone, or none gets through for a whole
-    /// lease, the guard is marked lost ([`LockGuard::is_lost`]).
-    ///
-    /// ```no_run
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
-    /// let guard = locker
-    ///     .lock("rebuild-search-index")
-    ///     .expire(Duration::from_secs(15)) // freed within 15 s if this process dies
-    ///     .renew(true)                     // held for as long as the work takes
-    ///     .acquire()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn renew(mut self, renew: bool) -> Self {
-        self.renew = Some(renew);
-        self
-    }
+        /// Renews the lease while the guard is held (default off): every
+        /// `expire / 3` the lock's time left is raised back to `expire`, so the
+        /// work may take as long as it needs, while the lock of a crashed owner
+        /// still frees itself within `expire`.
+        ///
+        /// One task per Locker renews all its locks, several per round trip; it
+        /// stops before [`LockGuard::release`] returns, and when a guard is
+        /// dropped. A renewal only touches a lock that still holds this guard's
+        /// token: a released, expired or taken lock is never brought back. When
+        /// a renewal finds the lock gone, or none gets through for a whole
+        /// lease, the guard is marked lost ([`LockGuard::is_lost`]).
+        ///
+        /// ```no_run
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+        /// let guard = locker
+        ///     .lock("rebuild-search-index")
+        ///     .expire(Duration::from_secs(15)) // freed within 15 s if this process dies
+        ///     .renew(true)                     // held for as long as the work takes
+        ///     .acquire()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        pub fn renew(renew: bool) => renew = Some(renew);
 
-    /// Caps renewal: the lease is renewed as with [`renew`](Self::renew)
-    /// (which this turns on), but no renewal is sent once `renew_for` has
-    /// passed since the lock was taken. The lease then runs out on its
-    /// own, at most one `expire` later, and the guard turns lost
-    /// ([`LockGuard::is_lost`], [`LockGuard::lost`], reason
-    /// [`LostReason::RenewFor`](crate::LostReason::RenewFor)): a stuck
-    /// holder cannot keep the lock forever, while one that crashes still
-    /// frees it within `expire`.
-    ///
-    /// - A release before the lease has run out releases as usual, cap
-    ///   passed or not.
-    /// - [`LockGuard::extend`] is not capped: an explicit extension is the
-    ///   holder saying it is still working, and it raises the lease even
-    ///   after `renew_for` (renewal stays stopped).
-    /// - The time counts from when the lock was granted to this guard.
-    ///   A cap shorter than `expire / 3` (the renewal period) means the
-    ///   lease is never renewed.
-    /// - When renewal stops, a `lockattr` INFO event says so
-    ///   (`lock renewal stopped: ...`).
-    ///
-    /// At acquire, a cap under a millisecond (zero included) or longer than
-    /// 30 days, or one together with `.renew(false)`, is refused with
-    /// [`LockError::InvalidInput`].
-    ///
-    /// ```no_run
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
-    /// let guard = locker
-    ///     .lock("import")
-    ///     .expire(Duration::from_secs(30))        // freed within 30 s if this process dies
-    ///     .renew_for(Duration::from_secs(3600))   // renewed for at most an hour
-    ///     .acquire()
-    ///     .await?;
-    /// // ... the import: if it hangs, renewal stops after an hour, the lock
-    /// // frees itself within 30 s more, and `guard.lost()` resolves ...
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn renew_for(mut self, renew_for: Duration) -> Self {
-        self.renew_for = Some(renew_for);
-        self
-    }
+        /// Caps renewal: the lease is renewed as with [`renew`](Self::renew)
+        /// (which this turns on), but no renewal is sent once `renew_for` has
+        /// passed since the lock was taken. The lease then runs out on its
+        /// own, at most one `expire` later, and the guard turns lost
+        /// ([`LockGuard::is_lost`], [`LockGuard::lost`], reason
+        /// [`LostReason::RenewFor`](crate::LostReason::RenewFor)): a stuck
+        /// holder cannot keep the lock forever, while one that crashes still
+        /// frees it within `expire`.
+        ///
+        /// - A release before the lease has run out releases as usual, cap
+        ///   passed or not.
+        /// - [`LockGuard::extend`] is not capped: an explicit extension is the
+        ///   holder saying it is still working, and it raises the lease even
+        ///   after `renew_for` (renewal stays stopped).
+        /// - The time counts from when the lock was granted to this guard.
+        ///   A cap shorter than `expire / 3` (the renewal period) means the
+        ///   lease is never renewed.
+        /// - When renewal stops, a `lockattr` INFO event says so
+        ///   (`lock renewal stopped: ...`).
+        ///
+        /// At acquire, a cap under a millisecond (zero included) or longer than
+        /// 30 days, or one together with `.renew(false)`, is refused with
+        /// [`LockError::InvalidInput`].
+        ///
+        /// ```no_run
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+        /// let guard = locker
+        ///     .lock("import")
+        ///     .expire(Duration::from_secs(30))        // freed within 30 s if this process dies
+        ///     .renew_for(Duration::from_secs(3600))   // renewed for at most an hour
+        ///     .acquire()
+        ///     .await?;
+        /// // ... the import: if it hangs, renewal stops after an hour, the lock
+        /// // frees itself within 30 s more, and `guard.lost()` resolves ...
+        /// guard.release().await?;
+        /// # Ok(()) }
+        /// ```
+        pub fn renew_for(renew_for: Duration) => renew_for = Some(renew_for);
 
-    /// Keeps the lock at least this long after it was taken, even when it
-    /// is released sooner (default zero: none; ShedLock's
-    /// `lockAtLeastFor`). A job scheduled on several machines, whose clocks
-    /// differ by a little, then runs once per period: a machine that comes
-    /// late finds the lock still held by the one that ran it, however fast
-    /// that run was.
-    ///
-    /// A release (explicit, or by dropping the guard) before that time has
-    /// passed does not delete the lock: it sets the lock's time left to what
-    /// remains of the hold, counted from when the acquiring request was
-    /// sent, and the lock then expires; waiters are told when, and take it
-    /// at that moment. A release after that is the usual one. With
-    /// [`renew`](Self::renew), renewal goes on while the guard is held and
-    /// stops at the release, as always. A guard that no longer owns the
-    /// lock changes nothing.
-    ///
-    /// It must fit in the lease (`hold_at_least <= expire`), so that the
-    /// lock is kept that long even when its owner stops without releasing
-    /// it; a longer hold is refused with [`LockError::InvalidInput`].
-    ///
-    /// ```no_run
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
-    /// // Every replica calls this each minute; the report is built once per minute.
-    /// if let Ok(guard) = locker
-    ///     .lock("report:12:05")
-    ///     .expire(Duration::from_secs(60))
-    ///     .hold_at_least(Duration::from_secs(30)) // kept 30 s even if built in 1 s
-    ///     .acquire_timeout(Duration::ZERO)
-    ///     .acquire()
-    ///     .await
-    /// {
-    ///     // ... build the report ...
-    ///     guard.release().await?; // the lock stays until 30 s after it was taken
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn hold_at_least(mut self, hold: Duration) -> Self {
-        self.hold_at_least = hold;
-        self
-    }
+        /// Keeps the lock at least this long after it was taken, even when it
+        /// is released sooner (default zero: none; ShedLock's
+        /// `lockAtLeastFor`). A job scheduled on several machines, whose clocks
+        /// differ by a little, then runs once per period: a machine that comes
+        /// late finds the lock still held by the one that ran it, however fast
+        /// that run was.
+        ///
+        /// A release (explicit, or by dropping the guard) before that time has
+        /// passed does not delete the lock: it sets the lock's time left to what
+        /// remains of the hold, counted from when the acquiring request was
+        /// sent, and the lock then expires; waiters are told when, and take it
+        /// at that moment. A release after that is the usual one. With
+        /// [`renew`](Self::renew), renewal goes on while the guard is held and
+        /// stops at the release, as always. A guard that no longer owns the
+        /// lock changes nothing.
+        ///
+        /// It must fit in the lease (`hold_at_least <= expire`), so that the
+        /// lock is kept that long even when its owner stops without releasing
+        /// it; a longer hold is refused with [`LockError::InvalidInput`].
+        ///
+        /// ```no_run
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # async fn run(locker: &Locker) -> Result<(), lockattr_runtime::LockError> {
+        /// // Every replica calls this each minute; the report is built once per minute.
+        /// if let Ok(guard) = locker
+        ///     .lock("report:12:05")
+        ///     .expire(Duration::from_secs(60))
+        ///     .hold_at_least(Duration::from_secs(30)) // kept 30 s even if built in 1 s
+        ///     .acquire_timeout(Duration::ZERO)
+        ///     .acquire()
+        ///     .await
+        /// {
+        ///     // ... build the report ...
+        ///     guard.release().await?; // the lock stays until 30 s after it was taken
+        /// }
+        /// # Ok(()) }
+        /// ```
+        pub fn hold_at_least(hold: Duration) => hold_at_least = hold;
 
-    /// What kind of lock this is, for metrics (the `metrics` feature): the
-    /// value of the `lock` label of every metric about this acquisition and
-    /// its guard, in place of the full name, which would make one series
-    /// per lock. Without the feature it is not used.
-    ///
-    /// By default the kind is the part of the name before its first `:`
-    /// (`"order"` for `"order:7"`), or the whole name when it has none.
-    /// Set it when names have no `:` and are many (`"7"`, `"8"`, ...), or
-    /// when their first part is not a kind. `#[redis_lock]` sets it to the
-    /// lock's name template (`"order:{order_id}"`). Keep the number of kinds
-    /// small and fixed: each is a series of every metric.
-    ///
-    /// ```no_run
-    /// # use lockattr_runtime::Locker;
-    /// # async fn run(locker: &Locker, user_id: u64) -> Result<(), lockattr_runtime::LockError> {
-    /// let guard = locker
-    ///     .lock(user_id.to_string()) // "7": no kind before a `:`
-    ///     .kind("user")
-    ///     .acquire()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn kind(mut self, kind: impl Into<Cow<'static, str>>) -> Self {
-        self.kind = Some(kind.into());
-        self
+        /// What kind of lock this is, for metrics (the `metrics` feature): the
+        /// value of the `lock` label of every metric about this acquisition and
+        /// its guard, in place of the full name, which would make one series
+        /// per lock. Without the feature it is not used.
+        ///
+        /// By default the kind is the part of the name before its first `:`
+        /// (`"order"` for `"order:7"`), or the whole name when it has none.
+        /// Set it when names have no `:` and are many (`"7"`, `"8"`, ...), or
+        /// when their first part is not a kind. `#[redis_lock]` sets it to the
+        /// lock's name template (`"order:{order_id}"`). Keep the number of kinds
+        /// small and fixed: each is a series of every metric.
+        ///
+        /// ```no_run
+        /// # use lockattr_runtime::Locker;
+        /// # async fn run(locker: &Locker, user_id: u64) -> Result<(), lockattr_runtime::LockError> {
+        /// let guard = locker
+        ///     .lock(user_id.to_string()) // "7": no kind before a `:`
+        ///     .kind("user")
+        ///     .acquire()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        pub fn kind(kind: impl Into<Cow<'static, str>>) => kind = Some(kind.into());
     }
 
     /// Takes the lock, waiting up to the acquire timeout while it is held.

@@ -15,6 +15,7 @@ use crate::backend::Grant;
 use crate::backend::lockset as set;
 use crate::guard::Lease;
 use crate::layout::Keys;
+use crate::locker::setters;
 use crate::observe::{Acquiring, Kind};
 use crate::wait::{self, Contender, Won};
 use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockGuard, Locker, io};
@@ -102,83 +103,70 @@ pub struct LockSetBuilder<'a> {
 }
 
 impl LockSetBuilder<'_> {
-    /// The lease of every name, as [`LockBuilder::expire`](crate::LockBuilder::expire).
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
-    /// let request = locker.lock_all(["a", "b"]).expire(Duration::from_secs(30));
-    /// ```
-    pub fn expire(mut self, expire: Duration) -> Self {
-        self.expire = expire;
-        self
-    }
+    setters! {
+        /// The lease of every name, as [`LockBuilder::expire`](crate::LockBuilder::expire).
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+        /// let request = locker.lock_all(["a", "b"]).expire(Duration::from_secs(30));
+        /// ```
+        pub fn expire(expire: Duration) => expire = expire;
 
-    /// How long to wait while any of the names is held, as
-    /// [`LockBuilder::acquire_timeout`](crate::LockBuilder::acquire_timeout);
-    /// zero makes one attempt.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
-    /// let request = locker.lock_all(["a", "b"]).acquire_timeout(Duration::from_secs(2));
-    /// ```
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
+        /// How long to wait while any of the names is held, as
+        /// [`LockBuilder::acquire_timeout`](crate::LockBuilder::acquire_timeout);
+        /// zero makes one attempt.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+        /// let request = locker.lock_all(["a", "b"]).acquire_timeout(Duration::from_secs(2));
+        /// ```
+        pub fn acquire_timeout(timeout: Duration) => acquire_timeout = timeout;
 
-    /// Renews every name's lease while the guard is held, as
-    /// [`LockBuilder::renew`](crate::LockBuilder::renew). The set is lost
-    /// when any of its names is.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
-    /// let request = locker.lock_all(["a", "b"]).renew(true);
-    /// ```
-    pub fn renew(mut self, renew: bool) -> Self {
-        self.renew = Some(renew);
-        self
-    }
+        /// Renews every name's lease while the guard is held, as
+        /// [`LockBuilder::renew`](crate::LockBuilder::renew). The set is lost
+        /// when any of its names is.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+        /// let request = locker.lock_all(["a", "b"]).renew(true);
+        /// ```
+        pub fn renew(renew: bool) => renew = Some(renew);
 
-    /// Caps renewal, as [`LockBuilder::renew_for`](crate::LockBuilder::renew_for).
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # use std::time::Duration;
-    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
-    /// let request = locker.lock_all(["a", "b"]).renew_for(Duration::from_secs(3600));
-    /// ```
-    pub fn renew_for(mut self, renew_for: Duration) -> Self {
-        self.renew_for = Some(renew_for);
-        self
-    }
+        /// Caps renewal, as [`LockBuilder::renew_for`](crate::LockBuilder::renew_for).
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+        /// let request = locker.lock_all(["a", "b"]).renew_for(Duration::from_secs(3600));
+        /// ```
+        pub fn renew_for(renew_for: Duration) => renew_for = Some(renew_for);
 
-    /// The `lock` label of the set's metrics (the `metrics` feature), as
-    /// [`LockBuilder::kind`](crate::LockBuilder::kind) is a lock's.
-    ///
-    /// A set has one label, for its acquisition (one wait, one
-    /// acquisition, one timeout per call, not one per name) and for every
-    /// name it holds (held locks, hold times, losses). By default it is the
-    /// distinct kinds of its names (each name's part before its first
-    /// `:`), sorted, in brackets: `[account]` for `account:1` and
-    /// `account:2`, `[account, order]` for `order:7` and `account:1`. A
-    /// set's wait is for all of its names at once, so it is a series of
-    /// its own rather than a wait of each name's kind: counted per name,
-    /// one caller's wait would count several times and skew the quantiles
-    /// of the single locks of those kinds.
-    ///
-    /// ```
-    /// # use lockattr_runtime::Locker;
-    /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
-    /// let request = locker.lock_all(["1", "2"]).kind("account");
-    /// ```
-    pub fn kind(mut self, kind: impl Into<Cow<'static, str>>) -> Self {
-        self.kind = Some(kind.into());
-        self
+        /// The `lock` label of the set's metrics (the `metrics` feature), as
+        /// [`LockBuilder::kind`](crate::LockBuilder::kind) is a lock's.
+        ///
+        /// A set has one label, for its acquisition (one wait, one
+        /// acquisition, one timeout per call, not one per name) and for every
+        /// name it holds (held locks, hold times, losses). By default it is the
+        /// distinct kinds of its names (each name's part before its first
+        /// `:`), sorted, in brackets: `[account]` for `account:1` and
+        /// `account:2`, `[account, order]` for `order:7` and `account:1`. A
+        /// set's wait is for all of its names at once, so it is a series of
+        /// its own rather than a wait of each name's kind: counted per name,
+        /// one caller's wait would count several times and skew the quantiles
+        /// of the single locks of those kinds.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # let locker = Locker::new("redis://127.0.0.1/").unwrap();
+        /// let request = locker.lock_all(["1", "2"]).kind("account");
+        /// ```
+        pub fn kind(kind: impl Into<Cow<'static, str>>) => kind = Some(kind.into());
     }
 
     /// Takes every name or none, waiting up to the acquire timeout while

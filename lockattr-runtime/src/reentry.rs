@@ -76,16 +76,9 @@ pub(crate) fn find_async(locker: &Inner, name: &str) -> Option<Arc<Lease>> {
         .flatten()
 }
 
-/// Runs `body` with `lease` added to the async call chain's locks.
-pub(crate) async fn scope<F: Future>(lease: Arc<Lease>, body: F) -> F::Output {
-    let outer = IN_TASK.try_with(Chain::clone).unwrap_or_default();
-    let chain = Chain(Some(Arc::new(Link { lease, outer })));
-    IN_TASK.scope(chain, body).await
-}
-
 /// Runs `body` with every lease of `leases` added to the async call chain's
-/// locks (the names of a lock set).
-pub(crate) async fn scope_all<F: Future>(leases: Vec<Arc<Lease>>, body: F) -> F::Output {
+/// locks (one lock's, or the names of a lock set).
+pub(crate) async fn scope<F: Future>(leases: Vec<Arc<Lease>>, body: F) -> F::Output {
     let mut chain = IN_TASK.try_with(Chain::clone).unwrap_or_default();
     for lease in leases {
         chain = Chain(Some(Arc::new(Link {
@@ -190,22 +183,30 @@ mod tests {
     use super::Counts;
     use std::sync::Arc;
 
+    /// Counts with one body entered into each of `leases`, in turn.
+    fn entered<T>(leases: &[&Arc<T>]) -> Counts<T> {
+        let mut counts = Counts::new();
+        for lease in leases {
+            counts.enter(lease);
+        }
+        counts
+    }
+
+    /// The innermost lease equal to `name`.
+    fn find<T: PartialEq>(counts: &Counts<T>, name: T) -> Option<Arc<T>> {
+        counts.find(|l| *l == name)
+    }
+
     #[test]
     fn counts_bodies_and_forgets_a_lease_with_the_last() {
         let (a, b) = (Arc::new("a"), Arc::new("b"));
-        let mut counts = Counts::new();
-        counts.enter(&a);
-        counts.enter(&b);
-        counts.enter(&a);
-        assert_eq!(counts.find(|l| *l == "a").as_deref(), Some(&"a"));
+        let mut counts = entered(&[&a, &b, &a]);
+        assert_eq!(find(&counts, "a").as_deref(), Some(&"a"));
         counts.leave(&a);
-        assert!(
-            counts.find(|l| *l == "a").is_some(),
-            "a nested exit freed it"
-        );
+        assert!(find(&counts, "a").is_some(), "a nested exit freed it");
         counts.leave(&a);
-        assert!(counts.find(|l| *l == "a").is_none());
-        assert!(counts.find(|l| *l == "b").is_some());
+        assert!(find(&counts, "a").is_none());
+        assert!(find(&counts, "b").is_some());
         // Leaving what is not there changes nothing, and never goes below.
         counts.leave(&a);
         counts.leave(&b);
@@ -218,12 +219,10 @@ mod tests {
         // Two leases that match alike (a lock released, then taken anew):
         // each body leaves the one it entered.
         let (old, new) = (Arc::new("a"), Arc::new("a"));
-        let mut counts = Counts::new();
-        counts.enter(&old);
-        counts.enter(&new);
-        assert!(Arc::ptr_eq(&counts.find(|l| *l == "a").unwrap(), &new));
+        let mut counts = entered(&[&old, &new]);
+        assert!(Arc::ptr_eq(&find(&counts, "a").unwrap(), &new));
         counts.leave(&new);
-        assert!(Arc::ptr_eq(&counts.find(|l| *l == "a").unwrap(), &old));
+        assert!(Arc::ptr_eq(&find(&counts, "a").unwrap(), &old));
         counts.leave(&old);
         assert!(counts.0.is_empty());
     }

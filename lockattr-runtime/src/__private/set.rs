@@ -5,13 +5,12 @@
 
 use std::sync::Arc;
 
-use tracing::Instrument;
-
 pub use super::{Options, call, default_locker, key_of, lock_failed, typed_body};
 pub use crate::{LockError, LockKey, Locker};
 
-use super::Entered;
+use super::{Entered, in_hold, released_or_lost};
 use crate::guard::Lease;
+use crate::inner::Inner;
 use crate::{DEFAULT_EXPIRE, LockSetGuard, reentry};
 
 /// One name of a set written as a format string: a `&'static str` or a
@@ -66,30 +65,32 @@ pub async fn acquire(
     names: &[String],
     options: Options,
 ) -> Result<Held, LockError> {
-    if options.reentrant
-        && let Some(reentry) = reenter(names, |n| reentry::find_async(&locker.inner, n))
-    {
-        return reentry.map(|guard| Held {
-            guard,
-            on_thread: false,
-        });
-    }
-    let guard = builder(locker, names, options)?.acquire().await?;
+    let guard = match reenter(locker, names, options, reentry::find_async) {
+        Some(reentry) => reentry?,
+        None => builder(locker, names, options)?.acquire().await?,
+    };
     Ok(Held {
         guard,
         on_thread: false,
     })
 }
 
-/// The reentry of a nested call on `names`, when `held` finds any of them
-/// held by its caller: a guard sharing the leases when it finds them all,
-/// refused when it finds some (see [`acquire`]), `None` when it finds none.
+/// The reentry of a nested call on `names` with `reentrant`, when `held`
+/// finds any of them held by its caller: a guard sharing the leases when it
+/// finds them all, refused when it finds some (see [`acquire`]), `None`
+/// when it finds none (or the call is not `reentrant`).
 fn reenter(
+    locker: &Locker,
     names: &[String],
-    held: impl Fn(&str) -> Option<Arc<Lease>>,
+    options: Options,
+    held: fn(&Inner, &str) -> Option<Arc<Lease>>,
 ) -> Option<Result<LockSetGuard, LockError>> {
+    if !options.reentrant {
+        return None;
+    }
     let names = unique(names);
-    let found: Vec<(&str, Option<Arc<Lease>>)> = names.iter().map(|&n| (n, held(n))).collect();
+    let found: Vec<(&str, Option<Arc<Lease>>)> =
+        names.iter().map(|&n| (n, held(&locker.inner, n))).collect();
     let held = found.iter().filter(|(_, lease)| lease.is_some()).count();
     if held == 0 {
         return None;
@@ -152,25 +153,21 @@ fn builder<'a>(
 /// Runs an async body in the set's `hold` span, with every name added to
 /// its call chain's held locks.
 pub async fn body<F: Future>(held: &Held, body: F) -> F::Output {
-    let span = held.hold_span();
-    if held.guard.is_outermost() {
-        let leases = held.guard.leases().cloned().collect();
-        reentry::scope_all(leases, body).instrument(span).await
-    } else {
-        body.instrument(span).await
-    }
+    let leases = held
+        .guard
+        .is_outermost()
+        .then(|| held.guard.leases().cloned().collect());
+    in_hold(held.hold_span(), leases, body).await
 }
 
 /// Enters the set's `hold` span around a sync body and, with `reentrant`,
 /// counts the body inside every name on this thread; both are left when
 /// the returned value is dropped.
 pub fn enter_hold(held: &Held) -> Entered {
-    Entered {
-        _on_thread: held
-            .on_thread
-            .then(|| reentry::enter_on_thread(held.guard.leases().cloned().collect())),
-        _span: held.hold_span().entered(),
-    }
+    let leases = held
+        .on_thread
+        .then(|| held.guard.leases().cloned().collect());
+    Entered::new(leases, held.hold_span())
 }
 
 /// Runs an async body until it finishes or any name is lost.
@@ -192,7 +189,7 @@ pub async fn release(held: Held) {
 /// was lost before the body finished.
 pub async fn release_checked(held: Held) -> Option<LockError> {
     let lost = held.guard.lost_now();
-    released_or_lost(held.guard.release().await, lost)
+    released_or_lost(held.guard.release().await, lost, "locks")
 }
 
 /// Acquires for a sync function. With `reentrant`, as [`acquire`] does for
@@ -204,15 +201,12 @@ pub fn acquire_blocking(
     names: &[String],
     options: Options,
 ) -> Result<Held, LockError> {
-    if options.reentrant
-        && let Some(reentry) = reenter(names, |n| reentry::find_on_thread(&locker.inner, n))
-    {
-        return reentry.map(|guard| Held {
-            guard,
-            on_thread: true,
-        });
-    }
-    let guard = builder(locker, names, options)?.acquire_blocking()?;
+    let guard = match reenter(locker, names, options, reentry::find_on_thread) {
+        Some(reentry) => reentry?,
+        None => builder(locker, names, options)?.acquire_blocking()?,
+    };
+    // With `reentrant`, the set re-entered or taken counts the body on
+    // this thread (`enter_hold`).
     Ok(Held {
         guard,
         on_thread: options.reentrant,
@@ -222,19 +216,5 @@ pub fn acquire_blocking(
 /// Releases after a sync body (`on_lost = "error"`).
 pub fn release_checked_blocking(held: Held) -> Option<LockError> {
     let lost = held.guard.lost_now();
-    released_or_lost(held.guard.release_blocking(), lost)
-}
-
-fn released_or_lost(released: Result<(), LockError>, lost: Option<LockError>) -> Option<LockError> {
-    match released {
-        Ok(()) => lost,
-        Err(LockError::NotOwned { name }) => lost.or(Some(LockError::Lost {
-            name,
-            reason: crate::LostReason::Taken,
-        })),
-        Err(e) => {
-            tracing::warn!(target: "lockattr", error = %e, "#[redis_lock] could not release its locks");
-            lost
-        }
-    }
+    released_or_lost(held.guard.release_blocking(), lost, "locks")
 }
