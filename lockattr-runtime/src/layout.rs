@@ -116,6 +116,18 @@ impl Keys {
         }
     }
 
+    /// The keys of a name that queues its waiters, as the lock's and the
+    /// sets' scripts take them: holder, fence counter, queue, waiters.
+    pub(crate) fn queued(&self) -> [&str; 4] {
+        [&self.lock, &self.fence, &self.queue, &self.waiters]
+    }
+
+    /// The keys a hold keeps alive, as renewals take them: holder, fence
+    /// counter, the kind's index of holders (see [`index`](Self::index)).
+    pub(crate) fn held(&self) -> [&str; 3] {
+        [&self.lock, &self.fence, self.index()]
+    }
+
     pub(crate) fn new(prefix: &str, name: &str, fence_retention: Duration) -> Keys {
         let mut lock = String::with_capacity(prefix.len() + name.len() + 2);
         lock.push_str(prefix);
@@ -278,6 +290,18 @@ impl RwKeys {
         keys.lock = rw.write.clone();
         keys.kind = KindKeys::Rw(rw.clone());
         rw
+    }
+
+    /// The keys of the read-write lock's scripts: write, readers, then
+    /// `keys`' fence counter, queue and waiters.
+    pub(crate) fn keys<'k>(&'k self, keys: &'k Keys) -> [&'k str; 5] {
+        [
+            &self.write,
+            &self.readers,
+            &keys.fence,
+            &keys.queue,
+            &keys.waiters,
+        ]
     }
 
     /// The index of readers that a reader's renewal updates; `None` for a

@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use redis::{FromRedisValue, Script, Value};
+use redis::{FromRedisValue, Value};
 
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
@@ -120,34 +120,22 @@ pub(crate) static RW_FORCE_UNLOCK: Lua = Lua::new(lua!(rw: "rw_force_unlock.lua"
 
 /// The keys of [`RW_INSPECT`] and [`RW_FORCE_UNLOCK`], from the keys
 /// [`Keys::read_write`] made.
-fn rw_call(script: &'static Script, keys: &Keys) -> redis::ScriptInvocation<'static> {
-    let mut invocation = script.prepare_invoke();
-    if let KindKeys::Rw(rw) = &keys.kind {
-        invocation.key(&rw.write).key(&rw.readers);
+fn rw_call(script: &'static Lua, keys: &Keys) -> redis::ScriptInvocation<'static> {
+    match &keys.kind {
+        KindKeys::Rw(rw) => script.with_keys(rw.keys(keys)),
+        KindKeys::Lock | KindKeys::Permit(_) => {
+            script.with_keys([keys.fence.as_str(), &keys.queue, &keys.waiters])
+        }
     }
-    invocation
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters);
-    invocation
 }
 
 fn inspect_call(keys: &Keys) -> redis::ScriptInvocation<'static> {
-    let mut invocation = scripts::INSPECT.prepare_invoke();
-    invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.waiters);
-    invocation
+    scripts::INSPECT.with_keys([keys.lock.as_str(), &keys.fence, &keys.waiters])
 }
 
 fn force_call(keys: &Keys, notify: bool, expected: u64) -> redis::ScriptInvocation<'static> {
-    let mut invocation = scripts::FORCE_UNLOCK.prepare_invoke();
+    let mut invocation = scripts::FORCE_UNLOCK.with_keys(keys.queued());
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
         .arg(&keys.channel)
         .arg(if notify { "1" } else { "0" })
         .arg(u64::try_from(keys.fence_retention.as_millis()).unwrap_or(u64::MAX))

@@ -106,14 +106,7 @@ pub(crate) fn acquire_call(
     wait: Duration,
     queue: bool,
 ) -> ScriptInvocation<'static> {
-    let mut invocation = ACQUIRE_SET.prepare_invoke();
-    for keys in group {
-        invocation
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters);
-    }
+    let mut invocation = ACQUIRE_SET.with_keys(group.iter().flat_map(|keys| keys.queued()));
     let packed = group
         .first()
         .map_or_else(String::new, |keys| packed(keys, expire, None));

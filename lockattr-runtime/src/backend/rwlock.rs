@@ -106,13 +106,8 @@ pub(crate) fn acquire_invocation<'a>(
         RwMode::Read => 'r',
         RwMode::Write => 'w',
     };
-    let mut invocation = ACQUIRE.prepare_invoke();
+    let mut invocation = ACQUIRE.with_keys(rw.keys(keys));
     invocation
-        .key(&rw.write)
-        .key(&rw.readers)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
         .arg(token)
         .arg(format!("{side}:{}", packed(keys, expire, Some(queued))))
         .arg(whole_millis(wait));

@@ -52,6 +52,20 @@ impl Lua {
     }
 }
 
+impl Lua {
+    /// A call of this script with `keys`, as EVALSHA; its arguments follow.
+    pub(crate) fn with_keys<'k>(
+        &'static self,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = self.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        invocation
+    }
+}
+
 impl std::ops::Deref for Lua {
     type Target = Script;
 
@@ -278,12 +292,8 @@ pub(crate) fn acquire(
     wait: Duration,
     queued: bool,
 ) -> ScriptInvocation<'static> {
-    let mut invocation = ACQUIRE.prepare_invoke();
+    let mut invocation = ACQUIRE.with_keys(keys.queued());
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
         .arg(token)
         .arg(packed(keys, expire, Some(queued)))
         .arg(whole_millis(wait));
@@ -405,11 +415,8 @@ pub(crate) fn extend(
     mode: &str,
     max_lease: Duration,
 ) -> ScriptInvocation<'static> {
-    let mut invocation = EXTEND.prepare_invoke();
+    let mut invocation = EXTEND.with_keys(keys.held());
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(keys.index())
         .arg(token)
         .arg(ms)
         .arg(mode)
@@ -429,10 +436,10 @@ pub(crate) fn renew(leases: &[&Renewal<'_>]) -> ScriptInvocation<'static> {
         .map_or(Duration::ZERO, |l| l.keys.fence_retention);
     invocation.arg(whole_millis(retention));
     for lease in leases {
+        for key in lease.keys.held() {
+            invocation.key(key);
+        }
         invocation
-            .key(&lease.keys.lock)
-            .key(&lease.keys.fence)
-            .key(lease.keys.index())
             .arg(lease.token)
             .arg(lease.lease.map_or(0, millis));
     }
@@ -445,10 +452,8 @@ pub(crate) fn raise_fence(
     token: &str,
     fencing_token: u64,
 ) -> ScriptInvocation<'static> {
-    let mut invocation = RAISE_FENCE.prepare_invoke();
+    let mut invocation = RAISE_FENCE.with_keys([keys.lock.as_str(), &keys.fence]);
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
         .arg(token)
         .arg(fencing_token)
         .arg(whole_millis(keys.fence_retention));

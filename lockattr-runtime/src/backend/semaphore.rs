@@ -71,7 +71,7 @@
 
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation};
+use redis::ScriptInvocation;
 
 use super::deployment::Backend;
 use super::queue::unauthenticated;
@@ -91,18 +91,18 @@ impl Permits {
             .map(String::as_str)
     }
 
-    pub(super) fn invocation<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
-        let mut invocation = script.prepare_invoke();
-        for key in self.keys(keys) {
-            invocation.key(key);
-        }
-        invocation
+    pub(super) fn invocation(
+        &self,
+        script: &'static Lua,
+        keys: &Keys,
+    ) -> ScriptInvocation<'static> {
+        script.with_keys(self.keys(keys))
     }
 
     /// As [`invocation`](Self::invocation), followed by the keys of the
     /// permits beyond this number, up to [`MAX_PERMITS`]: for an
     /// [`ACQUIRE`] that looks at every permit.
-    fn invocation_of_every<'a>(&self, script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
+    fn invocation_of_every(&self, script: &'static Lua, keys: &Keys) -> ScriptInvocation<'static> {
         let mut invocation = self.invocation(script, keys);
         for i in self.slots.len()..MAX_PERMITS as usize {
             invocation.key(format!("{}:permit:{i}", self.base));
