@@ -4,7 +4,8 @@
 -- wait ms (0: no wait, and leave the queue).
 -- Returns {1, fencing token} when the token holds the lock, {0, pttl of
 -- the holder} when not.
-local lease, retention, wait, queued, since, who = acquire_args('<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+local lease, retention, wait, queued, since, who = acquire_args(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$',
+  '<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
 if refusal then return refusal end
 local token = ARGV[1]
 -- The free lock first: an uncontended acquisition costs GET, SET NX and

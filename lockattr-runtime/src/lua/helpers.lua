@@ -54,35 +54,18 @@ local function token_arg(what, arg, min)
   return n
 end
 
--- The fields an acquisition's second argument may pack, as its error names
--- them, and the pattern of each.
-local PACKED = {
-  ['<r or w>'] = '([rw])', ['<lease ms>'] = '([^:]*)', ['<retention ms>'] = '([^:]*)',
-  ['<0 or 1>'] = '([01])', ['<since ms>'] = '(%d+)', ['<holder>'] = '(.*)',
-}
-
--- Checks an acquisition's arguments: ARGV[2] packed as `shape` (fields of
--- PACKED joined by `:`, the lease and the retention among them), then the
--- lease, the retention and the wait ARGV[3]. Returns the lease, retention
--- and wait in ms, then the shape's other fields in order.
-local function acquire_args(shape)
-  local fields = {string.match(ARGV[2], '^' .. string.gsub(shape, '<[^>]*>', PACKED) .. '$')}
-  if not check(#fields > 0, 'the second argument must be ' .. shape) then
+-- Checks an acquisition's arguments: `packed` (ARGV[2], less a read-write
+-- lock's side) must match `pattern`, whose first two captures are the lease
+-- and the retention in ms (the error names the fields as `shape`), then the
+-- wait ARGV[3]. Returns the lease, the retention and the wait in ms, then
+-- the pattern's other captures.
+local function acquire_args(packed, pattern, shape)
+  local lease, retention, a, b, c = string.match(packed or '', pattern)
+  if not lease then
+    check(false, 'the second argument must be ' .. shape)
     return
   end
-  local lease, retention, rest = nil, nil, {}
-  local i = 0
-  for name in string.gmatch(shape, '<[^>]*>') do
-    i = i + 1
-    if name == '<lease ms>' then
-      lease = ms_arg('lease', fields[i], 1)
-    elseif name == '<retention ms>' then
-      retention = ms_arg('retention', fields[i], 0)
-    else
-      rest[#rest + 1] = fields[i]
-    end
-  end
-  return lease, retention, ms_arg('wait', ARGV[3], 0), unpack(rest)
+  return ms_arg('lease', lease, 1), ms_arg('retention', retention, 0), ms_arg('wait', ARGV[3], 0), a, b, c
 end
 
 -- The server's clock in microseconds (below 2^53, exact in a double).

@@ -4,7 +4,9 @@
 -- ms>:<holder>`, wait ms (0: no wait, and leave the queue).
 -- Returns {1, fencing token} when the token holds its side, {0, pttl of
 -- the holder whose lease ends first, or -1} when not.
-local lease, retention, wait, side, queued, since, who = acquire_args('<r or w>:<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+local side, packed = string.match(ARGV[2], '^([rw]):(.*)$')
+local lease, retention, wait, queued, since, who = acquire_args(packed, '^([^:]*):([^:]*):([01]):(%d+):(.*)$',
+  '<r or w>:<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
 rw_keys()
 if refusal then return refusal end
 local token = ARGV[1]

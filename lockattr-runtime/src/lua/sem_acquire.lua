@@ -7,7 +7,8 @@
 -- Returns {1, fencing token, permit index}, {0, pttl of the permit that
 -- ends first or -1}, {-1, the semaphore's number of permits or -1} (in
 -- use with another number) or {-2, 0} (ask again looking at every permit).
-local lease, retention, wait, queued, since, who = acquire_args('<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+local lease, retention, wait, queued, since, who = acquire_args(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$',
+  '<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
 local every = ARGV[6] == '1'
 check(not ARGV[6] or ARGV[6] == '0' or every, 'the sixth argument must be 0 or 1')
 local permits = permits_arg(ARGV[4], every)

@@ -6,7 +6,8 @@
 -- the first busy name), then each name's channel.
 -- Returns {1, fencing token of each name...} or {0, longest time left of a
 -- busy name in ms}.
-local lease, retention, wait, since, who = acquire_args('<lease ms>:<retention ms>:<since ms>:<holder>')
+local lease, retention, wait, since, who = acquire_args(ARGV[2], '^([^:]*):([^:]*):(%d+):(.*)$',
+  '<lease ms>:<retention ms>:<since ms>:<holder>')
 check(#KEYS > 0 and #KEYS % 4 == 0 and #ARGV == 4 + #KEYS / 4 and (ARGV[4] == '0' or ARGV[4] == '1'),
   'the keys must be the lock, fence, queue and waiters keys of each name, the arguments end with 0 or 1 and a channel per name')
 if refusal then return refusal end
