@@ -130,6 +130,41 @@ pub enum LockError {
         reason: String,
     },
 
+    /// Fewer replicas than [`min_replicas`](crate::LockerBuilder::min_replicas)
+    /// acknowledged a grant (an acquisition, a hand-over, an extension) within
+    /// the [`replica_timeout`](crate::LockerBuilder::replica_timeout). An
+    /// acquisition that gets this is given back and tried again while its
+    /// acquire time lasts; this is the last try's outcome. Nothing is held.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// # use std::time::Duration;
+    /// let err = LockError::Replicas {
+    ///     server: "10.0.0.1:6379/0".into(),
+    ///     acknowledged: 0,
+    ///     wanted: 1,
+    ///     waited: Duration::from_millis(100),
+    /// };
+    /// assert!(err.is_replicas());
+    /// assert!(err.to_string().contains("0 of the 1 replica"));
+    /// ```
+    #[error(
+        "{acknowledged} of the {wanted} replica(s) that `min_replicas` asks for acknowledged the \
+         grant on {server} within {waited:?}; nothing is held. Check that the master has at least \
+         {wanted} replica(s) connected and in sync (`ROLE` or `INFO replication` on the master), \
+         or raise `replica_timeout` above their lag"
+    )]
+    Replicas {
+        /// The master, as `host:port/db` (never with credentials).
+        server: String,
+        /// How many replicas acknowledged the grant in time.
+        acknowledged: u32,
+        /// How many the Locker asks for (`min_replicas`).
+        wanted: u32,
+        /// How long the master waited for them (`replica_timeout`).
+        waited: Duration,
+    },
+
     /// A semaphore was asked for with another number of permits than the
     /// one it is in use with (see [`Locker::semaphore`](crate::Locker::semaphore)).
     /// Nothing was taken, and the caller did not wait.
@@ -236,6 +271,17 @@ impl LockError {
     /// ```
     pub fn is_no_quorum(&self) -> bool {
         matches!(self, LockError::NoQuorum { .. })
+    }
+
+    /// True for [`LockError::Replicas`]: too few replicas acknowledged a
+    /// grant in time.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// assert!(!LockError::NotConfigured.is_replicas());
+    /// ```
+    pub fn is_replicas(&self) -> bool {
+        matches!(self, LockError::Replicas { .. })
     }
 
     /// A TLS handshake refused on a certificate (see [`TlsRefused`]).

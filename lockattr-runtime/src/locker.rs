@@ -8,6 +8,7 @@ use tracing::Instrument;
 
 use crate::address::{Address, RedisAddr, TlsFiles};
 use crate::backend::redlock::Redlock;
+use crate::backend::shared::Replicas;
 use crate::backend::source::{MasterSettings, Sentinels};
 use crate::backend::{Backend, ClusterNodes, Grant, SingleNode, Timeouts};
 use crate::guard::{Lease, LockGuard};
@@ -43,6 +44,10 @@ pub const MAX_ACQUIRE_TIMEOUT: Duration = MAX_EXPIRE;
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default [`fence_retention`](LockerBuilder::fence_retention): 60 seconds.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(60);
+/// Default [`replica_timeout`](LockerBuilder::replica_timeout): 100
+/// milliseconds, how long a master waits for replicas to acknowledge a
+/// grant when [`min_replicas`](LockerBuilder::min_replicas) asks for any.
+pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Who gets a lock that is released while others wait for it
 /// ([`LockerBuilder::fairness`]), on one server and on a Redis Cluster (a
@@ -473,6 +478,7 @@ pub struct LockerBuilder {
     master: Option<MasterSettings>,
     label: Option<String>,
     fairness: Fairness,
+    replicas: Replicas,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -496,6 +502,8 @@ impl std::fmt::Debug for LockerBuilder {
             .field("master", &self.master)
             .field("label", &self.label)
             .field("fairness", &self.fairness)
+            .field("min_replicas", &self.replicas.min)
+            .field("replica_timeout", &self.replicas.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -538,6 +546,10 @@ impl LockerBuilder {
             master: None,
             label: None,
             fairness: Fairness::Fifo,
+            replicas: Replicas {
+                min: 0,
+                timeout: DEFAULT_REPLICA_TIMEOUT,
+            },
         }
     }
 
@@ -554,6 +566,76 @@ impl LockerBuilder {
         ///     .unwrap();
         /// ```
         pub fn fairness(fairness: Fairness) => fairness = fairness;
+
+        /// How many replicas must hold a grant before the caller is told it
+        /// has the lock (default 0: the master alone). On one server with
+        /// replicas, a Sentinel group, or each master of a Cluster; refused on
+        /// a Redlock, whose nodes are masters without replicas.
+        ///
+        /// Redis replicates asynchronously. A lock written to a master that
+        /// dies before a replica received it is gone once that replica is
+        /// promoted, and a second caller then takes the same name while the
+        /// first still runs. With `n` above zero, every script that grants
+        /// time is followed by `WAIT n replica_timeout` in the same pipeline
+        /// (no extra round trip), and the grant only counts once `n` replicas
+        /// acknowledged it:
+        /// - an acquisition that does not reach `n` replicas in time is given
+        ///   back and tried again while its acquire time lasts, then fails with
+        ///   [`LockError::Replicas`];
+        /// - a waiter handed the lock by a release confirms it with one more
+        ///   call (and WAIT) before its body starts;
+        /// - a renewal, an `extend` or a `hold_at_least` that is not
+        ///   acknowledged does not count: the guard keeps the lease it had,
+        ///   and is lost when that ends.
+        ///
+        /// Releases do not wait: a release that a failover loses only delays
+        /// the next holder until the lease ends.
+        ///
+        /// WAIT is not consensus. A replica that acknowledged can still lose
+        /// an election to one that did not, and a master can fail over after
+        /// the acknowledgement to a replica that lagged; with `n` equal to
+        /// the number of replicas, every replica that can be promoted holds
+        /// the grant. Grants that wait share one connection per tokio runtime
+        /// (per master on a Cluster), so that a frozen replica stalls nothing
+        /// but them; on it, one grant waits for its acknowledgement before
+        /// the next is read. See `docs/faults.md` for what each setting
+        /// survives.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// let locker = Locker::sentinel_builder("locks", ["redis://10.0.0.1:26379/"])
+        ///     .min_replicas(1)
+        ///     .replica_timeout(Duration::from_millis(50))
+        ///     .build();
+        /// assert!(locker.is_ok());
+        /// let urls = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"];
+        /// let redlock = Locker::redlock_builder(urls).min_replicas(1).build();
+        /// assert!(redlock.unwrap_err().to_string().contains("min_replicas"));
+        /// ```
+        pub fn min_replicas(n: u32) => replicas.min = n;
+
+        /// How long a master waits for [`min_replicas`](Self::min_replicas)
+        /// replicas to acknowledge a grant (default
+        /// [`DEFAULT_REPLICA_TIMEOUT`], 100 ms; more than zero, at most
+        /// [`MAX_TIMEOUT`]). A lock's lease must be at least twice as long.
+        ///
+        /// A healthy replica on the same network acknowledges within a round
+        /// trip or two; see `docs/performance.md` for the measured cost. The
+        /// time comes off the lease, and an acquisition that waits this long
+        /// in vain tries again while its acquire time lasts.
+        ///
+        /// ```
+        /// # use lockattr_runtime::Locker;
+        /// # use std::time::Duration;
+        /// let err = Locker::builder("redis://127.0.0.1/")
+        ///     .min_replicas(1)
+        ///     .replica_timeout(Duration::ZERO)
+        ///     .build()
+        ///     .unwrap_err();
+        /// assert!(err.to_string().contains("replica timeout"));
+        /// ```
+        pub fn replica_timeout(timeout: Duration) => replicas.timeout = timeout;
 
         /// Redlock only: how long each node may take to answer one request
         /// (default: a hundredth of the lock's lease, at least 10 ms and at most
@@ -857,6 +939,7 @@ impl LockerBuilder {
             ("connect timeout", Some(self.timeouts.connect)),
             ("response timeout", Some(self.timeouts.response)),
             ("node timeout", self.node_timeout),
+            ("replica timeout", Some(self.replicas.timeout)),
         ] {
             match value {
                 Some(value) if value.is_zero() => {
@@ -916,6 +999,14 @@ impl LockerBuilder {
             ));
         }
         let backend = match &self.target {
+            Target::Redlock(_) if self.replicas.wanted() => {
+                return Err(LockError::invalid(
+                    "Locker setting",
+                    "`min_replicas` applies to one server with replicas, Sentinel or a Redis \
+                     Cluster; a Redlock's nodes are independent masters, each without \
+                     replicas, and its majority is what survives a lost node",
+                ));
+            }
             Target::Redlock(urls) => Backend::Redlock(Arc::new(Redlock::new(
                 urls,
                 &self.tls,
@@ -927,11 +1018,16 @@ impl LockerBuilder {
             )?)),
             Target::Single(url) => {
                 self.no_redlock_settings()?;
-                Backend::Single(SingleNode::new(url, &self.tls, self.timeouts)?)
+                Backend::Single(
+                    SingleNode::new(url, &self.tls, self.timeouts)?.with_replicas(self.replicas),
+                )
             }
             Target::Cluster(seeds) => {
                 self.no_redlock_settings()?;
-                Backend::Cluster(ClusterNodes::new(seeds, &self.tls, self.timeouts)?)
+                Backend::Cluster(
+                    ClusterNodes::new(seeds, &self.tls, self.timeouts)?
+                        .with_replicas(self.replicas),
+                )
             }
             Target::Sentinel {
                 master_name,
@@ -944,7 +1040,9 @@ impl LockerBuilder {
                     .collect::<Result<Vec<_>, _>>()?;
                 let master = self.master.clone().unwrap_or_default();
                 let sentinels = Sentinels::new(master_name, sentinels, &master, &self.tls)?;
-                Backend::Single(SingleNode::sentinel(sentinels, self.timeouts))
+                Backend::Single(
+                    SingleNode::sentinel(sentinels, self.timeouts).with_replicas(self.replicas),
+                )
             }
         };
         Ok(Locker {
@@ -1264,6 +1362,7 @@ impl LockBuilder<'_> {
             ));
         }
         hold::check(self.hold_at_least, self.expire)?;
+        self.locker.inner.backend.replicas().check(self.expire)?;
         let renew = check_renew_for(self.renew, self.renew_for)?;
         let mut wait = self.acquire_timeout;
         if wait == Duration::MAX {

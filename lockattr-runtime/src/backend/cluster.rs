@@ -22,8 +22,8 @@ use redis::{FromRedisValue, RedisError, ScriptInvocation};
 
 use super::scripts;
 use super::scripts::ReleaseReply;
-use super::shared::Timeouts;
 use super::shared::{Attempt, Extend, Owner, Renewal, Renewed, millis};
+use super::shared::{Replicas, Timeouts};
 use super::single::SingleNode;
 use super::source::Source;
 use super::wake::Wakeups;
@@ -44,6 +44,8 @@ pub(crate) struct ClusterNodes {
     tls: bool,
     /// The first seed's address (credentials and TLS settings included).
     seed: redis::ConnectionInfo,
+    /// How many replicas of a lock's master must hold a grant.
+    replicas: Replicas,
 }
 
 impl std::fmt::Debug for ClusterNodes {
@@ -111,7 +113,19 @@ impl ClusterNodes {
             tls: uses_tls,
             seed,
             timeouts,
+            replicas: Replicas::default(),
         })
+    }
+
+    /// Makes every grant wait for `replicas` (see [`Replicas`]).
+    pub(crate) fn with_replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// How many replicas must hold a grant.
+    pub(crate) fn replicas(&self) -> Replicas {
+        self.replicas
     }
 
     pub(crate) fn server(&self) -> &str {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::cluster::ClusterNodes;
 use super::redlock::{self, Redlock};
-use super::shared::{Extend, Owner, Released, Renewal, Renewed};
+use super::shared::{Extend, Owner, Released, Renewal, Renewed, Replicas};
 use super::single::SingleNode;
 use crate::LockError;
 
@@ -78,6 +78,15 @@ impl Backend {
             Backend::Single(node) => node.renew(leases).await.map(renewed),
             Backend::Redlock(nodes) => nodes.renew(leases).await.map(renewed),
             Backend::Cluster(nodes) => nodes.renew(leases).await,
+        }
+    }
+
+    /// How many replicas must hold a grant (none on a Redlock).
+    pub(crate) fn replicas(&self) -> Replicas {
+        match self {
+            Backend::Single(node) => node.replicas(),
+            Backend::Cluster(nodes) => nodes.replicas(),
+            Backend::Redlock(_) => Replicas::default(),
         }
     }
 

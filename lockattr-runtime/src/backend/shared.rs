@@ -24,6 +24,64 @@ impl Timeouts {
     }
 }
 
+/// How many replicas must hold a grant before its caller is told
+/// (`LockerBuilder::min_replicas`), and how long the master waits for them.
+///
+/// Redis replicates asynchronously: a grant that only the master holds is
+/// gone when a replica that never saw it is promoted. With `min` above
+/// zero, every script that grants time (an acquisition, the confirmation
+/// of a hand-over, a renewal, an extension) is followed by `WAIT min
+/// timeout` in the same pipeline, on a connection of its own (WAIT blocks
+/// the connection it is sent on), and the grant only counts when `min`
+/// replicas acknowledged it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    /// How many replicas must acknowledge; 0: none (no WAIT is sent).
+    pub(crate) min: u32,
+    /// How long the master waits for them.
+    pub(crate) timeout: Duration,
+}
+
+impl Replicas {
+    /// Whether grants wait for replicas.
+    pub(crate) fn wanted(self) -> bool {
+        self.min > 0
+    }
+
+    /// Refuses a lease too short for this wait: a grant may wait for its
+    /// replicas for the replica timeout, which comes off the lease.
+    pub(crate) fn check(self, expire: Duration) -> Result<(), LockError> {
+        if self.wanted() && self.timeout.saturating_mul(2) > expire {
+            return Err(LockError::invalid(
+                "expire",
+                format!(
+                    "a lease of {expire:?} is too short for the Locker's replica_timeout \
+                     ({:?}): waiting for replicas may take that long, and it comes off the \
+                     lease; use a lease at least twice the replica timeout, or a shorter \
+                     `replica_timeout`",
+                    self.timeout
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `Ok` when `acknowledged` replicas are enough, else the error that
+    /// says so for `server`.
+    pub(crate) fn enough(self, server: &str, acknowledged: i64) -> Result<(), LockError> {
+        let acknowledged = u32::try_from(acknowledged.max(0)).unwrap_or(u32::MAX);
+        if acknowledged >= self.min {
+            return Ok(());
+        }
+        Err(LockError::Replicas {
+            server: server.to_owned(),
+            acknowledged,
+            wanted: self.min,
+            waited: self.timeout,
+        })
+    }
+}
+
 /// How often a waiter asks Redis whatever it hears: a hand-over whose
 /// message never arrived is noticed this long after it at most.
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);

@@ -12,8 +12,8 @@ use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, ScriptInvocation}
 use super::node_facts::NodeFacts;
 use super::scripts;
 use super::scripts::ReleaseReply;
-use super::shared::Timeouts;
 use super::shared::{Attempt, Extend, Owner, Released, Renewal, extended, left_of, millis};
+use super::shared::{Replicas, Timeouts};
 use super::source::{Sentinels, Source};
 use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
@@ -68,6 +68,8 @@ pub(crate) struct SingleNode {
     facts: Option<NodeFacts>,
     /// The database of the URL.
     db: i64,
+    /// How many replicas must hold a grant.
+    replicas: Replicas,
 }
 
 impl std::fmt::Debug for SingleNode {
@@ -145,6 +147,7 @@ impl SingleNode {
             slots: Arc::default(),
             facts: None,
             db,
+            replicas: Replicas::default(),
         }
     }
 
@@ -154,6 +157,17 @@ impl SingleNode {
     pub(crate) fn track_restarts(mut self, prefix: &str) -> SingleNode {
         self.facts = Some(NodeFacts::new(prefix, self.db));
         self
+    }
+
+    /// Makes every grant wait for `replicas` (see [`Replicas`]).
+    pub(crate) fn with_replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// How many replicas must hold a grant.
+    pub(crate) fn replicas(&self) -> Replicas {
+        self.replicas
     }
 
     /// What the latest connections told of the server, when tracked.
