@@ -8,7 +8,10 @@
 //! subscriber connection (to the first seed that answers) hears the
 //! releases of every master. The watchdog's batch is split by hash slot
 //! (a script may only touch keys of one slot); the calls go out at once,
-//! and those for one master share its connection.
+//! and those for one master share its connection. Grants that wait for
+//! replicas (`WAIT` after the script, in one pipeline to the slot's master)
+//! use a second cluster connection, which their `WAIT` blocks while it
+//! waits.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

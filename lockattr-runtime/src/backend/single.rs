@@ -66,7 +66,9 @@ type Slots = Mutex<HashMap<(tokio::runtime::Id, Lane), Arc<Slot>>>;
 /// background releases). A connection is opened on first use and
 /// opened again after it broke (a dropped connection, a Redis restart, an
 /// answer that timed out); a runtime's connection is forgotten when the
-/// runtime shuts down.
+/// runtime shuts down. When grants wait for replicas, they go on a second
+/// connection of the runtime ([`Lane::Replicated`]), which their `WAIT`
+/// blocks while it waits.
 pub(crate) struct SingleNode {
     source: Source,
     timeouts: Timeouts,
