@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::peers::Lib;
 use crate::report::fmt_num;
+use crate::scenarios::replicas::Replicas;
 use crate::scenarios::{ContendStats, Report, Uncontended};
 use crate::targets::{self, Target, met_word};
 use crate::util::cores;
@@ -138,7 +139,7 @@ pub fn chart_svg(r: &Report) -> String {
     let bar_h = 22.0;
     let group_h = 24.0 + 2.0 * (bar_h + 6.0) + 18.0;
     let top = 92.0;
-    let height = top + group_h * groups.len() as f64 + 80.0;
+    let height = top + group_h * groups.len() as f64 + 100.0;
     let colors = ["#2563eb", "#ea580c"];
     let mut s = String::new();
     let _ = writeln!(
@@ -244,12 +245,18 @@ pub fn chart_svg(r: &Report) -> String {
             fmt_num(r.cluster.handoff.p50_us[0] / rtt, 1),
             fmt_num(r.pubsub.per_release(), 2)
         ),
+        format!(
+            "Replicas (lockattr only): min_replicas(1) / min_replicas(0): acquire + release {}×, hand-over p50 {}×, p99 {}×.",
+            fmt_num(Replicas::ratio(r.replicas.pair_us), 2),
+            fmt_num(Replicas::ratio(r.replicas.handoff.p50_us), 2),
+            fmt_num(Replicas::ratio(r.replicas.handoff.p99_us), 2)
+        ),
     ];
     for (i, line) in foot.iter().enumerate() {
         let _ = writeln!(
             s,
             r##"<text x="20" y="{}" fill="#4b5563">{}</text>"##,
-            height - 60.0 + i as f64 * 20.0,
+            height - 80.0 + i as f64 * 20.0,
             xml_escape(line)
         );
     }

@@ -8,6 +8,7 @@ use crate::peers::{
 };
 use crate::report::rows;
 use crate::scenarios::kinds::{READ_HOLD, READERS};
+use crate::scenarios::replicas::Replicas;
 use crate::scenarios::rw_cost::{BLOCK, Cost, HELD, HELD_LEASE};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
 use crate::targets::{self, Target, ratio};
@@ -371,6 +372,90 @@ struct RwCost {
     writer_try: CostSide,
 }
 
+/// Row 13: one figure with `min_replicas(0)` and with `min_replicas(1)`,
+/// and their ratio.
+#[derive(Serialize)]
+struct BySetting<L> {
+    min_replicas_0: L,
+    min_replicas_1: L,
+    ratio_1_over_0: N,
+}
+
+fn by_setting<L>(x: [f64; 2], rtt: f64, of: fn(N, N) -> L) -> BySetting<L> {
+    BySetting {
+        min_replicas_0: of(N(x[0]), N(x[0] / rtt)),
+        min_replicas_1: of(N(x[1]), N(x[1] / rtt)),
+        ratio_1_over_0: N(Replicas::ratio(x)),
+    }
+}
+
+/// Row 13's hand-over.
+#[derive(Serialize)]
+struct ReplicasHandoff {
+    samples_per_setting: usize,
+    p50: BySetting<P50>,
+    p99: BySetting<P99>,
+    holder_release_call: BySetting<P50>,
+    waiter_returned_after_release_call_returned: BySetting<P50>,
+}
+
+/// Row 13: WAIT calls the master ran.
+#[derive(Serialize)]
+struct WaitCalls {
+    during_acquire_release: u64,
+    acquire_release_with_min_replicas_1: u64,
+    during_handoff: u64,
+    handoff_rounds_per_setting: u64,
+}
+
+/// Row 13: grants that wait for a replica.
+#[derive(Serialize)]
+struct ReplicasJson {
+    what: &'static str,
+    replicas: usize,
+    replica_timeout_ms: N,
+    iterations: usize,
+    raw_ping_median_us: N,
+    acquire_release: BySetting<Median>,
+    handoff_across_processes: ReplicasHandoff,
+    wait_calls: WaitCalls,
+    replica_master_link_status_after: Option<String>,
+}
+
+/// Row 13.
+fn replicas(r: &Report) -> ReplicasJson {
+    let x = &r.replicas;
+    let h = &x.handoff;
+    let rtt = x.rtt_us;
+    let p99 = |p99_us, rtt| P99 { p99_us, rtt };
+    ReplicasJson {
+        what: "lockattr only, on a master with one replica of its own (in sync before the run): Locker::builder(master).min_replicas(1) against min_replicas(0), replica_timeout the default. Acquire + release interleaved per iteration (order rotating) with a raw PING to that master (raw_ping_median_us, the unit of this row's rtt figures); the hand-over across processes of row 3, the two settings taking turns in blocks, signalling through the single server. wait_calls: cmdstat_wait calls on the master around each part",
+        replicas: 1,
+        replica_timeout_ms: N(lockattr::DEFAULT_REPLICA_TIMEOUT.as_secs_f64() * 1e3),
+        iterations: x.iterations,
+        raw_ping_median_us: N(rtt),
+        acquire_release: by_setting(x.pair_us, rtt, median),
+        handoff_across_processes: ReplicasHandoff {
+            samples_per_setting: h.samples[1],
+            p50: by_setting(h.p50_us, rtt, p50),
+            p99: by_setting(h.p99_us, rtt, p99),
+            holder_release_call: by_setting(h.release_p50_us, rtt, p50),
+            waiter_returned_after_release_call_returned: by_setting(
+                h.after_release_p50_us,
+                rtt,
+                p50,
+            ),
+        },
+        wait_calls: WaitCalls {
+            during_acquire_release: x.wait_calls[0],
+            acquire_release_with_min_replicas_1: x.waiting_pairs,
+            during_handoff: x.wait_calls[1],
+            handoff_rounds_per_setting: x.handoff_rounds,
+        },
+        replica_master_link_status_after: x.link_status_after.clone(),
+    }
+}
+
 /// Row 2 in both loops.
 #[derive(Serialize)]
 struct UncontendedScenario {
@@ -402,6 +487,7 @@ struct Scenarios {
     cluster: Cluster,
     kinds: Kinds,
     rw_lock_readers_holding_cost: RwCost,
+    replicas: ReplicasJson,
 }
 
 /// The machine the run measured on.
@@ -688,6 +774,7 @@ pub fn to_json(r: &Report) -> Record {
             },
             kinds: kinds(r),
             rw_lock_readers_holding_cost: rw_cost(r),
+            replicas: replicas(r),
         },
         table: rows(r)
             .into_iter()

@@ -1,7 +1,8 @@
 //! Benchmark: lockattr against rslock 0.10 on private, throwaway redis-servers:
-//! one server, Redlock on five servers, and a three-master Redis Cluster.
+//! one server, Redlock on five servers, a three-master Redis Cluster, and a
+//! master with one replica.
 //!
-//! Run with `cargo bench --bench lockattr` (about a minute and a half), or
+//! Run with `cargo bench --bench lockattr` (under two minutes), or
 //! `cargo bench --bench lockattr -- --quick` for a smoke run of well under a
 //! minute. `-- --readme` only rewrites the benchmark table of
 //! `docs/performance.md` from `docs/bench/results.json`.
@@ -33,6 +34,9 @@
 //!     side (lockattr only).
 //! 12. Read-write lock: Redis CPU per call (`INFO commandstats`) of a read
 //!     and of a writer's try with 1 reader and with 1,000 readers holding
+//!     (lockattr only).
+//! 13. Replicas: `min_replicas(1)` against `min_replicas(0)` on a master
+//!     with one replica, acquire + release and hand-over across processes
 //!     (lockattr only).
 //!
 //! Output: a table on stdout, `docs/bench/results.json`,
@@ -175,7 +179,7 @@ pub fn run_in_task<T: 'static>(work: impl Future<Output = T> + 'static) -> Res<T
 }
 
 const USAGE: &str = "usage: cargo bench --bench lockattr -- [--quick] [--out DIR] [--readme [JSON]]
-  --quick          well under a minute instead of about a minute and a half (smoke test)
+  --quick          well under a minute instead of under two minutes (smoke test)
   --out DIR        where results.json and chart.svg go (default docs/bench, with
                    --quick a temporary directory)
   --readme [JSON]  measure nothing: rewrite the benchmark table of docs/performance.md
@@ -231,11 +235,12 @@ fn coordinator_main() -> Res<()> {
     servers::clean_up_on_signals();
     let servers = Servers::start()?;
     println!(
-        "lockattr bench: redis-server {} at {}, Redlock on {} more, a Cluster of {} masters ({}; {})",
+        "lockattr bench: redis-server {} at {}, Redlock on {} more, a Cluster of {} masters, a master at {} with a replica ({}; {})",
         servers.single.version,
         servers.single.url,
         servers.redlock.len(),
         servers.cluster.len(),
+        servers.replicated.master.url,
         if plan.quick { "quick run" } else { "full run" },
         RUNTIME
     );
@@ -278,43 +283,48 @@ async fn run_all(servers: &Servers, plan: &Plan) -> Res<Report> {
     let url = &servers.single.url;
 
     eprintln!(
-        "[1-2/12] RTT and uncontended acquire + release ({} iterations)",
+        "[1-2/13] RTT and uncontended acquire + release ({} iterations)",
         plan.iterations
     );
     scenarios::uncontended::uncontended(url, plan, &mut report).await?;
     eprintln!(
-        "[3/12] hand-over across processes ({} rounds per library)",
+        "[3/13] hand-over across processes ({} rounds per library)",
         plan.handoff_rounds
     );
     scenarios::handoff::single(url, plan, &mut report).await?;
-    eprintln!("[4/12] contended: {CONTEND_PROCESSES} processes");
+    eprintln!("[4/13] contended: {CONTEND_PROCESSES} processes");
     scenarios::contended::processes(url, plan, &mut report).await?;
-    eprintln!("[5/12] contended: {ONE_PROCESS_TASKS} tasks in one process");
+    eprintln!("[5/13] contended: {ONE_PROCESS_TASKS} tasks in one process");
     scenarios::contended::tasks(url, plan, &mut report).await?;
-    eprintln!("[6/12] many locks: {MANY_TASKS} tasks");
+    eprintln!("[6/13] many locks: {MANY_TASKS} tasks");
     scenarios::many::many_locks(url, servers.single.pid(), plan, &mut report).await?;
     eprintln!(
-        "[7/12] macro overhead ({} iterations)",
+        "[7/13] macro overhead ({} iterations)",
         plan.macro_iterations
     );
     scenarios::many::macro_overhead(url, plan, &mut report).await?;
-    eprintln!("[8/12] Redlock on {} servers", servers.redlock.len());
+    eprintln!("[8/13] Redlock on {} servers", servers.redlock.len());
     scenarios::deployments::redlock(servers, plan, &mut report).await?;
-    eprintln!("[9/12] Redis Cluster, {} masters", servers.cluster.len());
+    eprintln!("[9/13] Redis Cluster, {} masters", servers.cluster.len());
     scenarios::deployments::cluster(servers, plan, &mut report).await?;
     eprintln!(
-        "[10-11/12] lock kinds ({} iterations) and {} readers sharing",
+        "[10-11/13] lock kinds ({} iterations) and {} readers sharing",
         plan.iterations,
         scenarios::kinds::READERS
     );
     scenarios::kinds::kinds(url, plan, &mut report).await?;
     eprintln!(
-        "[12/12] read-write lock: Redis CPU per call with {} and {} readers holding ({} calls each)",
+        "[12/13] read-write lock: Redis CPU per call with {} and {} readers holding ({} calls each)",
         scenarios::rw_cost::HELD[0],
         scenarios::rw_cost::HELD[1],
         plan.rw_cost_calls
     );
     scenarios::rw_cost::rw_cost(url, plan, &mut report).await?;
+    eprintln!(
+        "[13/13] replicas: min_replicas(1) against min_replicas(0) on a master with one replica ({} iterations, {} hand-over rounds each)",
+        plan.iterations, plan.handoff_rounds
+    );
+    scenarios::replicas::replicas(servers, plan, &mut report).await?;
     report.load[1] = util::load_average();
     Ok(report)
 }

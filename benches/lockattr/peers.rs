@@ -108,16 +108,6 @@ pub enum Held {
     Rslock(rslock::Lock),
 }
 
-impl Held {
-    /// Whose lock it is.
-    pub fn lib(&self) -> Lib {
-        match self {
-            Held::Lockattr(_) => Lib::Lockattr,
-            Held::Rslock(_) => Lib::Rslock,
-        }
-    }
-}
-
 /// One lock manager of each library, both on the same deployment.
 #[derive(Clone)]
 pub struct Libs {
@@ -138,16 +128,26 @@ impl Libs {
     /// lets the bench's just-started nodes vote at once: by default a node
     /// up for less than a lease does not, which would stall the first 10 s.
     pub fn on(deploy: &Deploy, rslock_retry: Option<(u32, Duration)>) -> Res<Libs> {
-        let (locker, urls) = match deploy {
-            Deploy::Single(url) => (Locker::new(url.as_str())?, Some(vec![url.clone()])),
+        Libs::on_with(deploy, rslock_retry, 0)
+    }
+
+    /// [`Libs::on`], with lockattr's Locker built with
+    /// `min_replicas(min_replicas)` (row 13; 0 is the default, no WAIT). A
+    /// Redlock refuses any other value.
+    pub fn on_with(
+        deploy: &Deploy,
+        rslock_retry: Option<(u32, Duration)>,
+        min_replicas: u32,
+    ) -> Res<Libs> {
+        let (builder, urls) = match deploy {
+            Deploy::Single(url) => (Locker::builder(url.as_str()), Some(vec![url.clone()])),
             Deploy::Redlock(urls) => (
-                Locker::redlock_builder(urls)
-                    .delay_restarted_nodes(false)
-                    .build()?,
+                Locker::redlock_builder(urls).delay_restarted_nodes(false),
                 Some(urls.clone()),
             ),
-            Deploy::Cluster(seeds) => (Locker::cluster(seeds)?, None),
+            Deploy::Cluster(seeds) => (Locker::cluster_builder(seeds), None),
         };
+        let locker = builder.min_replicas(min_replicas).build()?;
         let rslock = urls.map(|urls| {
             let mut manager = LockManager::new(urls);
             if let Some((count, delay)) = rslock_retry {

@@ -4,6 +4,7 @@
 use crate::peers::{
     RSLOCK_DEFAULT_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY, RSLOCK_WAITER_RETRY_COUNT,
 };
+use crate::scenarios::replicas::Replicas;
 use crate::scenarios::rw_cost::{BLOCK, Cost, HELD};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
 use crate::targets::{self, Target, ratio};
@@ -217,7 +218,30 @@ pub fn rows(r: &Report) -> Vec<Row> {
             none(),
         )
     };
-    vec![
+    // Row 13: `µs (RTT of its master)` with min_replicas(0); the same with
+    // min_replicas(1) (their ratio).
+    let rep = &r.replicas;
+    let setting_row = |metric: &'static str, x: [f64; 2]| {
+        Row::info(
+            "13 replicas",
+            metric,
+            format!(
+                "{}; {} ({}×)",
+                in_rtt(x[0], rep.rtt_us),
+                in_rtt(x[1], rep.rtt_us),
+                fmt_num(Replicas::ratio(x), 2)
+            ),
+            none(),
+        )
+    };
+    let per = |n: u64, of: u64| {
+        if of == 0 {
+            f64::NAN
+        } else {
+            n as f64 / of as f64
+        }
+    };
+    let mut rows = vec![
         Row {
             target: "(the unit)",
             ..Row::info(
@@ -404,7 +428,45 @@ pub fn rows(r: &Report) -> Vec<Row> {
             ),
             none(),
         ),
-    ]
+    ];
+    rows.extend([
+        Row::info(
+            "13 replicas",
+            "raw PING to the replicated master, interleaved, µs",
+            fmt_num(rep.rtt_us, 1),
+            none(),
+        ),
+        setting_row("acq+rel, µs (RTT): min_replicas 0; 1 (× 0)", rep.pair_us).in_readme(),
+        setting_row(
+            "hand-over p50, µs (RTT): min_replicas 0; 1 (× 0)",
+            rep.handoff.p50_us,
+        )
+        .in_readme(),
+        setting_row(
+            "hand-over p99, µs (RTT): min_replicas 0; 1 (× 0)",
+            rep.handoff.p99_us,
+        )
+        .in_readme(),
+        setting_row(
+            "  holder's release call, p50, µs (RTT): 0; 1 (× 0)",
+            rep.handoff.release_p50_us,
+        ),
+        setting_row(
+            "  waiter back after it, p50, µs (RTT): 0; 1 (× 0)",
+            rep.handoff.after_release_p50_us,
+        ),
+        Row::info(
+            "13 replicas",
+            "  WAIT calls (min_replicas 1): per acq+rel; per hand-over round",
+            format!(
+                "{}; {}",
+                fmt_num(per(rep.wait_calls[0], rep.waiting_pairs), 2),
+                fmt_num(per(rep.wait_calls[1], rep.handoff_rounds), 2)
+            ),
+            none(),
+        ),
+    ]);
+    rows
 }
 
 /// The run's circumstances, one line each: what the JSON's `machine`,
@@ -534,6 +596,20 @@ pub fn print_table(r: &Report) {
     println!(
         "Cluster pub/sub over {} hand-over releases: {} cluster-bus publish messages + {} PUBLISH/SPUBLISH calls",
         r.pubsub.releases, r.pubsub.bus_messages, r.pubsub.publish_calls
+    );
+    let rep = &r.replicas;
+    println!(
+        "Replicas (row 13, lockattr only): a master with one replica, replica_timeout {} ms (the default); RTT = the PING to that master in the acq+rel loop ({} iterations); \
+         hand-over samples {} per setting; WAIT calls on the master: {} over {} acq+rel with min_replicas 1 (warm-up included), {} over {} hand-over rounds of each setting; \
+         replica's master_link_status after the row: {}",
+        lockattr::DEFAULT_REPLICA_TIMEOUT.as_millis(),
+        rep.iterations,
+        rep.handoff.samples[1],
+        rep.wait_calls[0],
+        rep.waiting_pairs,
+        rep.wait_calls[1],
+        rep.handoff_rounds,
+        rep.link_status_after.as_deref().unwrap_or("?")
     );
     let c = &r.rw_cost;
     let seen = |s: Option<u64>| s.map_or("?".into(), |n| n.to_string());

@@ -1,5 +1,5 @@
-//! Private redis-server processes: one server, the Redlock nodes and a
-//! Redis Cluster. Never on port 6379; each is killed and its directory
+//! Private redis-server processes: one server, the Redlock nodes, a
+//! Redis Cluster, and a master with one replica. Never on port 6379; each is killed and its directory
 //! removed on every way out: when dropped (a return, an error, a panic
 //! unwinding), and on SIGINT, SIGTERM or SIGHUP through
 //! [`clean_up_on_signals`].
@@ -83,6 +83,8 @@ pub struct Servers {
     pub redlock: Vec<RedisServer>,
     /// The Cluster's masters, no replicas.
     pub cluster: Vec<RedisServer>,
+    /// Row 13's master and its replica.
+    pub replicated: Replicated,
 }
 
 impl Servers {
@@ -93,10 +95,12 @@ impl Servers {
             .map(|_| RedisServer::start(&[]))
             .collect::<Res<Vec<_>>>()?;
         let cluster = start_cluster()?;
+        let replicated = Replicated::start()?;
         Ok(Servers {
             single,
             redlock,
             cluster,
+            replicated,
         })
     }
 
@@ -257,6 +261,49 @@ fn start_cluster() -> Res<Vec<RedisServer>> {
         }
     }
     Ok(nodes)
+}
+
+/// Row 13's servers: a master and one replica of it, in sync before the
+/// run starts. Each is an ordinary [`RedisServer`], stopped and its
+/// directory removed on every way out.
+pub struct Replicated {
+    /// The master the locks are taken on.
+    pub master: RedisServer,
+    /// Its replica (`--replicaof` the master).
+    pub replica: RedisServer,
+}
+
+impl Replicated {
+    /// Starts the master (diskless full sync without delay, so the replica
+    /// syncs at once), then the replica; returns when the replica reports
+    /// `master_link_status:up` and the master counts it as connected.
+    fn start() -> Res<Replicated> {
+        let sync = [
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
+        let master = RedisServer::start(&sync)?;
+        let port = master.port.to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend(sync);
+        let replica = RedisServer::start(&args)?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let replica_info = query(replica.port, &["INFO", "replication"])?;
+            let master_info = query(master.port, &["INFO", "replication"])?;
+            let link_up = info_field(&replica_info, "master_link_status").as_deref() == Some("up");
+            let connected = info_field(&master_info, "connected_slaves").as_deref() == Some("1");
+            if link_up && connected {
+                return Ok(Replicated { master, replica });
+            }
+            if Instant::now() > deadline {
+                return Err("the replica did not report master_link_status:up within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Sends one command to the Redis on `port` over a plain socket and returns

@@ -1,6 +1,8 @@
-//! Row 3, hand-over across processes (also the hand-overs of rows 8 and
-//! 9): two processes pass a lock back and forth; and the cold PING.
+//! Row 3, hand-over across processes (also the hand-overs of rows 8, 9
+//! and 13): two processes pass a lock back and forth; and the cold PING.
 
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::time::{Duration, Instant};
 
 use super::{ColdPing, Handoff, Report};
@@ -22,21 +24,68 @@ const HANDOFF_T0: &str = "bench:handoff:t0";
 const HANDOFF_IDLE: &str = "bench:handoff:idle";
 const HANDOFF_RESULTS: &str = "bench:handoff:results";
 
+/// Who passes the lock in a hand-over round: a library and, for lockattr,
+/// the `min_replicas` of its Locker (row 13; 0 everywhere else).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Side {
+    /// The library.
+    pub lib: Lib,
+    /// lockattr's `LockerBuilder::min_replicas`.
+    pub min_replicas: u32,
+}
+
+impl Side {
+    /// `lib` with the default Locker.
+    pub const fn of(lib: Lib) -> Side {
+        Side {
+            lib,
+            min_replicas: 0,
+        }
+    }
+
+    /// lockattr with `min_replicas(n)`.
+    pub const fn replicas(n: u32) -> Side {
+        Side {
+            lib: Lib::Lockattr,
+            min_replicas: n,
+        }
+    }
+
+    /// In parameters and result lines: `lockattr`, `rslock`, `lockattr-r1`.
+    fn name(self) -> String {
+        match self.min_replicas {
+            0 => self.lib.name().to_owned(),
+            n => format!("{}-r{n}", self.lib.name()),
+        }
+    }
+
+    /// The inverse of [`Side::name`].
+    fn parse(s: &str) -> Res<Side> {
+        match s.split_once("-r") {
+            Some((lib, n)) => Ok(Side {
+                lib: Lib::parse(lib)?,
+                min_replicas: n.parse()?,
+            }),
+            None => Ok(Side::of(Lib::parse(s)?)),
+        }
+    }
+}
+
 /// One round of the schedule both processes follow.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Step {
-    /// The holder releases a lock of this library to the waiter.
-    Pass(Lib),
+    /// The holder releases a lock of this side to the waiter.
+    Pass(Side),
     /// The holder sends a raw PING the way it would send its release; the
     /// other process sits it out.
     Ping,
 }
 
 impl Step {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
-            Step::Pass(lib) => lib.name(),
-            Step::Ping => "ping",
+            Step::Pass(side) => side.name(),
+            Step::Ping => "ping".to_owned(),
         }
     }
 }
@@ -60,8 +109,8 @@ fn schedule(kinds: &[Step], rounds: usize, warmup: usize, block: usize) -> Vec<(
     schedule
 }
 
-fn kinds(deploy: &Deploy, ping: bool) -> Vec<Step> {
-    let mut kinds: Vec<Step> = deploy.libs().iter().map(|&l| Step::Pass(l)).collect();
+fn kinds(sides: &[Side], ping: bool) -> Vec<Step> {
+    let mut kinds: Vec<Step> = sides.iter().map(|&side| Step::Pass(side)).collect();
     if ping {
         kinds.push(Step::Ping);
     }
@@ -79,8 +128,8 @@ pub async fn single(url: &str, plan: &Plan, report: &mut Report) -> Res<()> {
 
 /// Two processes pass the lock back and forth on `deploy`, signalling
 /// through the server at `url`; see [`child`]. Returns the hand-over
-/// figures, the cold PING's (when `ping`) and the number of hand-over
-/// releases (warm-up rounds included).
+/// figures (by `Lib::index`), the cold PING's (when `ping`) and the number
+/// of hand-over releases (warm-up rounds included).
 pub async fn run(
     url: &str,
     deploy: &Deploy,
@@ -88,13 +137,36 @@ pub async fn run(
     rounds: usize,
     plan: &Plan,
 ) -> Res<(Handoff, ColdPing, u64)> {
+    // Lockattr first, then rslock where it runs: each side's index is its
+    // `Lib::index`.
+    let sides: Vec<Side> = deploy.libs().iter().map(|&lib| Side::of(lib)).collect();
+    run_sides(url, deploy, &sides, ping, rounds, plan).await
+}
+
+/// [`run`] with the sides named: the hand-over figures are by index into
+/// `sides` (at most two), the rounds of each side taking turns in blocks.
+pub async fn run_sides(
+    url: &str,
+    deploy: &Deploy,
+    sides: &[Side],
+    ping: bool,
+    rounds: usize,
+    plan: &Plan,
+) -> Res<(Handoff, ColdPing, u64)> {
+    if sides.is_empty() || sides.len() > 2 {
+        return Err(format!(
+            "a hand-over run takes one or two sides, not {}",
+            sides.len()
+        )
+        .into());
+    }
     let mut con = signal_connection(url).await?;
     redis::cmd("DEL")
         .arg(&[HANDOFF_GO, HANDOFF_T0, HANDOFF_RESULTS, HANDOFF_IDLE])
         .query_async::<()>(&mut con)
         .await?;
     let steps = schedule(
-        &kinds(deploy, ping),
+        &kinds(sides, ping),
         rounds,
         plan.handoff_warmup,
         plan.handoff_block,
@@ -103,13 +175,15 @@ pub async fn run(
         .iter()
         .filter(|(s, _)| matches!(s, Step::Pass(_)))
         .count() as u64;
+    let side_names: Vec<String> = sides.iter().map(|s| s.name()).collect();
     let params = (0..2).map(|idx| {
         format!(
-            "idx={idx};rounds={rounds};warmup={};block={};ping={};deploy={}",
+            "idx={idx};rounds={rounds};warmup={};block={};ping={};deploy={};sides={}",
             plan.handoff_warmup,
             plan.handoff_block,
             u8::from(ping),
-            deploy.to_param()
+            deploy.to_param(),
+            side_names.join(",")
         )
     });
     let mut children = Children::spawn("handoff", "handoff", url, params)?;
@@ -135,24 +209,23 @@ pub async fn run(
         if kind == "ping" {
             pings.push(handoff_ns.parse::<f64>()? / 1e3);
         } else {
-            let i = Lib::parse(kind)?.index();
+            let side = Side::parse(kind)?;
+            let i = sides
+                .iter()
+                .position(|&s| s == side)
+                .ok_or_else(|| format!("handoff result of an unknown side `{kind}`"))?;
             samples[i].push(handoff_ns.parse::<f64>()? / 1e3);
             release_samples[i].push(release_ns.parse::<f64>()? / 1e3);
         }
     }
     let mut out = Handoff::default();
-    for lib in Lib::BOTH {
-        let i = lib.index();
+    for i in 0..2 {
         let s = &samples[i];
-        let expected = if deploy.libs().contains(&lib) {
-            rounds
-        } else {
-            0
-        };
+        let expected = if i < sides.len() { rounds } else { 0 };
         if s.len() != expected {
             return Err(format!(
-                "expected {expected} {} handoff samples, got {}",
-                lib.name(),
+                "expected {expected} handoff samples of side {i} ({}), got {}",
+                side_names.get(i).map_or("none", String::as_str),
                 s.len()
             )
             .into());
@@ -184,39 +257,55 @@ pub async fn run(
 /// acquire returns and records t1 - t0. The waiter then holds the lock and
 /// is the holder of the next round, so the two processes swap roles every
 /// round. In a PING round the holder does the same with a raw PING in place
-/// of the release (signalling nobody) and keeps the lock.
+/// of the release (signalling nobody) and keeps the lock. Each side has a
+/// lock name of its own, and each `min_replicas` a Locker of its own.
 pub async fn child(url: &str, params: &Params) -> Res<()> {
     let idx = params.num("idx")?;
     let deploy = Deploy::parse(params.text("deploy")?)?;
+    let sides = params
+        .text("sides")?
+        .split(',')
+        .map(Side::parse)
+        .collect::<Res<Vec<Side>>>()?;
     let schedule = schedule(
-        &kinds(&deploy, params.num("ping")? == 1),
+        &kinds(&sides, params.num("ping")? == 1),
         params.num("rounds")? as usize,
         params.num("warmup")? as usize,
         params.num("block")? as usize,
     );
-    let libs = Libs::on(
-        &deploy,
-        Some((RSLOCK_WAITER_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY)),
-    )?;
-    let name = |lib: Lib| format!("bench:handoff:lock:{}", lib.name());
+    let mut by_replicas: BTreeMap<u32, Libs> = BTreeMap::new();
+    for side in &sides {
+        if let Entry::Vacant(slot) = by_replicas.entry(side.min_replicas) {
+            slot.insert(Libs::on_with(
+                &deploy,
+                Some((RSLOCK_WAITER_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY)),
+                side.min_replicas,
+            )?);
+        }
+    }
+    let libs_of = |side: Side| &by_replicas[&side.min_replicas];
+    let name = |side: Side| format!("bench:handoff:lock:{}", side.name());
     let mut con = signal_connection(url).await?;
     let mut raw = connect(url, Some(Duration::from_secs(5))).await?;
-    // Connect both libraries before the first round.
-    libs.locker.ping().await?;
+    // Connect every Locker and both libraries before the first round.
+    for libs in by_replicas.values() {
+        libs.locker.ping().await?;
+    }
     redis::cmd("PING").query_async::<()>(&mut raw).await?;
     let warm = format!("bench:handoff:warm:{idx}");
-    for &lib in deploy.libs() {
-        let held = libs.acquire_or_fail(lib, &warm, EXPIRE).await?;
+    for &side in &sides {
+        let libs = libs_of(side);
+        let held = libs.acquire_or_fail(side.lib, &warm, EXPIRE).await?;
         libs.release(held).await?;
     }
-    let first_lib = deploy.libs()[0];
+    let first = sides[0];
 
-    let mut held: Option<Held> = None;
+    let mut held: Option<(Side, Held)> = None;
     if idx == 0 {
-        held = Some(
-            libs.acquire_or_fail(first_lib, &name(first_lib), HANDOFF_EXPIRE)
-                .await?,
-        );
+        let h = libs_of(first)
+            .acquire_or_fail(first.lib, &name(first), HANDOFF_EXPIRE)
+            .await?;
+        held = Some((first, h));
     }
     for (round, &(step, measured)) in schedule.iter().enumerate() {
         match (held.take(), step) {
@@ -231,28 +320,28 @@ pub async fn child(url: &str, params: &Params) -> Res<()> {
                 held = Some(h);
             }
             (None, Step::Ping) => {}
-            (Some(mut h), Step::Pass(lib)) => {
-                if h.lib() != lib {
+            (Some((held_side, mut h)), Step::Pass(side)) => {
+                if held_side != side {
                     // The other process waits for our signal: this is uncontended.
-                    libs.release(h).await?;
-                    h = libs
-                        .acquire_or_fail(lib, &name(lib), HANDOFF_EXPIRE)
+                    libs_of(held_side).release(h).await?;
+                    h = libs_of(side)
+                        .acquire_or_fail(side.lib, &name(side), HANDOFF_EXPIRE)
                         .await?;
                 }
                 rpush(&mut con, HANDOFF_GO, round).await?;
                 tokio::time::sleep(HANDOFF_HOLD).await;
                 let t0 = unix_nanos();
-                libs.release(h).await?;
+                libs_of(side).release(h).await?;
                 let released = unix_nanos();
                 rpush(&mut con, HANDOFF_T0, format!("{t0},{released}")).await?;
             }
-            (None, Step::Pass(lib)) => {
+            (None, Step::Pass(side)) => {
                 let go = blpop(&mut con, HANDOFF_GO, 60).await?;
                 if go != round.to_string() {
                     return Err(format!("handoff out of step: round {round}, signal {go}").into());
                 }
-                let h = libs
-                    .acquire_or_fail(lib, &name(lib), HANDOFF_EXPIRE)
+                let h = libs_of(side)
+                    .acquire_or_fail(side.lib, &name(side), HANDOFF_EXPIRE)
                     .await?;
                 let t1 = unix_nanos();
                 let times = blpop(&mut con, HANDOFF_T0, 60).await?;
@@ -269,12 +358,12 @@ pub async fn child(url: &str, params: &Params) -> Res<()> {
                     released.saturating_sub(t0)
                 );
                 rpush(&mut con, HANDOFF_RESULTS, line).await?;
-                held = Some(h);
+                held = Some((side, h));
             }
         }
     }
-    if let Some(h) = held {
-        libs.release(h).await?;
+    if let Some((side, h)) = held {
+        libs_of(side).release(h).await?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ pub mod deployments;
 pub mod handoff;
 pub mod kinds;
 pub mod many;
+pub mod replicas;
 pub mod rw_cost;
 pub mod uncontended;
 
@@ -63,6 +64,9 @@ pub struct Report {
     /// Row 12: a read-write lock's Redis CPU per call against the readers
     /// holding (lockattr only).
     pub rw_cost: rw_cost::RwCost,
+    /// Row 13: grants that wait for a replica, `min_replicas(1)` against
+    /// `min_replicas(0)` (lockattr only).
+    pub replicas: replicas::Replicas,
     /// rslock's retry settings as its `Debug` output shows them.
     pub rslock_defaults_seen: (Option<u32>, Option<String>),
     /// The checkout when the run started (the code that `cargo bench` built).
@@ -83,7 +87,8 @@ pub struct Uncontended {
     pub pair_us: [f64; 2],
 }
 
-/// Hand-over across processes; µs, by `Lib::index`.
+/// Hand-over across processes; µs, by side: `Lib::index` in rows 3, 8
+/// and 9, the Locker's `min_replicas` in row 13.
 #[derive(Debug, Default, Clone)]
 pub struct Handoff {
     /// Measured rounds per library.
