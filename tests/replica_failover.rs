@@ -14,11 +14,18 @@
 //!   handed out after the failover began is larger than every one before;
 //! - the work went on after the failover.
 //!
-//! To give the failover something to lose, the replica is frozen (SIGSTOP)
-//! for [`LAG`] just before the master is killed: whatever the master grants
-//! meanwhile never reaches the replica. With `min_replicas(1)` nothing is
-//! granted meanwhile (no acknowledgement); without it, the locks and tokens
-//! granted then are gone after the promotion, and the checks above fail.
+//! To give the failover something to lose, the replica is cut off for
+//! [`LAG`] just before the master is killed: frozen (SIGSTOP), so that it
+//! cannot reconnect, and its replication link closed by the master (`CLIENT
+//! KILL TYPE replica`; a frozen replica alone would still read, once thawed,
+//! what its socket had received). Whatever the master grants meanwhile
+//! never reaches the replica. With `min_replicas(1)` nothing is granted
+//! meanwhile (no acknowledgement). Leases of 500 ms end long before
+//! a promotion, so the contenders alone cannot show a lost grant: a Locker
+//! also tries, while the replica is frozen, to take one more name with a
+//! lease longer than the failover ([`Across`]), and another Locker takes
+//! that name on the new master. Without `min_replicas` the first is granted
+//! the lock on the old master only, and the two overlap.
 //! A master without replicas grants nothing: right after the promotion, a
 //! probe's acquisition fails with `LockError::Replicas`, and none of the
 //! contenders gets a lock until the old master is back as a replica.
@@ -53,7 +60,7 @@ const HANG: Duration = Duration::from_secs(30);
 const BEFORE: Duration = Duration::from_secs(5);
 /// Contention after the failover (once the new master has a replica again).
 const AFTER: Duration = Duration::from_secs(6);
-/// How long the replica is frozen before the master is killed.
+/// How long the replica is cut off before the master is killed.
 const LAG: Duration = Duration::from_millis(300);
 /// Tasks per Locker.
 const TASKS: usize = 3;
@@ -342,7 +349,12 @@ fn verify(
         }
     }
 
-    for name in names {
+    // Every name held (the contention's and any other), then the work on the
+    // contention's.
+    let mut held: Vec<&String> = holdings.iter().map(|h| &h.name).collect();
+    held.sort();
+    held.dedup();
+    for name in held {
         let mut mine: Vec<&Holding> = holdings.iter().filter(|h| &h.name == name).collect();
         mine.sort_by_key(|h| h.start);
         // No overlap: each holder starts after every earlier one ended.
@@ -404,6 +416,9 @@ fn verify(
                  largest one before it ({before})"
             ));
         }
+    }
+    for name in names {
+        let mine: Vec<&Holding> = holdings.iter().filter(|h| &h.name == name).collect();
         // Work before the switch, and after the failover.
         let (early, late) = (
             mine.iter().filter(|h| h.start < time.switch).count(),
@@ -500,6 +515,148 @@ fn probe_refused(rt: &tokio::runtime::Runtime, locker: &Locker, name: &str) -> O
     })
 }
 
+/// The lease of the lock [`Across`] tries to take: longer than a failover.
+const ACROSS_LEASE: Duration = Duration::from_secs(20);
+
+/// A lock tried while the only replica is frozen, with a lease that
+/// outlasts the failover: with `min_replicas(1)` it is refused
+/// (`LockError::Replicas`); a grant would live on the old master only, and
+/// another Locker would take the name on the new one while the first still
+/// holds it.
+struct Across {
+    /// Its own runtime: the attempt does not queue behind the contenders'
+    /// grants, which wait for the frozen replica too.
+    rt: tokio::runtime::Runtime,
+    name: String,
+    first: Locker,
+    second: Locker,
+    held: Option<(lockattr::LockGuard, Instant)>,
+    findings: Vec<String>,
+}
+
+impl Across {
+    fn new(name: &str, first: Locker, second: Locker) -> Across {
+        Across {
+            rt: support::current_thread(),
+            name: name.to_owned(),
+            first,
+            second,
+            held: None,
+            findings: Vec::new(),
+        }
+    }
+
+    /// One attempt, while the replica is frozen.
+    fn try_during_lag(&mut self) {
+        let name = self.name.clone();
+        let attempt = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(
+                    HANG,
+                    self.first
+                        .lock(&name)
+                        .expire(ACROSS_LEASE)
+                        .acquire_timeout(Duration::ZERO)
+                        .acquire(),
+                )
+                .await
+            })
+            .expect("the attempt during the lag hung");
+        match attempt {
+            Ok(guard) => {
+                self.findings.push(format!(
+                    "{name}: granted (token {}) while the only replica was frozen",
+                    guard.fencing_token()
+                ));
+                self.held = Some((guard, Instant::now()));
+            }
+            Err(e) if e.is_replicas() => {
+                eprintln!("{name}: refused while the replica was frozen: {e}")
+            }
+            Err(e) => self.findings.push(format!(
+                "{name}: while the replica was frozen, expected a Replicas error, got {e:?}"
+            )),
+        }
+    }
+
+    /// Once the new master has a replica: the second Locker takes the name
+    /// (connection errors are tried again), then the first releases what it
+    /// held, then the second. Both holdings go to `holdings`.
+    fn take_after(mut self, holdings: &mut Vec<Holding>) -> Vec<String> {
+        let name = self.name.clone();
+        let rt = &self.rt;
+        let start = Instant::now();
+        let taken = loop {
+            let attempt = rt
+                .block_on(async {
+                    tokio::time::timeout(
+                        HANG,
+                        self.second
+                            .lock(&name)
+                            .expire(LEASE)
+                            .acquire_timeout(Duration::ZERO)
+                            .acquire(),
+                    )
+                    .await
+                })
+                .expect("the attempt after the failover hung");
+            match attempt {
+                Ok(guard) => break Some((guard, Instant::now())),
+                Err(e) if e.is_connection() && start.elapsed() < SETTLE => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => {
+                    self.findings.push(format!(
+                        "{name}: the second Locker could not take it on the new master: {e:?}"
+                    ));
+                    break None;
+                }
+            }
+        };
+        if let Some((guard, at)) = self.held.take() {
+            let token = guard.fencing_token();
+            let lost = guard.is_lost().then(|| "lost by its end".to_owned());
+            let end = Instant::now();
+            let released = rt.block_on(guard.release()).map_err(|e| format!("{e:?}"));
+            holdings.push(Holding {
+                name: name.clone(),
+                locker: 2,
+                task: 0,
+                token,
+                start: at,
+                end,
+                lost,
+                released,
+            });
+        }
+        if let Some((guard, at)) = taken {
+            let token = guard.fencing_token();
+            let end = Instant::now();
+            let released = rt.block_on(guard.release()).map_err(|e| format!("{e:?}"));
+            holdings.push(Holding {
+                name,
+                locker: 3,
+                task: 0,
+                token,
+                start: at,
+                end,
+                lost: None,
+                released,
+            });
+        }
+        self.findings
+    }
+}
+
+/// Closes every replica's link to `master` (`CLIENT KILL TYPE replica`).
+fn cut_replicas_off(master: &support::RedisServer) {
+    let answer = master
+        .raw("CLIENT KILL TYPE replica")
+        .expect("CLIENT KILL TYPE replica");
+    assert_eq!(answer.trim(), ":1", "CLIENT KILL TYPE replica: {answer}");
+}
+
 fn sentinel_locker(set: &SentinelSet) -> Locker {
     Locker::sentinel_builder(set.name.as_str(), set.sentinel_urls())
         .connect_timeout(QUICK)
@@ -518,7 +675,7 @@ fn cluster_locker(cluster: &Cluster) -> Locker {
         .unwrap()
 }
 
-/// Sentinel: the master killed (its replica frozen for [`LAG`] first),
+/// Sentinel: the master killed (its replica cut off for [`LAG`] first),
 /// the replica promoted, the old master back as its replica.
 #[test]
 fn sentinel_master_killed_mid_contention() {
@@ -529,11 +686,15 @@ fn sentinel_master_killed_mid_contention() {
     let lockers = [sentinel_locker(&set), sentinel_locker(&set)];
     let probe = sentinel_locker(&set);
     rt.block_on(probe.ping()).unwrap();
+    let mut across = Across::new("across", sentinel_locker(&set), sentinel_locker(&set));
     let contention = Contention::start(&rt, &lockers, &names);
     std::thread::sleep(BEFORE);
 
     set.replica().freeze();
-    std::thread::sleep(LAG);
+    cut_replicas_off(set.master());
+    let frozen = Instant::now();
+    across.try_during_lag();
+    std::thread::sleep(LAG.saturating_sub(frozen.elapsed()));
     let switch = Instant::now();
     set.kill_master();
     set.replica().thaw();
@@ -545,7 +706,8 @@ fn sentinel_master_killed_mid_contention() {
     let back = Instant::now();
     std::thread::sleep(AFTER);
 
-    let (holdings, failures) = contention.finish(&rt);
+    let (mut holdings, failures) = contention.finish(&rt);
+    findings.extend(across.take_after(&mut holdings));
     let time = Timeline {
         t0,
         switch,
@@ -578,7 +740,7 @@ fn cluster_with_names() -> (Cluster, usize, usize, Vec<String>, String) {
     (cluster, master, replica, names, probe)
 }
 
-/// Cluster: the master of the names killed (its replica frozen for [`LAG`]
+/// Cluster: the master of the names killed (its replica cut off for [`LAG`]
 /// first), the replica promoted after the node timeout, the old master
 /// restarted (empty) and back as its replica.
 #[test]
@@ -589,11 +751,20 @@ fn cluster_master_killed_mid_contention() {
     let lockers = [cluster_locker(&cluster), cluster_locker(&cluster)];
     let probe = cluster_locker(&cluster);
     rt.block_on(probe.ping()).unwrap();
+    let across_name = cluster.names_on(master, "across", 1).remove(0);
+    let mut across = Across::new(
+        &across_name,
+        cluster_locker(&cluster),
+        cluster_locker(&cluster),
+    );
     let contention = Contention::start(&rt, &lockers, &names);
     std::thread::sleep(BEFORE);
 
     cluster.nodes[replica].freeze();
-    std::thread::sleep(LAG);
+    cut_replicas_off(&cluster.nodes[master]);
+    let frozen = Instant::now();
+    across.try_during_lag();
+    std::thread::sleep(LAG.saturating_sub(frozen.elapsed()));
     let switch = Instant::now();
     cluster.nodes[master].kill();
     cluster.nodes[replica].thaw();
@@ -612,7 +783,8 @@ fn cluster_master_killed_mid_contention() {
     let back = Instant::now();
     std::thread::sleep(AFTER);
 
-    let (holdings, failures) = contention.finish(&rt);
+    let (mut holdings, failures) = contention.finish(&rt);
+    findings.extend(across.take_after(&mut holdings));
     let time = Timeline {
         t0,
         switch,
