@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::cluster::Cluster;
+use support::cluster::{Cluster, ReplicatedCluster};
 use support::sentinel::{SETTLE, SentinelSet};
 
 /// The lease of every lock: renewed every third of it.
@@ -535,9 +535,15 @@ struct Across {
 }
 
 impl Across {
+    /// Both Lockers take and release the name once: their connections are
+    /// open before the replica is cut off (a Locker that connects to a
+    /// cluster for the first time while a node is frozen may wait for it).
     fn new(name: &str, first: Locker, second: Locker) -> Across {
+        let rt = support::current_thread();
+        rt.block_on(support::warm_up(&first, name));
+        rt.block_on(support::warm_up(&second, name));
         Across {
-            rt: support::current_thread(),
+            rt,
             name: name.to_owned(),
             first,
             second,
@@ -728,7 +734,7 @@ fn sentinel_master_killed_mid_contention() {
 
 /// A cluster of masters with a replica each, the names on one master, and
 /// that master's index and its replica's.
-fn cluster_with_names() -> (Cluster, usize, usize, Vec<String>, String) {
+fn cluster_with_names() -> (ReplicatedCluster, usize, usize, Vec<String>, String) {
     let cluster = Cluster::start_with_replicas();
     // A master other than node 0 (which answers `master_of`).
     let master = (1..cluster.nodes.len())

@@ -157,12 +157,12 @@ pub const REPLICA_NODE_TIMEOUT_MS: u64 = 1000;
 
 impl Cluster {
     /// Three masters with one replica each (`--cluster-replicas 1`): six
-    /// nodes, `nodes[0..3]` the masters `redis-cli` chose at creation and
-    /// `nodes[3..6]` their replicas (which one of which: [`replica_of`](Self::replica_of)).
+    /// nodes; which are masters `redis-cli` chooses (ask [`role_of`](Self::role_of)),
+    /// and which replica is whose, [`replica_of`](Self::replica_of).
     /// The node timeout is [`REPLICA_NODE_TIMEOUT_MS`], so that a killed
     /// master fails over within a few seconds. Returns once every node says
     /// `cluster_state:ok` and every replica's link to its master is up.
-    pub fn start_with_replicas() -> Cluster {
+    pub fn start_with_replicas() -> ReplicatedCluster {
         let timeout = REPLICA_NODE_TIMEOUT_MS.to_string();
         let nodes: Vec<RedisServer> = (0..6)
             .map(|_| {
@@ -205,7 +205,7 @@ impl Cluster {
             (0..3).all(|m| cluster.replica_synced(m))
         });
         assert!(synced.is_some(), "the replicas did not sync within 30 s");
-        cluster
+        ReplicatedCluster { cluster }
     }
 
     /// `INFO replication` of node `i`, `None` when it does not answer.
@@ -286,4 +286,78 @@ impl Cluster {
             .take(count)
             .collect()
     }
+}
+
+/// A [`Cluster`] whose masters have replicas ([`Cluster::start_with_replicas`]);
+/// it dereferences to the cluster. Its drop audits the nodes that are
+/// replicas then (see `audit.rs`) over a connection that sent `READONLY`
+/// first: a replica refuses the audit's script otherwise (its keys are in
+/// slots it does not serve). The masters are audited by the cluster's drop.
+pub struct ReplicatedCluster {
+    cluster: Cluster,
+}
+
+impl std::ops::Deref for ReplicatedCluster {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
+}
+
+impl std::ops::DerefMut for ReplicatedCluster {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
+    }
+}
+
+impl Drop for ReplicatedCluster {
+    fn drop(&mut self) {
+        // As `final_audit`: nothing while the test is already failing.
+        if std::thread::panicking() {
+            return;
+        }
+        let mut findings = Vec::new();
+        for i in 0..self.cluster.nodes.len() {
+            if self.cluster.role_of(i).as_deref() != Some("slave") {
+                continue;
+            }
+            let node = &mut self.cluster.nodes[i];
+            let running = matches!(node.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
+            if node.audited || !running {
+                continue;
+            }
+            node.audited = true;
+            let server = format!("redis-server on port {} (a replica)", node.port);
+            match audit_replica(node.port) {
+                Ok(found) => {
+                    let keys = super::audit::unexpected(found, &node.allowed.patterns());
+                    if !keys.is_empty() {
+                        findings.push(super::audit::report(&server, &keys));
+                    }
+                }
+                Err(why) => findings.push(super::audit::refused(&server, &why)),
+            }
+        }
+        if !findings.is_empty() {
+            panic!("{}", findings.join("\n\n"));
+        }
+    }
+}
+
+/// The audit's script on the replica on `port`, after `READONLY`.
+fn audit_replica(port: u16) -> Result<Vec<super::audit::UntimedKey>, String> {
+    let why = |e: redis::RedisError| format!("port {port}: {e}");
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .map_err(why)?;
+    con.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(why)?;
+    let () = redis::cmd("READONLY").query(&mut con).map_err(why)?;
+    let lines: Vec<String> = redis::cmd("EVAL")
+        .arg(super::audit::SCRIPT)
+        .arg(0)
+        .query(&mut con)
+        .map_err(why)?;
+    super::audit::parse_lines(lines.iter().map(String::as_str))
 }
