@@ -46,7 +46,10 @@
 //! - A release notice that names a waiter of one name is the grant itself
 //!   for a lock (it carries the fencing token); a read-write lock, a
 //!   semaphore and a set ask Redis once more, which says which key and
-//!   which tokens.
+//!   which tokens. When grants wait for replicas, a lock asks once more
+//!   too: the attempt restarts the lease it was handed (a write of its own,
+//!   which `WAIT` then counts), so the body never starts on a grant that
+//!   only the master holds.
 //! - A notice that another waiter took the name ([`Wake::Rearm`]) moves the
 //!   next check to the end of that holder's lease, later or earlier, for a
 //!   contender of one name; a set waits on several names, so such a notice
@@ -632,8 +635,13 @@ async fn waiting(
             };
             match wake {
                 // The release that handed a lock over ran after `sent`:
-                // its notice carries the grant.
-                Wake::Handed { fencing_token } if matches!(owed.contender, Contender::Lock(_)) => {
+                // its notice carries the grant (unless grants wait for
+                // replicas: the releaser's write may not have reached
+                // them, and the next attempt confirms it with a write of
+                // this waiter's and WAIT).
+                Wake::Handed { fencing_token }
+                    if matches!(owed.contender, Contender::Lock(_)) && !on.waits_for_replicas() =>
+                {
                     owed.queued = false;
                     let token = std::mem::take(&mut owed.current);
                     let grant = Grant {

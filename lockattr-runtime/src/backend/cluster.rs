@@ -8,7 +8,10 @@
 //! subscriber connection (to the first seed that answers) hears the
 //! releases of every master. The watchdog's batch is split by hash slot
 //! (a script may only touch keys of one slot); the calls go out at once,
-//! and those for one master share its connection.
+//! and those for one master share its connection. Grants that wait for
+//! replicas (`WAIT` after the script, in one pipeline to the slot's master)
+//! use a second cluster connection, which their `WAIT` blocks while it
+//! waits.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -22,7 +25,7 @@ use redis::{FromRedisValue, RedisError, ScriptInvocation};
 
 use super::scripts;
 use super::scripts::ReleaseReply;
-use super::shared::{Attempt, Extend, Owner, Renewal, Renewed, millis};
+use super::shared::{Acked, Attempt, Extend, Owner, Renewal, Renewed, millis};
 use super::shared::{Replicas, Timeouts};
 use super::single::SingleNode;
 use super::source::Source;
@@ -37,6 +40,10 @@ pub(crate) struct ClusterNodes {
     /// use; the client reconnects to nodes by itself afterwards.
     current: Mutex<Option<ClusterConnection>>,
     connecting: tokio::sync::Mutex<()>,
+    /// The connection of the grants that wait for replicas (opened on
+    /// first use): `WAIT` blocks the connection to a master it is sent on,
+    /// so it never goes on `current`, which every other request uses.
+    replicated: Mutex<Option<ClusterConnection>>,
     timeouts: Timeouts,
     wakeups: Wakeups,
     server: String,
@@ -102,6 +109,7 @@ impl ClusterNodes {
             client,
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
+            replicated: Mutex::new(None),
             wakeups: Wakeups::new(
                 clients
                     .into_iter()
@@ -145,21 +153,33 @@ impl ClusterNodes {
         self.timeouts.response * 2
     }
 
-    fn cached(&self) -> Option<ClusterConnection> {
-        self.current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// The connection every request but the replicated grants uses.
+    async fn connection(&self) -> Result<ClusterConnection, LockError> {
+        self.open(&self.current, None).await
     }
 
-    /// The cluster connection, opened if needed (on the I/O thread, whose
-    /// runtime outlives every caller's).
-    async fn connection(&self) -> Result<ClusterConnection, LockError> {
-        if let Some(connection) = self.cached() {
+    /// The connection of the grants that wait for replicas: an answer may
+    /// take the replica timeout longer.
+    async fn replicated_connection(&self) -> Result<ClusterConnection, LockError> {
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(self.timeouts.connect)
+            .set_response_timeout(self.timeouts.response + self.replicas.timeout);
+        self.open(&self.replicated, Some(config)).await
+    }
+
+    /// The connection kept in `slot`, opened if needed (on the I/O thread,
+    /// whose runtime outlives every caller's), with `config` when given.
+    async fn open(
+        &self,
+        slot: &Mutex<Option<ClusterConnection>>,
+        config: Option<redis::cluster::ClusterConfig>,
+    ) -> Result<ClusterConnection, LockError> {
+        let cached = || slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(connection) = cached() {
             return Ok(connection);
         }
         let _connecting = self.connecting.lock().await;
-        if let Some(connection) = self.cached() {
+        if let Some(connection) = cached() {
             return Ok(connection);
         }
         let client = self.client.clone();
@@ -167,14 +187,20 @@ impl ClusterNodes {
         let server = self.server.clone();
         let tls = self.tls;
         let connection = io::run(async move {
-            match tokio::time::timeout(limit, client.get_async_connection()).await {
+            let connecting = async {
+                match config {
+                    Some(config) => client.get_async_connection_with_config(config).await,
+                    None => client.get_async_connection().await,
+                }
+            };
+            match tokio::time::timeout(limit, connecting).await {
                 Ok(Ok(connection)) => Ok(connection),
                 Ok(Err(e)) => Err(LockError::from_connect(&server, e, tls)),
                 Err(_) => Err(timed_out(&server, limit)),
             }
         })
         .await?;
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
         Ok(connection)
     }
 
@@ -209,22 +235,58 @@ impl ClusterNodes {
         self.invoke(invocation, &mut connection).await
     }
 
-    /// [`run_script`](Self::run_script) for a script that takes something:
-    /// an acquisition whose answer is not read (timed out, or this future
-    /// dropped) may still run, so `give_back()` is then sent on the same
-    /// connection, and runs after it on that master.
-    pub(crate) async fn run_script_or_give_back<T: FromRedisValue>(
+    /// Runs a script that grants time on the master of its keys' slot.
+    /// When grants wait for replicas, it goes with `WAIT` on the replicated
+    /// connection, and an answer that `granted` (time was granted) not
+    /// acknowledged by enough of that master's replicas is
+    /// [`LockError::Replicas`]: the grant may hold on the master, and the
+    /// caller gives it back or does not count it.
+    ///
+    /// With `give_back`, for a script that takes something: an acquisition
+    /// whose answer is not read (timed out, or this future dropped) may
+    /// still run, so `give_back()` is then sent on the same connection, and
+    /// runs after it on that master.
+    async fn grant<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
-        give_back: &(dyn Fn() -> redis::Cmd + Sync),
+        granted: fn(&T) -> bool,
+        give_back: Option<&(dyn Fn() -> redis::Cmd + Sync)>,
     ) -> Result<T, LockError> {
-        let mut connection = self.connection().await?;
-        let mut pending = GiveBack(Some((connection.clone(), give_back)));
-        let answer = self.invoke(invocation, &mut connection).await;
+        if !self.replicas.wanted() {
+            let mut connection = self.connection().await?;
+            let mut pending = GiveBack(give_back.map(|g| (connection.clone(), g)));
+            let answer = self.invoke(invocation, &mut connection).await;
+            if answer.is_ok() {
+                pending.0 = None;
+            }
+            return answer;
+        }
+        let mut connection = self.replicated_connection().await?;
+        let mut pending = GiveBack(give_back.map(|g| (connection.clone(), g)));
+        let limit = self.limit() + self.replicas.timeout;
+        let answer: Result<Acked<T>, LockError> = self
+            .within(limit, self.replicas.send(invocation, &mut connection))
+            .await;
         if answer.is_ok() {
             pending.0 = None;
         }
-        answer
+        let Acked { reply, replicas } = answer?;
+        if granted(&reply) {
+            self.replicas.enough(&self.server, replicas)?;
+        }
+        Ok(reply)
+    }
+
+    /// Runs an attempt of a kind that answers as `queue::Reply` reads (a
+    /// side of a read-write lock, a permit, a set): a grant (see
+    /// [`grant`](Self::grant)) when it answers `{1, ...}`.
+    pub(crate) async fn run_script_or_give_back(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        give_back: &(dyn Fn() -> redis::Cmd + Sync),
+    ) -> Result<Vec<i64>, LockError> {
+        let taken = |reply: &Vec<i64>| reply.first() == Some(&1);
+        self.grant(invocation, taken, Some(give_back)).await
     }
 
     /// Runs a command without keys on any node.
@@ -268,8 +330,9 @@ impl ClusterNodes {
         (wait, queued): (Duration, bool),
     ) -> Result<Attempt, LockError> {
         let invocation = scripts::acquire(keys, token, expire, wait, queued);
+        let give_back = || scripts::give_back(keys, token);
         let answer = self
-            .run_script_or_give_back(&invocation, &|| scripts::give_back(keys, token))
+            .grant(&invocation, Attempt::granted, Some(&give_back))
             .await?;
         Ok(Attempt::from_reply(answer))
     }
@@ -298,9 +361,8 @@ impl ClusterNodes {
         (by, how): (Duration, Extend),
         max_lease: Duration,
     ) -> Result<Option<Duration>, LockError> {
-        let mut connection = self.connection().await?;
         let invocation = scripts::extend(keys, token, millis(by), how.mode(), max_lease);
-        let left: i64 = self.invoke(&invocation, &mut connection).await?;
+        let left: i64 = self.grant(&invocation, |left| *left >= 0, None).await?;
         super::shared::extended(left, max_lease)
     }
 
@@ -308,7 +370,11 @@ impl ClusterNodes {
     /// whose master did not answer leaves its leases [`Renewed::Unknown`];
     /// an error only when no slot's master answered.
     pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let connection = self.connection().await?;
+        let connection = if self.replicas.wanted() {
+            self.replicated_connection().await?
+        } else {
+            self.connection().await?
+        };
         // A dead master must not hold up the renewals of the others past
         // their leases: each slot's call gets a quarter of the shortest one.
         let shortest = leases
@@ -331,9 +397,18 @@ impl ClusterNodes {
             async move {
                 let batch: Vec<&Renewal<'_>> = members.iter().map(|&i| &leases[i]).collect();
                 let invocation = scripts::renew(&batch);
-                let left: Result<Vec<i64>, LockError> = self
-                    .within(limit, invocation.invoke_async(&mut connection))
-                    .await;
+                let left: Result<Vec<i64>, LockError> = if self.replicas.wanted() {
+                    // Not acknowledged by enough replicas: not counted.
+                    let limit = limit + self.replicas.timeout;
+                    self.within(limit, self.replicas.send(&invocation, &mut connection))
+                        .await
+                        .and_then(|Acked { reply, replicas }| {
+                            self.replicas.enough(&self.server, replicas).map(|()| reply)
+                        })
+                } else {
+                    self.within(limit, invocation.invoke_async(&mut connection))
+                        .await
+                };
                 (members, left)
             }
         });

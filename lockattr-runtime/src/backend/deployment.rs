@@ -73,12 +73,25 @@ impl Backend {
 
     /// Renews a batch of leases (see [`RENEW`](super::scripts::RENEW)); per lease, what
     /// the renewal found. An error when the whole batch failed.
+    ///
+    /// When grants wait for replicas, a renewal vouches for no more than
+    /// the lease it asked for: a lease the master has longer (an extension
+    /// its replicas never acknowledged, asked on another connection) does
+    /// not count.
     pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        match self {
-            Backend::Single(node) => node.renew(leases).await.map(renewed),
-            Backend::Redlock(nodes) => nodes.renew(leases).await.map(renewed),
-            Backend::Cluster(nodes) => nodes.renew(leases).await,
+        let mut found = match self {
+            Backend::Single(node) => node.renew(leases).await.map(renewed)?,
+            Backend::Redlock(nodes) => nodes.renew(leases).await.map(renewed)?,
+            Backend::Cluster(nodes) => nodes.renew(leases).await?,
+        };
+        if self.replicas().wanted() {
+            for (found, lease) in found.iter_mut().zip(leases) {
+                if let (Renewed::Left(left), Some(asked)) = (found, lease.lease) {
+                    *left = (*left).min(asked);
+                }
+            }
         }
+        Ok(found)
     }
 
     /// How many replicas must hold a grant (none on a Redlock).

@@ -86,6 +86,16 @@ impl<'a> Queued<'a> {
         }
     }
 
+    /// Whether a grant counts only once replicas acknowledged it: then a
+    /// hand-over heard on the lock's channel is confirmed by one more
+    /// attempt (a write, and `WAIT`) before it counts.
+    pub(crate) fn waits_for_replicas(self) -> bool {
+        match self {
+            Queued::Single(node) => node.replicas().wanted(),
+            Queued::Cluster(nodes) => nodes.replicas().wanted(),
+        }
+    }
+
     /// Where waiters hear that a release handed them the lock.
     pub(crate) fn wakeups(self) -> &'a Wakeups {
         match self {
@@ -164,12 +174,14 @@ pub(crate) fn stopped_waiting() -> LockError {
 }
 
 /// Errors worth trying again while the acquire time lasts: Redis could not
-/// be reached or did not answer in time, or said it cannot serve the
-/// request yet (loading its data, a cluster reconfiguring).
+/// be reached or did not answer in time, said it cannot serve the request
+/// yet (loading its data, a cluster reconfiguring), or too few replicas
+/// acknowledged a grant (which is given back first).
 pub(crate) fn retryable(e: &LockError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match e {
         LockError::Connection { .. } => !e.is_tls_refusal(),
+        LockError::Replicas { .. } => true,
         LockError::Redis { source, .. } => {
             source.downcast_ref::<redis::RedisError>().is_some_and(|e| {
                 matches!(

@@ -82,6 +82,54 @@ impl Replicas {
     }
 }
 
+impl Replicas {
+    /// Sends `invocation`, then `WAIT`, in one pipeline on `connection`
+    /// (which WAIT blocks until the replicas answered or the timeout
+    /// passed). The answer is an [`Acked`] of the script's. A script Redis
+    /// does not know yet (NOSCRIPT: the script did not run, and WAIT only
+    /// counted earlier writes) is loaded, and the pipeline sent again.
+    pub(crate) async fn send<T, C>(
+        self,
+        invocation: &redis::ScriptInvocation<'_>,
+        connection: &mut C,
+    ) -> redis::RedisResult<T>
+    where
+        T: redis::FromRedisValue,
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let mut pipeline = redis::pipe();
+        pipeline
+            .invoke_script(invocation)
+            .cmd("WAIT")
+            .arg(self.min)
+            .arg(millis(self.timeout));
+        match pipeline.query_async(connection).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                invocation.load_async(connection).await?;
+                pipeline.query_async(connection).await
+            }
+            answer => answer,
+        }
+    }
+}
+
+/// A grant's answer and `WAIT`'s: how many replicas acknowledged it.
+#[derive(Debug)]
+pub(crate) struct Acked<T> {
+    /// The script's answer.
+    pub(crate) reply: T,
+    /// How many replicas held every write of the connection when WAIT
+    /// returned.
+    pub(crate) replicas: i64,
+}
+
+impl<T: redis::FromRedisValue> redis::FromRedisValue for Acked<T> {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (reply, replicas) = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(Acked { reply, replicas })
+    }
+}
+
 /// How often a waiter asks Redis whatever it hears: a hand-over whose
 /// message never arrived is noticed this long after it at most.
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
@@ -97,6 +145,11 @@ pub(crate) enum Attempt {
 }
 
 impl Attempt {
+    /// Whether `scripts::ACQUIRE`'s reply is a grant.
+    pub(crate) fn granted(&(taken, _): &(i64, i64)) -> bool {
+        taken == 1
+    }
+
     /// From `scripts::ACQUIRE`'s reply.
     pub(crate) fn from_reply((taken, value): (i64, i64)) -> Attempt {
         if taken == 1 {

@@ -12,7 +12,7 @@ use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, ScriptInvocation}
 use super::node_facts::NodeFacts;
 use super::scripts;
 use super::scripts::ReleaseReply;
-use super::shared::{Attempt, Extend, Owner, Released, Renewal, extended, left_of, millis};
+use super::shared::{Acked, Attempt, Extend, Owner, Released, Renewal, extended, left_of, millis};
 use super::shared::{Replicas, Timeouts};
 use super::source::{Sentinels, Source};
 use super::wake::Wakeups;
@@ -42,8 +42,20 @@ struct Slot {
     attempts: AtomicU64,
 }
 
-/// Each runtime's connection, by runtime.
-type Slots = Mutex<HashMap<tokio::runtime::Id, Arc<Slot>>>;
+/// Which of a runtime's connections a request goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lane {
+    /// Every request but the grants that wait for replicas.
+    Shared,
+    /// The grants that wait for replicas: `WAIT` blocks the connection it
+    /// is sent on until the replicas answered or its timeout passed, so it
+    /// never goes on the connection that releases, renewals without
+    /// replicas and every other lock of the runtime use.
+    Replicated,
+}
+
+/// Each runtime's connections, by runtime and lane.
+type Slots = Mutex<HashMap<(tokio::runtime::Id, Lane), Arc<Slot>>>;
 
 /// One Redis server.
 ///
@@ -54,11 +66,16 @@ type Slots = Mutex<HashMap<tokio::runtime::Id, Arc<Slot>>>;
 /// background releases). A connection is opened on first use and
 /// opened again after it broke (a dropped connection, a Redis restart, an
 /// answer that timed out); a runtime's connection is forgotten when the
-/// runtime shuts down.
+/// runtime shuts down. When grants wait for replicas, they go on a second
+/// connection of the runtime ([`Lane::Replicated`]), which their `WAIT`
+/// blocks while it waits.
 pub(crate) struct SingleNode {
     source: Source,
     timeouts: Timeouts,
     config: AsyncConnectionConfig,
+    /// The configuration of [`Lane::Replicated`]'s connections: an answer
+    /// may take the replica timeout longer.
+    replicated_config: AsyncConnectionConfig,
     server: String,
     slots: Arc<Slots>,
     /// The subscriber side: where waiters hear that they got the lock.
@@ -84,7 +101,7 @@ impl std::fmt::Debug for SingleNode {
 /// and this with them) or when the node is dropped (the slots are gone).
 struct Forget {
     slots: Weak<Slots>,
-    runtime: tokio::runtime::Id,
+    runtime: (tokio::runtime::Id, Lane),
 }
 
 impl Drop for Forget {
@@ -139,6 +156,7 @@ impl SingleNode {
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.response));
         SingleNode {
+            replicated_config: config.clone(),
             wakeups: Wakeups::new(vec![source.clone()], timeouts),
             source,
             timeouts,
@@ -162,6 +180,9 @@ impl SingleNode {
     /// Makes every grant wait for `replicas` (see [`Replicas`]).
     pub(crate) fn with_replicas(mut self, replicas: Replicas) -> Self {
         self.replicas = replicas;
+        self.replicated_config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeouts.connect))
+            .set_response_timeout(Some(self.timeouts.response + replicas.timeout));
         self
     }
 
@@ -178,13 +199,14 @@ impl SingleNode {
     /// Opens the current runtime's connection if there is none (and reads
     /// the server's facts on it, when tracked).
     pub(crate) async fn connect(&self) -> Result<(), LockError> {
-        self.connection().await.map(drop)
+        self.connection(Lane::Shared).await.map(drop)
     }
 
     /// Whether the current runtime has a connection open (as far as known:
     /// a connection that broke while idle is found out on first use).
     pub(crate) fn is_connected(&self) -> bool {
-        self.slot().is_ok_and(|slot| slot.cached().is_some())
+        self.slot(Lane::Shared)
+            .is_ok_and(|slot| slot.cached().is_some())
     }
 
     pub(crate) fn server(&self) -> &str {
@@ -201,11 +223,11 @@ impl SingleNode {
 
     /// The current runtime's slot, made on first use. Lock operations only
     /// run inside a tokio runtime (the caller's or the I/O thread's).
-    fn slot(&self) -> Result<Arc<Slot>, LockError> {
+    fn slot(&self, lane: Lane) -> Result<Arc<Slot>, LockError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| LockError::Runtime {
             reason: "a lock operation ran outside a tokio runtime".into(),
         })?;
-        let runtime = handle.id();
+        let runtime = (handle.id(), lane);
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = slots.get(&runtime) {
             return Ok(slot.clone());
@@ -229,9 +251,12 @@ impl SingleNode {
         Ok(slot)
     }
 
-    /// The current runtime's connection, opened if needed.
-    async fn connection(&self) -> Result<(Arc<Slot>, u64, MultiplexedConnection), LockError> {
-        let slot = self.slot()?;
+    /// The current runtime's connection of `lane`, opened if needed.
+    async fn connection(
+        &self,
+        lane: Lane,
+    ) -> Result<(Arc<Slot>, u64, MultiplexedConnection), LockError> {
+        let slot = self.slot(lane)?;
         if let Some((generation, connection)) = slot.cached() {
             return Ok((slot, generation, connection));
         }
@@ -247,10 +272,14 @@ impl SingleNode {
             // Someone tried while we waited, and failed: share that outcome.
             return Err(self.connect_error(e.clone()));
         }
+        let config = match lane {
+            Lane::Shared => &self.config,
+            Lane::Replicated => &self.replicated_config,
+        };
         let result = match self.source.client(self.timeouts.locate()).await {
             Ok(client) => {
                 client
-                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .get_multiplexed_async_connection_with_config(config)
                     .await
             }
             Err(e) => Err(e),
@@ -314,8 +343,14 @@ impl SingleNode {
         let mut instead: Option<ScriptInvocation<'static>> = None;
         let mut retried = false;
         loop {
-            let request = instead.as_ref().map_or(first, Request::Script);
-            let (slot, generation, mut connection) = self.connection().await?;
+            let request = match (instead.as_ref(), first) {
+                (Some(script), Request::Replicated(_, replicas)) => {
+                    Request::Replicated(script, replicas)
+                }
+                (Some(script), _) => Request::Script(script),
+                (None, first) => first,
+            };
+            let (slot, generation, mut connection) = self.connection(request.lane()).await?;
             let pending = Unanswered {
                 connection: unanswered.map(|_| connection.clone()),
                 then: unanswered,
@@ -344,6 +379,33 @@ impl SingleNode {
         }
     }
 
+    /// Sends a script that grants time (see [`send_then`](Self::send_then)
+    /// for `again` and `unanswered`). When grants wait for replicas, it goes
+    /// with `WAIT` on [`Lane::Replicated`], and an answer that `granted`
+    /// (time was granted) not acknowledged by enough replicas is
+    /// [`LockError::Replicas`]: the grant may hold on the master, and the
+    /// caller gives it back or does not count it.
+    async fn grant<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        granted: fn(&T) -> bool,
+        again: Option<&(dyn Fn() -> ScriptInvocation<'static> + Sync)>,
+        unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
+    ) -> Result<(T, bool), LockError> {
+        if !self.replicas.wanted() {
+            return self
+                .send_then(Request::Script(invocation), again, unanswered)
+                .await;
+        }
+        let request = Request::Replicated(invocation, self.replicas);
+        let (Acked { reply, replicas }, resent) =
+            self.send_then(request, again, unanswered).await?;
+        if granted(&reply) {
+            self.replicas.enough(&self.server, replicas)?;
+        }
+        Ok((reply, resent))
+    }
+
     pub(crate) async fn try_acquire(
         &self,
         Owner { keys, token }: Owner<'_>,
@@ -360,8 +422,8 @@ impl SingleNode {
         let give_back = |connection: MultiplexedConnection| {
             give_back_in_order(connection, scripts::give_back(keys, token));
         };
-        let reply = self
-            .send(Request::Script(&invocation), Some(&give_back))
+        let (reply, _) = self
+            .grant(&invocation, Attempt::granted, None, Some(&give_back))
             .await?;
         Ok(Attempt::from_reply(reply))
     }
@@ -435,7 +497,7 @@ impl SingleNode {
         let again = again
             .as_ref()
             .map(|make| make as &(dyn Fn() -> ScriptInvocation<'static> + Sync));
-        let (left, _): (i64, bool) = self.send_then(Request::Script(&first), again, None).await?;
+        let (left, _): (i64, bool) = self.grant(&first, |left| *left >= 0, again, None).await?;
         extended(left, max_lease)
     }
 
@@ -444,7 +506,7 @@ impl SingleNode {
         leases: &[Renewal<'_>],
     ) -> Result<Vec<Option<Duration>>, LockError> {
         let invocation = scripts::renew(&leases.iter().collect::<Vec<_>>());
-        let left: Vec<i64> = self.send(Request::Script(&invocation), None).await?;
+        let (left, _): (Vec<i64>, bool) = self.grant(&invocation, |_| true, None, None).await?;
         if left.len() != leases.len() {
             return Err(LockError::Runtime {
                 reason: format!(
@@ -467,20 +529,25 @@ impl SingleNode {
         self.send(Request::Script(invocation), None).await
     }
 
-    /// [`run_script`](Self::run_script) for a script that takes something
-    /// (a lock set): when its answer will not be read (it timed out, or the
-    /// caller dropped this future), `give_back` is sent on the same
-    /// connection, so that it runs after the script.
-    pub(crate) async fn run_script_or_give_back<T: FromRedisValue>(
+    /// Runs an attempt of a kind that answers as `queue::Reply` reads (a
+    /// side of a read-write lock, a permit, a set): a grant (see
+    /// [`grant`](Self::grant)) when it answers `{1, ...}`. When its answer
+    /// will not be read (it timed out, or the caller dropped this future),
+    /// `give_back` is sent on the same connection, so that it runs after
+    /// the script.
+    pub(crate) async fn run_script_or_give_back(
         &self,
         invocation: &ScriptInvocation<'_>,
         give_back: &(dyn Fn() -> redis::Cmd + Sync),
-    ) -> Result<T, LockError> {
+    ) -> Result<Vec<i64>, LockError> {
         let give_back = |connection: MultiplexedConnection| {
             give_back_in_order(connection, give_back());
         };
-        self.send(Request::Script(invocation), Some(&give_back))
-            .await
+        let taken = |reply: &Vec<i64>| reply.first() == Some(&1);
+        let (reply, _) = self
+            .grant(invocation, taken, None, Some(&give_back))
+            .await?;
+        Ok(reply)
     }
 
     /// Runs a command that is safe to repeat.
@@ -497,7 +564,7 @@ impl SingleNode {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        let (slot, generation, mut connection) = self.connection().await?;
+        let (slot, generation, mut connection) = self.connection(Lane::Shared).await?;
         match Request::Script(invocation).send(&mut connection).await {
             Ok(value) => Ok(value),
             Err(e) => {
@@ -586,9 +653,19 @@ pub(super) enum Request<'a> {
     Script(&'a ScriptInvocation<'a>),
     /// A plain command.
     Command(&'a redis::Cmd),
+    /// A script that grants time, then `WAIT` for the replicas, in one
+    /// pipeline on [`Lane::Replicated`]; its answer is an [`Acked`].
+    Replicated(&'a ScriptInvocation<'a>, Replicas),
 }
 
 impl Request<'_> {
+    fn lane(self) -> Lane {
+        match self {
+            Request::Script(_) | Request::Command(_) => Lane::Shared,
+            Request::Replicated(..) => Lane::Replicated,
+        }
+    }
+
     async fn send<T: FromRedisValue>(
         self,
         connection: &mut MultiplexedConnection,
@@ -596,6 +673,9 @@ impl Request<'_> {
         match self {
             Request::Script(invocation) => invocation.invoke_async(connection).await,
             Request::Command(command) => command.query_async(connection).await,
+            Request::Replicated(invocation, replicas) => {
+                replicas.send(invocation, connection).await
+            }
         }
     }
 }
