@@ -431,6 +431,30 @@ fn verify(
             ));
         }
     }
+    // Renewal worked on both masters: bodies that ran more than two leases
+    // kept their lock.
+    let renewed =
+        |h: &&Holding| names.contains(&h.name) && h.lost.is_none() && h.end - h.start > 2 * LEASE;
+    let renewed_before = holdings
+        .iter()
+        .filter(renewed)
+        .filter(|h| h.end < time.switch)
+        .count();
+    let renewed_after = holdings
+        .iter()
+        .filter(renewed)
+        .filter(|h| h.start > time.back)
+        .count();
+    eprintln!(
+        "  bodies longer than two leases, kept by renewal: {renewed_before} before the switch, \
+         {renewed_after} after the failover"
+    );
+    if renewed_before == 0 || renewed_after == 0 {
+        findings.push(format!(
+            "renewal: {renewed_before} bodies longer than two leases kept their lock before \
+             the switch, {renewed_after} after the failover"
+        ));
+    }
     assert!(
         findings.is_empty(),
         "{what}: {} finding(s):\n{}",
