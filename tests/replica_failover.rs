@@ -322,9 +322,10 @@ fn verify(
             h.released
         );
     }
-    for f in failures.iter().filter(|f| f.kind == "redis") {
+    for f in failures.iter().filter(|f| f.kind != "connection") {
         eprintln!(
-            "  redis error at {}: {} of {}: {}",
+            "  {} error at {}: {} of {}: {}",
+            f.kind,
             time.ms(f.at),
             f.what,
             f.name,
