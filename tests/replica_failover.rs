@@ -323,8 +323,16 @@ fn verify(
         );
     }
     for f in failures.iter().filter(|f| f.kind != "connection") {
+        // Who held the name when the error came, by this record.
+        let holder = holdings
+            .iter()
+            .find(|h| h.name == f.name && h.start <= f.at && f.at <= h.end)
+            .map_or_else(
+                || "nobody in this record".to_owned(),
+                |h| format!("token {} since {}", h.token, time.ms(h.start)),
+            );
         eprintln!(
-            "  {} error at {}: {} of {}: {}",
+            "  {} error at {} (held then by {holder}): {} of {}: {}",
             f.kind,
             time.ms(f.at),
             f.what,
