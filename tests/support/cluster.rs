@@ -147,3 +147,217 @@ impl Drop for Cluster {
         }
     }
 }
+
+// ---- Added for tests/replica_failover.rs: masters with a replica each. ----
+
+/// The node timeout of [`Cluster::start_with_replicas`], in milliseconds: a
+/// master is marked failed after about this long without an answer, and its
+/// replica is promoted within a second or two more.
+pub const REPLICA_NODE_TIMEOUT_MS: u64 = 1000;
+
+impl Cluster {
+    /// Three masters with one replica each (`--cluster-replicas 1`): six
+    /// nodes; which are masters `redis-cli` chooses (ask [`role_of`](Self::role_of)),
+    /// and which replica is whose, [`replica_of`](Self::replica_of).
+    /// The node timeout is [`REPLICA_NODE_TIMEOUT_MS`], so that a killed
+    /// master fails over within a few seconds. Returns once every node says
+    /// `cluster_state:ok` and every replica's link to its master is up.
+    pub fn start_with_replicas() -> ReplicatedCluster {
+        let timeout = REPLICA_NODE_TIMEOUT_MS.to_string();
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    &timeout,
+                    "--cluster-require-full-coverage",
+                    "no",
+                    "--cluster-port",
+                    &bus,
+                    // A replica's first sync at once.
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli (install redis-tools)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_ok();
+        let synced = super::eventually(Duration::from_secs(30), || {
+            (0..3).all(|m| cluster.replica_synced(m))
+        });
+        assert!(synced.is_some(), "the replicas did not sync within 30 s");
+        ReplicatedCluster { cluster }
+    }
+
+    /// `INFO replication` of node `i`, `None` when it does not answer.
+    pub fn replication_info(&self, i: usize) -> Option<String> {
+        let mut con = redis::Client::open(self.nodes[i].url())
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()?;
+        con.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        redis::cmd("INFO").arg("replication").query(&mut con).ok()
+    }
+
+    /// `role:` of node `i` (`master` or `slave`), `None` when it does not answer.
+    pub fn role_of(&self, i: usize) -> Option<String> {
+        self.replication_info(i)?
+            .lines()
+            .find_map(|l| l.strip_prefix("role:"))
+            .map(|r| r.trim().to_owned())
+    }
+
+    /// The index of the replica of master `master` (the node whose
+    /// `master_port` is that master's port).
+    pub fn replica_of(&self, master: usize) -> usize {
+        let port = format!("master_port:{}", self.nodes[master].port);
+        (0..self.nodes.len())
+            .find(|&i| {
+                i != master
+                    && self
+                        .replication_info(i)
+                        .is_some_and(|info| info.lines().any(|l| l.trim() == port))
+            })
+            .unwrap_or_else(|| panic!("no replica of node {master}"))
+    }
+
+    /// True when node `master` is a master with a replica online and that
+    /// replica's link to it is up.
+    pub fn replica_synced(&self, master: usize) -> bool {
+        let Some(info) = self.replication_info(master) else {
+            return false;
+        };
+        if !info.contains("role:master") {
+            return false;
+        }
+        info.lines()
+            .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+            .filter_map(|l| {
+                let port = l.split(',').find_map(|kv| kv.strip_prefix("port="))?;
+                self.nodes.iter().position(|n| n.port.to_string() == port)
+            })
+            .any(|r| {
+                self.replication_info(r)
+                    .is_some_and(|i| i.contains("master_link_status:up"))
+            })
+    }
+
+    /// Waits until node `i` answers as a master and every node that is
+    /// running says `cluster_state:ok`; panics after `within`.
+    pub fn wait_master(&self, i: usize, within: Duration) {
+        let ok = super::eventually(within, || {
+            self.role_of(i).as_deref() == Some("master")
+                && self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                    n.raw("CLUSTER INFO")
+                        .is_ok_and(|info| info.contains("cluster_state:ok"))
+                })
+        });
+        assert!(
+            ok.is_some(),
+            "node {i} is not a master of an ok cluster within {within:?}"
+        );
+    }
+
+    /// The first `count` names `{stem}-{i}` whose locks live on node
+    /// `master` (through [`master_of`](Self::master_of): node 0 must answer).
+    pub fn names_on(&self, master: usize, stem: &str, count: usize) -> Vec<String> {
+        (0..)
+            .map(|i| format!("{stem}-{i}"))
+            .filter(|name| self.master_of(&lock_key(name)) == master)
+            .take(count)
+            .collect()
+    }
+}
+
+/// A [`Cluster`] whose masters have replicas ([`Cluster::start_with_replicas`]);
+/// it dereferences to the cluster. Its drop audits the nodes that are
+/// replicas then (see `audit.rs`) over a connection that sent `READONLY`
+/// first: a replica refuses the audit's script otherwise (its keys are in
+/// slots it does not serve). The masters are audited by the cluster's drop.
+pub struct ReplicatedCluster {
+    cluster: Cluster,
+}
+
+impl std::ops::Deref for ReplicatedCluster {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
+}
+
+impl std::ops::DerefMut for ReplicatedCluster {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
+    }
+}
+
+impl Drop for ReplicatedCluster {
+    fn drop(&mut self) {
+        // As `final_audit`: nothing while the test is already failing.
+        if std::thread::panicking() {
+            return;
+        }
+        let mut findings = Vec::new();
+        for i in 0..self.cluster.nodes.len() {
+            if self.cluster.role_of(i).as_deref() != Some("slave") {
+                continue;
+            }
+            let node = &mut self.cluster.nodes[i];
+            let running = matches!(node.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
+            if node.audited || !running {
+                continue;
+            }
+            node.audited = true;
+            let server = format!("redis-server on port {} (a replica)", node.port);
+            match audit_replica(node.port) {
+                Ok(found) => {
+                    let keys = super::audit::unexpected(found, &node.allowed.patterns());
+                    if !keys.is_empty() {
+                        findings.push(super::audit::report(&server, &keys));
+                    }
+                }
+                Err(why) => findings.push(super::audit::refused(&server, &why)),
+            }
+        }
+        if !findings.is_empty() {
+            panic!("{}", findings.join("\n\n"));
+        }
+    }
+}
+
+/// The audit's script on the replica on `port`, after `READONLY`.
+fn audit_replica(port: u16) -> Result<Vec<super::audit::UntimedKey>, String> {
+    let why = |e: redis::RedisError| format!("port {port}: {e}");
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .map_err(why)?;
+    con.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(why)?;
+    let () = redis::cmd("READONLY").query(&mut con).map_err(why)?;
+    let lines: Vec<String> = redis::cmd("EVAL")
+        .arg(super::audit::SCRIPT)
+        .arg(0)
+        .query(&mut con)
+        .map_err(why)?;
+    super::audit::parse_lines(lines.iter().map(String::as_str))
+}
