@@ -155,7 +155,9 @@ pub enum LockError {
          or raise `replica_timeout` above their lag"
     )]
     Replicas {
-        /// The master, as `host:port/db` (never with credentials).
+        /// The master, as `host:port/db`; on a Redis Cluster, the cluster
+        /// as its seeds name it (the master is the one serving the lock's
+        /// slot). Never with credentials.
         server: String,
         /// How many replicas acknowledged the grant in time.
         acknowledged: u32,
