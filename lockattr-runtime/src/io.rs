@@ -1,16 +1,19 @@
 //! The I/O thread, and where each lock operation runs.
 //!
 //! A tokio connection belongs to the runtime that created it and dies with
-//! it. An operation awaited where tokio keeps running in the background (on
-//! a multi-thread runtime, or in a task of a current-thread one) runs right
-//! there, on a connection of that runtime (see `SingleNode`): no hop to
-//! another thread, so acquire+release costs two round trips and little more.
-//! Everything else runs on one small current-thread runtime on a dedicated
-//! thread, started on first use: the blocking path (plain threads need no
-//! runtime of their own; they wait on a std channel), futures polled by
-//! `block_on` of a current-thread runtime or by other executors (they await
-//! a oneshot channel), the release of a dropped guard, and the subscriber
-//! connection of each Locker.
+//! it. An operation awaited on a tokio runtime (multi-thread, or
+//! current-thread, in a task or in `block_on` itself) runs right there, on a
+//! connection of that runtime (see `SingleNode`): no hop to another thread,
+//! so acquire+release costs two round trips and little more. Work that must
+//! go on after its caller (the release of a dropped guard, a give-back)
+//! runs there too where tokio keeps running in the background (a
+//! multi-thread runtime, a task of a current-thread one), but not from
+//! `block_on`'s own future, which stops being polled when `block_on`
+//! returns. That work, and everything else, runs on one small
+//! current-thread runtime on a dedicated thread, started on first use: the
+//! blocking path (plain threads need no runtime of their own; they wait on
+//! a std channel), futures polled by other executors (they await a oneshot
+//! channel), and the subscriber connection of each Locker.
 //!
 //! An operation handed to the I/O thread keeps running when its caller goes
 //! away, which makes cancellation safe there: a guard acquired for a caller
@@ -82,29 +85,35 @@ where
     rx.await.map_err(|_| stopped())?
 }
 
-/// True when lock operations can run right here, on the current runtime and
-/// its connection, with no hop to the I/O thread: the runtime must keep
-/// running in the background, because a dropped acquisition is given back
-/// by a task spawned on it. A multi-thread runtime always does; a
-/// current-thread runtime does while its tasks run, but not after the
-/// `block_on` that polls a future here returns (a sync program that calls
-/// `rt.block_on(..)` now and then), so its `block_on` goes through the I/O
-/// thread.
+/// True when lock operations awaited here can run right here, on the
+/// current runtime and its connection, with no hop to the I/O thread: on
+/// any tokio runtime, a current-thread one inside `block_on` included
+/// (its connection is driven while the operation is awaited).
 pub(crate) fn can_run_here() -> bool {
-    use tokio::runtime::{Handle, RuntimeFlavor};
+    Handle::try_current().is_ok()
+}
+
+/// True when work spawned here keeps running in the background: a
+/// multi-thread runtime always does; a current-thread runtime does while
+/// its tasks run, but not after the `block_on` that polls a future here
+/// returns (a sync program that calls `rt.block_on(..)` now and then), so
+/// what must go on after its caller (a dropped guard's release, a
+/// give-back) goes to the I/O thread there.
+pub(crate) fn runs_in_background_here() -> bool {
+    use tokio::runtime::RuntimeFlavor;
     Handle::try_current().is_ok_and(|handle| {
         handle.runtime_flavor() == RuntimeFlavor::MultiThread || tokio::task::try_id().is_some()
     })
 }
 
-/// Starts `fut` as a task of the current runtime when lock operations run
-/// here (see [`can_run_here`]): it uses the connections this runtime has
-/// open. Otherwise on the I/O thread.
+/// Starts `fut` as a task of the current runtime when work spawned here
+/// keeps running (see [`runs_in_background_here`]): it uses the
+/// connections this runtime has open. Otherwise on the I/O thread.
 pub(crate) fn spawn_here<F>(fut: F) -> Result<(), LockError>
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    if can_run_here() {
+    if runs_in_background_here() {
         drop(tokio::spawn(fut));
         Ok(())
     } else {

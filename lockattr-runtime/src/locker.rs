@@ -93,10 +93,9 @@ const MAX_BARGE: Duration = Duration::from_secs(1);
 /// Cheap to create (it parses the URL and connects on first use) and cheap
 /// to clone (clones share its connections). All locks of a Locker share one
 /// multiplexed connection per tokio runtime that uses it, so an operation
-/// awaited on a multi-thread tokio runtime, or in a task, talks to Redis
-/// from that runtime; plain threads (the blocking path), `block_on` of a
-/// current-thread runtime and other executors go through a
-/// small I/O thread of the library. Connections are opened again after they
+/// awaited on a tokio runtime (in a task or in `block_on`) talks to Redis
+/// from that runtime; plain threads (the blocking path) and other
+/// executors go through a small I/O thread of the library. Connections are opened again after they
 /// drop or Redis restarts. Waiters of a Locker share one more connection,
 /// subscribed to release notices. A Locker works from any tokio runtime,
 /// from several runtimes one after another, and from plain threads.
