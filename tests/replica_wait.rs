@@ -255,9 +255,10 @@ async fn renewals_the_replica_never_acknowledged_do_not_count() {
     let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
     let lost = lost.expect("the guard never turned lost");
     assert!(lost.is_lost(), "{lost}");
-    // Lost when the last acknowledged lease ended, not before.
+    // Lost when the last acknowledged lease ended (the master went on
+    // renewing: without the replicas' count it would not be lost at all).
     assert!(
-        frozen.elapsed() <= Duration::from_millis(1500),
+        frozen.elapsed() <= Duration::from_secs(3),
         "{:?}",
         frozen.elapsed()
     );
@@ -290,7 +291,7 @@ async fn a_frozen_replica_stalls_nothing_but_the_grants_that_wait_for_it() {
     let pair = Pair::start();
     let locker = Locker::builder(pair.master.url())
         .min_replicas(1)
-        .replica_timeout(Duration::from_secs(2))
+        .replica_timeout(Duration::from_secs(4))
         .build()
         .unwrap();
     let held = locker.lock("r-held").acquire().await.unwrap();
@@ -301,7 +302,7 @@ async fn a_frozen_replica_stalls_nothing_but_the_grants_that_wait_for_it() {
             locker
                 .lock("r-stalled")
                 .expire(Duration::from_secs(10))
-                .acquire_timeout(Duration::from_secs(3))
+                .acquire_timeout(Duration::from_secs(5))
                 .acquire()
                 .await
         })
@@ -324,7 +325,7 @@ async fn a_frozen_replica_stalls_nothing_but_the_grants_that_wait_for_it() {
     }
     let took = started.elapsed();
     assert!(
-        took < Duration::from_millis(1000),
+        took < Duration::from_secs(2),
         "a ping, a release and 20 locks without replicas took {took:?} behind the frozen replica"
     );
     assert!(
