@@ -11,7 +11,7 @@ use redis::{FromRedisValue, Value};
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
 use super::redlock::Redlock;
-use super::scripts::{self, Lua, lua};
+use super::scripts::{self, Lua, script};
 use super::shared::{Forced, OrNone};
 use super::single::SingleNode;
 use crate::LockError;
@@ -104,7 +104,7 @@ impl FromRedisValue for RwSeen {
 /// is not a read-write lock); its readers are read with `ZRANGE` (and
 /// `SMEMBERS` while an older version's set of readers exists), as the
 /// read-write lock's own scripts read them.
-pub(crate) static RW_INSPECT: Lua = Lua::new(lua!(rw: "rw_inspect.lua"));
+pub(crate) static RW_INSPECT: Lua = Lua::new(script!("rw_inspect.lua"));
 
 /// Frees a read-write lock's writer whoever it is (an operator's forced
 /// unlock), as its release (`scripts::RW_RELEASE`) would: the fence counter
@@ -116,7 +116,7 @@ pub(crate) static RW_INSPECT: Lua = Lua::new(lua!(rw: "rw_inspect.lua"));
 /// (0: any writer), as its own value carries it. Returns 0 when no writer
 /// holds (or one under another token), or `{1, <holder>\n<since>...}` of
 /// the writer it was taken from.
-pub(crate) static RW_FORCE_UNLOCK: Lua = Lua::new(lua!(rw: "rw_force_unlock.lua"));
+pub(crate) static RW_FORCE_UNLOCK: Lua = Lua::new(script!("rw_force_unlock.lua"));
 
 /// The keys of [`RW_INSPECT`] and [`RW_FORCE_UNLOCK`], from the keys
 /// [`Keys::read_write`] made.

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use super::deployment::Backend;
 use super::queue::Queued;
-use super::scripts::{Call, Lua, lua, packed};
+use super::scripts::{Call, Lua, packed, script};
 use super::shared::whole_millis;
 use crate::LockError;
 use crate::layout::Keys;
@@ -82,7 +82,7 @@ use redis::ScriptInvocation;
 /// is given back at once (deleted, `-:0:0` published on its channel when
 /// anyone waits), so the caller never holds part of the set while it
 /// waits; with the queue flag it then queues again at the end.
-pub(crate) static ACQUIRE_SET: Lua = Lua::new(lua!("helpers.lua", "set_acquire.lua"));
+pub(crate) static ACQUIRE_SET: Lua = Lua::new(script!("set_acquire.lua"));
 
 /// Gives back what a set token holds or waits for, name by name: deletes
 /// each lock the token owns (publishing `-:0:0` on its channel when anyone
@@ -95,8 +95,7 @@ pub(crate) static ACQUIRE_SET: Lua = Lua::new(lua!("helpers.lua", "set_acquire.l
 /// KEYS: for each name, its lock, fence, queue and waiters keys. ARGV:
 /// token, how long a fence counter outlives a lease in ms, then each
 /// name's channel. Returns how many locks it deleted.
-pub(crate) static GIVE_BACK_SET: Lua =
-    Lua::new(lua!("helpers.lua", "queue.lua", "set_give_back.lua"));
+pub(crate) static GIVE_BACK_SET: Lua = Lua::new(script!("set_give_back.lua"));
 
 /// An [`ACQUIRE_SET`] call for the names of `group`.
 pub(crate) fn acquire_call(

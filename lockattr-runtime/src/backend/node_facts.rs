@@ -48,7 +48,7 @@ use super::scripts;
 /// went back), the server's id}`: the id of the marker in database 0 when
 /// it can be reached (`SELECT` inside a script only affects the script), of
 /// this database's marker otherwise.
-const MARKER_LUA: &str = scripts::lua!("helpers.lua", "marker.lua");
+const MARKER_LUA: &str = scripts::script!("marker.lua");
 
 /// What the latest connections to a node told.
 #[derive(Debug, Default, Clone)]

@@ -88,7 +88,7 @@ use crate::layout::{RwKeys, RwMode};
 /// Returns `{1, fencing token}` when the token holds its side (a writer's
 /// new token; for a reader, the last write's), `{0, pttl of the holder whose
 /// lease ends first, or -1}` when not.
-pub(crate) static ACQUIRE: Lua = Lua::new(lua!(rw: "rw_acquire.lua"));
+pub(crate) static ACQUIRE: Lua = Lua::new(script!("rw_acquire.lua"));
 
 /// [`RW_RELEASE`](super::scripts::RW_RELEASE) as EVAL with the
 /// source, to give back an attempt whose answer was not read (see

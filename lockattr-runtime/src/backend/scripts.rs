@@ -21,20 +21,25 @@ use std::sync::OnceLock;
 use super::shared::{Renewal, millis, whole_millis};
 use crate::layout::{Keys, KindKeys, RwKeys};
 
-/// The source of a script: the files of `src/lua/` named, joined in order
-/// (the shared helpers first, then the script's own file).
+/// The files of `src/lua/` named, joined in order, as they are (what a
+/// test reads a shared file's constants from).
+#[cfg(test)]
 macro_rules! lua {
-    (rw: $file:literal) => {
-        lua!("helpers.lua", "queue.lua", "rw_helpers.lua", $file)
-    };
-    (sem: $file:literal) => {
-        lua!("helpers.lua", "queue.lua", "sem_helpers.lua", $file)
-    };
     ($($file:literal),+) => {
         concat!($(include_str!(concat!("../lua/", $file))),+)
     };
 }
+#[cfg(test)]
 pub(crate) use lua;
+
+/// The source of the script `src/lua/<file>`: the shared helpers it uses
+/// (only those: see `build.rs`), then its own file.
+macro_rules! script {
+    ($file:literal) => {
+        include_str!(concat!(env!("OUT_DIR"), "/lua/", $file))
+    };
+}
+pub(crate) use script;
 
 /// A script: its Lua source (for EVAL) and the [`Script`] made of it on
 /// first use (for EVALSHA, which loads it on NOSCRIPT).
@@ -107,7 +112,7 @@ impl std::ops::Deref for Lua {
 /// with waiters queued when a holder's lease ran out (a release hands the
 /// lock to the oldest waiter instead), and then the first waiter whose timer
 /// fires takes it.
-pub(crate) static ACQUIRE: Lua = Lua::new(lua!("helpers.lua", "queue.lua", "acquire.lua"));
+pub(crate) static ACQUIRE: Lua = Lua::new(script!("acquire.lua"));
 
 /// Releases the lock if the token owns it, handing it straight to the oldest
 /// waiter whose deadline has not passed (with a new fencing token and that
@@ -142,7 +147,7 @@ pub(crate) static ACQUIRE: Lua = Lua::new(lua!("helpers.lua", "queue.lua", "acqu
 /// Running it twice is harmless (the second finds the lock no longer the
 /// token's and changes nothing of another owner's), but the second answer
 /// is not 1: see `SingleNode::release` for what a re-sent release means.
-pub(crate) static RELEASE: Lua = Lua::new(lua!("helpers.lua", "queue.lua", "release.lua"));
+pub(crate) static RELEASE: Lua = Lua::new(script!("release.lua"));
 
 /// Frees a lock whoever holds it (an operator's forced unlock), exactly as
 /// its owner's release would: handed to the oldest waiter, or deleted.
@@ -154,8 +159,7 @@ pub(crate) static RELEASE: Lua = Lua::new(lua!("helpers.lua", "queue.lua", "rele
 /// (never the counter, which may have moved on or be gone).
 /// Returns 0 when the lock was free (or held under another token), or `{1, <holder>\n<since>}` of the
 /// owner it took the lock from (never the owner token).
-pub(crate) static FORCE_UNLOCK: Lua =
-    Lua::new(lua!("helpers.lua", "queue.lua", "force_unlock.lua"));
+pub(crate) static FORCE_UNLOCK: Lua = Lua::new(script!("force_unlock.lua"));
 
 /// What [`INSPECT`] tells of one lock on one server.
 ///
@@ -165,7 +169,7 @@ pub(crate) static FORCE_UNLOCK: Lua =
 /// the owner token}`, or 0
 /// when the lock is free. The owner token itself never leaves Redis: its
 /// hash only tells owners apart (a Redlock's majority view).
-pub(crate) static INSPECT: Lua = Lua::new(lua!("helpers.lua", "inspect.lua"));
+pub(crate) static INSPECT: Lua = Lua::new(script!("inspect.lua"));
 
 /// Changes the lease of a lock the token owns. Returns the lease's new time
 /// left in ms, -1 when the token does not own the lock, or -2 (and changes
@@ -187,7 +191,7 @@ pub(crate) static INSPECT: Lua = Lua::new(lua!("helpers.lua", "inspect.lua"));
 ///   again, with ms the time the lease was known to have then plus the
 ///   addition, less the time since, so that the first try or the re-send
 ///   applies, never both.
-pub(crate) static EXTEND: Lua = Lua::new(lua!("helpers.lua", "extend.lua"));
+pub(crate) static EXTEND: Lua = Lua::new(script!("extend.lua"));
 
 /// Renews many leases in one call (the watchdog's batch).
 ///
@@ -199,7 +203,7 @@ pub(crate) static EXTEND: Lua = Lua::new(lua!("helpers.lua", "extend.lua"));
 /// shortened (an owner may have extended it further), and 0 only reads it.
 /// Returns, per key, the time left in ms, or -1 when the token does not own
 /// the lock: a deleted or taken lock is never brought back. Safe to repeat.
-pub(crate) static RENEW: Lua = Lua::new(lua!("helpers.lua", "renew.lua"));
+pub(crate) static RENEW: Lua = Lua::new(script!("renew.lua"));
 
 /// Raises a lock's fence counter to a Redlock's fencing token, if the token
 /// still owns the lock there (see `Redlock`'s fencing); a raised counter
@@ -209,7 +213,7 @@ pub(crate) static RENEW: Lua = Lua::new(lua!("helpers.lua", "renew.lua"));
 /// counter outlives the lease in ms.
 /// Returns 1 when the owner token owns the lock (the counter is then at
 /// least the fencing token), 0 when not.
-pub(crate) static RAISE_FENCE: Lua = Lua::new(lua!("helpers.lua", "raise_fence.lua"));
+pub(crate) static RAISE_FENCE: Lua = Lua::new(script!("raise_fence.lua"));
 
 /// One call of a script, its keys and arguments written once, sent as
 /// EVALSHA ([`Call::invocation`]: loaded on NOSCRIPT) or as EVAL with the
@@ -360,7 +364,7 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
 /// released, 0 when the token did not hold it, and 2 when it did not but
 /// may have just released it: a writer whose fencing token is at most a
 /// thousand behind the counter, or a reader (whose key nobody else takes).
-pub(crate) static RW_RELEASE: Lua = Lua::new(lua!(rw: "rw_release.lua"));
+pub(crate) static RW_RELEASE: Lua = Lua::new(script!("rw_release.lua"));
 
 /// A [`RW_RELEASE`] call for `token` (see [`release`]).
 pub(crate) fn rw_release_call(keys: &Keys, rw: &RwKeys, token: &str, fencing_token: u64) -> Call {

@@ -130,7 +130,7 @@ impl Permits {
 /// beyond the caller's number is held), and `{-2, 0}` (nothing written)
 /// when none of the caller's permits records the number and the record is
 /// gone: ask again looking at every permit.
-pub(crate) static ACQUIRE: Lua = Lua::new(lua!(sem: "sem_acquire.lua"));
+pub(crate) static ACQUIRE: Lua = Lua::new(script!("sem_acquire.lua"));
 
 /// Gives back whatever a token got: the permit it holds goes to the oldest
 /// waiter (or is deleted), or the token leaves the queue. Safe to repeat.
@@ -138,7 +138,7 @@ pub(crate) static ACQUIRE: Lua = Lua::new(lua!(sem: "sem_acquire.lua"));
 /// KEYS: as [`ACQUIRE`]. ARGV: token, retention in ms, the number of
 /// permits, the channel. Returns 1 when a permit was given back, 0 when
 /// the token held none.
-pub(crate) static GIVE_BACK: Lua = Lua::new(lua!(sem: "sem_give_back.lua"));
+pub(crate) static GIVE_BACK: Lua = Lua::new(script!("sem_give_back.lua"));
 
 /// What an operator sees of a semaphore ([`Locker::inspect_semaphore`](crate::Locker::inspect_semaphore)).
 ///
@@ -150,7 +150,7 @@ pub(crate) static GIVE_BACK: Lua = Lua::new(lua!(sem: "sem_give_back.lua"));
 /// the lock's `INSPECT`, the token and the number as the permit's value
 /// carries them; the owner token itself never leaves Redis); `oldest
 /// waiters` the first 100 of the queue, each `<holder>\n<queued at>`.
-pub(crate) static INSPECT: Lua = Lua::new(lua!(sem: "sem_inspect.lua"));
+pub(crate) static INSPECT: Lua = Lua::new(script!("sem_inspect.lua"));
 
 /// Frees the permit held with a fencing token, whoever holds it: an
 /// operator's forced release ([`Locker::force_unlock_permit`](crate::Locker::force_unlock_permit)).
@@ -163,7 +163,7 @@ pub(crate) static INSPECT: Lua = Lua::new(lua!(sem: "sem_inspect.lua"));
 /// with it. Returns `{1, <holder>\n<since>}` of the holder it was taken
 /// from, or 0 when no permit is held with that token (freed, or handed on
 /// meanwhile).
-pub(crate) static FORCE_RELEASE: Lua = Lua::new(lua!(sem: "sem_force_release.lua"));
+pub(crate) static FORCE_RELEASE: Lua = Lua::new(script!("sem_force_release.lua"));
 
 /// One permit as [`INSPECT`] saw it.
 #[derive(Debug, Clone)]

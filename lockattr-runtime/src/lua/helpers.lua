@@ -1,4 +1,6 @@
--- Helpers joined in front of every script (see `backend::scripts`).
+-- Helpers joined in front of the scripts that call them (see `build.rs`:
+-- a script gets only the functions it reaches, and every other top-level
+-- declaration of the shared files, which must each be one line).
 --
 -- Every script checks its numeric arguments before it writes anything: a
 -- check answers an error reply and the script returns it, leaving Redis as
