@@ -14,18 +14,39 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
+use support::proxy::Proxy;
 use support::{RedisServer, eventually, lock_key};
 
 /// A master and one replica in sync with it.
 struct Pair {
     master: RedisServer,
     replica: RedisServer,
+    /// The replica's link to the master, when it goes through a proxy.
+    link: Option<Proxy>,
 }
 
 impl Pair {
     fn start() -> Pair {
         let master = RedisServer::start();
-        let port = master.port.to_string();
+        let port = master.port;
+        Pair::replicated(master, port, None)
+    }
+
+    /// A pair whose replication stream (and the replica's acknowledgements)
+    /// each take `delay` longer, through a proxy, once the replica synced.
+    fn lagging(delay: Duration) -> Pair {
+        let master = RedisServer::start();
+        let link = Proxy::start(master.port);
+        let port = link.port();
+        let pair = Pair::replicated(master, port, Some(link));
+        pair.link.as_ref().expect("a proxied link").set_delay(delay);
+        pair
+    }
+
+    /// Starts a replica of `master`, reached on `port`, and waits until it
+    /// synced.
+    fn replicated(master: RedisServer, port: u16, link: Option<Proxy>) -> Pair {
+        let port = port.to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
         let synced = eventually(Duration::from_secs(20), || {
             let info: String = redis::cmd("INFO")
@@ -35,7 +56,11 @@ impl Pair {
             info.contains("master_link_status:up")
         });
         assert!(synced.is_some(), "the replica never synced");
-        Pair { master, replica }
+        Pair {
+            master,
+            replica,
+            link,
+        }
     }
 
     fn locker(&self, min_replicas: u32) -> Locker {
@@ -129,8 +154,20 @@ async fn take_each_kind(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kinds_grant_is_on_the_replica_when_the_caller_is_told() {
-    let pair = Pair::start();
-    let locker = pair.locker(1);
+    let pair = Pair::lagging(Duration::from_millis(150));
+    // The link lags: without the setting, a grant is not on the replica
+    // yet when its caller is told.
+    let unwaited = pair.locker(0).lock("r-unwaited").acquire().await.unwrap();
+    assert!(
+        !pair.replica.exists(&lock_key("r-unwaited")),
+        "the replication link does not lag"
+    );
+    unwaited.release().await.unwrap();
+    let locker = Locker::builder(pair.master.url())
+        .min_replicas(1)
+        .replica_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
     let mut guards = Vec::new();
     for (kind, outcome) in take_each_kind(&locker).await {
         let (guard, keys) = outcome.unwrap_or_else(|e| panic!("{kind}: {e}"));
@@ -215,7 +252,7 @@ async fn a_hand_over_counts_only_once_the_replica_has_it() {
             .acquire_timeout(Duration::from_secs(30))
             .acquire()
             .await;
-        (guard.map(|g| g.fencing_token()), Instant::now())
+        (guard, Instant::now())
     });
     // The waiter is queued.
     let queued = eventually(Duration::from_secs(5), || {
@@ -232,11 +269,13 @@ async fn a_hand_over_counts_only_once_the_replica_has_it() {
     );
     let thawed = Instant::now();
     pair.replica.thaw();
-    let (token, at) = waiting.await.unwrap();
-    let token = token.unwrap();
+    let (handed, at) = waiting.await.unwrap();
+    let handed = handed.unwrap();
     assert!(at >= thawed);
+    let token = handed.fencing_token();
     assert!(token > first, "{token} after {first}");
     assert!(pair.replica.exists(&lock_key("r-handed")));
+    handed.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
