@@ -252,21 +252,9 @@ impl ClusterNodes {
         granted: fn(&T) -> bool,
         give_back: Option<&(dyn Fn() -> redis::Cmd + Sync)>,
     ) -> Result<T, LockError> {
-        if !self.replicas.wanted() {
-            let mut connection = self.connection().await?;
-            let mut pending = GiveBack(give_back.map(|g| (connection.clone(), g)));
-            let answer = self.invoke(invocation, &mut connection).await;
-            if answer.is_ok() {
-                pending.0 = None;
-            }
-            return answer;
-        }
-        let mut connection = self.replicated_connection().await?;
+        let mut connection = self.grant_connection().await?;
         let mut pending = GiveBack(give_back.map(|g| (connection.clone(), g)));
-        let limit = self.limit() + self.replicas.timeout;
-        let answer: Result<Acked<T>, LockError> = self
-            .within(limit, self.replicas.send(invocation, &mut connection))
-            .await;
+        let answer = self.acked(invocation, &mut connection, self.limit()).await;
         if answer.is_ok() {
             pending.0 = None;
         }
@@ -275,6 +263,37 @@ impl ClusterNodes {
             self.replicas.enough(&self.server, replicas)?;
         }
         Ok(reply)
+    }
+
+    /// The connection of the scripts that grant time: the replicated one
+    /// when grants wait for replicas.
+    async fn grant_connection(&self) -> Result<ClusterConnection, LockError> {
+        if self.replicas.wanted() {
+            self.replicated_connection().await
+        } else {
+            self.connection().await
+        }
+    }
+
+    /// Runs `invocation` on `connection` within `limit`, followed by `WAIT`
+    /// (and the replica timeout more) when grants wait for replicas: the
+    /// answer, and how many replicas acknowledged it (0 when none are
+    /// wanted, which is then enough).
+    async fn acked<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        connection: &mut ClusterConnection,
+        limit: Duration,
+    ) -> Result<Acked<T>, LockError> {
+        if self.replicas.wanted() {
+            let limit = limit + self.replicas.timeout;
+            self.within(limit, self.replicas.send(invocation, connection))
+                .await
+        } else {
+            self.within(limit, invocation.invoke_async(connection))
+                .await
+                .map(|reply| Acked { reply, replicas: 0 })
+        }
     }
 
     /// Runs an attempt of a kind that answers as `queue::Reply` reads (a
@@ -370,11 +389,7 @@ impl ClusterNodes {
     /// whose master did not answer leaves its leases [`Renewed::Unknown`];
     /// an error only when no slot's master answered.
     pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let connection = if self.replicas.wanted() {
-            self.replicated_connection().await?
-        } else {
-            self.connection().await?
-        };
+        let connection = self.grant_connection().await?;
         // A dead master must not hold up the renewals of the others past
         // their leases: each slot's call gets a quarter of the shortest one.
         let shortest = leases
@@ -397,18 +412,13 @@ impl ClusterNodes {
             async move {
                 let batch: Vec<&Renewal<'_>> = members.iter().map(|&i| &leases[i]).collect();
                 let invocation = scripts::renew(&batch);
-                let left: Result<Vec<i64>, LockError> = if self.replicas.wanted() {
-                    // Not acknowledged by enough replicas: not counted.
-                    let limit = limit + self.replicas.timeout;
-                    self.within(limit, self.replicas.send(&invocation, &mut connection))
-                        .await
-                        .and_then(|Acked { reply, replicas }| {
-                            self.replicas.enough(&self.server, replicas).map(|()| reply)
-                        })
-                } else {
-                    self.within(limit, invocation.invoke_async(&mut connection))
-                        .await
-                };
+                // Not acknowledged by enough replicas: not counted.
+                let left: Result<Vec<i64>, LockError> = self
+                    .acked(&invocation, &mut connection, limit)
+                    .await
+                    .and_then(|Acked { reply, replicas }| {
+                        self.replicas.enough(&self.server, replicas).map(|()| reply)
+                    });
                 (members, left)
             }
         });
