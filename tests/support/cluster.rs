@@ -18,31 +18,42 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
-        let nodes: Vec<RedisServer> = (0..3)
+        Cluster::create(3, 0, "2000", &[])
+    }
+
+    /// `nodes` servers joined into a cluster with `replicas` replicas per
+    /// master (`redis-cli --cluster create`), each with the node timeout
+    /// `node_timeout` (ms) and the `extra` options; returns once every node
+    /// says `cluster_state:ok`.
+    fn create(nodes: usize, replicas: usize, node_timeout: &str, extra: &[&str]) -> Cluster {
+        let nodes: Vec<RedisServer> = (0..nodes)
             .map(|_| {
                 let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
-                    "2000",
+                    node_timeout,
                     "--cluster-require-full-coverage",
                     "no",
                     "--cluster-port",
                     &bus,
-                ])
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start_with(&args)
             })
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
+        let replicas = replicas.to_string();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas, "--cluster-yes"])
             .output()
             .expect("redis-cli (install redis-tools)");
         assert!(
@@ -164,43 +175,8 @@ impl Cluster {
     /// `cluster_state:ok` and every replica's link to its master is up.
     pub fn start_with_replicas() -> ReplicatedCluster {
         let timeout = REPLICA_NODE_TIMEOUT_MS.to_string();
-        let nodes: Vec<RedisServer> = (0..6)
-            .map(|_| {
-                let bus = free_port().to_string();
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    &timeout,
-                    "--cluster-require-full-coverage",
-                    "no",
-                    "--cluster-port",
-                    &bus,
-                    // A replica's first sync at once.
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ])
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli (install redis-tools)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let cluster = Cluster { nodes };
-        cluster.wait_ok();
+        // A replica's first sync at once.
+        let cluster = Cluster::create(6, 1, &timeout, &["--repl-diskless-sync-delay", "0"]);
         let synced = super::eventually(Duration::from_secs(30), || {
             (0..3).all(|m| cluster.replica_synced(m))
         });
