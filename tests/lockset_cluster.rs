@@ -235,3 +235,52 @@ fn a_prefix_with_a_hash_tag_puts_a_set_in_one_slot_and_one_script() {
         }
     });
 }
+
+/// Scripts run by every master so far (`EVALSHA`s that completed).
+fn scripts_run(cluster: &Cluster) -> Vec<u64> {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| node.completed_calls().get("evalsha").copied().unwrap_or(0))
+        .collect()
+}
+
+/// A set is released in one call per slot, as it is taken: names on three
+/// masters cost one call on each; ten names in one slot (a prefix with a
+/// hash tag) cost one call in all.
+#[test]
+fn a_set_is_released_in_one_call_per_slot() {
+    let cluster = Cluster::start();
+    let rt = support::multi_thread();
+    rt.block_on(async {
+        let spread = cluster.name_per_master("rel");
+        let locker = cluster.locker();
+        let guard = locker.lock_all(&spread).acquire().await.unwrap();
+        let before = scripts_run(&cluster);
+        guard.release().await.unwrap();
+        let after = scripts_run(&cluster);
+        for (m, name) in spread.iter().enumerate() {
+            assert!(!cluster.nodes[m].exists(&lock_key(name)));
+            assert_eq!(after[m] - before[m], 1, "master {m}");
+        }
+
+        let tagged = lockattr::Locker::cluster_builder(cluster.urls())
+            .prefix("bank:{transfers}:")
+            .build()
+            .unwrap();
+        let names: Vec<String> = (0..10).map(|i| format!("acct:{i}")).collect();
+        let guard = tagged.lock_all(&names).acquire().await.unwrap();
+        let master = cluster.master_of("bank:{transfers}:x");
+        let before = scripts_run(&cluster);
+        guard.release().await.unwrap();
+        let after = scripts_run(&cluster);
+        let ran: u64 = after.iter().zip(&before).map(|(a, b)| a - b).sum();
+        assert_eq!(ran, 1, "one call for ten names in one slot");
+        assert!(
+            cluster.nodes[master]
+                .keys("bank:*")
+                .iter()
+                .all(|k| k.ends_with(":fence"))
+        );
+    });
+}

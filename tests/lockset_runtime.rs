@@ -43,6 +43,129 @@ async fn a_set_is_taken_whole_and_released_whole() {
     }
 }
 
+/// Scripts run by this server so far (`EVALSHA`s that completed).
+fn scripts_run(server: &RedisServer) -> u64 {
+    server
+        .completed_calls()
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// A set of 20 names costs one call to release, as it costs one to take,
+/// whether it is released, dropped or released by the blocking path; each
+/// name is still released as a lock is: handed to its waiter (with a
+/// larger fencing token) or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_is_released_in_one_call() {
+    let server = RedisServer::start();
+    let (locker, other) = (locker(&server), locker(&server));
+    let names: Vec<String> = (0..20).map(|i| format!("one:{i}")).collect();
+    let gone = || names.iter().all(|name| !server.exists(&lock_key(name)));
+
+    let guard = locker
+        .lock_all(&names)
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let token_3 = guard.fencing_token_of("one:3").unwrap();
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            other
+                .lock("one:3")
+                .expire(LONG)
+                .acquire_timeout(LONG)
+                .acquire()
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), || {
+        server.exists("lockattr:{one:3}:queue")
+    })
+    .expect("the waiter queued");
+    let before = scripts_run(&server);
+    guard.release().await.unwrap();
+    assert_eq!(scripts_run(&server) - before, 1, "one call for 20 names");
+    let handed = tokio::time::timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(handed.fencing_token() > token_3);
+    assert_eq!(
+        names
+            .iter()
+            .filter(|name| server.exists(&lock_key(name)))
+            .count(),
+        1,
+        "one:3 was handed over, the others deleted"
+    );
+    handed.release().await.unwrap();
+
+    let guard = locker
+        .lock_all(&names)
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let before = scripts_run(&server);
+    drop(guard);
+    assert!(
+        eventually(Duration::from_secs(5), gone).is_some(),
+        "the dropped set was not released"
+    );
+    assert_eq!(scripts_run(&server) - before, 1, "one call for the drop");
+
+    let before = scripts_run(&server);
+    let (blocking, names_again) = (locker.clone(), names.clone());
+    tokio::task::spawn_blocking(move || {
+        let guard = blocking
+            .lock_all(&names_again)
+            .expire(LONG)
+            .acquire_blocking()
+            .unwrap();
+        guard.release_blocking().unwrap();
+    })
+    .await
+    .unwrap();
+    assert!(gone());
+    assert_eq!(
+        scripts_run(&server) - before,
+        2,
+        "one call to take, one to release"
+    );
+}
+
+/// A name the set no longer owns (deleted behind its back) is named in the
+/// release's error, and every other name is still released by the same
+/// call.
+#[tokio::test]
+async fn a_set_release_names_what_it_no_longer_owned_and_frees_the_rest() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let names: Vec<String> = (0..5).map(|i| format!("lost:{i}")).collect();
+    let guard = locker
+        .lock_all(&names)
+        .expire(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key("lost:2"))
+        .query(&mut server.client())
+        .unwrap();
+    let err = guard.release().await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::NotOwned { name } if name == "lost:2"),
+        "{err:?}"
+    );
+    for name in &names {
+        assert!(!server.exists(&lock_key(name)), "{name} is still held");
+    }
+}
+
 #[tokio::test]
 async fn holding_one_name_elsewhere_leaves_the_others_free() {
     let server = RedisServer::start();

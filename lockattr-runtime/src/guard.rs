@@ -110,12 +110,18 @@ impl Lease {
             return self.extend(left, Extend::Hold).await;
         }
         let in_lease = self.state.check().is_err();
-        match self
+        let released = self
             .locker
             .backend
             .release(self.owner(), self.fencing_token, (&self.name, self.expire))
-            .await?
-        {
+            .await?;
+        self.released(released, in_lease)
+    }
+
+    /// What a release that found `released` means for this lease;
+    /// `in_lease`: the release was sent while the lease surely held.
+    fn released(&self, released: Released, in_lease: bool) -> Result<(), LockError> {
+        match released {
             Released::Done => Ok(()),
             Released::Unsure if in_lease => Ok(()),
             Released::Unsure | Released::NotOwned => {
@@ -244,9 +250,16 @@ impl LockGuard {
         self.blocking = true;
     }
 
+    /// Whether it was taken by a blocking call (its Drop then releases
+    /// before returning).
+    pub(crate) fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+
     /// Marks the guard released and hands out its lease, after stopping its
-    /// renewal.
-    fn take(&mut self) -> Option<Arc<Lease>> {
+    /// renewal; `None` when it releases nothing (released already, or a
+    /// reentry).
+    pub(crate) fn take(&mut self) -> Option<Arc<Lease>> {
         let lease = std::mem::take(&mut self.held).then(|| self.lease.clone())?;
         lease.unwatch();
         lease.state.report().released();
@@ -418,7 +431,7 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         match self.take() {
-            Some(lease) => release_here(lease).await,
+            Some(lease) => release_here(Leases::One(lease)).await,
             None => Ok(()),
         }
     }
@@ -435,7 +448,7 @@ impl LockGuard {
     pub(crate) async fn release_or_warn(mut self) {
         let lost = self.is_lost();
         if let Some(lease) = self.take()
-            && let Err(e) = release_here(lease.clone()).await
+            && let Err(e) = release_here(Leases::One(lease.clone())).await
         {
             if lost {
                 tracing::debug!(target: "lockattr", lock = %lease.name, error = %e, "#[redis_lock] released a lock it had lost");
@@ -455,7 +468,7 @@ impl LockGuard {
     /// ```
     pub fn release_blocking(mut self) -> Result<(), LockError> {
         match self.take() {
-            Some(lease) => io::run_blocking(async move { lease.release().await }),
+            Some(lease) => release_blocking(Leases::One(lease)),
             None => Ok(()),
         }
     }
@@ -528,40 +541,119 @@ impl LockGuard {
     }
 }
 
-/// Releases `lease` on the caller's runtime when it can, otherwise on the
+/// What one release frees: a lock, or the names of a set taken together.
+pub(crate) enum Leases {
+    One(Arc<Lease>),
+    /// Taken under one owner token by one Locker (see `Locker::lock_all`).
+    Set(Vec<Arc<Lease>>),
+}
+
+impl Leases {
+    /// Releases them; for a set, the first error after every name was
+    /// tried.
+    ///
+    /// A set's names are released together, in one call per server or
+    /// Cluster slot (see `Backend::release_set`), each as its own release
+    /// would. A name within its `hold_at_least` keeps the lock for what
+    /// remains of the hold instead, by a call of its own.
+    async fn release(&self) -> Result<(), LockError> {
+        let leases = match self {
+            Leases::One(lease) => return lease.release().await,
+            Leases::Set(leases) => leases,
+        };
+        let (holding, free): (Vec<_>, Vec<_>) =
+            leases.iter().partition(|lease| lease.hold.left().is_some());
+        let together = async {
+            let Some(first) = free.first() else {
+                return Ok(());
+            };
+            let in_lease: Vec<bool> = free.iter().map(|l| l.state.check().is_err()).collect();
+            let members: Vec<(&Keys, u64)> =
+                free.iter().map(|l| (&l.keys, l.fencing_token)).collect();
+            let names = free.iter().map(|l| l.name.as_str()).collect::<Vec<_>>();
+            let released = first
+                .locker
+                .backend
+                .release_set(&first.token, &members, (&names.join(", "), first.expire))
+                .await?;
+            free.iter()
+                .zip(in_lease)
+                .zip(released)
+                .map(|((lease, in_lease), released)| lease.released(released, in_lease))
+                .fold(Ok(()), Result::and)
+        };
+        let (held, together) = futures_util::future::join(
+            futures_util::future::join_all(holding.iter().map(|lease| lease.release())),
+            together,
+        )
+        .await;
+        held.into_iter().fold(Ok(()), Result::and).and(together)
+    }
+
+    /// The names, for a log line.
+    fn names(&self) -> String {
+        match self {
+            Leases::One(lease) => lease.name.clone(),
+            Leases::Set(leases) => leases
+                .iter()
+                .map(|l| l.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
+/// Releases `leases` on the caller's runtime when it can, otherwise on the
 /// I/O thread. If the caller drops this future before Redis answered, the
 /// release is sent again from the I/O thread: releasing twice is harmless,
 /// the second finds the lock no longer this token's and leaves it alone.
-async fn release_here(lease: Arc<Lease>) -> Result<(), LockError> {
+pub(crate) async fn release_here(leases: Leases) -> Result<(), LockError> {
+    let leases = Arc::new(leases);
     if !io::can_run_here() {
-        return io::run(async move { lease.release().await }).await;
+        return io::run(async move { leases.release().await }).await;
     }
-    let mut unfinished = ReleaseOnDrop(Some(lease.clone()));
-    let outcome = lease.release().await;
+    let mut unfinished = ReleaseOnDrop(Some(leases.clone()));
+    let outcome = leases.release().await;
     unfinished.0 = None;
     outcome
 }
 
-/// Releases its lease from the I/O thread when dropped while set.
-struct ReleaseOnDrop(Option<Arc<Lease>>);
+/// Releases its leases from the I/O thread when dropped while set.
+struct ReleaseOnDrop(Option<Arc<Leases>>);
 
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
-        if let Some(lease) = self.0.take() {
-            release_in_background(lease);
+        if let Some(leases) = self.0.take() {
+            release_in_background(leases);
         }
     }
 }
 
-/// Releases `lease` on the I/O thread; failures are logged.
-fn release_in_background(lease: Arc<Lease>) {
-    let outcome = io::spawn(async move {
-        if let Err(e) = lease.release().await {
-            tracing::warn!(target: "lockattr", lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
+/// Releases `leases` on the I/O thread; failures are logged.
+pub(crate) fn release_in_background(leases: Arc<Leases>) {
+    let outcome = io::spawn({
+        let leases = leases.clone();
+        async move {
+            if let Err(e) = leases.release().await {
+                tracing::warn!(target: "lockattr", lock = %leases.names(), error = %e, "dropped lock guard could not release its lock");
+            }
         }
     });
     if let Err(e) = outcome {
-        tracing::warn!(target: "lockattr", error = %e, "dropped lock guard could not release its lock; it frees itself at expiry");
+        tracing::warn!(target: "lockattr", lock = %leases.names(), error = %e, "dropped lock guard could not release its lock; it frees itself at expiry");
+    }
+}
+
+/// Releases `leases` before returning; needs no async runtime.
+pub(crate) fn release_blocking(leases: Leases) -> Result<(), LockError> {
+    io::run_blocking(async move { leases.release().await })
+}
+
+/// [`release_blocking`] for a guard's Drop: failures are logged.
+pub(crate) fn release_blocking_or_warn(leases: Leases) {
+    let names = leases.names();
+    if let Err(e) = release_blocking(leases) {
+        tracing::warn!(target: "lockattr", lock = %names, error = %e, "dropped lock guard could not release its lock");
     }
 }
 
@@ -570,15 +662,10 @@ impl Drop for LockGuard {
         let Some(lease) = self.take() else {
             return;
         };
-        if !self.blocking {
-            return release_in_background(lease);
-        }
-        let outcome = io::run_blocking({
-            let lease = lease.clone();
-            async move { lease.release().await }
-        });
-        if let Err(e) = outcome {
-            tracing::warn!(target: "lockattr", lock = %lease.name, error = %e, "dropped lock guard could not release its lock");
+        if self.blocking {
+            release_blocking_or_warn(Leases::One(lease));
+        } else {
+            release_in_background(Arc::new(Leases::One(lease)));
         }
     }
 }

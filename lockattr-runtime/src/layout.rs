@@ -368,9 +368,43 @@ impl Permits {
     }
 }
 
+/// The Redis Cluster slot of `key` (CRC16 of its hash tag, modulo 16384).
+pub(crate) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let mut tagged = bytes;
+    if let Some(open) = bytes.iter().position(|&b| b == b'{')
+        && let Some(len) = bytes[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        tagged = &bytes[open + 1..open + 1 + len];
+    }
+    let mut crc: u16 = 0;
+    for &b in tagged {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_match_redis_cluster() {
+        // CLUSTER KEYSLOT values.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("bar"), 5061);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("{}x"), slot("{}x"));
+        assert_eq!(slot("lockattr:{a}"), slot("a"));
+    }
 
     /// The hash tag Redis Cluster uses for a key (the whole key when none).
     fn hash_tag(key: &str) -> &str {

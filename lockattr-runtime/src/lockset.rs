@@ -13,8 +13,8 @@ use tracing::Instrument;
 use crate::backend::Backend;
 use crate::backend::Grant;
 use crate::backend::lockset as set;
-use crate::guard::Lease;
-use crate::layout::Keys;
+use crate::guard::{self, Lease, Leases};
+use crate::layout::{Keys, slot};
 use crate::locker::setters;
 use crate::observe::{Acquiring, Kind};
 use crate::wait::{self, Contender, Won};
@@ -283,7 +283,7 @@ impl LockSetBuilder<'_> {
         }
         // The fixed order: by slot, then by key.
         leases.sort_by(|a, b| {
-            (set::slot(&a.keys.lock), &a.keys.lock).cmp(&(set::slot(&b.keys.lock), &b.keys.lock))
+            (slot(&a.keys.lock), &a.keys.lock).cmp(&(slot(&b.keys.lock), &b.keys.lock))
         });
         let request = SetRequest {
             backend: locker.inner.backend.clone(),
@@ -556,9 +556,11 @@ impl LockSetGuard {
     }
 
     /// Releases every name (each handed to its oldest waiter, as a single
-    /// lock's release does), all at once. The first error, after every
-    /// release was tried: [`LockError::NotOwned`] naming a name whose lease
-    /// had run out or that another owner holds.
+    /// lock's release does), all at once: one call per server (per slot on
+    /// a Redis Cluster, per node on a Redlock), as the set was taken. The
+    /// first error, after every name was tried: [`LockError::NotOwned`]
+    /// naming a name whose lease had run out or that another owner holds
+    /// (the other names are released all the same).
     ///
     /// ```no_run
     /// # async fn run(locker: &lockattr_runtime::Locker) -> Result<(), lockattr_runtime::LockError> {
@@ -566,10 +568,11 @@ impl LockSetGuard {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn release(self) -> Result<(), LockError> {
-        let results =
-            futures_util::future::join_all(self.members.into_iter().map(LockGuard::release)).await;
-        results.into_iter().collect()
+    pub async fn release(mut self) -> Result<(), LockError> {
+        match self.take() {
+            Some(leases) => guard::release_here(leases).await,
+            None => Ok(()),
+        }
     }
 
     /// [`release`](Self::release) for synchronous code.
@@ -580,21 +583,56 @@ impl LockSetGuard {
     /// guard.release_blocking()?;
     /// # Ok(()) }
     /// ```
-    pub fn release_blocking(self) -> Result<(), LockError> {
-        let mut first = Ok(());
-        for member in self.members {
-            let released = member.release_blocking();
-            if first.is_ok() {
-                first = released;
-            }
+    pub fn release_blocking(mut self) -> Result<(), LockError> {
+        match self.take() {
+            Some(leases) => guard::release_blocking(leases),
+            None => Ok(()),
         }
-        first
     }
 
     /// Releases, reporting a name no longer owned as a warning (the
-    /// attribute's release).
-    pub(crate) async fn release_or_warn(self) {
-        futures_util::future::join_all(self.members.into_iter().map(LockGuard::release_or_warn))
-            .await;
+    /// attribute's release). A set already known to be lost is not worth
+    /// a warning on release.
+    pub(crate) async fn release_or_warn(mut self) {
+        let lost = self.is_lost();
+        let Some(leases) = self.take() else {
+            return;
+        };
+        let names = self.names().collect::<Vec<_>>().join(", ");
+        if let Err(e) = guard::release_here(leases).await {
+            if lost {
+                tracing::debug!(target: "lockattr", lock = %names, error = %e, "#[redis_lock] released a lock it had lost");
+            } else {
+                tracing::warn!(target: "lockattr", lock = %names, error = %e, "#[redis_lock] could not release its lock");
+            }
+        }
+    }
+
+    /// Marks every name released and hands out the leases this guard
+    /// releases (none for a reentry, or once released), after stopping
+    /// their renewal.
+    fn take(&mut self) -> Option<Leases> {
+        let leases: Vec<_> = self
+            .members
+            .iter_mut()
+            .filter_map(LockGuard::take)
+            .collect();
+        (!leases.is_empty()).then_some(Leases::Set(leases))
+    }
+}
+
+/// Releases every name together, as [`LockSetGuard::release`] does, in the
+/// background (or before returning, for a set taken by a blocking call).
+impl Drop for LockSetGuard {
+    fn drop(&mut self) {
+        let blocking = self.members.iter().any(LockGuard::is_blocking);
+        let Some(leases) = self.take() else {
+            return;
+        };
+        if blocking {
+            guard::release_blocking_or_warn(leases);
+        } else {
+            guard::release_in_background(Arc::new(leases));
+        }
     }
 }

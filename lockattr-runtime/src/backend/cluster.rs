@@ -31,6 +31,7 @@ use super::single::SingleNode;
 use super::source::Source;
 use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
+use crate::layout::{Keys, slot};
 use crate::{LockError, io};
 
 /// A Redis Cluster.
@@ -364,14 +365,66 @@ impl ClusterNodes {
         let mut connection = self.connection().await?;
         let invocation = scripts::release(keys, token, fencing_token, false);
         let reply: ReleaseReply = self.invoke(&invocation, &mut connection).await?;
-        Ok(match reply {
+        Ok(self.released(keys, reply))
+    }
+
+    /// Releases every name of a set held under `token`, one call per slot
+    /// (the groups it was taken in), the calls sent together; per name,
+    /// whether the token owned it. The first error, once every call
+    /// answered, when one failed.
+    pub(crate) async fn release_set(
+        &self,
+        token: &str,
+        members: &[(&Keys, u64)],
+    ) -> Result<Vec<bool>, LockError> {
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, (keys, _)) in members.iter().enumerate() {
+            let s = slot(&keys.lock);
+            match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, group)) => group.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        let calls = groups.iter().map(|(_, group)| async move {
+            let group: Vec<(&Keys, u64)> = group.iter().map(|&i| members[i]).collect();
+            let invocation = scripts::release_set(&group, token, false);
+            let mut connection = self.connection().await?;
+            let replies: Vec<ReleaseReply> = self.invoke(&invocation, &mut connection).await?;
+            if replies.len() != group.len() {
+                return Err(LockError::Runtime {
+                    reason: format!(
+                        "Redis answered the release of {} names with {} values",
+                        group.len(),
+                        replies.len()
+                    ),
+                });
+            }
+            Ok(group
+                .iter()
+                .zip(replies)
+                .map(|((keys, _), reply)| self.released(keys, reply))
+                .collect::<Vec<bool>>())
+        });
+        let mut owned = vec![false; members.len()];
+        for ((_, group), answer) in groups.iter().zip(join_all(calls).await) {
+            for (&i, answer) in group.iter().zip(answer?) {
+                owned[i] = answer;
+            }
+        }
+        Ok(owned)
+    }
+
+    /// Whether a release's `reply` for the lock of `keys` found it the
+    /// token's (deleted or handed over).
+    fn released(&self, keys: &Keys, reply: ReleaseReply) -> bool {
+        match reply {
             ReleaseReply::Handed(notice) => {
                 // A waiter of this Locker hears it now (see `SingleNode::release`).
                 self.wakeups().handed_here(&keys.channel, &notice);
                 true
             }
             ReleaseReply::Code(code) => code == 1,
-        })
+        }
     }
 
     pub(crate) async fn extend(

@@ -8,6 +8,7 @@ use super::redlock::{self, Redlock};
 use super::shared::{Extend, Owner, Released, Renewal, Renewed, Replicas};
 use super::single::SingleNode;
 use crate::LockError;
+use crate::layout::Keys;
 
 /// One way of reaching Redis.
 #[derive(Debug)]
@@ -52,6 +53,34 @@ impl Backend {
             } else {
                 Released::NotOwned
             }),
+        }
+    }
+
+    /// Releases every name of a set held under `token` (`members`: each
+    /// name's keys and the fencing token it was granted), in one call per
+    /// server or Cluster slot; per name, as [`release`](Self::release)
+    /// answers. `names` names the set in an error.
+    pub(crate) async fn release_set(
+        &self,
+        token: &str,
+        members: &[(&Keys, u64)],
+        (names, expire): (&str, Duration),
+    ) -> Result<Vec<Released>, LockError> {
+        match self {
+            Backend::Single(node) => node.release_set(token, members, false).await,
+            Backend::Redlock(nodes) => nodes.release_set(token, members, (names, expire)).await,
+            Backend::Cluster(nodes) => Ok(nodes
+                .release_set(token, members)
+                .await?
+                .into_iter()
+                .map(|owned| {
+                    if owned {
+                        Released::Done
+                    } else {
+                        Released::NotOwned
+                    }
+                })
+                .collect()),
         }
     }
 

@@ -24,6 +24,11 @@
 //! and a majority of nodes holds it: see `redlock::set`. The waiting
 //! described below is for one server and a Cluster.
 //!
+//! A held set is released the same way, one
+//! [`RELEASE_SET`](super::scripts::RELEASE_SET) call per server, slot or
+//! Redlock node, which releases each name as the lock's own release does
+//! (with hand-over).
+//!
 //! # Waiting
 //!
 //! A set waiter enters its token in the waiters hash of each name
@@ -55,7 +60,7 @@ use super::queue::Queued;
 use super::scripts::{Call, Lua, packed, script};
 use super::shared::whole_millis;
 use crate::LockError;
-use crate::layout::Keys;
+use crate::layout::{Keys, slot};
 
 use redis::ScriptInvocation;
 
@@ -89,8 +94,9 @@ pub(crate) static ACQUIRE_SET: Lua = Lua::new(script!("set_acquire.lua"));
 /// waits for it, so the waiters try at once) and takes the token out of
 /// each waiters hash and queue. No hand-over: this undoes an attempt
 /// (abandoned, cancelled, or a Cluster group taken before a busy one), it
-/// is not the release of a held set (each name's own release does that,
-/// with hand-over). Safe to repeat.
+/// is not the release of a held set
+/// ([`RELEASE_SET`](super::scripts::RELEASE_SET) does that, with
+/// hand-over). Safe to repeat.
 ///
 /// KEYS: for each name, its lock, fence, queue and waiters keys. ARGV:
 /// token, how long a fence counter outlives a lease in ms, then each
@@ -146,30 +152,6 @@ pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'
 /// `scripts::give_back`): it may run on a server that never saw the script.
 pub(crate) fn give_back_eval(group: &[&Keys], token: &str) -> redis::Cmd {
     give_back_set(group, token).eval()
-}
-
-/// The Redis Cluster slot of `key` (CRC16 of its hash tag, modulo 16384).
-pub(crate) fn slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let mut tagged = bytes;
-    if let Some(open) = bytes.iter().position(|&b| b == b'{')
-        && let Some(len) = bytes[open + 1..].iter().position(|&b| b == b'}')
-        && len > 0
-    {
-        tagged = &bytes[open + 1..open + 1 + len];
-    }
-    let mut crc: u16 = 0;
-    for &b in tagged {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
 }
 
 /// A set taken.
@@ -257,20 +239,5 @@ impl Tried {
                 ),
             }),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_match_redis_cluster() {
-        // CLUSTER KEYSLOT values.
-        assert_eq!(slot("foo"), 12182);
-        assert_eq!(slot("bar"), 5061);
-        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
-        assert_eq!(slot("{}x"), slot("{}x"));
-        assert_eq!(slot("lockattr:{a}"), slot("a"));
     }
 }

@@ -735,46 +735,109 @@ impl Redlock {
         fencing_token: u64,
         (name, expire): (&str, Duration),
     ) -> Result<Released, LockError> {
-        let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let limit = self.timeout(expire);
         let (keys, token): (Arc<Keys>, Arc<str>) = (Arc::new(keys.clone()), Arc::from(token));
-        let requests = self
-            .start_uncut(&all, limit, |node| {
+        let released = self
+            .release_everywhere(1, (name, expire), |node| {
                 let (keys, token) = (keys.clone(), token.clone());
                 async move {
                     let owner = Owner {
                         keys: &keys,
                         token: &token,
                     };
-                    node.release(owner, fencing_token, true).await
+                    Ok(vec![node.release(owner, fencing_token, true).await?])
                 }
             })
-            .await;
-        let mut owned = 0;
+            .await?;
+        Ok(released.into_iter().next().unwrap_or(Released::NotOwned))
+    }
+
+    /// Releases every name of a set held under `token` (`members`: each
+    /// name's keys and the fencing token it was granted) everywhere, one
+    /// call per node; per name, as [`release`](Self::release) decides.
+    /// `names` names the set in an error.
+    pub(crate) async fn release_set(
+        &self,
+        token: &str,
+        members: &[(&Keys, u64)],
+        (names, expire): (&str, Duration),
+    ) -> Result<Vec<Released>, LockError> {
+        let owned: Arc<(Vec<(Keys, u64)>, String)> = Arc::new((
+            members.iter().map(|(k, f)| ((*k).clone(), *f)).collect(),
+            token.to_owned(),
+        ));
+        self.release_everywhere(members.len(), (names, expire), |node| {
+            let owned = owned.clone();
+            async move {
+                let (members, token) = &*owned;
+                let members: Vec<(&Keys, u64)> = members.iter().map(|(k, f)| (k, *f)).collect();
+                node.release_set(token, &members, true).await
+            }
+        })
+        .await
+    }
+
+    /// Sends `op`, a release of `count` names, to every node; per name,
+    /// done when a majority still held it, unsure when that majority needs
+    /// nodes whose re-sent release found it gone. [`LockError::NoQuorum`]
+    /// (naming `name`) when too few nodes answered.
+    async fn release_everywhere<F: NodeOp<Vec<Released>>>(
+        &self,
+        count: usize,
+        (name, expire): (&str, Duration),
+        op: impl Fn(Arc<SingleNode>) -> F,
+    ) -> Result<Vec<Released>, LockError> {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        let limit = self.timeout(expire);
+        let requests = self.start_uncut(&all, limit, op).await;
+        let mut owned = vec![0; count];
         let answers = self
             .gather(requests, &all, limit, |i, answer| {
-                if matches!(answer, Ok(Released::Done)) && self.counted()[i] {
-                    owned += 1;
+                if let Ok(released) = answer
+                    && self.counted()[i]
+                {
+                    for (owned, released) in owned.iter_mut().zip(released) {
+                        *owned += usize::from(matches!(released, Released::Done));
+                    }
                 }
                 // Released: the other nodes' releases go on in the background.
-                owned >= self.quorum
+                owned.iter().all(|&owned| owned >= self.quorum)
             })
             .await;
-        let answers = self.only_counted(answers);
-        let unsure = answers
-            .iter()
-            .filter(|(_, answer)| matches!(answer, Ok(Released::Unsure)))
-            .count();
-        let (answered, owned, first_error) = tally(answers);
-        if owned.len() >= self.quorum {
-            Ok(Released::Done)
-        } else if owned.len() + unsure >= self.quorum {
-            Ok(Released::Unsure)
-        } else if answered < self.quorum {
-            Err(self.no_quorum(name, answered, first_error))
-        } else {
-            Ok(Released::NotOwned)
+        let (mut answered, mut first_error) = (0, None);
+        let (mut done, mut unsure) = (vec![0; count], vec![0; count]);
+        for (_, answer) in self.only_counted(answers) {
+            match answer {
+                Ok(released) => {
+                    answered += 1;
+                    for (j, released) in released.iter().enumerate().take(count) {
+                        match released {
+                            Released::Done => done[j] += 1,
+                            Released::Unsure => unsure[j] += 1,
+                            Released::NotOwned => {}
+                        }
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
+        if answered < self.quorum {
+            return Err(self.no_quorum(name, answered, first_error));
+        }
+        Ok(done
+            .iter()
+            .zip(&unsure)
+            .map(|(&done, &unsure)| {
+                if done >= self.quorum {
+                    Released::Done
+                } else if done + unsure >= self.quorum {
+                    Released::Unsure
+                } else {
+                    Released::NotOwned
+                }
+            })
+            .collect())
     }
 
     /// Sends `op` to the nodes in `which` once they are ready (see

@@ -149,6 +149,19 @@ pub(crate) static ACQUIRE: Lua = Lua::new(script!("acquire.lua"));
 /// is not 1: see `SingleNode::release` for what a re-sent release means.
 pub(crate) static RELEASE: Lua = Lua::new(script!("release.lua"));
 
+/// Releases every name of a set taken under one token in one call, each
+/// exactly as [`RELEASE`] releases a lock (handed to its oldest live waiter,
+/// or deleted), so a set costs one call per server or Cluster slot to
+/// release, as it costs to take.
+///
+/// KEYS: for each name, its lock, fence, queue and waiters keys. ARGV:
+/// token, `1` to publish `-:0:0` on a name's channel when its lock is
+/// deleted (Redlock) or `0`, how long a fence counter outlives a lease in
+/// ms, the barging window in ms, then for each name its channel and the
+/// fencing token it was granted (0: none). Returns, for each name in order,
+/// what [`RELEASE`] returns for it.
+pub(crate) static RELEASE_SET: Lua = Lua::new(script!("release_set.lua"));
+
 /// Frees a lock whoever holds it (an operator's forced unlock), exactly as
 /// its owner's release would: handed to the oldest waiter, or deleted.
 ///
@@ -336,6 +349,35 @@ pub(crate) fn release(
         return rw_release_call(keys, rw, token, fencing_token).invocation();
     }
     release_call(keys, token, fencing_token, notify, keys.barge).invocation()
+}
+
+/// A [`RELEASE_SET`] call for `token`, for `members`: each name's keys and
+/// the fencing token it was granted. `notify` as for [`release`].
+pub(crate) fn release_set(
+    members: &[(&Keys, u64)],
+    token: &str,
+    notify: bool,
+) -> ScriptInvocation<'static> {
+    let mut call = Call::new(&RELEASE_SET);
+    for (keys, _) in members {
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.waiters);
+    }
+    let (retention, barge) = members
+        .first()
+        .map_or((Duration::ZERO, Duration::ZERO), |(keys, _)| {
+            (keys.fence_retention, keys.barge)
+        });
+    call.arg(token)
+        .arg(if notify { "1" } else { "0" })
+        .arg(whole_millis(retention))
+        .arg(whole_millis(barge));
+    for (keys, fencing_token) in members {
+        call.arg(&keys.channel).arg(*fencing_token);
+    }
+    call.invocation()
 }
 
 /// A [`RELEASE`] call sent as EVAL with the source, to give back an

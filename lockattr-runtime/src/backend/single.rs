@@ -449,7 +449,42 @@ impl SingleNode {
         let (reply, resent): (ReleaseReply, bool) = self
             .send_then(Request::Script(&invocation), None, None)
             .await?;
-        Ok(match (reply, resent) {
+        Ok(self.released(keys, reply, resent))
+    }
+
+    /// Releases every name of a set held under `token` (`members`: each
+    /// name's keys and the fencing token it was granted) in one call; per
+    /// name, what [`release`](Self::release) would answer.
+    pub(crate) async fn release_set(
+        &self,
+        token: &str,
+        members: &[(&Keys, u64)],
+        notify: bool,
+    ) -> Result<Vec<Released>, LockError> {
+        let invocation = scripts::release_set(members, token, notify);
+        let (replies, resent): (Vec<ReleaseReply>, bool) = self
+            .send_then(Request::Script(&invocation), None, None)
+            .await?;
+        if replies.len() != members.len() {
+            return Err(LockError::Runtime {
+                reason: format!(
+                    "Redis answered the release of {} names with {} values",
+                    members.len(),
+                    replies.len()
+                ),
+            });
+        }
+        Ok(members
+            .iter()
+            .zip(replies)
+            .map(|((keys, _), reply)| self.released(keys, reply, resent))
+            .collect())
+    }
+
+    /// What a release's `reply` for the lock of `keys` means; `resent`: it
+    /// answered a re-send.
+    fn released(&self, keys: &Keys, reply: ReleaseReply, resent: bool) -> Released {
+        match (reply, resent) {
             (ReleaseReply::Handed(notice), _) => {
                 // A waiter of this Locker hears it now, not after the notice
                 // came round through the subscriber connection.
@@ -459,7 +494,7 @@ impl SingleNode {
             (ReleaseReply::Code(1), _) => Released::Done,
             (ReleaseReply::Code(2), true) => Released::Unsure,
             _ => Released::NotOwned,
-        })
+        }
     }
 
     /// Raises the lock's fence counter to `fencing_token` if `token` owns

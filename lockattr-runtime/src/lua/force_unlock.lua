@@ -11,5 +11,5 @@ local value, forced = held_with(KEYS[1], expected)
 if not value then
   return 0
 end
-hand_over(ARGV[1], ARGV[2], 0, false, retention, value)
+hand_over(1, ARGV[1], ARGV[2], 0, false, retention, value)
 return {1, forced}

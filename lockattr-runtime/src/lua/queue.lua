@@ -70,9 +70,9 @@ local function hand(key, fence_key, channel, waiter, lease, who, fields, retenti
   return notice
 end
 
--- Ends the release of the lock KEYS[1] (fence KEYS[2], queue KEYS[3],
--- waiters KEYS[4]), whose holder value was `value`: hands it to the oldest
--- waiter whose deadline has not passed, or deletes it.
+-- Ends the release of the lock KEYS[k] (fence KEYS[k + 1], queue
+-- KEYS[k + 2], waiters KEYS[k + 3]), whose holder value was `value`: hands
+-- it to the oldest waiter whose deadline has not passed, or deletes it.
 --
 -- Within the barging window (`barge` ms after the oldest waiter queued) the
 -- lock is deleted instead and the oldest waiter named with `<token>:0:0`,
@@ -85,43 +85,61 @@ end
 -- the counter's time to live, never lowers it under the other holders.
 -- Returns the notice published for the waiter handed the lock, or 1 when
 -- it was deleted.
-local function hand_over(channel, notify, barge, shared, retention, value)
+local function hand_over(k, channel, notify, barge, shared, retention, value)
   if barge > 0 then
-    local oldest = redis.call('lindex', KEYS[3], 0)
-    local entry = oldest and redis.call('hget', KEYS[4], oldest)
+    local oldest = redis.call('lindex', KEYS[k + 2], 0)
+    local entry = oldest and redis.call('hget', KEYS[k + 3], oldest)
     if entry then
       local deadline, queued_at = string.match(entry, '^(%d+):%d+:(%d+):')
       if queued_at and tonumber(deadline) >= now() and tonumber(queued_at) + barge > now() then
-        redis.call('del', KEYS[1])
-        redis.call('pexpire', KEYS[2], retention)
+        redis.call('del', KEYS[k])
+        redis.call('pexpire', KEYS[k + 1], retention)
         local notice = oldest .. ':0:0'
         redis.call('publish', channel, notice)
         return notice
       end
     end
   end
-  local waiter, lease, who, marker = pop_waiter(KEYS[3], KEYS[4])
+  local waiter, lease, who, marker = pop_waiter(KEYS[k + 2], KEYS[k + 3])
   if waiter then
-    local notice = hand(KEYS[1], KEYS[2], channel, waiter, lease, who, value and kind_fields(value) or '', retention)
+    local notice = hand(KEYS[k], KEYS[k + 1], channel, waiter, lease, who, value and kind_fields(value) or '', retention)
     if marker then
-      local wait_ttl = redis.call('pttl', KEYS[4])
+      local wait_ttl = redis.call('pttl', KEYS[k + 3])
       if wait_ttl > 0 then
-        redis.call('rpush', KEYS[3], '-')
-        if redis.call('pttl', KEYS[3]) < 0 then
-          redis.call('pexpire', KEYS[3], wait_ttl)
+        redis.call('rpush', KEYS[k + 2], '-')
+        if redis.call('pttl', KEYS[k + 2]) < 0 then
+          redis.call('pexpire', KEYS[k + 2], wait_ttl)
         end
       end
     end
     return notice
   end
-  redis.call('del', KEYS[1])
+  redis.call('del', KEYS[k])
   if shared then
-    keep_ttl(KEYS[2], retention)
+    keep_ttl(KEYS[k + 1], retention)
   else
-    redis.call('pexpire', KEYS[2], retention)
+    redis.call('pexpire', KEYS[k + 1], retention)
   end
   if notify == '1' or marker then
     redis.call('publish', channel, '-:0:0')
   end
   return 1
+end
+
+-- Releases the lock KEYS[k] (with the three keys after it, as `hand_over`)
+-- if `token` owns it, handing it to the oldest live waiter; a token that
+-- does not own it leaves the queue instead. `granted` is the fencing token
+-- the token was granted (0: none). Returns 1 (deleted), the notice (handed
+-- over), 0 (not the token's), or 2 (not the token's, but the counter is
+-- near the granted token).
+local function release_name(k, token, channel, notify, barge, shared, retention, granted)
+  local value = redis.call('get', KEYS[k])
+  if not owns(value, token) then
+    unqueue(KEYS[k + 2], KEYS[k + 3], token)
+    if recent_fence(KEYS[k + 1], granted) then
+      return 2
+    end
+    return 0
+  end
+  return hand_over(k, channel, notify, barge, shared, retention, value)
 end

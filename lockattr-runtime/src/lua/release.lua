@@ -11,13 +11,4 @@ local retention = ms_arg('retention', ARGV[4], 0)
 local barge = ms_arg('barge', ARGV[6], 0)
 local granted = token_arg('the fencing token', ARGV[5], 0)
 if refusal then return refusal end
-local token = ARGV[1]
-local value = redis.call('get', KEYS[1])
-if not owns(value, token) then
-  unqueue(KEYS[3], KEYS[4], token)
-  if recent_fence(KEYS[2], granted) then
-    return 2
-  end
-  return 0
-end
-return hand_over(ARGV[2], ARGV[3], barge, ARGV[7] == '1', retention, value)
+return release_name(1, ARGV[1], ARGV[2], ARGV[3], barge, ARGV[7] == '1', retention, granted)

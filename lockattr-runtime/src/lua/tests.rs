@@ -836,6 +836,7 @@ mod semaphore {
 mod set {
     use super::*;
     use crate::backend::lockset::*;
+    use crate::backend::scripts::RELEASE_SET;
 
     /// ACQUIRE_SET's arguments for the token `tok` and two names.
     fn args<'a>(second: &'a str, wait: &'a str, flag: &'a str) -> [&'a str; 6] {
@@ -895,5 +896,115 @@ mod set {
             assert!(key.ends_with(":fence"), "{key}");
             assert!(pttl(&mut con, &key) > 0, "{key} has no expiry");
         }
+    }
+
+    /// RELEASE_SET's keys for three names, and the set `tok` taken on them
+    /// with fencing tokens `{1, f1, f2, f3}`.
+    fn three_taken(con: &mut Connection) -> (Vec<String>, Vec<i64>) {
+        let names = ["r:{a}", "r:{b}", "r:{c}"]
+            .map(|name| ["", ":fence", ":queue", ":waiters"].map(|key| format!("{name}{key}")));
+        let keys: Vec<String> = names.into_iter().flatten().collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let take = ["tok", "10000:1000:1:h\n1\nl", "0", "0", "c1", "c2", "c3"];
+        let taken: Vec<i64> = call(con, &ACQUIRE_SET, &refs, &take).unwrap();
+        assert_eq!(taken[0], 1);
+        (keys, taken)
+    }
+
+    #[test]
+    fn the_set_release_checks_its_arguments_before_writing() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (keys, taken) = three_taken(&mut con);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let fences: Vec<String> = taken[1..].iter().map(i64::to_string).collect();
+        let args = |notify: &str, retention: &str, barge: &str, fence: &str| -> Vec<String> {
+            [
+                "tok", notify, retention, barge, "c1", fence, "c2", &fences[1], "c3", &fences[2],
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        };
+        let mut refuse = |keys: &[&str], args: &[String]| {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            refused(&mut con, &RELEASE_SET, keys, &args);
+        };
+        for bad in NOT_MS {
+            refuse(&keys, &args("0", bad, "0", &fences[0]));
+            refuse(&keys, &args("0", "1000", bad, &fences[0]));
+        }
+        for bad in NOT_TOKEN {
+            refuse(&keys, &args("0", "1000", "0", bad));
+        }
+        for notify in ["2", "", "yes"] {
+            refuse(&keys, &args(notify, "1000", "0", &fences[0]));
+        }
+        // A name's keys or its channel and fencing token missing.
+        refuse(&keys[..11], &args("0", "1000", "0", &fences[0]));
+        refuse(&keys, &args("0", "1000", "0", &fences[0])[..9]);
+        refuse(&keys[..8], &args("0", "1000", "0", &fences[0]));
+    }
+
+    /// Each name is released as the lock's RELEASE releases it: one handed
+    /// to its queued waiter (with the next fencing token, told on its
+    /// channel), one deleted, one that another token holds left alone.
+    #[test]
+    fn the_set_release_releases_each_name_as_a_lock_release_does() {
+        let server = Server::start();
+        let mut con = server.connect();
+        let (keys, taken) = three_taken(&mut con);
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // A waiter queued on a, for a lease of 7 s; c taken over by `other`.
+        let deadline = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 60_000)
+            .to_string();
+        let entry = format!("{deadline}:7000:1:h\n2\nw");
+        write(
+            &mut con,
+            &[
+                &["RPUSH", &keys[2], "waiter"],
+                &["HSET", &keys[3], "waiter", &entry],
+                &["SET", &keys[8], "other\nh\n3\nl\n1\n99"],
+            ],
+        );
+        let mut listener = server.connect();
+        let mut pubsub = listen(&mut listener, "c1");
+        let fences: Vec<String> = taken[1..].iter().map(i64::to_string).collect();
+        let released: Vec<Value> = call(
+            &mut con,
+            &RELEASE_SET,
+            &refs,
+            &[
+                "tok", "0", "1000", "0", "c1", &fences[0], "c2", &fences[1], "c3", &fences[2],
+            ],
+        )
+        .unwrap();
+        let notice = format!("waiter:{}:7000", taken[1] + 1);
+        assert_eq!(
+            released,
+            [
+                Value::BulkString(notice.clone().into_bytes()),
+                Value::Int(1),
+                // Not the token's, its counter still at the granted token.
+                Value::Int(2),
+            ]
+        );
+        assert_eq!(heard(&mut pubsub), notice);
+        let a = get(&mut con, &keys[0]).unwrap();
+        assert!(a.starts_with("waiter\nh\n2\nw\n"), "{a}");
+        assert!(a.ends_with(&format!("\n{}", taken[1] + 1)), "{a}");
+        assert!((6000..=7000).contains(&pttl(&mut con, &keys[0])));
+        assert_eq!(get(&mut con, &keys[4]), None);
+        assert!(
+            pttl(&mut con, &keys[5]) <= 1000,
+            "b's counter keeps the retention"
+        );
+        assert_eq!(
+            get(&mut con, &keys[8]).as_deref(),
+            Some("other\nh\n3\nl\n1\n99")
+        );
     }
 }
