@@ -281,7 +281,7 @@ impl Contender<'_> {
         match self {
             Contender::Lock(keys) => on.give_back(Owner { keys, token }).await,
             Contender::Rw(keys, rw) => on
-                .run(&scripts::rw_release_call(keys, rw, token, 0).invocation())
+                .run(&scripts::rw_release_call(keys, rw, token, 0))
                 .await
                 .map(|_: redis::Value| ()),
             Contender::Permit(keys, permits) => on

@@ -21,10 +21,10 @@ use futures_util::future::join_all;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, RedisError, ScriptInvocation};
+use redis::{FromRedisValue, RedisError};
 
 use super::scripts;
-use super::scripts::ReleaseReply;
+use super::scripts::{Invocation, ReleaseReply};
 use super::shared::{Acked, Attempt, Extend, Owner, Renewal, Renewed, millis};
 use super::shared::{Replicas, Timeouts};
 use super::single::SingleNode;
@@ -208,7 +208,7 @@ impl ClusterNodes {
     /// Runs a script, for at most [`limit`](Self::limit).
     async fn invoke<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
         connection: &mut ClusterConnection,
     ) -> Result<T, LockError> {
         self.within(self.limit(), invocation.invoke_async(connection))
@@ -230,7 +230,7 @@ impl ClusterNodes {
     /// Runs a script on the master of its keys' slot.
     pub(crate) async fn run_script<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
     ) -> Result<T, LockError> {
         let mut connection = self.connection().await?;
         self.invoke(invocation, &mut connection).await
@@ -249,7 +249,7 @@ impl ClusterNodes {
     /// runs after it on that master.
     async fn grant<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
         granted: fn(&T) -> bool,
         give_back: Option<&(dyn Fn() -> redis::Cmd + Sync)>,
     ) -> Result<T, LockError> {
@@ -282,7 +282,7 @@ impl ClusterNodes {
     /// wanted, which is then enough).
     async fn acked<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
         connection: &mut ClusterConnection,
         limit: Duration,
     ) -> Result<Acked<T>, LockError> {
@@ -302,7 +302,7 @@ impl ClusterNodes {
     /// [`grant`](Self::grant)) when it answers `{1, ...}`.
     pub(crate) async fn run_script_or_give_back(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
         give_back: &(dyn Fn() -> redis::Cmd + Sync),
     ) -> Result<Vec<i64>, LockError> {
         let taken = |reply: &Vec<i64>| reply.first() == Some(&1);

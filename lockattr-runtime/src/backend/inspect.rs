@@ -11,7 +11,7 @@ use redis::{FromRedisValue, Value};
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
 use super::redlock::Redlock;
-use super::scripts::{self, Lua, script};
+use super::scripts::{self, Invocation, Lua, script};
 use super::shared::{Forced, OrNone};
 use super::single::SingleNode;
 use crate::LockError;
@@ -120,7 +120,7 @@ pub(crate) static RW_FORCE_UNLOCK: Lua = Lua::new(script!("rw_force_unlock.lua")
 
 /// The keys of [`RW_INSPECT`] and [`RW_FORCE_UNLOCK`], from the keys
 /// [`Keys::read_write`] made.
-fn rw_call(script: &'static Lua, keys: &Keys) -> redis::ScriptInvocation<'static> {
+fn rw_call(script: &'static Lua, keys: &Keys) -> Invocation {
     match &keys.kind {
         KindKeys::Rw(rw) => script.with_keys(rw.keys(keys)),
         KindKeys::Lock | KindKeys::Permit(_) => {
@@ -129,11 +129,11 @@ fn rw_call(script: &'static Lua, keys: &Keys) -> redis::ScriptInvocation<'static
     }
 }
 
-fn inspect_call(keys: &Keys) -> redis::ScriptInvocation<'static> {
+fn inspect_call(keys: &Keys) -> Invocation {
     scripts::INSPECT.with_keys([keys.lock.as_str(), &keys.fence, &keys.waiters])
 }
 
-fn force_call(keys: &Keys, notify: bool, expected: u64) -> redis::ScriptInvocation<'static> {
+fn force_call(keys: &Keys, notify: bool, expected: u64) -> Invocation {
     let mut invocation = scripts::FORCE_UNLOCK.with_keys(keys.queued());
     invocation
         .arg(&keys.channel)
@@ -284,7 +284,7 @@ impl Redlock {
     /// The majority's view: the owner that a majority of nodes name, with
     /// the time a majority still holds it and its fencing token (see
     /// [`holders_fence`]).
-    async fn inspect(&self, call: &redis::ScriptInvocation<'_>) -> Result<Option<Seen>, LockError> {
+    async fn inspect(&self, call: &Invocation) -> Result<Option<Seen>, LockError> {
         let answers = self
             .on_every_node(|node| node.run_script::<OrNone<Seen>>(call))
             .await;
@@ -322,10 +322,7 @@ impl Redlock {
     }
 
     /// Frees the lock on every node that answers.
-    async fn force_unlock(
-        &self,
-        call: &redis::ScriptInvocation<'_>,
-    ) -> Result<Option<String>, LockError> {
+    async fn force_unlock(&self, call: &Invocation) -> Result<Option<String>, LockError> {
         let answers = self
             .on_every_node(|node| node.run_once::<Forced>(call))
             .await;

@@ -57,12 +57,10 @@ use std::time::{Duration, Instant};
 
 use super::deployment::Backend;
 use super::queue::Queued;
-use super::scripts::{Call, Lua, packed, script};
+use super::scripts::{Invocation, Lua, packed, script};
 use super::shared::whole_millis;
 use crate::LockError;
 use crate::layout::{Keys, slot};
-
-use redis::ScriptInvocation;
 
 /// Takes every name of a group or none, in one script call; or, busy,
 /// enters the token as a waiter of each name (when it will wait).
@@ -110,7 +108,7 @@ pub(crate) fn acquire_call(
     expire: Duration,
     wait: Duration,
     queue: bool,
-) -> ScriptInvocation<'static> {
+) -> Invocation {
     let mut invocation = ACQUIRE_SET.with_keys(group.iter().flat_map(|keys| keys.queued()));
     let packed = group
         .first()
@@ -127,14 +125,8 @@ pub(crate) fn acquire_call(
 }
 
 /// A [`GIVE_BACK_SET`] call for the names of `group`.
-fn give_back_set(group: &[&Keys], token: &str) -> Call {
-    let mut call = Call::new(&GIVE_BACK_SET);
-    for keys in group {
-        call.key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters);
-    }
+fn give_back_set(group: &[&Keys], token: &str) -> Invocation {
+    let mut call = GIVE_BACK_SET.with_keys(group.iter().flat_map(|keys| keys.queued()));
     let retention = group.first().map_or(Duration::ZERO, |k| k.fence_retention);
     call.arg(token).arg(whole_millis(retention));
     for keys in group {
@@ -144,8 +136,8 @@ fn give_back_set(group: &[&Keys], token: &str) -> Call {
 }
 
 /// A [`GIVE_BACK_SET`] call for the names of `group`.
-pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> ScriptInvocation<'static> {
-    give_back_set(group, token).invocation()
+pub(crate) fn give_back_call(group: &[&Keys], token: &str) -> Invocation {
+    give_back_set(group, token)
 }
 
 /// [`give_back_call`] as an EVAL with the source (see

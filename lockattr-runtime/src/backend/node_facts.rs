@@ -169,11 +169,11 @@ impl NodeFacts {
         };
         let load = join_all(
             [
-                &*scripts::ACQUIRE,
-                &*scripts::RELEASE,
-                &*scripts::RAISE_FENCE,
-                &*scripts::EXTEND,
-                &*scripts::RENEW,
+                &scripts::ACQUIRE,
+                &scripts::RELEASE,
+                &scripts::RAISE_FENCE,
+                &scripts::EXTEND,
+                &scripts::RENEW,
             ]
             .map(|script| {
                 let mut connection = connection.clone();

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, ScriptInvocation};
+use redis::FromRedisValue;
 
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
+use super::scripts::Invocation;
 use super::shared::{Attempt, Owner};
 use super::single::SingleNode;
 use super::wake::Wakeups;
@@ -66,7 +67,7 @@ impl<'a> Queued<'a> {
     /// connection, so that it runs after the attempt.
     pub(crate) async fn attempt(
         self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
         give_back: &(dyn Fn() -> redis::Cmd + Sync),
     ) -> Result<Vec<i64>, LockError> {
         match self {
@@ -78,7 +79,7 @@ impl<'a> Queued<'a> {
     /// Runs a script that is safe to repeat (a give-back).
     pub(crate) async fn run<T: FromRedisValue>(
         self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
     ) -> Result<T, LockError> {
         match self {
             Queued::Single(node) => node.run_script(invocation).await,

@@ -70,9 +70,7 @@
 
 use std::time::Duration;
 
-use redis::ScriptInvocation;
-
-use super::scripts::{Lua, packed, rw_release_call};
+use super::scripts::{Invocation, Lua, packed, rw_release_call};
 use super::shared::whole_millis;
 use crate::layout::Keys;
 use crate::layout::{RwKeys, RwMode};
@@ -97,11 +95,11 @@ pub(crate) fn give_back_eval(keys: &Keys, rw: &RwKeys, token: &str) -> redis::Cm
     rw_release_call(keys, rw, token, 0).eval()
 }
 
-pub(crate) fn acquire_invocation<'a>(
+pub(crate) fn acquire_invocation(
     keys: &Keys,
     rw: &RwKeys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
-) -> ScriptInvocation<'a> {
+) -> Invocation {
     let side = match rw.mode {
         RwMode::Read => 'r',
         RwMode::Write => 'w',

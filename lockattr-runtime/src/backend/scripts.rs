@@ -1,6 +1,7 @@
-//! The Lua scripts, one static [`Script`] each. `Script::invoke_async` sends
-//! EVALSHA and loads the script once on NOSCRIPT (first use, or after a Redis
-//! restart emptied the script cache).
+//! The Lua scripts, one static [`Lua`] each, and their calls
+//! ([`Invocation`]): EVALSHA, written once as its arguments are given, and
+//! the script loaded on NOSCRIPT (first use, or after a Redis restart
+//! emptied the script cache), then the call sent again.
 //!
 //! Every script checks its numeric arguments before it writes anything: a
 //! duration must be a whole number of milliseconds within the bounds below,
@@ -15,7 +16,8 @@
 
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation, ToRedisArgs};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
 use std::sync::OnceLock;
 
 use super::shared::{Renewal, millis, whole_millis};
@@ -41,41 +43,129 @@ macro_rules! script {
 }
 pub(crate) use script;
 
-/// A script: its Lua source (for EVAL) and the [`Script`] made of it on
-/// first use (for EVALSHA, which loads it on NOSCRIPT).
+/// A script: its Lua source (for EVAL and SCRIPT LOAD) and its SHA1 (for
+/// EVALSHA), computed on first use.
 pub(crate) struct Lua {
     pub(crate) source: &'static str,
-    script: OnceLock<Script>,
+    hash: OnceLock<String>,
 }
 
 impl Lua {
     pub(crate) const fn new(source: &'static str) -> Lua {
         Lua {
             source,
-            script: OnceLock::new(),
+            hash: OnceLock::new(),
         }
     }
-}
 
-impl Lua {
+    /// The SHA1 of the source, as EVALSHA names the script.
+    fn hash(&self) -> &str {
+        self.hash
+            .get_or_init(|| Script::new(self.source).get_hash().to_owned())
+    }
+
     /// A call of this script with `keys`, as EVALSHA; its arguments follow.
     pub(crate) fn with_keys<'k>(
         &'static self,
         keys: impl IntoIterator<Item = &'k str>,
-    ) -> ScriptInvocation<'static> {
-        let mut invocation = self.prepare_invoke();
+    ) -> Invocation {
+        let keys: Vec<&str> = keys.into_iter().collect();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.hash()).arg(keys.len());
         for key in keys {
-            invocation.key(key);
+            cmd.arg(key);
         }
-        invocation
+        Invocation { script: self, cmd }
+    }
+
+    /// Loads the script into the server's script cache (`SCRIPT LOAD`).
+    pub(crate) async fn load_async<C: ConnectionLike>(
+        &self,
+        connection: &mut C,
+    ) -> RedisResult<()> {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(self.source)
+            .query_async::<String>(connection)
+            .await
+            .map(drop)
     }
 }
 
-impl std::ops::Deref for Lua {
-    type Target = Script;
+/// One call of a script: the EVALSHA command, its keys and arguments
+/// written once into it as they are given (no copy per argument when it
+/// is sent, and none per send). Sent with [`invoke_async`](Self::invoke_async)
+/// (loaded on NOSCRIPT), added to a pipeline with [`cmd`](Self::cmd), or
+/// turned into an EVAL with the source ([`eval`](Self::eval): a give-back
+/// that may reach a server that never saw the script, or lost its cache).
+pub(crate) struct Invocation {
+    script: &'static Lua,
+    cmd: Cmd,
+}
 
-    fn deref(&self) -> &Script {
-        self.script.get_or_init(|| Script::new(self.source))
+impl Invocation {
+    /// Loads the script into the server's script cache.
+    pub(crate) async fn load<C: ConnectionLike>(&self, connection: &mut C) -> RedisResult<()> {
+        self.script.load_async(connection).await
+    }
+
+    /// Appends an argument (after the keys, given when it was made).
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Invocation {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// The EVALSHA command.
+    pub(crate) fn cmd(&self) -> &Cmd {
+        &self.cmd
+    }
+
+    /// Sends the call; a script the server does not know (NOSCRIPT: it did
+    /// not run) is loaded, and the call sent again.
+    pub(crate) async fn invoke_async<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        connection: &mut C,
+    ) -> RedisResult<T> {
+        match self.cmd.query_async(connection).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.script.load_async(connection).await?;
+                self.cmd.query_async(connection).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// [`invoke_async`](Self::invoke_async) on a synchronous connection
+    /// (the scripts' own tests).
+    #[cfg(test)]
+    pub(crate) fn invoke<T: FromRedisValue>(
+        &self,
+        connection: &mut redis::Connection,
+    ) -> RedisResult<T> {
+        match self.cmd.query(connection) {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(self.script.source)
+                    .query::<String>(connection)?;
+                self.cmd.query(connection)
+            }
+            answer => answer,
+        }
+    }
+
+    /// The same call as EVAL with the script's source.
+    pub(crate) fn eval(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.script.source);
+        // The words after `EVALSHA <sha1>`: the number of keys, the keys and
+        // the arguments.
+        for word in self.cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = word {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
     }
 }
 
@@ -228,59 +318,6 @@ pub(crate) static RENEW: Lua = Lua::new(script!("renew.lua"));
 /// least the fencing token), 0 when not.
 pub(crate) static RAISE_FENCE: Lua = Lua::new(script!("raise_fence.lua"));
 
-/// One call of a script, its keys and arguments written once, sent as
-/// EVALSHA ([`Call::invocation`]: loaded on NOSCRIPT) or as EVAL with the
-/// source ([`Call::eval`]: a give-back that may reach a server that never
-/// saw the script, or lost its script cache).
-pub(crate) struct Call {
-    script: &'static Lua,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
-}
-
-impl Call {
-    /// A call of `script`.
-    pub(crate) fn new(script: &'static Lua) -> Call {
-        Call {
-            script,
-            keys: Vec::new(),
-            args: Vec::new(),
-        }
-    }
-
-    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Call {
-        self.keys.extend(key.to_redis_args());
-        self
-    }
-
-    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Call {
-        self.args.extend(arg.to_redis_args());
-        self
-    }
-
-    /// As EVALSHA.
-    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
-        let mut invocation = self.script.prepare_invoke();
-        for key in &self.keys {
-            invocation.key(key.as_slice());
-        }
-        for arg in &self.args {
-            invocation.arg(arg.as_slice());
-        }
-        invocation
-    }
-
-    /// As EVAL with the source.
-    pub(crate) fn eval(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(self.script.source).arg(self.keys.len());
-        for part in self.keys.iter().chain(&self.args) {
-            cmd.arg(part.as_slice());
-        }
-        cmd
-    }
-}
-
 /// What [`RELEASE`] answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
@@ -308,7 +345,7 @@ pub(crate) fn acquire(
     expire: Duration,
     wait: Duration,
     queued: bool,
-) -> ScriptInvocation<'static> {
+) -> Invocation {
     let mut invocation = ACQUIRE.with_keys(keys.queued());
     invocation
         .arg(token)
@@ -338,33 +375,18 @@ pub(crate) fn packed(keys: &Keys, expire: Duration, queued: Option<bool>) -> Str
 
 /// A [`RELEASE`] call for `token`, granted `fencing_token` (0: none);
 /// `notify` publishes a release notice when nobody is queued (Redlock).
-pub(crate) fn release(
-    keys: &Keys,
-    token: &str,
-    fencing_token: u64,
-    notify: bool,
-) -> ScriptInvocation<'static> {
+pub(crate) fn release(keys: &Keys, token: &str, fencing_token: u64, notify: bool) -> Invocation {
     if let KindKeys::Rw(rw) = &keys.kind {
         // A read-write lock's release never hands a reader's key on.
-        return rw_release_call(keys, rw, token, fencing_token).invocation();
+        return rw_release_call(keys, rw, token, fencing_token);
     }
-    release_call(keys, token, fencing_token, notify, keys.barge).invocation()
+    release_call(keys, token, fencing_token, notify, keys.barge)
 }
 
 /// A [`RELEASE_SET`] call for `token`, for `members`: each name's keys and
 /// the fencing token it was granted. `notify` as for [`release`].
-pub(crate) fn release_set(
-    members: &[(&Keys, u64)],
-    token: &str,
-    notify: bool,
-) -> ScriptInvocation<'static> {
-    let mut call = Call::new(&RELEASE_SET);
-    for (keys, _) in members {
-        call.key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters);
-    }
+pub(crate) fn release_set(members: &[(&Keys, u64)], token: &str, notify: bool) -> Invocation {
+    let mut call = RELEASE_SET.with_keys(members.iter().flat_map(|(keys, _)| keys.queued()));
     let (retention, barge) = members
         .first()
         .map_or((Duration::ZERO, Duration::ZERO), |(keys, _)| {
@@ -377,7 +399,7 @@ pub(crate) fn release_set(
     for (keys, fencing_token) in members {
         call.arg(&keys.channel).arg(*fencing_token);
     }
-    call.invocation()
+    call
 }
 
 /// A [`RELEASE`] call sent as EVAL with the source, to give back an
@@ -409,15 +431,22 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
 pub(crate) static RW_RELEASE: Lua = Lua::new(script!("rw_release.lua"));
 
 /// A [`RW_RELEASE`] call for `token` (see [`release`]).
-pub(crate) fn rw_release_call(keys: &Keys, rw: &RwKeys, token: &str, fencing_token: u64) -> Call {
-    let mut call = Call::new(&RW_RELEASE);
-    call.key(&rw.write)
-        .key(&rw.readers)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
-        .key(rw.holder_key(token))
-        .arg(token)
+pub(crate) fn rw_release_call(
+    keys: &Keys,
+    rw: &RwKeys,
+    token: &str,
+    fencing_token: u64,
+) -> Invocation {
+    let holder = rw.holder_key(token);
+    let mut call = RW_RELEASE.with_keys([
+        rw.write.as_str(),
+        &rw.readers,
+        &keys.fence,
+        &keys.queue,
+        &keys.waiters,
+        &holder,
+    ]);
+    call.arg(token)
         .arg(&keys.channel)
         .arg("0")
         .arg(whole_millis(keys.fence_retention))
@@ -432,13 +461,9 @@ fn release_call(
     fencing_token: u64,
     notify: bool,
     barge: Duration,
-) -> Call {
-    let mut call = Call::new(&RELEASE);
-    call.key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
-        .arg(token)
+) -> Invocation {
+    let mut call = RELEASE.with_keys(keys.queued());
+    call.arg(token)
         .arg(&keys.channel)
         .arg(if notify { "1" } else { "0" })
         .arg(whole_millis(keys.fence_retention))
@@ -460,7 +485,7 @@ pub(crate) fn extend(
     ms: u64,
     mode: &str,
     max_lease: Duration,
-) -> ScriptInvocation<'static> {
+) -> Invocation {
     let mut invocation = EXTEND.with_keys(keys.held());
     invocation
         .arg(token)
@@ -475,16 +500,13 @@ pub(crate) fn extend(
 }
 
 /// A [`RENEW`] call for a batch of holds (of one Locker: one retention).
-pub(crate) fn renew(leases: &[&Renewal<'_>]) -> ScriptInvocation<'static> {
-    let mut invocation = RENEW.prepare_invoke();
+pub(crate) fn renew(leases: &[&Renewal<'_>]) -> Invocation {
+    let mut invocation = RENEW.with_keys(leases.iter().flat_map(|lease| lease.keys.held()));
     let retention = leases
         .first()
         .map_or(Duration::ZERO, |l| l.keys.fence_retention);
     invocation.arg(whole_millis(retention));
     for lease in leases {
-        for key in lease.keys.held() {
-            invocation.key(key);
-        }
         invocation
             .arg(lease.token)
             .arg(lease.lease.map_or(0, millis));
@@ -493,11 +515,7 @@ pub(crate) fn renew(leases: &[&Renewal<'_>]) -> ScriptInvocation<'static> {
 }
 
 /// A [`RAISE_FENCE`] call.
-pub(crate) fn raise_fence(
-    keys: &Keys,
-    token: &str,
-    fencing_token: u64,
-) -> ScriptInvocation<'static> {
+pub(crate) fn raise_fence(keys: &Keys, token: &str, fencing_token: u64) -> Invocation {
     let mut invocation = RAISE_FENCE.with_keys([keys.lock.as_str(), &keys.fence]);
     invocation
         .arg(token)

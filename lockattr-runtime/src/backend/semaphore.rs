@@ -71,11 +71,9 @@
 
 use std::time::Duration;
 
-use redis::ScriptInvocation;
-
 use super::deployment::Backend;
 use super::queue::unauthenticated;
-use super::scripts::{Call, Lua, packed};
+use super::scripts::{Invocation, Lua, packed};
 use super::shared::Forced;
 use super::shared::whole_millis;
 use crate::LockError;
@@ -91,23 +89,18 @@ impl Permits {
             .map(String::as_str)
     }
 
-    pub(super) fn invocation(
-        &self,
-        script: &'static Lua,
-        keys: &Keys,
-    ) -> ScriptInvocation<'static> {
+    pub(super) fn invocation(&self, script: &'static Lua, keys: &Keys) -> Invocation {
         script.with_keys(self.keys(keys))
     }
 
     /// As [`invocation`](Self::invocation), followed by the keys of the
     /// permits beyond this number, up to [`MAX_PERMITS`]: for an
     /// [`ACQUIRE`] that looks at every permit.
-    fn invocation_of_every(&self, script: &'static Lua, keys: &Keys) -> ScriptInvocation<'static> {
-        let mut invocation = self.invocation(script, keys);
-        for i in self.slots.len()..MAX_PERMITS as usize {
-            invocation.key(format!("{}:permit:{i}", self.base));
-        }
-        invocation
+    fn invocation_of_every(&self, script: &'static Lua, keys: &Keys) -> Invocation {
+        let beyond: Vec<String> = (self.slots.len()..MAX_PERMITS as usize)
+            .map(|i| format!("{}:permit:{i}", self.base))
+            .collect();
+        script.with_keys(self.keys(keys).chain(beyond.iter().map(String::as_str)))
     }
 }
 
@@ -269,12 +262,12 @@ pub(crate) async fn force_release(
 }
 
 /// An [`ACQUIRE`] call; with `every`, looking at every permit.
-pub(crate) fn acquire_invocation<'a>(
+pub(crate) fn acquire_invocation(
     permits: &Permits,
     keys: &Keys,
     (token, expire, wait, queued): (&str, Duration, Duration, bool),
     every: bool,
-) -> ScriptInvocation<'a> {
+) -> Invocation {
     let mut invocation = if every {
         permits.invocation_of_every(&ACQUIRE, keys)
     } else {
@@ -290,11 +283,8 @@ pub(crate) fn acquire_invocation<'a>(
     invocation
 }
 
-fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Call {
-    let mut call = Call::new(&GIVE_BACK);
-    for key in permits.keys(keys) {
-        call.key(key);
-    }
+fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Invocation {
+    let mut call = GIVE_BACK.with_keys(permits.keys(keys));
     call.arg(token)
         .arg(whole_millis(keys.fence_retention))
         .arg(permits.slots.len())
@@ -302,12 +292,8 @@ fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Call {
     call
 }
 
-pub(crate) fn give_back_invocation(
-    permits: &Permits,
-    keys: &Keys,
-    token: &str,
-) -> ScriptInvocation<'static> {
-    give_back(permits, keys, token).invocation()
+pub(crate) fn give_back_invocation(permits: &Permits, keys: &Keys, token: &str) -> Invocation {
+    give_back(permits, keys, token)
 }
 
 /// [`GIVE_BACK`] as EVAL with the source: runs even where the script

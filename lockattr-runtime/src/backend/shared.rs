@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::scripts::Invocation;
 use crate::LockError;
 use crate::layout::Keys;
 
@@ -90,7 +91,7 @@ impl Replicas {
     /// counted earlier writes) is loaded, and the pipeline sent again.
     pub(crate) async fn send<T, C>(
         self,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &Invocation,
         connection: &mut C,
     ) -> redis::RedisResult<T>
     where
@@ -99,13 +100,13 @@ impl Replicas {
     {
         let mut pipeline = redis::pipe();
         pipeline
-            .invoke_script(invocation)
+            .add_command(invocation.cmd().clone())
             .cmd("WAIT")
             .arg(self.min)
             .arg(millis(self.timeout));
         match pipeline.query_async(connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                invocation.load_async(connection).await?;
+                invocation.load(connection).await?;
                 pipeline.query_async(connection).await
             }
             answer => answer,

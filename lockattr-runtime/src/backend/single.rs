@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, ScriptInvocation};
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
 
 use super::node_facts::NodeFacts;
 use super::scripts;
-use super::scripts::ReleaseReply;
+use super::scripts::{Invocation, ReleaseReply};
 use super::shared::{Acked, Attempt, Extend, Owner, Released, Renewal, extended, left_of, millis};
 use super::shared::{Replicas, Timeouts};
 use super::source::{Sentinels, Source};
@@ -337,10 +337,10 @@ impl SingleNode {
     async fn send_then<T: FromRedisValue>(
         &self,
         first: Request<'_>,
-        again: Option<&(dyn Fn() -> ScriptInvocation<'static> + Sync)>,
+        again: Option<&(dyn Fn() -> Invocation + Sync)>,
         unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
     ) -> Result<(T, bool), LockError> {
-        let mut instead: Option<ScriptInvocation<'static>> = None;
+        let mut instead: Option<Invocation> = None;
         let mut retried = false;
         loop {
             let request = match (instead.as_ref(), first) {
@@ -387,9 +387,9 @@ impl SingleNode {
     /// caller gives it back or does not count it.
     async fn grant<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
         granted: fn(&T) -> bool,
-        again: Option<&(dyn Fn() -> ScriptInvocation<'static> + Sync)>,
+        again: Option<&(dyn Fn() -> Invocation + Sync)>,
         unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
     ) -> Result<(T, bool), LockError> {
         if !self.replicas.wanted() {
@@ -531,7 +531,7 @@ impl SingleNode {
         };
         let again = again
             .as_ref()
-            .map(|make| make as &(dyn Fn() -> ScriptInvocation<'static> + Sync));
+            .map(|make| make as &(dyn Fn() -> Invocation + Sync));
         let (left, _): (i64, bool) = self.grant(&first, |left| *left >= 0, again, None).await?;
         extended(left, max_lease)
     }
@@ -559,7 +559,7 @@ impl SingleNode {
     /// connection).
     pub(crate) async fn run_script<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
     ) -> Result<T, LockError> {
         self.send(Request::Script(invocation), None).await
     }
@@ -572,7 +572,7 @@ impl SingleNode {
     /// the script.
     pub(crate) async fn run_script_or_give_back(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
         give_back: &(dyn Fn() -> redis::Cmd + Sync),
     ) -> Result<Vec<i64>, LockError> {
         let give_back = |connection: MultiplexedConnection| {
@@ -597,7 +597,7 @@ impl SingleNode {
     /// happened to the connection.
     pub(crate) async fn run_once<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation,
     ) -> Result<T, LockError> {
         let (slot, generation, mut connection) = self.connection(Lane::Shared).await?;
         match Request::Script(invocation).send(&mut connection).await {
@@ -685,12 +685,12 @@ impl Drop for Unanswered<'_> {
 #[derive(Clone, Copy)]
 pub(super) enum Request<'a> {
     /// A Lua script: EVALSHA, loaded on NOSCRIPT.
-    Script(&'a ScriptInvocation<'a>),
+    Script(&'a Invocation),
     /// A plain command.
     Command(&'a redis::Cmd),
     /// A script that grants time, then `WAIT` for the replicas, in one
     /// pipeline on [`Lane::Replicated`]; its answer is an [`Acked`].
-    Replicated(&'a ScriptInvocation<'a>, Replicas),
+    Replicated(&'a Invocation, Replicas),
 }
 
 impl Request<'_> {

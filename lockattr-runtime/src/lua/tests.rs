@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use redis::{Connection, FromRedisValue, PubSub, Script, Value};
 
+use crate::backend::scripts::Lua;
+
 use crate::backend::test_server::Server;
 use crate::layout::{Keys, MAX_PERMITS, Permits, RwKeys, RwMode};
 
@@ -54,16 +56,16 @@ fn start<T>(setup: impl FnOnce(&mut Connection) -> T) -> (Server, Connection, T)
 /// Calls the script with these keys and arguments.
 fn call<T: FromRedisValue>(
     con: &mut Connection,
-    script: &Script,
+    script: &Lua,
     keys: &[&str],
     args: &[&str],
 ) -> redis::RedisResult<T> {
-    script.key(keys).arg(args).invoke(con)
+    Script::new(script.source).key(keys).arg(args).invoke(con)
 }
 
 /// Calls the script with these keys and arguments; asserts that Redis
 /// answered an error and that nothing was written.
-fn refused(con: &mut Connection, script: &Script, keys: &[&str], args: &[&str]) {
+fn refused(con: &mut Connection, script: &Lua, keys: &[&str], args: &[&str]) {
     let before = snapshot(con);
     let answer = call::<Value>(con, script, keys, args);
     let what = format!("{args:?} on {keys:?}");
@@ -442,7 +444,7 @@ mod rwlock {
     fn release(con: &mut Connection, mode: RwMode, token: &str) -> Value {
         let (keys, rw) = keys_for(mode);
         let call = rw_release_call(&keys, &rw, token, 0);
-        call.invocation().invoke(con).unwrap()
+        call.invoke(con).unwrap()
     }
 
     fn queue(con: &mut Connection) -> Vec<String> {
@@ -472,7 +474,7 @@ mod rwlock {
         six_other.push(&other);
         let mut shifted = all.to_vec();
         shifted.rotate_left(1);
-        let mut refuse = |script: &Script, keys: &[&str], args: &[&str]| {
+        let mut refuse = |script: &Lua, keys: &[&str], args: &[&str]| {
             refused(&mut con, script, keys, args);
         };
         for bad in NOT_MS {
@@ -641,7 +643,7 @@ mod semaphore {
         let all: Vec<&str> = all.into_iter().map(String::as_str).collect();
         let short = &all[..all.len() - 1];
         let channel = keys.channel.as_str();
-        let mut refuse = |keys: &[&str], script: &Script, args: &[&str]| {
+        let mut refuse = |keys: &[&str], script: &Lua, args: &[&str]| {
             refused(&mut con, script, keys, args);
         };
         for bad in NOT_MS {
@@ -850,7 +852,7 @@ mod set {
         let names = ["t:{a}", "t:{b}"]
             .map(|name| ["", ":fence", ":queue", ":waiters"].map(|key| format!("{name}{key}")));
         let keys: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
-        let mut refuse = |script: &Script, keys: &[&str], args: &[&str]| {
+        let mut refuse = |script: &Lua, keys: &[&str], args: &[&str]| {
             refused(&mut con, script, keys, args);
         };
         for second in [
