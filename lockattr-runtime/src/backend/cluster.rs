@@ -288,8 +288,11 @@ impl ClusterNodes {
     ) -> Result<Acked<T>, LockError> {
         if self.replicas.wanted() {
             let limit = limit + self.replicas.timeout;
-            self.within(limit, self.replicas.send(invocation, connection))
-                .await
+            self.within(
+                limit,
+                invocation.invoke_then_wait(self.replicas, connection),
+            )
+            .await
         } else {
             self.within(limit, invocation.invoke_async(connection))
                 .await

@@ -20,7 +20,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
 use std::sync::OnceLock;
 
-use super::shared::{Renewal, millis, whole_millis};
+use super::shared::{Renewal, Replicas, millis, whole_millis};
 use crate::layout::{Keys, KindKeys, RwKeys};
 
 /// The files of `src/lua/` named, joined in order, as they are (what a
@@ -95,8 +95,8 @@ impl Lua {
 /// One call of a script: the EVALSHA command, its keys and arguments
 /// written once into it as they are given (no copy per argument when it
 /// is sent, and none per send). Sent with [`invoke_async`](Self::invoke_async)
-/// (loaded on NOSCRIPT), added to a pipeline with [`cmd`](Self::cmd), or
-/// turned into an EVAL with the source ([`eval`](Self::eval): a give-back
+/// (loaded on NOSCRIPT), followed by `WAIT` with
+/// [`invoke_then_wait`](Self::invoke_then_wait), or turned into an EVAL with the source ([`eval`](Self::eval): a give-back
 /// that may reach a server that never saw the script, or lost its cache).
 pub(crate) struct Invocation {
     script: &'static Lua,
@@ -104,20 +104,10 @@ pub(crate) struct Invocation {
 }
 
 impl Invocation {
-    /// Loads the script into the server's script cache.
-    pub(crate) async fn load<C: ConnectionLike>(&self, connection: &mut C) -> RedisResult<()> {
-        self.script.load_async(connection).await
-    }
-
     /// Appends an argument (after the keys, given when it was made).
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Invocation {
         self.cmd.arg(arg);
         self
-    }
-
-    /// The EVALSHA command.
-    pub(crate) fn cmd(&self) -> &Cmd {
-        &self.cmd
     }
 
     /// Sends the call; a script the server does not know (NOSCRIPT: it did
@@ -149,6 +139,31 @@ impl Invocation {
                     .arg(self.script.source)
                     .query::<String>(connection)?;
                 self.cmd.query(connection)
+            }
+            answer => answer,
+        }
+    }
+
+    /// Sends the call, then `WAIT` for `replicas`, in one pipeline on
+    /// `connection` (which WAIT blocks until the replicas answered or the
+    /// timeout passed). The answer is an `Acked` of the script's. A script
+    /// Redis does not know yet (NOSCRIPT: the script did not run, and WAIT
+    /// only counted earlier writes) is loaded, and the pipeline sent again.
+    pub(crate) async fn invoke_then_wait<T: FromRedisValue, C: ConnectionLike + Send>(
+        &self,
+        replicas: Replicas,
+        connection: &mut C,
+    ) -> RedisResult<T> {
+        let mut pipeline = redis::pipe();
+        pipeline
+            .add_command(self.cmd.clone())
+            .cmd("WAIT")
+            .arg(replicas.min)
+            .arg(millis(replicas.timeout));
+        match pipeline.query_async(connection).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.script.load_async(connection).await?;
+                pipeline.query_async(connection).await
             }
             answer => answer,
         }

@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::scripts::Invocation;
 use crate::LockError;
 use crate::layout::Keys;
 
@@ -80,37 +79,6 @@ impl Replicas {
             wanted: self.min,
             waited: self.timeout,
         })
-    }
-}
-
-impl Replicas {
-    /// Sends `invocation`, then `WAIT`, in one pipeline on `connection`
-    /// (which WAIT blocks until the replicas answered or the timeout
-    /// passed). The answer is an [`Acked`] of the script's. A script Redis
-    /// does not know yet (NOSCRIPT: the script did not run, and WAIT only
-    /// counted earlier writes) is loaded, and the pipeline sent again.
-    pub(crate) async fn send<T, C>(
-        self,
-        invocation: &Invocation,
-        connection: &mut C,
-    ) -> redis::RedisResult<T>
-    where
-        T: redis::FromRedisValue,
-        C: redis::aio::ConnectionLike + Send,
-    {
-        let mut pipeline = redis::pipe();
-        pipeline
-            .add_command(invocation.cmd().clone())
-            .cmd("WAIT")
-            .arg(self.min)
-            .arg(millis(self.timeout));
-        match pipeline.query_async(connection).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                invocation.load(connection).await?;
-                pipeline.query_async(connection).await
-            }
-            answer => answer,
-        }
     }
 }
 

@@ -709,7 +709,7 @@ impl Request<'_> {
             Request::Script(invocation) => invocation.invoke_async(connection).await,
             Request::Command(command) => command.query_async(connection).await,
             Request::Replicated(invocation, replicas) => {
-                replicas.send(invocation, connection).await
+                invocation.invoke_then_wait(replicas, connection).await
             }
         }
     }
