@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::LockError;
 use support::cluster::Cluster;
-use support::lock_key;
+use support::{RedisServer, lock_key};
 
 #[test]
 fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
@@ -238,11 +238,7 @@ fn a_prefix_with_a_hash_tag_puts_a_set_in_one_slot_and_one_script() {
 
 /// Scripts run by every master so far (`EVALSHA`s that completed).
 fn scripts_run(cluster: &Cluster) -> Vec<u64> {
-    cluster
-        .nodes
-        .iter()
-        .map(|node| node.completed_calls().get("evalsha").copied().unwrap_or(0))
-        .collect()
+    cluster.nodes.iter().map(RedisServer::scripts_run).collect()
 }
 
 /// A set is released in one call per slot, as it is taken: names on three

@@ -81,12 +81,7 @@ async fn a_set_is_released_in_one_call_per_node() {
     let nodes = nodes(5);
     let locker = fresh(&nodes);
     let names: Vec<String> = (0..10).map(|i| format!("node:{i}")).collect();
-    let scripts_run = || -> Vec<u64> {
-        nodes
-            .iter()
-            .map(|node| node.completed_calls().get("evalsha").copied().unwrap_or(0))
-            .collect()
-    };
+    let scripts_run = || -> Vec<u64> { nodes.iter().map(RedisServer::scripts_run).collect() };
     let guard = locker
         .lock_all(&names)
         .expire(LONG)

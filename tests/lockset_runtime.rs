@@ -43,15 +43,6 @@ async fn a_set_is_taken_whole_and_released_whole() {
     }
 }
 
-/// Scripts run by this server so far (`EVALSHA`s that completed).
-fn scripts_run(server: &RedisServer) -> u64 {
-    server
-        .completed_calls()
-        .get("evalsha")
-        .copied()
-        .unwrap_or(0)
-}
-
 /// A set of 20 names costs one call to release, as it costs one to take,
 /// whether it is released, dropped or released by the blocking path; each
 /// name is still released as a lock is: handed to its waiter (with a
@@ -85,9 +76,9 @@ async fn a_set_is_released_in_one_call() {
         server.exists("lockattr:{one:3}:queue")
     })
     .expect("the waiter queued");
-    let before = scripts_run(&server);
+    let before = server.scripts_run();
     guard.release().await.unwrap();
-    assert_eq!(scripts_run(&server) - before, 1, "one call for 20 names");
+    assert_eq!(server.scripts_run() - before, 1, "one call for 20 names");
     let handed = tokio::time::timeout(LONG, waiter)
         .await
         .unwrap()
@@ -110,15 +101,15 @@ async fn a_set_is_released_in_one_call() {
         .acquire()
         .await
         .unwrap();
-    let before = scripts_run(&server);
+    let before = server.scripts_run();
     drop(guard);
     assert!(
         eventually(Duration::from_secs(5), gone).is_some(),
         "the dropped set was not released"
     );
-    assert_eq!(scripts_run(&server) - before, 1, "one call for the drop");
+    assert_eq!(server.scripts_run() - before, 1, "one call for the drop");
 
-    let before = scripts_run(&server);
+    let before = server.scripts_run();
     let (blocking, names_again) = (locker.clone(), names.clone());
     tokio::task::spawn_blocking(move || {
         let guard = blocking
@@ -132,7 +123,7 @@ async fn a_set_is_released_in_one_call() {
     .unwrap();
     assert!(gone());
     assert_eq!(
-        scripts_run(&server) - before,
+        server.scripts_run() - before,
         2,
         "one call to take, one to release"
     );

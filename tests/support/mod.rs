@@ -384,6 +384,11 @@ impl RedisServer {
             .collect()
     }
 
+    /// Scripts this server ran since start: `EVALSHA`s that completed.
+    pub fn scripts_run(&self) -> u64 {
+        self.completed_calls().get("evalsha").copied().unwrap_or(0)
+    }
+
     /// Calls that completed per command since start: calls minus failed
     /// calls (an EVALSHA answered NOSCRIPT, then sent again, counts once).
     pub fn completed_calls(&self) -> std::collections::HashMap<String, u64> {

@@ -392,16 +392,10 @@ impl ClusterNodes {
             let group: Vec<(&Keys, u64)> = group.iter().map(|&i| members[i]).collect();
             let invocation = scripts::release_set(&group, token, false);
             let mut connection = self.connection().await?;
-            let replies: Vec<ReleaseReply> = self.invoke(&invocation, &mut connection).await?;
-            if replies.len() != group.len() {
-                return Err(LockError::Runtime {
-                    reason: format!(
-                        "Redis answered the release of {} names with {} values",
-                        group.len(),
-                        replies.len()
-                    ),
-                });
-            }
+            let replies = scripts::set_replies(
+                self.invoke(&invocation, &mut connection).await?,
+                group.len(),
+            )?;
             Ok(group
                 .iter()
                 .zip(replies)

@@ -352,6 +352,23 @@ impl redis::FromRedisValue for ReleaseReply {
     }
 }
 
+/// The replies of a [`RELEASE_SET`] call for `names` names: one per name,
+/// or an error when Redis answered another number.
+pub(crate) fn set_replies(
+    replies: Vec<ReleaseReply>,
+    names: usize,
+) -> Result<Vec<ReleaseReply>, crate::LockError> {
+    if replies.len() != names {
+        return Err(crate::LockError::Runtime {
+            reason: format!(
+                "Redis answered the release of {names} names with {} values",
+                replies.len()
+            ),
+        });
+    }
+    Ok(replies)
+}
+
 /// An [`ACQUIRE`] call; `queued`: an earlier call with this token may have
 /// queued it.
 pub(crate) fn acquire(

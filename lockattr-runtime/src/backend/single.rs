@@ -465,18 +465,9 @@ impl SingleNode {
         let (replies, resent): (Vec<ReleaseReply>, bool) = self
             .send_then(Request::Script(&invocation), None, None)
             .await?;
-        if replies.len() != members.len() {
-            return Err(LockError::Runtime {
-                reason: format!(
-                    "Redis answered the release of {} names with {} values",
-                    members.len(),
-                    replies.len()
-                ),
-            });
-        }
         Ok(members
             .iter()
-            .zip(replies)
+            .zip(scripts::set_replies(replies, members.len())?)
             .map(|((keys, _), reply)| self.released(keys, reply, resent))
             .collect())
     }
