@@ -26,26 +26,12 @@ set -euo pipefail
 bin=$1 port=$2 lib=$3 shape=$4 n=$5
 per=$((n + 100))
 url="redis://127.0.0.1:$port/"
-cli() { redis-cli -p "$port" "$@"; }
-redis_cpu() { cli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/profile_common.sh"
 
 # Run 3 first: which commands are sent by the client ("[0 127.0.0.1:...]")
 # and which are run by its scripts ("[0 lua]"), per pair.
-redis-cli -p "$port" monitor >"$tmp/monitor" &
-mon=$!
-sleep 0.2
-"$bin" "$url" "$lib" "$shape" 200 >/dev/null
-sleep 0.2
-kill "$mon"
-wait "$mon" 2>/dev/null || true
-awk '$3 ~ /^127\.0\.0\.1:/ || $3 == "lua]" {
-        gsub(/"/, "", $4); c = tolower($4)
-        if ($3 == "lua]") lua[c]++; else top[c]++
-    }
-    END { for (c in top) print c, "sent", top[c] / 300; for (c in lua) print c, "script", lua[c] / 300 }
-' "$tmp/monitor" >"$tmp/shape"
+quiet() { "$@" >/dev/null; }
+monitor_shape 300 quiet "$bin" "$url" "$lib" "$shape" 200
 echo "round trips (MONITOR, 200 + 100 pairs):"
 sort "$tmp/shape" | awk '{ printf "  %-16s %-6s %.3f /pair\n", $1, $2, $3 }'
 

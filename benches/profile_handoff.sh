@@ -17,10 +17,7 @@
 set -euo pipefail
 bin=$1 port=$2 lib=$3 rounds=$4
 url="redis://127.0.0.1:$port/"
-cli() { redis-cli -p "$port" "$@"; }
-redis_cpu() { cli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/profile_common.sh"
 
 # Both processes of one run; $1: rounds, $2: a command to wrap each in.
 pair_run() {
@@ -41,19 +38,7 @@ stat() {
     perf stat -x, -o "$tmp/stat$idx" -e task-clock,context-switches,cpu-migrations,sched:sched_waking -- "$@"
 }
 
-redis-cli -p "$port" monitor >"$tmp/monitor" &
-mon=$!
-sleep 0.2
-pair_run 20 plain
-sleep 0.2
-kill "$mon"
-wait "$mon" 2>/dev/null || true
-awk '$3 ~ /^127\.0\.0\.1:/ || $3 == "lua]" {
-        gsub(/"/, "", $4); c = tolower($4)
-        if ($3 == "lua]") lua[c]++; else top[c]++
-    }
-    END { for (c in top) print c, "sent", top[c] / 20; for (c in lua) print c, "script", lua[c] / 20 }
-' "$tmp/monitor" >"$tmp/shape"
+monitor_shape 20 pair_run 20 plain
 
 cli config resetstat >/dev/null
 c0=$(redis_cpu)
