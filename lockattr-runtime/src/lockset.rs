@@ -598,8 +598,8 @@ impl LockSetGuard {
         let Some(leases) = self.take() else {
             return;
         };
-        let names = self.names().collect::<Vec<_>>().join(", ");
         if let Err(e) = guard::release_here(leases).await {
+            let names = self.names().collect::<Vec<_>>().join(", ");
             if lost {
                 tracing::debug!(target: "lockattr", lock = %names, error = %e, "#[redis_lock] released a lock it had lost");
             } else {
