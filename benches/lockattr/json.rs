@@ -765,7 +765,7 @@ pub fn to_json(r: &Report) -> Record {
                 acquire_release: uncontended(&r.cluster.uncontended, None),
                 handoff_across_processes: handoff(&r.cluster.handoff, rtt, Vec::new()),
                 pubsub_messages_per_release: PubSub {
-                    what: "during the hand-over loop: delta of cluster_stats_messages_publish_sent (CLUSTER INFO, summed over the masters) + PUBLISH/SPUBLISH calls (INFO commandstats), divided by the releases that had a waiter; information",
+                    what: "during the hand-over loop: delta of cluster_stats_messages_publish_sent and cluster_stats_messages_publishshard_sent (CLUSTER INFO, summed over the masters) + PUBLISH/SPUBLISH calls (INFO commandstats), divided by the releases that had a waiter; information",
                     releases: r.pubsub.releases,
                     cluster_bus_publish_messages: r.pubsub.bus_messages,
                     publish_calls: r.pubsub.publish_calls,

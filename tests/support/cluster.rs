@@ -21,6 +21,39 @@ impl Cluster {
         Cluster::create(3, 0, "2000", &[])
     }
 
+    /// [`start`](Self::start), each node with the `extra` options.
+    pub fn start_with(extra: &[&str]) -> Cluster {
+        Cluster::create(3, 0, "2000", extra)
+    }
+
+    /// Calls of `command` (lower case, as `INFO commandstats` names it),
+    /// summed over the nodes.
+    pub fn calls(&self, command: &str) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| n.command_calls().get(command).copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// `cluster_stats_messages_<kind>_sent` of `CLUSTER INFO`, summed over
+    /// the nodes: the messages of that kind sent on the cluster bus.
+    pub fn bus_messages(&self, kind: &str) -> u64 {
+        let field = format!("cluster_stats_messages_{kind}_sent:");
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.raw("CLUSTER INFO")
+                    .ok()
+                    .and_then(|info| {
+                        info.lines()
+                            .find_map(|l| l.strip_prefix(field.as_str()))
+                            .and_then(|v| v.trim().parse::<u64>().ok())
+                    })
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// `nodes` servers joined into a cluster with `replicas` replicas per
     /// master (`redis-cli --cluster create`), each with the node timeout
     /// `node_timeout` (ms) and the `extra` options; returns once every node

@@ -90,7 +90,9 @@ pub async fn cluster(servers: &Servers, plan: &Plan, report: &mut Report) -> Res
 /// Pub/sub counters of the Cluster's masters, summed.
 #[derive(Clone, Copy, Default)]
 struct PubSubProbe {
-    /// `cluster_stats_messages_publish_sent` of `CLUSTER INFO`.
+    /// `cluster_stats_messages_publish_sent` and
+    /// `cluster_stats_messages_publishshard_sent` (SPUBLISH to a shard's
+    /// replicas) of `CLUSTER INFO`.
     bus_messages: u64,
     /// `calls` of `cmdstat_publish` and `cmdstat_spublish` in `INFO commandstats`.
     publish_calls: u64,
@@ -101,9 +103,14 @@ impl PubSubProbe {
         let mut probe = PubSubProbe::default();
         for node in &servers.cluster {
             let info = query(node.port, &["CLUSTER", "INFO"])?;
-            probe.bus_messages += info_field(&info, "cluster_stats_messages_publish_sent")
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
+            for field in [
+                "cluster_stats_messages_publish_sent",
+                "cluster_stats_messages_publishshard_sent",
+            ] {
+                probe.bus_messages += info_field(&info, field)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
             let stats = query(node.port, &["INFO", "commandstats"])?;
             for command in ["cmdstat_publish", "cmdstat_spublish"] {
                 probe.publish_calls += info_field(&stats, command)

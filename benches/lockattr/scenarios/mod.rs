@@ -132,7 +132,8 @@ pub struct Deployment {
 pub struct PubSub {
     /// Releases in the loop (each with a waiter blocked on the lock).
     pub releases: u64,
-    /// Delta of `cluster_stats_messages_publish_sent`, summed over the masters.
+    /// Delta of `cluster_stats_messages_publish_sent` and
+    /// `cluster_stats_messages_publishshard_sent`, summed over the masters.
     pub bus_messages: u64,
     /// Delta of PUBLISH and SPUBLISH calls (`INFO commandstats`), summed.
     pub publish_calls: u64,

@@ -29,7 +29,7 @@ use super::shared::{Acked, Attempt, Extend, Owner, Renewal, Renewed, millis};
 use super::shared::{Replicas, Timeouts};
 use super::single::SingleNode;
 use super::source::Source;
-use super::wake::Wakeups;
+use super::wake::{ShardedClient, Wakeups};
 use crate::address::{self, Address, TlsFiles};
 use crate::layout::{Keys, slot};
 use crate::{LockError, io};
@@ -91,21 +91,21 @@ impl ClusterNodes {
         let names: Vec<String> = infos.iter().map(|c| c.addr().to_string()).collect();
         let uses_tls = infos.iter().any(address::is_tls);
         let seed = clients[0].get_connection_info().clone();
-        let builder = ClusterClient::builder(infos)
-            .connection_timeout(timeouts.connect)
-            .response_timeout(timeouts.response)
-            .retries(2);
-        #[cfg(feature = "tls-rustls")]
-        let builder = match tls.redis_certificates() {
-            Some(certificates) => builder.certs(certificates),
-            None => builder,
-        };
-        let client = builder.build().map_err(|e| {
-            LockError::invalid(
-                "Redis Cluster seeds",
-                format!("{} (check the URLs)", e.category()),
-            )
-        })?;
+        let client = cluster_builder(infos.clone(), tls, timeouts)
+            .build()
+            .map_err(|e| {
+                LockError::invalid(
+                    "Redis Cluster seeds",
+                    format!("{} (check the URLs)", e.category()),
+                )
+            })?;
+        let tls_files = tls.clone();
+        let sharded: ShardedClient = Box::new(move |pushes| {
+            cluster_builder(infos.clone(), &tls_files, timeouts)
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(pushes)
+                .build()
+        });
         Ok(ClusterNodes {
             client,
             current: Mutex::new(None),
@@ -117,7 +117,8 @@ impl ClusterNodes {
                     .map(|c| Source::Fixed(Box::new(c)))
                     .collect(),
                 timeouts,
-            ),
+            )
+            .sharded(sharded),
             server: format!("cluster[{}]", names.join(",")),
             tls: uses_tls,
             seed,
@@ -211,6 +212,7 @@ impl ClusterNodes {
         invocation: &Invocation,
         connection: &mut ClusterConnection,
     ) -> Result<T, LockError> {
+        let invocation = invocation.sharded();
         self.within(self.limit(), invocation.invoke_async(connection))
             .await
     }
@@ -286,6 +288,7 @@ impl ClusterNodes {
         connection: &mut ClusterConnection,
         limit: Duration,
     ) -> Result<Acked<T>, LockError> {
+        let invocation = invocation.sharded();
         if self.replicas.wanted() {
             let limit = limit + self.replicas.timeout;
             self.within(
@@ -516,6 +519,27 @@ fn timed_out(server: &str, limit: Duration) -> LockError {
     }
 }
 
+/// The cluster client for `infos` (the seeds), with the Locker's timeouts
+/// and TLS files.
+fn cluster_builder(
+    infos: Vec<redis::ConnectionInfo>,
+    tls: &TlsFiles,
+    timeouts: Timeouts,
+) -> redis::cluster::ClusterClientBuilder {
+    let builder = ClusterClient::builder(infos)
+        .connection_timeout(timeouts.connect)
+        .response_timeout(timeouts.response)
+        .retries(2);
+    #[cfg(feature = "tls-rustls")]
+    let builder = match tls.redis_certificates() {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    };
+    #[cfg(not(feature = "tls-rustls"))]
+    let _ = tls;
+    builder
+}
+
 /// An acquisition sent but not answered: dropped while set, it sends the
 /// release in the background.
 struct GiveBack<'a>(Option<(ClusterConnection, &'a (dyn Fn() -> redis::Cmd + Sync))>);
@@ -525,7 +549,7 @@ impl Drop for GiveBack<'_> {
         let Some((mut connection, give_back)) = self.0.take() else {
             return;
         };
-        let release = give_back();
+        let release = scripts::sharded_eval(give_back());
         let _ = io::spawn(async move {
             let released: redis::RedisResult<redis::Value> =
                 release.query_async(&mut connection).await;

@@ -48,14 +48,43 @@ pub(crate) use script;
 pub(crate) struct Lua {
     pub(crate) source: &'static str,
     hash: OnceLock<String>,
+    /// The copy a Redis Cluster runs (see [`sharded`](Self::sharded)),
+    /// made on first use.
+    sharded: OnceLock<Option<&'static Lua>>,
 }
+
+/// The line of `helpers.lua` that picks how the scripts publish their
+/// notices, and what it becomes in the copy a Redis Cluster runs.
+const PUBLISH: (&str, &str) = (
+    "local publish_command = 'publish'\n",
+    "local publish_command = 'spublish'\n",
+);
 
 impl Lua {
     pub(crate) const fn new(source: &'static str) -> Lua {
         Lua {
             source,
             hash: OnceLock::new(),
+            sharded: OnceLock::new(),
         }
+    }
+
+    /// The copy of this script that a Redis Cluster runs: its notices go
+    /// out with SPUBLISH, which only the shard serving the channel's slot
+    /// carries, instead of PUBLISH, which every node of the cluster
+    /// carries. The script itself when it publishes nothing.
+    pub(crate) fn sharded(&'static self) -> &'static Lua {
+        self.sharded
+            .get_or_init(|| {
+                let publishes = self.source.contains("announce(");
+                publishes.then(|| {
+                    // Made once per script, and kept as long as the static
+                    // script itself.
+                    let source = self.source.replacen(PUBLISH.0, PUBLISH.1, 1);
+                    &*Box::leak(Box::new(Lua::new(Box::leak(source.into_boxed_str()))))
+                })
+            })
+            .unwrap_or(self)
     }
 
     /// The SHA1 of the source, as EVALSHA names the script.
@@ -98,12 +127,26 @@ impl Lua {
 /// (loaded on NOSCRIPT), followed by `WAIT` with
 /// [`invoke_then_wait`](Self::invoke_then_wait), or turned into an EVAL with the source ([`eval`](Self::eval): a give-back
 /// that may reach a server that never saw the script, or lost its cache).
+#[derive(Clone)]
 pub(crate) struct Invocation {
     script: &'static Lua,
     cmd: Cmd,
 }
 
 impl Invocation {
+    /// The same call of the script's copy that a Redis Cluster runs (see
+    /// [`Lua::sharded`]); borrowed when the script publishes nothing.
+    pub(crate) fn sharded(&self) -> std::borrow::Cow<'_, Invocation> {
+        let script = self.script.sharded();
+        if std::ptr::eq(script, self.script) {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.hash());
+        copy_after(&self.cmd, 2, &mut cmd);
+        std::borrow::Cow::Owned(Invocation { script, cmd })
+    }
+
     /// Appends an argument (after the keys, given when it was made).
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Invocation {
         self.cmd.arg(arg);
@@ -175,13 +218,38 @@ impl Invocation {
         cmd.arg(self.script.source);
         // The words after `EVALSHA <sha1>`: the number of keys, the keys and
         // the arguments.
-        for word in self.cmd.args_iter().skip(2) {
-            if let redis::Arg::Simple(bytes) = word {
-                cmd.arg(bytes);
-            }
-        }
+        copy_after(&self.cmd, 2, &mut cmd);
         cmd
     }
+}
+
+/// Appends the words of `from` after its first `skip` to `to`.
+fn copy_after(from: &Cmd, skip: usize, to: &mut Cmd) {
+    for word in from.args_iter().skip(skip) {
+        if let redis::Arg::Simple(bytes) = word {
+            to.arg(bytes);
+        }
+    }
+}
+
+/// `EVAL` command `cmd` (an [`Invocation::eval`]) with the source of the
+/// copy a Redis Cluster runs (see [`Lua::sharded`]); `cmd` itself when
+/// its script publishes nothing.
+pub(crate) fn sharded_eval(cmd: Cmd) -> Cmd {
+    let source = match cmd.args_iter().nth(1) {
+        Some(redis::Arg::Simple(source)) => std::str::from_utf8(source)
+            .ok()
+            .filter(|source| source.contains("announce("))
+            .map(|source| source.replacen(PUBLISH.0, PUBLISH.1, 1)),
+        _ => None,
+    };
+    let Some(source) = source else {
+        return cmd;
+    };
+    let mut sharded = redis::cmd("EVAL");
+    sharded.arg(source);
+    copy_after(&cmd, 2, &mut sharded);
+    sharded
 }
 
 /// Takes the lock if it is free, in one round trip; otherwise queues the

@@ -13,10 +13,11 @@
 //! a release gives the lock directly to the oldest waiter still within its
 //! acquire time, with a new fencing token, and publishes
 //! `<that waiter's token>:<fencing token>:<its lease in ms>` on the lock's
-//! channel. The channel
-//! carries the lock's hash tag, so it can become a sharded channel on a
-//! Redis Cluster. Each Locker has one subscriber connection for all its
-//! waiters; the message is routed by token to the one waiting task, which
+//! channel. The channel carries the lock's hash tag: on a Redis Cluster it
+//! is a shard channel (SPUBLISH, SSUBSCRIBE on a RESP3 cluster connection;
+//! see [`Link`]), so a notice stays on the lock's shard instead of crossing
+//! the cluster bus to every node. Each Locker has one subscriber connection
+//! for all its waiters; the message is routed by token to the one waiting task, which
 //! returns at once: it already holds the lock. The other waiters make no
 //! request: they only move their expiry check to the end of the new
 //! holder's lease (which is shorter than the old holder's when the new
@@ -67,7 +68,9 @@ use std::time::{Duration, Instant};
 
 use futures_core::Stream;
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::{Client, RedisError};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, PushInfo, PushKind, RedisError, RedisResult};
 use tokio::sync::{mpsc, oneshot};
 
 use super::source::Source;
@@ -126,12 +129,22 @@ pub(crate) struct Wakeups {
     shared: Arc<Shared>,
 }
 
+/// Builds a Redis Cluster client on RESP3 whose pushes (the shard
+/// messages, and the connections' losses) go to the sender given.
+pub(crate) type ShardedClient =
+    Box<dyn Fn(mpsc::UnboundedSender<PushInfo>) -> RedisResult<ClusterClient> + Send + Sync>;
+
 /// What the Wakeups share with their background tasks (which hold it weakly,
 /// so that dropping the Wakeups stops them and closes the connection).
 struct Shared {
     /// Where to subscribe: the first that answers (several seeds of a
     /// Redis Cluster, where a PUBLISH reaches every node).
     sources: Vec<Source>,
+    /// A Redis Cluster's: channels are subscribed with SSUBSCRIBE on a
+    /// cluster connection, each on the shard serving its slot, where the
+    /// scripts publish with SPUBLISH. `None`, or a cluster that refuses
+    /// RESP3 or SSUBSCRIBE: SUBSCRIBE on the first of `sources`.
+    sharded: Option<ShardedClient>,
     timeouts: Timeouts,
     state: Mutex<State>,
     /// Held while opening the subscriber connection.
@@ -144,10 +157,51 @@ impl std::fmt::Debug for Wakeups {
     }
 }
 
+/// The subscriber connection: how a channel is subscribed on it.
+#[derive(Clone)]
+enum Link {
+    /// One server's pub/sub connection: SUBSCRIBE.
+    Published(PubSubSink),
+    /// A Redis Cluster connection on RESP3: SSUBSCRIBE, which it sends to
+    /// the shard that serves the channel's slot (and again after a
+    /// reconnection or a move of the slot).
+    Sharded(ClusterConnection),
+}
+
+impl Link {
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Link::Published(sink) => sink.subscribe(channel).await,
+            Link::Sharded(connection) => connection.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Link::Published(sink) => sink.unsubscribe(channel).await,
+            Link::Sharded(connection) => connection.sunsubscribe(channel).await,
+        }
+    }
+
+    async fn ping(&mut self) -> RedisResult<()> {
+        match self {
+            Link::Published(sink) => sink.ping::<redis::Value>().await.map(drop),
+            Link::Sharded(connection) => redis::cmd("PING").query_async(connection).await,
+        }
+    }
+
+    fn is_sharded(&self) -> bool {
+        matches!(self, Link::Sharded(_))
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// The subscriber connection, if open, and its generation.
-    sink: Option<(u64, PubSubSink)>,
+    sink: Option<(u64, Link)>,
+    /// The cluster refused RESP3 or SSUBSCRIBE: subscribe with SUBSCRIBE
+    /// from now on (its scripts, refused SPUBLISH, publish with PUBLISH).
+    published_only: bool,
     /// Generations of subscriber connections opened so far.
     generation: u64,
     channels: HashMap<String, Channel>,
@@ -375,11 +429,21 @@ impl Wakeups {
                         sentinel @ Source::Sentinel(_) => sentinel,
                     })
                     .collect(),
+                sharded: None,
                 timeouts,
                 state: Mutex::default(),
                 connecting: tokio::sync::Mutex::new(()),
             }),
         }
+    }
+
+    /// The wake-ups of a Redis Cluster: on shard channels, through clients
+    /// that `client` builds (see [`Shared::sharded`]).
+    pub(crate) fn sharded(mut self, client: ShardedClient) -> Wakeups {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.sharded = Some(client);
+        }
+        self
     }
 
     /// Enters `token` among the waiters of `channel`; `armed`: the channel
@@ -503,7 +567,7 @@ impl Shared {
     /// failures in a row call for). Runs on the I/O thread, whose runtime
     /// never stops: the connection's I/O task runs where it was opened, and
     /// it serves the waiters of every runtime.
-    async fn connection(self: &Arc<Self>) -> Result<(u64, PubSubSink), RedisError> {
+    async fn connection(self: &Arc<Self>) -> Result<(u64, Link), RedisError> {
         if let Some(sink) = lock(&self.state).sink.clone() {
             return Ok(sink);
         }
@@ -518,6 +582,20 @@ impl Shared {
         if let Some(at) = reopen_at {
             tokio::time::sleep_until(at.into()).await;
         }
+        let published_only = lock(&self.state).published_only;
+        if let Some(client) = self.sharded.as_ref().filter(|_| !published_only) {
+            match self.open_sharded(client).await {
+                Ok(link) => return Ok(link),
+                Err(e) if broken(&e) => {
+                    tracing::debug!(target: "lockattr", error = %e, "cannot open the subscriber connection");
+                    lock(&self.state).failed();
+                    return Err(e);
+                }
+                // Redis's own answer (no RESP3 before Redis 6): channels
+                // are subscribed as on one server.
+                Err(e) => self.publish_only(&e),
+            }
+        }
         let mut last = None;
         for source in &self.sources {
             let client = match source {
@@ -531,7 +609,7 @@ impl Shared {
                 },
             };
             match within(self.timeouts.connect, client.get_async_pubsub()).await {
-                Ok(pubsub) => return Ok(self.install(pubsub)),
+                Ok(pubsub) => return Ok(self.install_published(pubsub)),
                 Err(e) => last = Some(e),
             }
         }
@@ -543,25 +621,59 @@ impl Shared {
         Err(e)
     }
 
+    /// Opens a Redis Cluster connection on RESP3 (see [`Link::Sharded`])
+    /// and makes it the subscriber connection.
+    async fn open_sharded(self: &Arc<Self>, client: &ShardedClient) -> RedisResult<(u64, Link)> {
+        let (pushes, received) = mpsc::unbounded_channel();
+        let client = client(pushes)?;
+        let connection = within(self.timeouts.connect, client.get_async_connection()).await?;
+        let link = Link::Sharded(connection);
+        Ok(self.install(link, |weak, generation, stopped| {
+            io::spawn(read_pushes(weak, generation, received, stopped))
+        }))
+    }
+
+    /// The cluster refused RESP3 or SSUBSCRIBE with `e`: channels are
+    /// subscribed with SUBSCRIBE from now on.
+    fn publish_only(&self, e: &RedisError) {
+        tracing::debug!(target: "lockattr",
+            error = %e,
+            "the cluster does not take SSUBSCRIBE on RESP3; release notices go by PUBLISH"
+        );
+        lock(&self.state).published_only = true;
+    }
+
     /// Makes `pubsub` the subscriber connection, with its reader and its
     /// health check.
-    fn install(self: &Arc<Self>, pubsub: redis::aio::PubSub) -> (u64, PubSubSink) {
+    fn install_published(self: &Arc<Self>, pubsub: redis::aio::PubSub) -> (u64, Link) {
         let (sink, stream) = pubsub.split();
+        self.install(Link::Published(sink), |weak, generation, stopped| {
+            io::spawn(read(weak, generation, stream, stopped))
+        })
+    }
+
+    /// Makes `link` the subscriber connection, with its reader (which
+    /// `reader` starts) and its health check.
+    fn install(
+        self: &Arc<Self>,
+        link: Link,
+        reader: impl FnOnce(Weak<Shared>, u64, oneshot::Receiver<()>) -> Result<(), crate::LockError>,
+    ) -> (u64, Link) {
         let (stop, stopped) = oneshot::channel();
         let generation = {
             let mut state = lock(&self.state);
             state.generation += 1;
-            state.sink = Some((state.generation, sink.clone()));
+            state.sink = Some((state.generation, link.clone()));
             state.stop = Some(stop);
             state.generation
         };
         let weak = Arc::downgrade(self);
-        let started = io::spawn(read(weak.clone(), generation, stream, stopped))
-            .and_then(|()| io::spawn(check_health(weak, generation, sink.clone())));
+        let started = reader(weak.clone(), generation, stopped)
+            .and_then(|()| io::spawn(check_health(weak, generation, link.clone())));
         if started.is_err() {
             self.lost(generation, true);
         }
-        (generation, sink)
+        (generation, link)
     }
 
     /// Subscriber connection `generation` ended, or is closed now because
@@ -668,6 +780,14 @@ async fn subscribe(shared: Weak<Shared>, name: String) {
                 // told to ask Redis; those registered since are subscribed
                 // on the next one.
             }
+            Err(e) if !broken(&e) && sink.is_sharded() => {
+                // A cluster without SSUBSCRIBE (before Redis 7, an ACL, a
+                // renamed command): its waiters register again, and the
+                // channel is subscribed with SUBSCRIBE.
+                drop(state);
+                shared.publish_only(&e);
+                shared.lost(generation, false);
+            }
             Err(e) if !broken(&e) => {
                 // Redis's own answer: an ACL, a renamed command.
                 tracing::debug!(target: "lockattr",
@@ -702,7 +822,7 @@ fn broken(e: &RedisError) -> bool {
 /// channel is subscribed on it, and closes it when a PING is not answered
 /// within the response timeout: a socket that stays open but passes nothing
 /// would otherwise leave every waiter waiting for notices that never come.
-async fn check_health(shared: Weak<Shared>, generation: u64, mut sink: PubSubSink) {
+async fn check_health(shared: Weak<Shared>, generation: u64, mut sink: Link) {
     loop {
         tokio::time::sleep(PING_EVERY).await;
         let Some(strong) = shared.upgrade() else {
@@ -723,7 +843,7 @@ async fn check_health(shared: Weak<Shared>, generation: u64, mut sink: PubSubSin
         if !in_use {
             continue;
         }
-        let answer = within(limit, sink.ping::<redis::Value>()).await;
+        let answer = within(limit, sink.ping()).await;
         let Some(strong) = shared.upgrade() else {
             return;
         };
@@ -758,18 +878,88 @@ async fn read(
             shared.lost(generation, false);
             return;
         };
+        shared.deliver(&message);
+    }
+}
+
+impl Shared {
+    /// Routes release notice `message` to the waiters of its channel.
+    fn deliver(&self, message: &redis::Msg) {
         let Some(handed) = std::str::from_utf8(message.get_payload_bytes())
             .ok()
             .and_then(HandOver::parse)
         else {
-            continue;
+            return;
         };
-        let channel = std::str::from_utf8(message.get_channel_name().as_bytes()).ok();
-        let mut guard = lock(&shared.state);
-        let Some(channel) = channel.and_then(|name| guard.channels.get_mut(name)) else {
-            continue;
+        let mut guard = lock(&self.state);
+        if let Some(channel) = guard.channels.get_mut(message.get_channel_name()) {
+            channel.route(&handed);
+        }
+    }
+
+    /// Shard channel `name` is no longer subscribed on connection
+    /// `generation` (its slot moved to another shard): its waiters ask
+    /// Redis, and register again, which subscribes it where it is now.
+    fn unsubscribed(&self, generation: u64, name: &str) {
+        let mut state = lock(&self.state);
+        let Some(channel) = state.channels.get_mut(name) else {
+            return;
         };
-        channel.route(&handed);
+        if channel.subscribed != Some(generation) {
+            // Unsubscribed by this Locker itself (`unsubscribe_when_idle`).
+            return;
+        }
+        channel.subscribed = None;
+        for (_, waiter) in channel.waiters.drain() {
+            let _ = waiter.wake.send(Wake::Recheck);
+        }
+    }
+}
+
+/// Routes the pushes of the sharded subscriber connection `generation`:
+/// shard messages to their waiters; a lost node connection (which may have
+/// carried a subscription: the cluster connection subscribes again on the
+/// new one, but a notice may have been missed) ends the connection, as a
+/// broken one.
+async fn read_pushes(
+    shared: Weak<Shared>,
+    generation: u64,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    loop {
+        let push = tokio::select! {
+            push = pushes.recv() => push,
+            _ = &mut stopped => return,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let Some(push) = push else {
+            shared.lost(generation, false);
+            return;
+        };
+        match push.kind {
+            PushKind::Disconnection => {
+                shared.lost(generation, false);
+                return;
+            }
+            PushKind::SUnsubscribe => {
+                let name = push.data.first().and_then(|name| match name {
+                    redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+                    _ => None,
+                });
+                if let Some(name) = name {
+                    shared.unsubscribed(generation, name);
+                }
+            }
+            PushKind::SMessage | PushKind::Message => {
+                if let Some(message) = redis::Msg::from_push_info(push) {
+                    shared.deliver(&message);
+                }
+            }
+            _ => {}
+        }
     }
 }
 

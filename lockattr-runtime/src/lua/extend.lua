@@ -35,6 +35,6 @@ end
 redis.call('pexpire', KEYS[1], ttl)
 keep_hold(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ttl, retention)
 if mode == 'hold' then
-  redis.call('publish', ARGV[6], string.format('-:0:%d', ttl))
+  announce(ARGV[6], string.format('-:0:%d', ttl))
 end
 return ttl

@@ -27,6 +27,22 @@ local MAX_TOKEN = 9007199254740992
 -- stands, so the checks answer in the order the script runs them.
 local refusal
 
+-- How the scripts tell waiters: PUBLISH, which a Redis Cluster carries to
+-- every node, or, in the copy of each script that a Cluster runs
+-- (`backend::scripts`, `Lua::sharded`, swaps this line), SPUBLISH, which only the
+-- shard serving the channel's slot carries.
+local publish_command = 'publish'
+
+-- Publishes `notice` on `channel` with `publish_command`. A server that
+-- refuses SPUBLISH (older than Redis 7, or an ACL) gets PUBLISH, as its
+-- waiters, refused SSUBSCRIBE, listen with SUBSCRIBE.
+local function announce(channel, notice)
+  if publish_command ~= 'publish' and type(redis.pcall(publish_command, channel, notice)) == 'number' then
+    return
+  end
+  redis.call('publish', channel, notice)
+end
+
 -- Refuses the call with `message` unless `ok`. Returns `ok`.
 local function check(ok, message)
   if not ok and not refusal then

@@ -66,7 +66,7 @@ local function hand(key, fence_key, channel, waiter, lease, who, fields, retenti
   local fence = next_fence(fence_key, lease + retention)
   redis.call('set', key, waiter .. '\n' .. who .. '\n' .. string.format('%d', now()) .. '\n' .. string.format('%d', fence) .. fields, 'PX', lease)
   local notice = string.format('%s:%d:%d', waiter, fence, lease)
-  redis.call('publish', channel, notice)
+  announce(channel, notice)
   return notice
 end
 
@@ -95,7 +95,7 @@ local function hand_over(k, channel, notify, barge, shared, retention, value)
         redis.call('del', KEYS[k])
         redis.call('pexpire', KEYS[k + 1], retention)
         local notice = oldest .. ':0:0'
-        redis.call('publish', channel, notice)
+        announce(channel, notice)
         return notice
       end
     end
@@ -121,7 +121,7 @@ local function hand_over(k, channel, notify, barge, shared, retention, value)
     redis.call('pexpire', KEYS[k + 1], retention)
   end
   if notify == '1' or marker then
-    redis.call('publish', channel, '-:0:0')
+    announce(channel, '-:0:0')
   end
   return 1
 end

@@ -109,7 +109,7 @@ local function admit(writer_held, nreaders, retention)
       add_reader(waiter, waiter .. '\n' .. who .. '\n' .. string.format('%d', now()) .. string.format('\n%d', fence), lease)
       nreaders = nreaders + 1
       notice = string.format('%s:%d:%d', waiter, fence, lease)
-      redis.call('publish', channel, notice)
+      announce(channel, notice)
     end
     first = first or notice
   end

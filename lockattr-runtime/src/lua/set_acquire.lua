@@ -34,7 +34,7 @@ if busy >= 0 then
       redis.call('del', KEYS[i])
       redis.call('pexpire', KEYS[i + 1], retention)
       if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
-        redis.call('publish', ARGV[4 + (i + 3) / 4], '-:0:0')
+        announce(ARGV[4 + (i + 3) / 4], '-:0:0')
       end
     end
   end

@@ -16,7 +16,7 @@ for i = 1, #KEYS, 4 do
     redis.call('pexpire', KEYS[i + 1], retention)
     deleted = deleted + 1
     if redis.call('pttl', KEYS[i + 2]) ~= -2 or redis.call('pttl', KEYS[i + 3]) ~= -2 then
-      redis.call('publish', ARGV[2 + (i + 3) / 4], '-:0:0')
+      announce(ARGV[2 + (i + 3) / 4], '-:0:0')
     end
   end
 end

@@ -1010,3 +1010,40 @@ mod set {
         );
     }
 }
+
+/// A Redis Cluster runs a copy of each script that publishes, the same but
+/// for SPUBLISH; a script that publishes nothing is its own copy; and a
+/// give-back, sent as EVAL with the source, gets the copy too.
+#[test]
+fn a_cluster_runs_a_copy_that_publishes_on_shard_channels() {
+    use crate::backend::scripts::{ACQUIRE, RELEASE, give_back, sharded_eval};
+    let (plain, shard) = (
+        "local publish_command = 'publish'\n",
+        "local publish_command = 'spublish'\n",
+    );
+    let sharded = RELEASE.sharded();
+    assert!(!std::ptr::eq(sharded, &RELEASE));
+    assert!(RELEASE.source.contains(plain));
+    assert_eq!(sharded.source, RELEASE.source.replacen(plain, shard, 1));
+    assert!(std::ptr::eq(RELEASE.sharded(), sharded), "made once");
+    assert!(std::ptr::eq(ACQUIRE.sharded(), &ACQUIRE));
+
+    let keys = Keys::new("lockattr:", "n", Duration::from_secs(60));
+    let plain_eval = give_back(&keys, "t");
+    let sharded_eval = sharded_eval(give_back(&keys, "t"));
+    let words = |cmd: &redis::Cmd| -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    };
+    let (plain_words, sharded_words) = (words(&plain_eval), words(&sharded_eval));
+    assert_eq!(sharded_words[1], sharded.source.as_bytes());
+    assert_eq!(
+        plain_words[2..],
+        sharded_words[2..],
+        "the same keys and arguments"
+    );
+}

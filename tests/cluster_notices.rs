@@ -1,0 +1,115 @@
+//! Release notices on a Redis Cluster go on shard channels: a release
+//! publishes once, with SPUBLISH, on the shard that serves the lock's slot,
+//! where its waiters listen with SSUBSCRIBE, instead of a PUBLISH that the
+//! cluster bus carries to every node. A cluster without them (before Redis
+//! 7, an ACL, a renamed command) gets PUBLISH and SUBSCRIBE.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::Cluster;
+use support::{eventually, lock_key};
+
+/// The channel of lock `name`'s notices.
+fn channel(name: &str) -> String {
+    format!("{}:wake", lock_key(name))
+}
+
+/// Subscribers of `channel` on `node`, as `PUBSUB <numsub> <channel>`
+/// counts them (`NUMSUB`, or `SHARDNUMSUB` for shard channels).
+fn subscribers(cluster: &Cluster, node: usize, numsub: &str, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg(numsub)
+        .arg(channel)
+        .query(&mut cluster.nodes[node].client())
+        .unwrap();
+    reply.1
+}
+
+/// On each master in turn: a waiter on another Locker, listening on the
+/// lock's shard channel of that master, is handed the lock by a release
+/// that publishes one shard message and nothing on the cluster bus.
+async fn hand_over_on_each_master(cluster: &Cluster, numsub: &str) {
+    let (holder, waiting) = (cluster.locker(), cluster.locker());
+    for name in cluster.name_per_master("notice") {
+        let master = cluster.master_of(&lock_key(&name));
+        let guard = holder
+            .lock(&name)
+            .expire(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let waiter = {
+            let (waiting, name) = (waiting.clone(), name.clone());
+            tokio::spawn(async move {
+                waiting
+                    .lock(&name)
+                    .acquire_timeout(Duration::from_secs(20))
+                    .acquire()
+                    .await
+            })
+        };
+        let listening = eventually(Duration::from_secs(5), || {
+            (0..cluster.nodes.len()).any(|n| subscribers(cluster, n, numsub, &channel(&name)) > 0)
+        });
+        assert!(listening.is_some(), "the waiter never listened ({numsub})");
+        if numsub == "SHARDNUMSUB" {
+            assert_eq!(
+                subscribers(cluster, master, numsub, &channel(&name)),
+                1,
+                "the waiter listens on the master of the lock's slot"
+            );
+        }
+        let before = guard.fencing_token();
+        guard.release().await.unwrap();
+        let handed = waiter.await.unwrap().unwrap();
+        assert!(handed.fencing_token() > before);
+        handed.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_publishes_one_shard_message() {
+    let cluster = Cluster::start();
+    let (published, bus) = (cluster.calls("publish"), cluster.bus_messages("publish"));
+    let (sharded, shard_bus) = (
+        cluster.calls("spublish"),
+        cluster.bus_messages("publishshard"),
+    );
+    hand_over_on_each_master(&cluster, "SHARDNUMSUB").await;
+    // One hand-over per master: one SPUBLISH each, on that master, which
+    // has no replica to tell.
+    assert_eq!(cluster.calls("spublish") - sharded, 3);
+    assert_eq!(cluster.bus_messages("publishshard") - shard_bus, 0);
+    assert_eq!(
+        cluster.calls("publish") - published,
+        0,
+        "a PUBLISH was sent"
+    );
+    assert_eq!(
+        cluster.bus_messages("publish") - bus,
+        0,
+        "a notice crossed the cluster bus"
+    );
+    // Nobody listens with SUBSCRIBE.
+    for node in 0..cluster.nodes.len() {
+        let name = cluster.name_per_master("notice").remove(0);
+        assert_eq!(subscribers(&cluster, node, "NUMSUB", &channel(&name)), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_shard_channels_gets_publish_and_subscribe() {
+    let cluster = Cluster::start_with(&[
+        "--rename-command",
+        "SSUBSCRIBE",
+        "",
+        "--rename-command",
+        "SPUBLISH",
+        "",
+    ]);
+    let published = cluster.calls("publish");
+    hand_over_on_each_master(&cluster, "NUMSUB").await;
+    assert_eq!(cluster.calls("publish") - published, 3);
+}
