@@ -113,3 +113,49 @@ async fn a_cluster_without_shard_channels_gets_publish_and_subscribe() {
     hand_over_on_each_master(&cluster, "NUMSUB").await;
     assert_eq!(cluster.calls("publish") - published, 3);
 }
+
+/// A waiter listening on its lock's shard channel while the slot moves to
+/// another master (a resharding) is told its subscription ended, listens
+/// again on the new master, and is handed the lock by the release there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_slot_to_another_master() {
+    let cluster = Cluster::start();
+    let (holder, waiting) = (cluster.locker(), cluster.locker());
+    let name = cluster.name_per_master("moving").remove(0);
+    let (key, channel) = (lock_key(&name), channel(&name));
+    let from = cluster.master_of(&key);
+    let to = (from + 1) % cluster.nodes.len();
+    let guard = holder
+        .lock(&name)
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let (waiting, name) = (waiting.clone(), name.clone());
+        tokio::spawn(async move {
+            waiting
+                .lock(&name)
+                .acquire_timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    let listening = |node: usize| subscribers(&cluster, node, "SHARDNUMSUB", &channel) == 1;
+    assert!(eventually(Duration::from_secs(5), || listening(from)).is_some());
+
+    cluster.move_slot(&key, to);
+    assert_eq!(cluster.master_of(&key), to);
+    assert!(
+        eventually(Duration::from_secs(5), || listening(to)).is_some(),
+        "the waiter did not listen again where its slot went"
+    );
+    assert_eq!(subscribers(&cluster, from, "SHARDNUMSUB", &channel), 0);
+
+    let (before, spublished) = (guard.fencing_token(), cluster.calls("spublish"));
+    guard.release().await.unwrap();
+    let handed = waiter.await.unwrap().unwrap();
+    assert!(handed.fencing_token() > before);
+    assert_eq!(cluster.calls("spublish") - spublished, 1);
+    handed.release().await.unwrap();
+}

@@ -26,6 +26,61 @@ impl Cluster {
         Cluster::create(3, 0, "2000", extra)
     }
 
+    /// Moves the slot of `key`, with its keys, from the master serving it
+    /// to master `to`, as a resharding does (`IMPORTING`, `MIGRATING`,
+    /// `MIGRATE`, then `SETSLOT NODE` on every node).
+    pub fn move_slot(&self, key: &str, to: usize) {
+        let from = self.master_of(key);
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[from].client())
+            .unwrap();
+        let id = |i: usize| -> String {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut self.nodes[i].client())
+                .unwrap()
+        };
+        let (from_id, to_id) = (id(from), id(to));
+        let setslot = |node: usize, words: &[&str]| {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(words)
+                .query(&mut self.nodes[node].client())
+                .unwrap();
+        };
+        setslot(to, &["IMPORTING", &from_id]);
+        setslot(from, &["MIGRATING", &to_id]);
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut self.nodes[from].client())
+                .unwrap();
+            if keys.is_empty() {
+                break;
+            }
+            let _: () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(self.nodes[to].port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query(&mut self.nodes[from].client())
+                .unwrap();
+        }
+        setslot(to, &["NODE", &to_id]);
+        setslot(from, &["NODE", &to_id]);
+        for node in (0..self.nodes.len()).filter(|n| *n != to && *n != from) {
+            setslot(node, &["NODE", &to_id]);
+        }
+    }
+
     /// Calls of `command` (lower case, as `INFO commandstats` names it),
     /// summed over the nodes.
     pub fn calls(&self, command: &str) -> u64 {
