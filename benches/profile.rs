@@ -9,7 +9,10 @@
 //! target/release/deps/profile-* redis://127.0.0.1:7455/ lockattr current-thread-task 20000
 //! ```
 //!
-//! Arguments: a redis URL; a library: `lockattr` (`Locker::new(url)`,
+//! Arguments: a redis URL, or several separated by commas for a Redlock
+//! (`Locker::redlock_builder(urls)` with `delay_restarted_nodes(false)`, as
+//! the bench's row 8; rslock's `LockManager::new(urls)`; `ping`
+//! pings the first); a library: `lockattr` (`Locker::new(url)`,
 //! `lock(name).expire(10s).acquire()`, then `guard.release()`), `rslock`
 //! (`LockManager::new(vec![url])`, `lock(name, 10s)`, then `unlock`) or
 //! `ping` (two raw redis-rs `PING`s on a `MultiplexedConnection` per pair:
@@ -43,7 +46,14 @@ async fn pairs(url: String, lib: Lib, n: usize) -> Res<f64> {
     let name = "profile:uncontended";
     match lib {
         Lib::Lockattr => {
-            let locker = lockattr::Locker::new(url.as_str())?;
+            let urls: Vec<&str> = url.split(',').collect();
+            let locker = match &urls[..] {
+                [one] => lockattr::Locker::new(*one)?,
+                // As the bench's row 8: its nodes were started just now.
+                many => lockattr::Locker::redlock_builder(many.iter().copied())
+                    .delay_restarted_nodes(false)
+                    .build()?,
+            };
             let pair = || async {
                 let guard = locker.lock(name).expire(EXPIRE).acquire().await?;
                 guard.release().await?;
@@ -52,7 +62,7 @@ async fn pairs(url: String, lib: Lib, n: usize) -> Res<f64> {
             timed_loop(n, pair).await
         }
         Lib::Rslock => {
-            let manager = rslock::LockManager::new(vec![url.clone()]);
+            let manager = rslock::LockManager::new(url.split(',').map(String::from).collect());
             let pair = || async {
                 let lock = manager.lock(name, EXPIRE).await?;
                 manager.unlock(&lock).await;
@@ -61,7 +71,8 @@ async fn pairs(url: String, lib: Lib, n: usize) -> Res<f64> {
             timed_loop(n, pair).await
         }
         Lib::Ping => {
-            let client = redis::Client::open(url.as_str())?;
+            let first = url.split(',').next().unwrap_or_default();
+            let client = redis::Client::open(first)?;
             let con = client.get_multiplexed_async_connection().await?;
             let pair = || {
                 let mut con = con.clone();

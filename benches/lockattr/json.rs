@@ -322,6 +322,7 @@ struct PubSub {
     cluster_bus_publish_messages: u64,
     publish_calls: u64,
     per_release: N,
+    target: Target,
 }
 
 /// Rows 10 and 11: the other lock kinds.
@@ -765,11 +766,12 @@ pub fn to_json(r: &Report) -> Record {
                 acquire_release: uncontended(&r.cluster.uncontended, None),
                 handoff_across_processes: handoff(&r.cluster.handoff, rtt, Vec::new()),
                 pubsub_messages_per_release: PubSub {
-                    what: "during the hand-over loop: delta of cluster_stats_messages_publish_sent and cluster_stats_messages_publishshard_sent (CLUSTER INFO, summed over the masters) + PUBLISH/SPUBLISH calls (INFO commandstats), divided by the releases that had a waiter; information",
+                    what: "during the hand-over loop: delta of cluster_stats_messages_publish_sent and cluster_stats_messages_publishshard_sent (CLUSTER INFO, summed over the masters) + PUBLISH/SPUBLISH calls (INFO commandstats), divided by the releases that had a waiter",
                     releases: r.pubsub.releases,
                     cluster_bus_publish_messages: r.pubsub.bus_messages,
                     publish_calls: r.pubsub.publish_calls,
                     per_release: N(r.pubsub.per_release()),
+                    target: targets::cluster_pubsub(r),
                 },
             },
             kinds: kinds(r),

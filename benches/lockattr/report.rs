@@ -340,7 +340,7 @@ pub fn rows(r: &Report) -> Vec<Row> {
             fmt_num(r.pubsub.per_release(), 2),
             none(),
         )
-        .in_readme(),
+        .checked(targets::cluster_pubsub(r)),
         kind_row(
             "set of 2 names, acq+rel, µs (RTT; × two locks in a row)",
             targets::SET,

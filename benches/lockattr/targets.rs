@@ -122,6 +122,15 @@ pub fn redlock_handoff(r: &Report) -> Target {
     }
 }
 
+/// Row 9: pub/sub messages per release on the Cluster (the PUBLISH or
+/// SPUBLISH calls plus the cluster-bus messages they cause).
+pub fn cluster_pubsub(r: &Report) -> Target {
+    Target {
+        text: "1.00 (one message per release)",
+        met: r.pubsub.releases > 0 && r.pubsub.per_release() <= 1.0,
+    }
+}
+
 /// Row 10: a set of two names against two locks taken one after the other.
 pub fn set_of_two(r: &Report) -> Target {
     Target {
