@@ -586,14 +586,14 @@ impl Shared {
         if let Some(client) = self.sharded.as_ref().filter(|_| !published_only) {
             match self.open_sharded(client).await {
                 Ok(link) => return Ok(link),
-                Err(e) if broken(&e) => {
+                // No RESP3 (`HELLO`) before Redis 6: channels are
+                // subscribed as on one server.
+                Err(e) if unsupported(&e) => self.publish_only(&e),
+                Err(e) => {
                     tracing::debug!(target: "lockattr", error = %e, "cannot open the subscriber connection");
                     lock(&self.state).failed();
                     return Err(e);
                 }
-                // Redis's own answer (no RESP3 before Redis 6): channels
-                // are subscribed as on one server.
-                Err(e) => self.publish_only(&e),
             }
         }
         let mut last = None;
@@ -780,7 +780,7 @@ async fn subscribe(shared: Weak<Shared>, name: String) {
                 // told to ask Redis; those registered since are subscribed
                 // on the next one.
             }
-            Err(e) if !broken(&e) && sink.is_sharded() => {
+            Err(e) if sink.is_sharded() && unsupported(&e) => {
                 // A cluster without SSUBSCRIBE (before Redis 7, an ACL, a
                 // renamed command): its waiters register again, and the
                 // channel is subscribed with SUBSCRIBE.
@@ -809,6 +809,20 @@ async fn subscribe(shared: Weak<Shared>, name: String) {
                 shared.lost(generation, true);
             }
         }
+    }
+}
+
+/// Redis does not take the command: unknown to it (an older server, a
+/// renamed command) or refused to this user by an ACL. Not a passing
+/// state of the cluster (`CLUSTERDOWN`, `TRYAGAIN`, a failover), after
+/// which shard channels work again.
+fn unsupported(e: &RedisError) -> bool {
+    match e.kind() {
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => e
+            .detail()
+            .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command")),
+        _ => false,
     }
 }
 
