@@ -159,3 +159,63 @@ async fn a_waiter_follows_its_slot_to_another_master() {
     assert_eq!(cluster.calls("spublish") - spublished, 1);
     handed.release().await.unwrap();
 }
+
+/// A user whose ACL refuses the shard commands (`-spublish -ssubscribe`)
+/// gets `PUBLISH` from the scripts and `SUBSCRIBE` for its waiters: the
+/// waiter listens and is handed the lock, as on a cluster before Redis 7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_the_shard_commands_gets_publish_and_subscribe() {
+    let cluster = Cluster::start();
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg(&[
+                "on",
+                ">secret",
+                "~*",
+                "&*",
+                "+@all",
+                "-spublish",
+                "-ssubscribe",
+            ])
+            .query(&mut node.client())
+            .unwrap();
+    }
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("redis://locker:secret@127.0.0.1:{}/", n.port))
+        .collect();
+    let (holder, waiting) = (
+        lockattr::Locker::cluster(urls.clone()).unwrap(),
+        lockattr::Locker::cluster(urls).unwrap(),
+    );
+    let published = cluster.calls("publish");
+    let name = "refused";
+    let guard = holder.lock(name).acquire().await.unwrap();
+    let waiter = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            waiting
+                .lock(name)
+                .acquire_timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    let listening = eventually(Duration::from_secs(5), || {
+        (0..cluster.nodes.len()).any(|n| subscribers(&cluster, n, "NUMSUB", &channel(name)) > 0)
+    });
+    assert!(
+        listening.is_some(),
+        "the waiter never listened with SUBSCRIBE"
+    );
+    let before = guard.fencing_token();
+    guard.release().await.unwrap();
+    let handed = waiter.await.unwrap().unwrap();
+    assert!(handed.fencing_token() > before);
+    assert_eq!(cluster.calls("publish") - published, 1);
+    assert_eq!(cluster.calls("spublish"), 0);
+    handed.release().await.unwrap();
+}
