@@ -1185,6 +1185,11 @@ async fn contended_run_leaves_only_fence_keys() {
 
 // ---- 14. A subscriber link that goes silent ---------------------------------
 
+/// The SUBSCRIBE command as RESP sends its name (a bulk string of its own),
+/// for the proxy to stall the subscriber link on: a script's source that
+/// mentions the word, loaded on the command connection, does not match.
+const SUBSCRIBE_COMMAND: &[u8] = b"$9\r\nSUBSCRIBE\r\n";
+
 /// Subscribers (of any channel) of `name`'s release notices on `server`.
 fn channel_subscribers(server: &RedisServer, name: &str) -> usize {
     let counts: Vec<(String, usize)> = redis::cmd("PUBSUB")
@@ -1242,7 +1247,7 @@ async fn waiter_behind_a_proxy(
 }
 
 /// A waiter (acquire time 20 s) whose subscriber link goes silent (the
-/// socket stays open, nothing passes: `stall_matching(b"SUBSCRIBE")`) while
+/// socket stays open, nothing passes: `stall_matching(SUBSCRIBE_COMMAND)`) while
 /// its command connection still works: the holder's release hands it the
 /// lock in Redis, the message never arrives, and the waiter still has the
 /// lock within about a second of the release (bound: 2.5 s), by asking
@@ -1252,7 +1257,7 @@ async fn waiter_behind_a_proxy(
 async fn handed_over_waiter_learns_it_over_a_silent_subscriber_link() {
     let server = RedisServer::start();
     let (proxy, holder, waiter) = waiter_behind_a_proxy(&server, "silent").await;
-    proxy.stall_matching(b"SUBSCRIBE");
+    proxy.stall_matching(SUBSCRIBE_COMMAND);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (outcome, late) = release_and_wait(holder, waiter).await;
     let guard = outcome.unwrap();
@@ -1273,7 +1278,7 @@ async fn handed_over_waiter_learns_it_over_a_silent_subscriber_link() {
 async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    proxy.stall_matching(b"SUBSCRIBE");
+    proxy.stall_matching(SUBSCRIBE_COMMAND);
     let shared = Locker::new(proxy.url()).unwrap();
     let holder = shared.lock("own").expire(LONG).acquire().await.unwrap();
     let waiter = spawn_waiter(&shared, "own", LONG, PATIENT);
@@ -1282,6 +1287,11 @@ async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
         "the waiter never queued"
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        channel_subscribers(&server, "own"),
+        0,
+        "the proxy let the SUBSCRIBE through"
+    );
     let scripts_before = script_runs(&server);
     let (outcome, late) = release_and_wait(holder, waiter).await;
     let guard = outcome.unwrap();
@@ -1305,7 +1315,7 @@ async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
 async fn waiters_on_a_silent_subscriber_link_return_within_their_acquire_time() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    proxy.stall_matching(b"SUBSCRIBE");
+    proxy.stall_matching(SUBSCRIBE_COMMAND);
     let holder = locker(&server)
         .lock("eight")
         .expire(LONG)
@@ -1350,7 +1360,7 @@ async fn silent_subscriber_connection_is_replaced() {
     let server = RedisServer::start();
     let (proxy, holder, waiter) = waiter_behind_a_proxy(&server, "replaced").await;
     let accepted = proxy.accepted();
-    proxy.stall_matching(b"SUBSCRIBE");
+    proxy.stall_matching(SUBSCRIBE_COMMAND);
     assert!(
         until(Duration::from_secs(5), || proxy.accepted() > accepted).await,
         "no new connection within 5 s of the subscriber link going silent"
