@@ -76,11 +76,9 @@ impl Lua {
     pub(crate) fn sharded(&'static self) -> &'static Lua {
         self.sharded
             .get_or_init(|| {
-                let publishes = self.source.contains("announce(");
-                publishes.then(|| {
-                    // Made once per script, and kept as long as the static
-                    // script itself.
-                    let source = self.source.replacen(PUBLISH.0, PUBLISH.1, 1);
+                // Made once per script, and kept as long as the static
+                // script itself.
+                sharded_source(self.source).map(|source| {
                     &*Box::leak(Box::new(Lua::new(Box::leak(source.into_boxed_str()))))
                 })
             })
@@ -232,15 +230,23 @@ fn copy_after(from: &Cmd, skip: usize, to: &mut Cmd) {
     }
 }
 
+/// Script source `source` as a Redis Cluster runs it (see
+/// [`Lua::sharded`]); `None` when the script publishes nothing (it never
+/// calls the shared `announce`, which `build.rs` then leaves out).
+fn sharded_source(source: &str) -> Option<String> {
+    source
+        .contains("local function announce(")
+        .then(|| source.replacen(PUBLISH.0, PUBLISH.1, 1))
+}
+
 /// `EVAL` command `cmd` (an [`Invocation::eval`]) with the source of the
 /// copy a Redis Cluster runs (see [`Lua::sharded`]); `cmd` itself when
 /// its script publishes nothing.
 pub(crate) fn sharded_eval(cmd: Cmd) -> Cmd {
     let source = match cmd.args_iter().nth(1) {
-        Some(redis::Arg::Simple(source)) => std::str::from_utf8(source)
-            .ok()
-            .filter(|source| source.contains("announce("))
-            .map(|source| source.replacen(PUBLISH.0, PUBLISH.1, 1)),
+        Some(redis::Arg::Simple(source)) => {
+            std::str::from_utf8(source).ok().and_then(sharded_source)
+        }
         _ => None,
     };
     let Some(source) = source else {
