@@ -8,8 +8,10 @@ mod support;
 
 use std::time::Duration;
 
+use lockattr::{LockError, LockGuard, Locker};
 use support::cluster::Cluster;
 use support::{eventually, lock_key};
+use tokio::task::JoinHandle;
 
 /// The channel of lock `name`'s notices.
 fn channel(name: &str) -> String {
@@ -27,6 +29,30 @@ fn subscribers(cluster: &Cluster, node: usize, numsub: &str, channel: &str) -> i
     reply.1
 }
 
+/// `holder` takes `name` for 30 s, and a task waits for it on `waiting`
+/// (20 s of acquire time): the guard, and the waiting task.
+async fn held_with_a_waiter(
+    holder: &Locker,
+    waiting: &Locker,
+    name: &str,
+) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
+    let guard = holder
+        .lock(name)
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (waiting, name) = (waiting.clone(), name.to_owned());
+    let waiter = tokio::spawn(async move {
+        waiting
+            .lock(&name)
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    (guard, waiter)
+}
+
 /// On each master in turn: a waiter on another Locker, listening on the
 /// lock's shard channel of that master, is handed the lock by a release
 /// that publishes one shard message and nothing on the cluster bus.
@@ -34,22 +60,7 @@ async fn hand_over_on_each_master(cluster: &Cluster, numsub: &str) {
     let (holder, waiting) = (cluster.locker(), cluster.locker());
     for name in cluster.name_per_master("notice") {
         let master = cluster.master_of(&lock_key(&name));
-        let guard = holder
-            .lock(&name)
-            .expire(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
-        let waiter = {
-            let (waiting, name) = (waiting.clone(), name.clone());
-            tokio::spawn(async move {
-                waiting
-                    .lock(&name)
-                    .acquire_timeout(Duration::from_secs(20))
-                    .acquire()
-                    .await
-            })
-        };
+        let (guard, waiter) = held_with_a_waiter(&holder, &waiting, &name).await;
         let listening = eventually(Duration::from_secs(5), || {
             (0..cluster.nodes.len()).any(|n| subscribers(cluster, n, numsub, &channel(&name)) > 0)
         });
@@ -125,22 +136,7 @@ async fn a_waiter_follows_its_slot_to_another_master() {
     let (key, channel) = (lock_key(&name), channel(&name));
     let from = cluster.master_of(&key);
     let to = (from + 1) % cluster.nodes.len();
-    let guard = holder
-        .lock(&name)
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = {
-        let (waiting, name) = (waiting.clone(), name.clone());
-        tokio::spawn(async move {
-            waiting
-                .lock(&name)
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let (guard, waiter) = held_with_a_waiter(&holder, &waiting, &name).await;
     let listening = |node: usize| subscribers(&cluster, node, "SHARDNUMSUB", &channel) == 1;
     assert!(eventually(Duration::from_secs(5), || listening(from)).is_some());
 
@@ -188,22 +184,12 @@ async fn a_user_refused_the_shard_commands_gets_publish_and_subscribe() {
         .map(|n| format!("redis://locker:secret@127.0.0.1:{}/", n.port))
         .collect();
     let (holder, waiting) = (
-        lockattr::Locker::cluster(urls.clone()).unwrap(),
-        lockattr::Locker::cluster(urls).unwrap(),
+        Locker::cluster(urls.clone()).unwrap(),
+        Locker::cluster(urls).unwrap(),
     );
     let published = cluster.calls("publish");
     let name = "refused";
-    let guard = holder.lock(name).acquire().await.unwrap();
-    let waiter = {
-        let waiting = waiting.clone();
-        tokio::spawn(async move {
-            waiting
-                .lock(name)
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let (guard, waiter) = held_with_a_waiter(&holder, &waiting, name).await;
     let listening = eventually(Duration::from_secs(5), || {
         (0..cluster.nodes.len()).any(|n| subscribers(&cluster, n, "NUMSUB", &channel(name)) > 0)
     });
