@@ -290,6 +290,15 @@ impl Channel {
         }
     }
 
+    /// The channel is no longer subscribed: a notice may have been missed,
+    /// so every waiter asks Redis, and registers again to keep waiting.
+    fn unsubscribed(&mut self) {
+        self.subscribed = None;
+        for (_, waiter) in self.waiters.drain() {
+            let _ = waiter.wake.send(Wake::Recheck);
+        }
+    }
+
     /// Tells every waiter not yet armed that the channel is subscribed.
     fn arm(&mut self) {
         for entry in self.waiters.values_mut().filter(|e| !e.armed) {
@@ -696,10 +705,7 @@ impl Shared {
         // The reader stops and drops its stream, which closes the socket.
         state.stop = None;
         for channel in state.channels.values_mut() {
-            channel.subscribed = None;
-            for (_, waiter) in channel.waiters.drain() {
-                let _ = waiter.wake.send(Wake::Recheck);
-            }
+            channel.unsubscribed();
         }
     }
 }
@@ -923,10 +929,7 @@ impl Shared {
             // Unsubscribed by this Locker itself (`unsubscribe_when_idle`).
             return;
         }
-        channel.subscribed = None;
-        for (_, waiter) in channel.waiters.drain() {
-            let _ = waiter.wake.send(Wake::Recheck);
-        }
+        channel.unsubscribed();
     }
 }
 
