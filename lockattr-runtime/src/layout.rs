@@ -203,6 +203,38 @@ pub(crate) const RW_LEGACY_READERS: &str = ":rw:readers";
 /// permit's index (see [`Permits`]).
 pub(crate) const SEM_PERMIT: &str = ":sem:permit:";
 
+/// A release notice, `<token>:<fencing token>:<lease ms>`: published on
+/// the lock's channel and answered to the releaser.
+pub(crate) struct Notice<'a> {
+    /// The token of the waiter handed the lock (`-`: none).
+    pub(crate) token: &'a str,
+    /// Its fencing token (0: not handed; the waiter named may try).
+    pub(crate) fencing_token: u64,
+    /// Its lease.
+    pub(crate) lease: Duration,
+}
+
+impl<'a> Notice<'a> {
+    /// `<token>:0:0`: not a hand-over but a release that left the lock free
+    /// and names the oldest waiter, which may take it.
+    pub(crate) fn is_try_now(&self) -> bool {
+        self.fencing_token == 0 && self.token != "-"
+    }
+
+    /// Reads a notice as a release publishes it.
+    pub(crate) fn parse(payload: &'a str) -> Option<Notice<'a>> {
+        let mut parts = payload.rsplitn(3, ':');
+        let lease = Duration::from_millis(parts.next()?.parse().ok()?);
+        let fencing_token = parts.next()?.parse().ok()?;
+        let token = parts.next()?;
+        Some(Notice {
+            token,
+            fencing_token,
+            lease,
+        })
+    }
+}
+
 /// The kinds a key found by a scan shows held (see [`holder_of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Found {

@@ -74,6 +74,7 @@ use redis::{Client, PushInfo, PushKind, RedisError, RedisResult};
 use tokio::sync::{mpsc, oneshot};
 
 use super::source::Source;
+use crate::layout::Notice as HandOver;
 
 use super::shared::{FALLBACK_PAUSE, RECHECK, Timeouts};
 use crate::io;
@@ -977,33 +978,6 @@ async fn read_pushes(
             }
             _ => {}
         }
-    }
-}
-
-/// A release notice: `<token>:<fencing token>:<lease ms>`.
-struct HandOver<'a> {
-    token: &'a str,
-    fencing_token: u64,
-    lease: Duration,
-}
-
-impl<'a> HandOver<'a> {
-    /// `<token>:0:0`: not a hand-over but a release that left the lock free
-    /// and names the oldest waiter, which may take it.
-    fn is_try_now(&self) -> bool {
-        self.fencing_token == 0 && self.token != "-"
-    }
-
-    fn parse(payload: &'a str) -> Option<HandOver<'a>> {
-        let mut parts = payload.rsplitn(3, ':');
-        let lease = Duration::from_millis(parts.next()?.parse().ok()?);
-        let fencing_token = parts.next()?.parse().ok()?;
-        let token = parts.next()?;
-        Some(HandOver {
-            token,
-            fencing_token,
-            lease,
-        })
     }
 }
 
