@@ -65,13 +65,15 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
             abandoned.push(guard);
         }
     }
-    // Hand-overs: a waiter queued behind a holder gets the lock from its
-    // release (the counter is incremented there, with the waiter's lease).
+    // Hand-overs: a waiter (of another Locker, so that it queues in Redis)
+    // queued behind a holder gets the lock from its release (the counter is
+    // incremented there, with the waiter's lease).
+    let other = crate::locker(&server, RETENTION);
     for n in 0..10 {
         let name = format!("handed:{n}");
         let holder = locker.lock(&name).expire(lease).acquire().await.unwrap();
         let waiter = {
-            let locker = locker.clone();
+            let locker = other.clone();
             let name = name.clone();
             tokio::spawn(async move {
                 locker

@@ -73,7 +73,9 @@ async fn the_longest_acquire_timeouts_are_accepted() {
             .acquire()
             .await
             .unwrap();
-        let waiter = locker.lock(name).acquire_timeout(wait).acquire();
+        // Of another Locker, so that it queues in Redis.
+        let other = Locker::new(server.url()).unwrap();
+        let waiter = other.lock(name).acquire_timeout(wait).acquire();
         let watch = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let ttl = server.pttl(&format!("lockattr:{{{name}}}:queue"));

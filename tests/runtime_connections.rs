@@ -114,9 +114,12 @@ fn a_thousand_operations_share_a_handful_of_connections() {
     // opened one, and so did this query): what the Locker opened in total.
     let opened = server.total_connections_received() - connections_before - samples - 1;
     assert_eq!(acquisitions.load(Ordering::SeqCst), 1_000);
-    // Three, unless a slow answer on this busy 2-core box made it reconnect once.
+    // Two (a connection per runtime), the subscriber's if a task went to
+    // Redis's queue (the tasks of one Locker wait in their process, behind
+    // the one at Redis), and one more if a slow answer on this busy 2-core
+    // box made it reconnect once.
     assert!(
-        (3..=4).contains(&opened),
+        (2..=4).contains(&opened),
         "the Locker opened {opened} connections"
     );
     assert!(samples > 0);

@@ -148,10 +148,12 @@ async fn bounded_release_with_nobody_barging_reaches_the_oldest_waiter_at_once()
     let server = RedisServer::start();
     let holders = bounded(&server, Duration::from_secs(1));
     let waiters = bounded(&server, Duration::from_secs(1));
+    // The second waiter of another Locker, so that it queues in Redis too.
+    let others = bounded(&server, Duration::from_secs(1));
     let holder = holders.lock("try").expire(LONG).acquire().await.unwrap();
     let first = spawn_waiter(&waiters, "try");
     assert!(eventually(Duration::from_secs(5), || queued(&server, "try") == 1).is_some());
-    let second = spawn_waiter(&waiters, "try");
+    let second = spawn_waiter(&others, "try");
     assert!(eventually(Duration::from_secs(5), || queued(&server, "try") == 2).is_some());
     // Subscribed by now (a SUBSCRIBE on loopback), and well before the
     // first waiter's next check.

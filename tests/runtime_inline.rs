@@ -74,10 +74,11 @@ fn aborted_waiting_task_leaves_the_queue() {
             .acquire()
             .await
             .unwrap();
+        // Of another Locker, so that it queues in Redis.
+        let other = Locker::new(server.url()).unwrap();
         let waiter = tokio::spawn({
-            let locker = locker.clone();
             async move {
-                locker
+                other
                     .lock("queue")
                     .acquire_timeout(Duration::from_secs(30))
                     .acquire()

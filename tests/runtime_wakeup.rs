@@ -732,15 +732,16 @@ async fn wait_on_each(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pubsub_connection_serves_all_waiters_of_a_locker() {
     let server = RedisServer::start();
-    // One Locker for everything: holders never wait, so the only
-    // subscriptions are the waiters'.
-    let locker = locker(&server);
+    // The holders' Locker never waits, so the only subscriptions are the
+    // waiters'. (Tasks of the holders' own Locker would wait in their
+    // process, not in Redis: see `local_queue`.)
+    let (holding, locker) = (locker(&server), locker(&server));
     let names: Vec<String> = (0..50).map(|i| format!("many:{i}")).collect();
-    let mut holders = Vec::new();
-    for name in &names {
-        holders.push(locker.lock(name).expire(LONG).acquire().await.unwrap());
-    }
     for round in 0..2 {
+        let mut holders = Vec::new();
+        for name in &names {
+            holders.push(holding.lock(name).expire(LONG).acquire().await.unwrap());
+        }
         let tasks = wait_on_each(&server, &locker, &names).await;
         assert_eq!(
             server.pubsub_clients(),
@@ -753,16 +754,13 @@ async fn one_pubsub_connection_serves_all_waiters_of_a_locker() {
         let released_at = Instant::now();
         for task in tasks {
             let (outcome, returned_at) = task.await.unwrap();
-            holders.push(outcome.unwrap());
             let late = returned_at.duration_since(released_at);
             assert!(
                 late < Duration::from_secs(3),
                 "round {round}: a waiter got its lock {late:?} after the releases"
             );
+            outcome.unwrap().release().await.unwrap();
         }
-    }
-    for holder in holders {
-        holder.release().await.unwrap();
     }
     assert!(server.pubsub_clients() <= 1);
     let left: Vec<_> = server
@@ -1273,7 +1271,8 @@ async fn handed_over_waiter_learns_it_over_a_silent_subscriber_link() {
 /// connection: here no notice can arrive (every SUBSCRIBE is stalled), yet
 /// the waiter returns with the lock at once, without asking Redis again.
 /// Before, it learned of the hand-over only from its next once-a-second
-/// check (about 900 ms later, one more lock script).
+/// check (about 900 ms later, one more lock script). The waiter waits in
+/// its process (see `local_queue`), not in Redis's queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
     let server = RedisServer::start();
@@ -1282,11 +1281,12 @@ async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
     let shared = Locker::new(proxy.url()).unwrap();
     let holder = shared.lock("own").expire(LONG).acquire().await.unwrap();
     let waiter = spawn_waiter(&shared, "own", LONG, PATIENT);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
     assert!(
-        eventually(Duration::from_secs(5), || queued(&server, "own").len() == 1).is_some(),
-        "the waiter never queued"
+        queued(&server, "own").is_empty(),
+        "the waiter queued in Redis"
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         channel_subscribers(&server, "own"),
         0,

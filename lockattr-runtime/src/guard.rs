@@ -8,6 +8,7 @@ use crate::backend::{Extend, Released};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::layout::Keys;
+use crate::local::Turn;
 use crate::lost::LeaseState;
 use crate::{LockError, LostReason, io};
 
@@ -31,6 +32,9 @@ pub(crate) struct Lease {
     pub(crate) watch: Mutex<Option<u64>>,
     /// How long a release keeps the lock after it was taken.
     pub(crate) hold: Hold,
+    /// Its task's turn at the name in this process (a lock on one server
+    /// or a Cluster): its release names the next task waiting here.
+    pub(crate) turn: Mutex<Option<Turn>>,
 }
 
 impl crate::watchdog::Renewable for Lease {
@@ -110,11 +114,16 @@ impl Lease {
             return self.extend(left, Extend::Hold).await;
         }
         let in_lease = self.state.check().is_err();
-        let released = self
-            .locker
-            .backend
-            .release(self.owner(), self.fencing_token, (&self.name, self.expire))
-            .await?;
+        let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let backend = &self.locker.backend;
+        let released = crate::local::release(
+            backend,
+            (self.owner(), self.fencing_token),
+            (&self.name, self.expire),
+            turn,
+            backend.replicas().wanted(),
+        )
+        .await?;
         self.released(released, in_lease)
     }
 

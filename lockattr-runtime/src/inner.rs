@@ -5,6 +5,7 @@
 //! depending on the Locker's configuration and builder in `locker.rs`.
 
 use crate::backend::Backend;
+use crate::local::LocalQueues;
 use crate::watchdog::Watchdog;
 
 /// What every clone of a Locker shares.
@@ -28,4 +29,7 @@ pub(crate) struct Inner {
     pub(crate) label: String,
     /// Renews the leases of guards acquired with `renew`.
     pub(crate) watchdog: Watchdog,
+    /// Where this Locker's tasks that want a lock another of them holds or
+    /// waits for wait (see [`crate::local`]).
+    pub(crate) local: std::sync::Arc<LocalQueues>,
 }

@@ -116,6 +116,7 @@ mod inspect;
 mod io;
 mod key;
 mod layout;
+mod local;
 mod locker;
 mod lockset;
 mod lost;

@@ -1054,6 +1054,7 @@ impl LockerBuilder {
                 holder: crate::inspect::holder_record(&label).into(),
                 label,
                 watchdog: Watchdog::default(),
+                local: Arc::default(),
             }),
         })
     }
@@ -1400,6 +1401,7 @@ impl LockBuilder<'_> {
             state: LeaseState::new(Instant::now(), renew, report),
             watch: std::sync::Mutex::new(None),
             hold: Hold::new(self.hold_at_least),
+            turn: std::sync::Mutex::new(None),
         };
         Ok((lease, wait))
     }

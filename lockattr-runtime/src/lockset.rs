@@ -324,6 +324,7 @@ async fn take(
             token: request.token,
             expire: request.expire,
             wait: request.wait,
+            queued: false,
         },
         gone,
     )

@@ -65,7 +65,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::lockset::{self as set_side, Tried};
 use crate::backend::queue::{
-    Queued, RECHECK, Reply, may_have_run, retryable, stopped_waiting, unauthenticated,
+    GIVE_BACK_FOR, Queued, RECHECK, Reply, give_back_until, may_have_run, retryable,
+    stopped_waiting, unauthenticated,
 };
 use crate::backend::redlock::LockRequest;
 use crate::backend::redlock::Redlock;
@@ -77,6 +78,7 @@ use crate::backend::shared::{Attempt, Backoff, FALLBACK_PAUSE, Owner, RETRY_MAX,
 use crate::backend::{Backend, Grant, Waiter, Wake};
 use crate::guard::Lease;
 use crate::layout::{Keys, KindKeys, MAX_EXPIRE, Permits, RwKeys, new_token};
+use crate::local::{Entered, How, Waited};
 use crate::{LockError, io};
 
 /// After Redis refused SUBSCRIBE, how long a waiter checks the name every
@@ -85,13 +87,6 @@ pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 /// How long a set waits before it joins the FIFO queue of a busy name.
 const JOIN_QUEUE_AFTER: Duration = RECHECK;
-
-/// The longest pause between tries of a give-back in the background.
-const GIVE_BACK_RETRY_MAX: Duration = Duration::from_secs(1);
-
-/// How long a give-back in the background is tried at most (and never
-/// longer than the lease it would free).
-const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
 
 /// What a caller waits for: the closed list of the kinds.
 #[derive(Debug, Clone)]
@@ -333,6 +328,8 @@ pub(crate) struct Request<'a> {
     pub(crate) expire: Duration,
     /// How long to wait while the name is held.
     pub(crate) wait: Duration,
+    /// A release may have queued `token` already (or handed it the name).
+    pub(crate) queued: bool,
 }
 
 impl<'a> Request<'a> {
@@ -344,6 +341,7 @@ impl<'a> Request<'a> {
             token: lease.token.clone(),
             expire: lease.expire,
             wait,
+            queued: false,
         }
     }
 }
@@ -357,12 +355,7 @@ pub(crate) async fn take(
     gone: io::CallerGone,
 ) -> Result<Grant, LockError> {
     match lease.keys.kind.clone() {
-        KindKeys::Lock => {
-            let contender = Contender::Lock(Cow::Borrowed(&lease.keys));
-            Ok(acquire(contender, Request::of(lease, wait), gone)
-                .await?
-                .grant)
-        }
+        KindKeys::Lock => take_lock(lease, wait, gone).await,
         KindKeys::Rw(rw) => {
             let contender = Contender::Rw(Cow::Borrowed(&lease.keys), Cow::Borrowed(&rw));
             let won = acquire(contender, Request::of(lease, wait), gone).await?;
@@ -385,6 +378,72 @@ pub(crate) async fn take(
             Ok(won.grant)
         }
     }
+}
+
+/// Takes the lock of `lease`, waiting up to `wait`. On one server or a
+/// Cluster, a task of this Locker whose lock another task of it holds or
+/// waits for waits in this process (see [`crate::local`]) until the turn
+/// comes to it; then the lease keeps the turn, and its release passes it on.
+async fn take_lock(
+    lease: &mut Lease,
+    wait: Duration,
+    mut gone: io::CallerGone,
+) -> Result<Grant, LockError> {
+    let contender = Contender::Lock(Cow::Borrowed(&lease.keys));
+    let queues = Queued::of(&lease.locker.backend).is_some() && !wait.is_zero();
+    if !queues {
+        return Ok(acquire(contender, Request::of(lease, wait), gone)
+            .await?
+            .grant);
+    }
+    let now = Instant::now();
+    let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
+    let local = lease.locker.local.clone();
+    let mut request = Request::of(lease, wait);
+    let (turn, how) = match local.enter(&lease.keys, &request.token, lease.expire, deadline) {
+        Entered::Turn(turn) => (Some(turn), How::Ask { queued: false }),
+        Entered::Wait(mut here) => match here.wait(&mut gone).await? {
+            Waited::Handed(handed) => {
+                let (turn, how) = handed.claim();
+                (Some(turn), how)
+            }
+            // One last attempt without a turn, as a waiter in Redis makes at
+            // its deadline: `Timeout` while the lock is held, or why Redis
+            // could not be asked.
+            Waited::TimedOut => (None, How::Ask { queued: false }),
+        },
+    };
+    let grant = match how {
+        How::Granted {
+            fencing_token,
+            sent,
+        } => Grant {
+            fencing_token,
+            sent,
+            handed: true,
+            token: std::mem::take(&mut request.token),
+        },
+        How::Ask { queued } => {
+            request.queued = queued;
+            request.wait = match turn {
+                Some(_) => deadline.saturating_duration_since(Instant::now()),
+                None => Duration::ZERO,
+            };
+            match acquire(contender, request, gone).await {
+                Ok(won) => won.grant,
+                // The acquire time the caller gave, not what was left of it.
+                Err(LockError::Timeout { name, .. }) => {
+                    return Err(LockError::Timeout { name, waited: wait });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    if let Some(mut turn) = turn {
+        turn.held(grant.sent, lease.expire);
+        *lease.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn);
+    }
+    Ok(grant)
 }
 
 /// Takes what `contender` waits for, with the loop of the Locker's
@@ -512,11 +571,13 @@ async fn waiting(
         token,
         expire,
         wait,
+        queued,
     } = request;
     let now = Instant::now();
     let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
     let wakeups = on.wakeups();
     let mut owed = Owed::new(contender, backend, expire, token);
+    owed.queued = queued;
     let one_name = !matches!(owed.contender, Contender::Set(..));
     // Uncontended: no pub/sub work at all, unless every channel is already
     // subscribed (names in demand), in which case waiting starts warm.
@@ -826,20 +887,8 @@ impl Drop for Owed<'_> {
                 }
                 return;
             };
-            let mut retry = Backoff::new(GIVE_BACK_RETRY_MAX);
             for token in tokens {
-                loop {
-                    match contender.give_back(on, &token).await {
-                        Ok(()) => break,
-                        Err(e) if retryable(&e) && Instant::now() < until => {
-                            tokio::time::sleep(retry.next()).await;
-                        }
-                        Err(e) => {
-                            tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned attempt; it expires with its lease or wait");
-                            break;
-                        }
-                    }
-                }
+                give_back_until(until, || contender.give_back(on, &token)).await;
             }
         });
         if let Err(e) = giving {

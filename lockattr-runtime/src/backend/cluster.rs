@@ -26,7 +26,7 @@ use redis::{FromRedisValue, RedisError};
 use super::scripts;
 use super::scripts::{Invocation, ReleaseReply};
 use super::shared::{Acked, Attempt, Extend, Owner, Renewal, Renewed, millis};
-use super::shared::{Replicas, Timeouts};
+use super::shared::{Replicas, Successor, Timeouts};
 use super::single::SingleNode;
 use super::source::Source;
 use super::wake::{ShardedClient, Wakeups};
@@ -365,13 +365,30 @@ impl ClusterNodes {
 
     pub(crate) async fn release(
         &self,
-        Owner { keys, token }: Owner<'_>,
+        owner: Owner<'_>,
         fencing_token: u64,
     ) -> Result<bool, LockError> {
+        Ok(self.release_to(owner, fencing_token, None).await?.0)
+    }
+
+    /// [`release`](Self::release), handing the lock to `successor` (see
+    /// `SingleNode::release_to`); also the notice of its hand-over.
+    pub(crate) async fn release_to(
+        &self,
+        Owner { keys, token }: Owner<'_>,
+        fencing_token: u64,
+        successor: Option<&Successor<'_>>,
+    ) -> Result<(bool, Option<String>), LockError> {
         let mut connection = self.connection().await?;
-        let invocation = scripts::release(keys, token, fencing_token, false);
+        let invocation = scripts::release(keys, token, fencing_token, false, successor);
         let reply: ReleaseReply = self.invoke(&invocation, &mut connection).await?;
-        Ok(self.released(keys, reply))
+        Ok(match reply {
+            ReleaseReply::Handed(notice) => {
+                self.released(keys, ReleaseReply::Handed(notice.clone()));
+                (true, Some(notice))
+            }
+            reply => (self.released(keys, reply), None),
+        })
     }
 
     /// Releases every name of a set held under `token`, one call per slot

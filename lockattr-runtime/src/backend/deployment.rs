@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::cluster::ClusterNodes;
 use super::redlock::{self, Redlock};
-use super::shared::{Extend, Owner, Released, Renewal, Renewed, Replicas};
+use super::shared::{Extend, Owner, Released, Renewal, Renewed, Replicas, Successor};
 use super::single::SingleNode;
 use crate::LockError;
 use crate::layout::Keys;
@@ -39,26 +39,43 @@ impl Backend {
     /// waiter leaving the queue) owns it, handing it to the oldest waiter;
     /// [`Released::NotOwned`] when it did not own it (then `token` leaves
     /// the queue). On a Redlock: done when a majority still held it.
-    pub(crate) async fn release(
+    ///
+    /// On one server or a Cluster, `successor` (a waiter of this process;
+    /// see [`Successor`]) takes the lock at once when nobody is queued, or
+    /// is queued last; also the notice of the hand-over, when the lock was
+    /// handed to a waiter: `<token>:<fencing token>:<lease ms>`. A Redlock
+    /// has no queue: it hands nothing to anyone.
+    pub(crate) async fn release_to(
         &self,
         owner: Owner<'_>,
         fencing_token: u64,
         (name, expire): (&str, Duration),
-    ) -> Result<Released, LockError> {
+        successor: Option<&Successor<'_>>,
+    ) -> Result<(Released, Option<String>), LockError> {
         match self {
-            Backend::Single(node) => node.release(owner, fencing_token, false).await,
-            Backend::Redlock(nodes) => nodes.release(owner, fencing_token, (name, expire)).await,
-            Backend::Cluster(nodes) => Ok(if nodes.release(owner, fencing_token).await? {
-                Released::Done
-            } else {
-                Released::NotOwned
-            }),
+            Backend::Single(node) => {
+                node.release_to(owner, fencing_token, false, successor)
+                    .await
+            }
+            Backend::Cluster(nodes) => {
+                let (owned, notice) = nodes.release_to(owner, fencing_token, successor).await?;
+                let released = if owned {
+                    Released::Done
+                } else {
+                    Released::NotOwned
+                };
+                Ok((released, notice))
+            }
+            Backend::Redlock(nodes) => Ok((
+                nodes.release(owner, fencing_token, (name, expire)).await?,
+                None,
+            )),
         }
     }
 
     /// Releases every name of a set held under `token` (`members`: each
     /// name's keys and the fencing token it was granted), in one call per
-    /// server or Cluster slot; per name, as [`release`](Self::release)
+    /// server or Cluster slot; per name, as [`release_to`](Self::release_to)
     /// answers. `names` names the set in an error.
     pub(crate) async fn release_set(
         &self,

@@ -2,19 +2,50 @@
 //! and one master per lock on a Redis Cluster), and what every waiting loop
 //! needs to know of their errors. The loop itself is `crate::wait`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
 use super::cluster::ClusterNodes;
 use super::deployment::Backend;
 use super::scripts::Invocation;
-use super::shared::{Attempt, Owner};
+use super::shared::{Attempt, Backoff, Owner};
 use super::single::SingleNode;
 use super::wake::Wakeups;
 use crate::LockError;
 
 pub(crate) use super::shared::RECHECK;
+
+/// The longest pause between tries of a give-back in the background.
+const GIVE_BACK_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How long a give-back in the background is tried at most (and never
+/// longer than the lease it would free).
+pub(crate) const GIVE_BACK_FOR: Duration = Duration::from_secs(60);
+
+/// Runs `give_back` (in the background: a token nobody waits for any more)
+/// until it is done, fails for a reason other than Redis being out of
+/// reach, or `until` has passed; then the lease or the wait it would have
+/// ended ends it.
+pub(crate) async fn give_back_until<F, Fut>(until: Instant, mut give_back: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), LockError>>,
+{
+    let mut retry = Backoff::new(GIVE_BACK_RETRY_MAX);
+    loop {
+        match give_back().await {
+            Ok(()) => return,
+            Err(e) if retryable(&e) && Instant::now() < until => {
+                tokio::time::sleep(retry.next()).await;
+            }
+            Err(e) => {
+                tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned attempt; it expires with its lease or wait");
+                return;
+            }
+        }
+    }
+}
 
 /// A deployment whose locks queue their waiters (one server, or one master
 /// per lock on a cluster).

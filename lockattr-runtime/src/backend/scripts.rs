@@ -20,7 +20,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
 use std::sync::OnceLock;
 
-use super::shared::{Renewal, Replicas, millis, whole_millis};
+use super::shared::{Renewal, Replicas, Successor, millis, whole_millis};
 use crate::layout::{Keys, KindKeys, RwKeys};
 
 /// The files of `src/lua/` named, joined in order, as they are (what a
@@ -307,7 +307,12 @@ pub(crate) static ACQUIRE: Lua = Lua::new(script!("acquire.lua"));
 /// token was granted (0: none), the barging window in ms (see
 /// `Fairness`), and `1` when the fence counter is shared with other live
 /// holders (a semaphore's permits; a deletion then never shortens it) or
-/// `0`. `-:0:0` is also published when the lock is
+/// `0`; then, optionally, a successor: the token of a waiter of the
+/// releasing process (`crate::local`) and `<its lease ms>:<its wait
+/// ms>:<its holder>`. When nobody is queued, the successor takes the lock
+/// in the same call (a new fencing token, its lease, the notice published
+/// as for any hand-over); otherwise it is queued last and the oldest waiter
+/// is served, so the other processes keep their turn. `-:0:0` is also published when the lock is
 /// deleted and the queue held the marker `-` (never a token): callers
 /// waiting for several names at once (`lockset`) put it there, at the
 /// end, to hear when the lock is freed. A hand-over to a queued waiter
@@ -480,13 +485,30 @@ pub(crate) fn packed(keys: &Keys, expire: Duration, queued: Option<bool>) -> Str
 }
 
 /// A [`RELEASE`] call for `token`, granted `fencing_token` (0: none);
-/// `notify` publishes a release notice when nobody is queued (Redlock).
-pub(crate) fn release(keys: &Keys, token: &str, fencing_token: u64, notify: bool) -> Invocation {
+/// `notify` publishes a release notice when nobody is queued (Redlock);
+/// `successor`: a waiter of this process to hand a lock to (see
+/// [`RELEASE`]).
+pub(crate) fn release(
+    keys: &Keys,
+    token: &str,
+    fencing_token: u64,
+    notify: bool,
+    successor: Option<&Successor<'_>>,
+) -> Invocation {
     if let KindKeys::Rw(rw) = &keys.kind {
         // A read-write lock's release never hands a reader's key on.
         return rw_release_call(keys, rw, token, fencing_token);
     }
-    release_call(keys, token, fencing_token, notify, keys.barge)
+    let mut call = release_call(keys, token, fencing_token, notify, keys.barge);
+    if let Some(next) = successor {
+        call.arg(next.token).arg(format!(
+            "{}:{}:{}",
+            millis(next.lease),
+            millis(next.wait),
+            next.holder
+        ));
+    }
+    call
 }
 
 /// A [`RELEASE_SET`] call for `token`, for `members`: each name's keys and

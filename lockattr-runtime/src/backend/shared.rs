@@ -140,6 +140,21 @@ pub(crate) struct Owner<'a> {
     pub(crate) token: &'a str,
 }
 
+/// A waiter of the releasing process that a release of a lock hands the
+/// lock to when nobody is queued in Redis, or queues last otherwise (see
+/// `scripts::RELEASE` and `crate::local`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Successor<'a> {
+    /// Its owner token.
+    pub(crate) token: &'a str,
+    /// The lease it asked for.
+    pub(crate) lease: Duration,
+    /// How much longer it waits.
+    pub(crate) wait: Duration,
+    /// Who it is recorded as (`<host>\n<pid>\n<label>`).
+    pub(crate) holder: &'a str,
+}
+
 /// A lock taken by an acquisition loop.
 #[derive(Debug)]
 pub(crate) struct Grant {

@@ -13,7 +13,7 @@ use super::node_facts::NodeFacts;
 use super::scripts;
 use super::scripts::{Invocation, ReleaseReply};
 use super::shared::{Acked, Attempt, Extend, Owner, Released, Renewal, extended, left_of, millis};
-use super::shared::{Replicas, Timeouts};
+use super::shared::{Replicas, Successor, Timeouts};
 use super::source::{Sentinels, Source};
 use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
@@ -114,6 +114,14 @@ impl Drop for Forget {
         }
     }
 }
+
+/// The future that opens a connection, its type hidden (see
+/// `SingleNode::connection`).
+type Opening<'a> = std::pin::Pin<
+    Box<
+        dyn Future<Output = Result<(Arc<Slot>, u64, MultiplexedConnection), LockError>> + Send + 'a,
+    >,
+>;
 
 impl SingleNode {
     /// The server at `address`; does not connect.
@@ -260,6 +268,20 @@ impl SingleNode {
         if let Some((generation, connection)) = slot.cached() {
             return Ok((slot, generation, connection));
         }
+        // Boxed: the connecting future is deep (TLS, Sentinel, the socket),
+        // and every future that awaits a request would otherwise carry its
+        // type, which the compiler then proves `Send` through in the
+        // caller's crate as well.
+        let opening: Opening<'_> = Box::pin(self.opening(slot, lane));
+        opening.await
+    }
+
+    /// Opens the connection of `lane` into `slot` (one caller at a time).
+    async fn opening(
+        &self,
+        slot: Arc<Slot>,
+        lane: Lane,
+    ) -> Result<(Arc<Slot>, u64, MultiplexedConnection), LockError> {
         let seen = slot.attempts.load(Ordering::Acquire);
         let mut last_error = slot.connecting.lock().await;
         if let Some((generation, connection)) = slot.cached() {
@@ -441,11 +463,24 @@ impl SingleNode {
     /// [`Released::NotOwned`].
     pub(crate) async fn release(
         &self,
-        Owner { keys, token }: Owner<'_>,
+        owner: Owner<'_>,
         fencing_token: u64,
         notify: bool,
     ) -> Result<Released, LockError> {
-        let invocation = scripts::release(keys, token, fencing_token, notify);
+        Ok(self.release_to(owner, fencing_token, notify, None).await?.0)
+    }
+
+    /// [`release`](Self::release), handing the lock to `successor` (see
+    /// [`Successor`]); also the notice of the hand-over when the lock was
+    /// handed to a waiter (`<token>:<fencing token>:<lease ms>`).
+    pub(crate) async fn release_to(
+        &self,
+        Owner { keys, token }: Owner<'_>,
+        fencing_token: u64,
+        notify: bool,
+        successor: Option<&Successor<'_>>,
+    ) -> Result<(Released, Option<String>), LockError> {
+        let invocation = scripts::release(keys, token, fencing_token, notify, successor);
         let (reply, resent): (ReleaseReply, bool) = self
             .send_then(Request::Script(&invocation), None, None)
             .await?;
@@ -468,23 +503,28 @@ impl SingleNode {
         Ok(members
             .iter()
             .zip(scripts::set_replies(replies, members.len())?)
-            .map(|((keys, _), reply)| self.released(keys, reply, resent))
+            .map(|((keys, _), reply)| self.released(keys, reply, resent).0)
             .collect())
     }
 
-    /// What a release's `reply` for the lock of `keys` means; `resent`: it
-    /// answered a re-send.
-    fn released(&self, keys: &Keys, reply: ReleaseReply, resent: bool) -> Released {
+    /// What a release's `reply` for the lock of `keys` means, and the
+    /// notice of its hand-over; `resent`: it answered a re-send.
+    fn released(
+        &self,
+        keys: &Keys,
+        reply: ReleaseReply,
+        resent: bool,
+    ) -> (Released, Option<String>) {
         match (reply, resent) {
             (ReleaseReply::Handed(notice), _) => {
                 // A waiter of this Locker hears it now, not after the notice
                 // came round through the subscriber connection.
                 self.wakeups().handed_here(&keys.channel, &notice);
-                Released::Done
+                (Released::Done, Some(notice))
             }
-            (ReleaseReply::Code(1), _) => Released::Done,
-            (ReleaseReply::Code(2), true) => Released::Unsure,
-            _ => Released::NotOwned,
+            (ReleaseReply::Code(1), _) => (Released::Done, None),
+            (ReleaseReply::Code(2), true) => (Released::Unsure, None),
+            _ => (Released::NotOwned, None),
         }
     }
 

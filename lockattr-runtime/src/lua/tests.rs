@@ -250,7 +250,9 @@ mod lock {
     fn a_release_that_finds_the_lock_gone_tells_a_recent_counter() {
         let (_server, mut con, (held, _)) = start(setup);
         let answer = |con: &mut Connection, granted: u64| -> i64 {
-            release(&held, "gone", granted, false).invoke(con).unwrap()
+            release(&held, "gone", granted, false, None)
+                .invoke(con)
+                .unwrap()
         };
         // The counter is 5.
         assert_eq!(answer(&mut con, 5), 2);
@@ -367,6 +369,106 @@ mod lock {
         refuse(&[channel, "0", "60000"]);
     }
 
+    /// A successor of the releasing process (see `crate::local`): the lock
+    /// when nobody is queued, in the same call; otherwise queued last, and
+    /// the oldest waiter served.
+    #[test]
+    fn a_release_hands_the_lock_to_its_successor_only_when_nobody_is_queued() {
+        use crate::backend::shared::Successor;
+        let (_server, mut con, (held, _)) = start(setup);
+        let next = Successor {
+            token: "next",
+            lease: Duration::from_millis(4000),
+            wait: Duration::from_millis(9000),
+            holder: "host\n7\nlabel",
+        };
+        // "waiter" of another process is queued: it is served, and the
+        // successor queued after it, with its own lease and holder.
+        let released: ReleaseReply = release(&held, "holder", 5, false, Some(&next))
+            .invoke(&mut con)
+            .unwrap();
+        let ReleaseReply::Handed(notice) = released else {
+            panic!("not handed over: {released:?}");
+        };
+        assert!(notice.starts_with("waiter:6:"), "{notice:?}");
+        let queue: Vec<String> = query(&mut con, &["LRANGE", &held.queue, "0", "-1"]);
+        assert_eq!(queue, ["next"]);
+        let entry: String = query(&mut con, &["HGET", &held.waiters, "next"]);
+        let fields: Vec<&str> = entry.splitn(4, ':').collect();
+        assert_eq!(fields[1], "4000", "{entry:?}");
+        assert_eq!(fields[3], "host\n7\nlabel", "{entry:?}");
+        assert!(pttl(&mut con, &held.queue) > 0 && pttl(&mut con, &held.waiters) > 0);
+        // Its release, with the queue empty once "next" leaves it: the
+        // successor "after" takes the lock at once, with the next fencing
+        // token and its lease, and is named in the notice.
+        write(&mut con, &[&["DEL", &held.queue, &held.waiters]]);
+        let after = Successor {
+            token: "after",
+            ..next
+        };
+        let released: ReleaseReply = release(&held, "waiter", 6, false, Some(&after))
+            .invoke(&mut con)
+            .unwrap();
+        let ReleaseReply::Handed(notice) = released else {
+            panic!("not handed over: {released:?}");
+        };
+        assert_eq!(notice, "after:7:4000");
+        let owner = get(&mut con, &held.lock).unwrap();
+        assert!(owner.starts_with("after\nhost\n7\nlabel\n"), "{owner:?}");
+        assert!(owner.ends_with("\n7"), "{owner:?}");
+        assert!((1..=4_000).contains(&pttl(&mut con, &held.lock)));
+        assert_eq!(get(&mut con, &held.fence).as_deref(), Some("7"));
+        // A token that does not own the lock leaves its successor alone.
+        let stranger = Successor {
+            token: "stranger",
+            ..next
+        };
+        let before = snapshot(&mut con);
+        let released: i64 = release(&held, "gone", 0, false, Some(&stranger))
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(released, 0);
+        unchanged(
+            &before,
+            &snapshot(&mut con),
+            "a release by a token that is not the owner",
+        );
+    }
+
+    #[test]
+    fn a_release_checks_its_successor_before_writing() {
+        let (_server, mut con, (held, _)) = start(setup);
+        let k = four(&held);
+        let mut refuse = |args: &[&str]| refused(&mut con, &RELEASE, &k, args);
+        let base = ["holder", held.channel.as_str(), "0", "1000", "5", "0", "0"];
+        let with = |token: &str, packed: &str| {
+            let mut args: Vec<String> = base.iter().map(|a| a.to_string()).collect();
+            args.push(token.to_owned());
+            args.push(packed.to_owned());
+            args
+        };
+        let mut bad: Vec<Vec<String>> = vec![
+            with("", "1000:1000:h"),
+            with("a:b", "1000:1000:h"),
+            with("next", "1000:1000"),
+            with("next", ""),
+            with("next", "0:1000:h"),
+            with("next", "1000:0:h"),
+        ];
+        for n in NOT_MS {
+            bad.push(with("next", &format!("{n}:1000:h")));
+            bad.push(with("next", &format!("1000:{n}:h")));
+        }
+        // A successor without its lease and wait.
+        let mut alone: Vec<String> = base.iter().map(|a| a.to_string()).collect();
+        alone.push("next".to_owned());
+        bad.push(alone);
+        for args in bad {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            refuse(&args);
+        }
+    }
+
     /// A queue entry that is not `<deadline>:<lease>` (written by an older
     /// version, or by hand) is skipped: the lock goes to the next valid
     /// waiter, or is deleted, and never stays without a time to live.
@@ -382,7 +484,9 @@ mod lock {
                 &["HSET", &held.waiters, "good", "99999999999999:4000"],
             ],
         );
-        let released: ReleaseReply = release(&held, "holder", 5, false).invoke(&mut con).unwrap();
+        let released: ReleaseReply = release(&held, "holder", 5, false, None)
+            .invoke(&mut con)
+            .unwrap();
         // Handed to "good" (a fresh counter starts at the server's clock).
         let ReleaseReply::Handed(notice) = released else {
             panic!("not handed over: {released:?}");

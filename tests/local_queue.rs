@@ -1,0 +1,328 @@
+//! One Redis entry per process: the tasks of one Locker that want the same
+//! lock wait in the process, and a release hands the lock to the next of
+//! them in its one script call, while a waiter of another process (another
+//! Locker) keeps its turn. Against real redis-servers and a real Cluster.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, Locker};
+use support::cluster::Cluster;
+use support::proxy::Proxy;
+use support::{RedisServer, eventually, lock_key};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Redis's count of `command` calls (`INFO commandstats`).
+fn calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(con)
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The number of tokens queued in Redis for the lock `name`.
+fn queued(con: &mut redis::Connection, name: &str) -> u64 {
+    redis::cmd("LLEN")
+        .arg(format!("{}:queue", lock_key(name)))
+        .query(con)
+        .expect("LLEN")
+}
+
+/// `tasks` tasks of `locker` each run `rounds` critical sections on the
+/// lock `name` (read a counter, pause, write it back), while a watcher
+/// samples the Redis queue of the lock through `watch`. Returns the
+/// fencing tokens in the order the critical sections ran, the counter's
+/// final value, and the longest Redis queue seen.
+async fn critical_sections(
+    locker: &Locker,
+    url: &str,
+    (name, tasks, rounds): (&'static str, usize, usize),
+    mut watch: redis::Connection,
+) -> (Vec<u64>, u64, u64) {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut longest = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                longest = longest.max(queued(&mut watch, name));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            longest
+        })
+    };
+    let counter = format!("{{{name}}}:counter");
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (locker, order, counter) = (locker.clone(), order.clone(), counter.clone());
+        let mut data = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = locker
+                    .lock(name)
+                    .expire(LONG)
+                    .acquire_timeout(LONG)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                order.lock().unwrap().push(guard.fencing_token());
+                let value: Option<u64> = redis::cmd("GET")
+                    .arg(&counter)
+                    .query_async(&mut data)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                redis::cmd("SET")
+                    .arg(&counter)
+                    .arg(value.unwrap_or(0) + 1)
+                    .arg("PX")
+                    .arg(60_000)
+                    .query_async::<()>(&mut data)
+                    .await
+                    .unwrap();
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.expect("a task panicked");
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let longest = watcher.join().unwrap();
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let total: Option<u64> = redis::cmd("GET").arg(&counter).query(&mut con).unwrap();
+    let order = order.lock().unwrap().clone();
+    (order, total.unwrap_or(0), longest)
+}
+
+/// Every fencing token larger than the one before it.
+fn increasing(order: &[u64]) -> bool {
+    order.windows(2).all(|w| w[0] < w[1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_of_one_locker_keep_no_entry_in_redis_and_one_call_per_hand_over() {
+    const TASKS: usize = 16;
+    const ROUNDS: usize = 20;
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let mut stats = server.client();
+    let before = calls(&mut stats, "evalsha");
+    let (order, total, longest) = critical_sections(
+        &locker,
+        &server.url(),
+        ("one-process", TASKS, ROUNDS),
+        server.client(),
+    )
+    .await;
+    let sections = (TASKS * ROUNDS) as u64;
+    assert_eq!(total, sections, "updates were lost");
+    assert!(increasing(&order), "fencing tokens out of order: {order:?}");
+    // The other tasks waited in this process, not in Redis's queue.
+    assert_eq!(longest, 0, "tasks of one Locker queued in Redis");
+    // One release call per critical section hands the lock on; the
+    // acquisitions that waited made no call at all.
+    let scripts = calls(&mut stats, "evalsha") - before;
+    assert!(
+        scripts <= sections + TASKS as u64,
+        "{scripts} script calls for {sections} critical sections"
+    );
+    assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_of_one_locker_on_a_cluster_keep_no_entry_in_redis() {
+    let cluster = Cluster::start();
+    let locker = cluster.locker();
+    let name = "on-cluster";
+    let master = cluster.master_of(&lock_key(name));
+    let url = cluster.urls()[master].clone();
+    let watch = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let (order, total, longest) = critical_sections(&locker, &url, (name, 8, 10), watch).await;
+    assert_eq!(total, 80, "updates were lost");
+    assert!(increasing(&order), "fencing tokens out of order: {order:?}");
+    assert_eq!(longest, 0, "tasks of one Locker queued in Redis");
+}
+
+/// A waiter of another process queued in Redis while a task of the
+/// holder's process waited in its process: the release serves the other
+/// process first, and queues the local task behind it, so the processes
+/// take turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_another_locker_keeps_its_turn() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        Locker::new(server.url()).unwrap(),
+        Locker::new(server.url()).unwrap(),
+    );
+    let mut con = server.client();
+    let name = "turns";
+    let first = a.lock(name).expire(LONG).acquire().await.unwrap();
+    let take = |locker: &Locker| {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let guard = locker
+                .lock(name)
+                .expire(LONG)
+                .acquire_timeout(LONG)
+                .acquire()
+                .await
+                .unwrap();
+            (guard.fencing_token(), guard)
+        })
+    };
+    let local = take(&a);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(queued(&mut con, name), 0, "the task of the holder's Locker");
+    let other = take(&b);
+    assert!(
+        eventually(Duration::from_secs(5), || queued(
+            &mut server.client(),
+            name
+        ) == 1)
+        .is_some(),
+        "the other Locker's waiter never queued in Redis"
+    );
+    first.release().await.unwrap();
+    let (other_token, other_guard) = tokio::time::timeout(Duration::from_secs(5), other)
+        .await
+        .expect("the other Locker's waiter was not served first")
+        .unwrap();
+    assert!(
+        !local.is_finished(),
+        "the local task went before the other Locker's"
+    );
+    // The local task now waits in Redis, behind nobody.
+    assert_eq!(queued(&mut con, name), 1);
+    other_guard.release().await.unwrap();
+    let (local_token, local_guard) = tokio::time::timeout(Duration::from_secs(5), local)
+        .await
+        .expect("the local task was never served")
+        .unwrap();
+    assert!(local_token > other_token);
+    local_guard.release().await.unwrap();
+    assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
+}
+
+/// Tasks that wait in the process and give up (their acquire time ran out,
+/// or their future was dropped) leave nothing in Redis, and the release
+/// frees the lock for anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_that_give_up_leave_nothing_behind() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let name = "given-up";
+    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let dropped = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let _ = locker.lock(name).acquire_timeout(LONG).acquire().await;
+        })
+    };
+    let started = Instant::now();
+    let timed_out = locker
+        .lock(name)
+        .acquire_timeout(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(
+        matches!(timed_out, Err(LockError::Timeout { .. })),
+        "{timed_out:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    dropped.abort();
+    let _ = dropped.await;
+    held.release().await.unwrap();
+    assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
+    let other = Locker::new(server.url()).unwrap();
+    let again = other
+        .lock(name)
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("the lock was not free after its release");
+    again.release().await.unwrap();
+}
+
+/// A holder that never releases (its guard forgotten) keeps the tasks of
+/// its process waiting no longer than its lease, as it would a waiter of
+/// another process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_never_releases_holds_local_waiters_only_for_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let name = "forgotten";
+    let lease = Duration::from_millis(600);
+    let held = locker.lock(name).expire(lease).acquire().await.unwrap();
+    let started = Instant::now();
+    std::mem::forget(held);
+    let next = locker
+        .lock(name)
+        .acquire_timeout(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the waiter never got the lock");
+    let waited = started.elapsed();
+    assert!(
+        waited >= lease - Duration::from_millis(50),
+        "taken after {waited:?}, inside the lease"
+    );
+    assert!(
+        waited < Duration::from_secs(5),
+        "taken after {waited:?}, long after the lease"
+    );
+    next.release().await.unwrap();
+}
+
+/// The release names a task that leaves while the release is on its way
+/// (through a slow link): the lock it was handed is given back at once,
+/// not left to its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let locker = Locker::new(proxy.url()).unwrap();
+    let name = "left";
+    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let successor = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .lock(name)
+                .expire(LONG)
+                .acquire_timeout(LONG)
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_delay(Duration::from_millis(400));
+    let releasing = tokio::spawn(held.release());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    successor.abort();
+    assert!(successor.await.is_err(), "the successor finished");
+    releasing.await.unwrap().unwrap();
+    proxy.set_delay(Duration::ZERO);
+    let key = lock_key(name);
+    assert!(
+        eventually(Duration::from_secs(5), || !server.exists(&key)).is_some(),
+        "the lock handed to a task that left is still held: {:?}",
+        server.get(&key)
+    );
+}
