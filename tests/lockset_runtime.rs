@@ -76,6 +76,18 @@ async fn a_set_is_released_in_one_call() {
         server.exists("lockattr:{one:3}:queue")
     })
     .expect("the waiter queued");
+    // Subscribed, and done with the one attempt it makes then, so that
+    // the count below is the release's alone.
+    eventually(Duration::from_secs(5), || {
+        let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("lockattr:{one:3}:wake")
+            .query(&mut server.client())
+            .unwrap();
+        listeners == 1
+    })
+    .expect("the waiter subscribed");
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let before = server.scripts_run();
     guard.release().await.unwrap();
     assert_eq!(server.scripts_run() - before, 1, "one call for 20 names");
