@@ -19,8 +19,12 @@
 //! the floor of two round trips); a runtime shape: `current-thread-block-on`
 //! (the loop is `block_on`'s root future), `current-thread-task` (a task of a
 //! current-thread runtime, as the bench runs; a `LocalSet`'s `spawn_local`)
-//! or `multi-thread-2` (a task of a multi-thread runtime with 2 workers); and
-//! N, the number of timed pairs. Before them, untimed: the first connection
+//! or `multi-thread-2` (a task of a multi-thread runtime with 2 workers), or
+//! `tasks-64`: row 5's shape, 64 tasks of a current-thread runtime looping
+//! critical sections (acquire, `GET` of a counter, `SET` of it + 1,
+//! release) on one lock until N have run in all (no warm-up; rslock's
+//! give-ups are retried and not counted); and N, the number of timed pairs
+//! (critical sections). Before them, untimed: the first connection
 //! and 100 warm-up pairs. `cargo bench` with no arguments (its `--bench`
 //! only) prints the usage and exits successfully.
 
@@ -32,7 +36,7 @@ type Res<T> = Result<T, Box<dyn Error>>;
 
 const EXPIRE: Duration = Duration::from_secs(10);
 const WARMUP: usize = 100;
-const USAGE: &str = "usage: profile URL lockattr|rslock|ping current-thread-block-on|current-thread-task|multi-thread-2 N";
+const USAGE: &str = "usage: profile URL lockattr|rslock|ping current-thread-block-on|current-thread-task|multi-thread-2|tasks-64 N";
 
 #[derive(Clone, Copy)]
 enum Lib {
@@ -87,6 +91,61 @@ async fn pairs(url: String, lib: Lib, n: usize) -> Res<f64> {
     }
 }
 
+/// Row 5's shape: `TASKS` tasks of this thread loop critical sections
+/// (acquire, `GET` of a counter, `SET` of it + 1, release) on one lock
+/// until `n` have run in all; returns the seconds they took.
+async fn contended(url: String, lib: Lib, n: usize) -> Res<f64> {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    const TASKS: usize = 64;
+    if matches!(lib, Lib::Ping) {
+        return Err("tasks-64 runs lockattr or rslock, not ping".into());
+    }
+    let name = "profile:contended";
+    let counter = "profile:contended:counter";
+    let client = redis::Client::open(url.as_str())?;
+    let data = client.get_multiplexed_async_connection().await?;
+    let left = Rc::new(Cell::new(n));
+    let locker = lockattr::Locker::new(url.as_str())?;
+    let manager = rslock::LockManager::new(vec![url.clone()]);
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (left, mut data, locker, manager) =
+            (left.clone(), data.clone(), locker.clone(), manager.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            while left.get() > 0 {
+                let held = match lib {
+                    Lib::Lockattr => Ok(locker.lock(name).expire(EXPIRE).acquire().await?),
+                    Lib::Rslock | Lib::Ping => match manager.lock(name, EXPIRE).await {
+                        Ok(lock) => Err(lock),
+                        Err(_) => continue,
+                    },
+                };
+                let value: Option<u64> = redis::cmd("GET")
+                    .arg(counter)
+                    .query_async(&mut data)
+                    .await?;
+                redis::cmd("SET")
+                    .arg(counter)
+                    .arg(value.unwrap_or(0) + 1)
+                    .query_async::<()>(&mut data)
+                    .await?;
+                match held {
+                    Ok(guard) => guard.release().await?,
+                    Err(lock) => manager.unlock(&lock).await,
+                }
+                left.set(left.get().saturating_sub(1));
+            }
+            Ok::<_, Box<dyn Error>>(())
+        }));
+    }
+    for task in tasks {
+        task.await?.map_err(|e| e.to_string())?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
 /// `WARMUP` untimed calls of `pair`, then `n` timed ones.
 async fn timed_loop<F, Fut>(n: usize, pair: F) -> Res<f64>
 where
@@ -122,6 +181,13 @@ fn main() -> Res<()> {
     let n: usize = n.parse()?;
     let work = pairs(url.clone(), lib, n);
     let secs = match shape.as_str() {
+        "tasks-64" => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, contended(url.clone(), lib, n))?
+        }
         "current-thread-block-on" => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
