@@ -326,3 +326,46 @@ async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
         server.get(&key)
     );
 }
+
+/// A holder whose lease is renewed (the watchdog) keeps the tasks of its
+/// process waiting in the process for as long as it holds: they do not
+/// take its first lease's end for a holder that never releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let name = "renewed";
+    let held = locker
+        .lock(name)
+        .expire(Duration::from_millis(300))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .lock(name)
+                .acquire_timeout(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    let mut con = server.client();
+    let until = Instant::now() + Duration::from_millis(1_500);
+    while Instant::now() < until {
+        assert_eq!(queued(&mut con, name), 0, "the waiter went to Redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!waiter.is_finished(), "the waiter took a renewed lock");
+    let fence = held.fencing_token();
+    held.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > fence);
+    next.release().await.unwrap();
+}

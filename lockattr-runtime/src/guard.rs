@@ -56,6 +56,14 @@ impl crate::watchdog::Renewable for Lease {
     fn state(&self) -> &LeaseState {
         &self.state
     }
+    fn confirmed(&self, sent: Instant, left: Duration) {
+        self.state.confirmed(sent, left);
+        // The tasks of this process waiting for it wait that much longer
+        // before they go to Redis on their own.
+        if let Some(turn) = self.turn.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            turn.held(sent, left);
+        }
+    }
 }
 
 impl Lease {
@@ -170,7 +178,7 @@ impl Lease {
             .await?
         {
             Some(left) => {
-                self.state.confirmed(sent, left);
+                crate::watchdog::Renewable::confirmed(self, sent, left);
                 Ok(())
             }
             None => {

@@ -60,6 +60,8 @@ pub(crate) trait Renewable: Send + Sync {
     fn renew_until(&self) -> Option<Instant>;
     /// Where what a renewal finds is recorded.
     fn state(&self) -> &LeaseState;
+    /// A renewal sent at `sent` found `left` of the lease.
+    fn confirmed(&self, sent: Instant, left: Duration);
 }
 
 /// The most leases renewed by one script call.
@@ -295,13 +297,13 @@ async fn renew(
                 };
                 match (found, period) {
                     (Renewed::Left(left), Some(period)) => {
-                        lease.state().confirmed(sent, left);
+                        lease.confirmed(sent, left);
                         entry.due = sent + *period;
                         entry.early = sent + *period / 2;
                         entry.cap();
                     }
                     (Renewed::Left(left), None) => {
-                        lease.state().confirmed(sent, left);
+                        lease.confirmed(sent, left);
                         state.entries.remove(id);
                     }
                     // Reported as lost by the lease state.
