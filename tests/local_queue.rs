@@ -369,3 +369,45 @@ async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
     assert!(next.fencing_token() > fence);
     next.release().await.unwrap();
 }
+
+/// A release whose future is dropped while it is on its way (through a
+/// slow link) still hands the lock on to the task waiting in the process:
+/// that task is told to ask Redis, and finds the lock its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let locker = Locker::new(proxy.url()).unwrap();
+    let name = "dropped-release";
+    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let fence = held.fencing_token();
+    let successor = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .lock(name)
+                .expire(LONG)
+                .acquire_timeout(LONG)
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_delay(Duration::from_millis(300));
+    let released = tokio::time::timeout(Duration::from_millis(100), held.release()).await;
+    assert!(released.is_err(), "the release was not on its way");
+    proxy.set_delay(Duration::ZERO);
+    let next = tokio::time::timeout(Duration::from_secs(5), successor)
+        .await
+        .expect("the task waiting in the process never got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > fence);
+    next.release().await.unwrap();
+    let key = lock_key(name);
+    assert!(
+        eventually(Duration::from_secs(5), || !server.exists(&key)).is_some(),
+        "{:?}",
+        server.get(&key)
+    );
+}
