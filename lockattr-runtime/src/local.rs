@@ -48,7 +48,7 @@ const LEAST_WAIT: Duration = Duration::from_millis(2);
 /// The local queues of one Locker, by lock key.
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    names: Mutex<HashMap<String, Name>>,
+    names: Mutex<HashMap<Arc<str>, Name>>,
     next_id: AtomicU64,
 }
 
@@ -86,7 +86,7 @@ impl Entry {
 /// which then goes to Redis itself.
 pub(crate) struct Turn {
     queues: Arc<LocalQueues>,
-    key: String,
+    key: Arc<str>,
     /// Its task holds the lock (and set `held_until`).
     holds: bool,
 }
@@ -102,7 +102,7 @@ pub(crate) enum Entered {
 /// A task's place in a local queue. Dropped, it leaves.
 pub(crate) struct LocalWait {
     queues: Arc<LocalQueues>,
-    key: String,
+    key: Arc<str>,
     id: u64,
     deadline: Instant,
     rx: oneshot::Receiver<Handed>,
@@ -184,7 +184,7 @@ impl Drop for Unclaimed {
     }
 }
 
-fn lock(names: &Mutex<HashMap<String, Name>>) -> MutexGuard<'_, HashMap<String, Name>> {
+fn lock(names: &Mutex<HashMap<Arc<str>, Name>>) -> MutexGuard<'_, HashMap<Arc<str>, Name>> {
     names.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -200,10 +200,20 @@ impl LocalQueues {
         deadline: Instant,
     ) -> Entered {
         let mut names = lock(&self.names);
-        let name = names.entry(keys.lock.clone()).or_default();
+        let (key, name) = match names.get_key_value(keys.lock.as_str()) {
+            Some((key, _)) => {
+                let key = key.clone();
+                let name = names.get_mut(&key).expect("found just above");
+                (key, name)
+            }
+            None => {
+                let key: Arc<str> = Arc::from(keys.lock.as_str());
+                (key.clone(), names.entry(key).or_default())
+            }
+        };
         if name.turns == 0 {
             name.turns = 1;
-            return Entered::Turn(self.turn(&keys.lock));
+            return Entered::Turn(self.turn(&key));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -217,24 +227,24 @@ impl LocalQueues {
         });
         Entered::Wait(LocalWait {
             queues: self.clone(),
-            key: keys.lock.clone(),
+            key,
             id,
             deadline,
             rx,
         })
     }
 
-    fn turn(self: &Arc<Self>, key: &str) -> Turn {
+    fn turn(self: &Arc<Self>, key: &Arc<str>) -> Turn {
         Turn {
             queues: self.clone(),
-            key: key.to_owned(),
+            key: key.clone(),
             holds: false,
         }
     }
 
     /// A turn at `key` ended: when it was the last, the oldest task waiting
     /// here gets one and asks Redis.
-    fn leave(self: &Arc<Self>, key: &str, held: bool) {
+    fn leave(self: &Arc<Self>, key: &Arc<str>, held: bool) {
         let next = {
             let mut names = lock(&self.names);
             let Some(name) = names.get_mut(key) else {
