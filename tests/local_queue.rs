@@ -8,7 +8,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
+use lockattr::{LockError, LockGuard, Locker};
 use support::cluster::Cluster;
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, lock_key};
@@ -108,6 +108,23 @@ async fn critical_sections(
     (order, total.unwrap_or(0), longest)
 }
 
+/// A task of `locker` that waits up to [`LONG`] for the lock `name`, for a
+/// lease of [`LONG`].
+fn spawn_waiter(
+    locker: &Locker,
+    name: &'static str,
+) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
+    let locker = locker.clone();
+    tokio::spawn(async move {
+        locker
+            .lock(name)
+            .expire(LONG)
+            .acquire_timeout(LONG)
+            .acquire()
+            .await
+    })
+}
+
 /// Every fencing token larger than the one before it.
 fn increasing(order: &[u64]) -> bool {
     order.windows(2).all(|w| w[0] < w[1])
@@ -174,23 +191,10 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
     let mut con = server.client();
     let name = "turns";
     let first = a.lock(name).expire(LONG).acquire().await.unwrap();
-    let take = |locker: &Locker| {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            let guard = locker
-                .lock(name)
-                .expire(LONG)
-                .acquire_timeout(LONG)
-                .acquire()
-                .await
-                .unwrap();
-            (guard.fencing_token(), guard)
-        })
-    };
-    let local = take(&a);
+    let local = spawn_waiter(&a, name);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(queued(&mut con, name), 0, "the task of the holder's Locker");
-    let other = take(&b);
+    let other = spawn_waiter(&b, name);
     assert!(
         eventually(Duration::from_secs(5), || queued(
             &mut server.client(),
@@ -200,10 +204,12 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
         "the other Locker's waiter never queued in Redis"
     );
     first.release().await.unwrap();
-    let (other_token, other_guard) = tokio::time::timeout(Duration::from_secs(5), other)
+    let other_guard = tokio::time::timeout(Duration::from_secs(5), other)
         .await
         .expect("the other Locker's waiter was not served first")
+        .unwrap()
         .unwrap();
+    let other_token = other_guard.fencing_token();
     assert!(
         !local.is_finished(),
         "the local task went before the other Locker's"
@@ -211,11 +217,12 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
     // The local task now waits in Redis, behind nobody.
     assert_eq!(queued(&mut con, name), 1);
     other_guard.release().await.unwrap();
-    let (local_token, local_guard) = tokio::time::timeout(Duration::from_secs(5), local)
+    let local_guard = tokio::time::timeout(Duration::from_secs(5), local)
         .await
         .expect("the local task was never served")
+        .unwrap()
         .unwrap();
-    assert!(local_token > other_token);
+    assert!(local_guard.fencing_token() > other_token);
     local_guard.release().await.unwrap();
     assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
 }
@@ -229,12 +236,7 @@ async fn local_waiters_that_give_up_leave_nothing_behind() {
     let locker = Locker::new(server.url()).unwrap();
     let name = "given-up";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
-    let dropped = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            let _ = locker.lock(name).acquire_timeout(LONG).acquire().await;
-        })
-    };
+    let dropped = spawn_waiter(&locker, name);
     let started = Instant::now();
     let timed_out = locker
         .lock(name)
@@ -300,17 +302,7 @@ async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
     let locker = Locker::new(proxy.url()).unwrap();
     let name = "left";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
-    let successor = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            locker
-                .lock(name)
-                .expire(LONG)
-                .acquire_timeout(LONG)
-                .acquire()
-                .await
-        })
-    };
+    let successor = spawn_waiter(&locker, name);
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set_delay(Duration::from_millis(400));
     let releasing = tokio::spawn(held.release());
@@ -342,16 +334,7 @@ async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            locker
-                .lock(name)
-                .acquire_timeout(Duration::from_secs(10))
-                .acquire()
-                .await
-        })
-    };
+    let waiter = spawn_waiter(&locker, name);
     let mut con = server.client();
     let until = Instant::now() + Duration::from_millis(1_500);
     while Instant::now() < until {
@@ -381,17 +364,7 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
     let name = "dropped-release";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
     let fence = held.fencing_token();
-    let successor = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            locker
-                .lock(name)
-                .expire(LONG)
-                .acquire_timeout(LONG)
-                .acquire()
-                .await
-        })
-    };
+    let successor = spawn_waiter(&locker, name);
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set_delay(Duration::from_millis(300));
     let released = tokio::time::timeout(Duration::from_millis(100), held.release()).await;
