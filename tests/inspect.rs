@@ -236,6 +236,15 @@ async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
         .await
         .unwrap();
     support::warm_up(&ops, "warm").await;
+    // The acquisition returned with a majority; the last node's write may
+    // still be on its way.
+    assert!(
+        support::eventually(Duration::from_secs(5), || nodes
+            .iter()
+            .all(|node| node.exists(&lock_key("r"))))
+        .is_some(),
+        "a node never got the lock"
+    );
     // One node loses the lock: a majority still holds it.
     let () = lockattr::redis::cmd("DEL")
         .arg(lock_key("r"))
