@@ -26,7 +26,7 @@
 //! a crash.
 
 use std::future::Future;
-use std::sync::mpsc;
+use std::sync::{Weak, mpsc};
 
 use once_cell::sync::OnceCell;
 use tokio::runtime::Handle;
@@ -133,6 +133,41 @@ where
     } else {
         run(fut).await
     }
+}
+
+/// Calls `forget` with `owner` once the runtime of `handle` shuts down
+/// (it drops its tasks, this one's with them), so that what `owner` keeps
+/// for that runtime (its connections) goes with it. The task ends on its
+/// own once `owner` is gone, so a long-lived runtime does not keep one idle
+/// task per dropped Locker; `forget` is not called then.
+pub(crate) fn when_runtime_ends<T>(
+    handle: &Handle,
+    owner: Weak<T>,
+    forget: impl FnOnce(&T) + Send + 'static,
+) where
+    T: Send + Sync + 'static,
+{
+    /// Calls its function when dropped.
+    struct OnDrop<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for OnDrop<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    let watched = owner.clone();
+    let on_drop = OnDrop(Some(move || {
+        if let Some(owner) = watched.upgrade() {
+            forget(&owner);
+        }
+    }));
+    handle.spawn(async move {
+        let _on_drop = on_drop;
+        while owner.strong_count() > 0 {
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        }
+    });
 }
 
 /// Sleeps until `deadline` on any executor: on the current tokio runtime's

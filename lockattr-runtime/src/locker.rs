@@ -96,8 +96,9 @@ const MAX_BARGE: Duration = Duration::from_secs(1);
 /// awaited on a tokio runtime (in a task or in `block_on`) talks to Redis
 /// from that runtime; plain threads (the blocking path) and other
 /// executors go through a small I/O thread of the library. Connections are opened again after they
-/// drop or Redis restarts. Waiters of a Locker share one more connection,
-/// subscribed to release notices. A Locker works from any tokio runtime,
+/// drop or Redis restarts. Waiters of a Locker hear release notices on one
+/// more connection per runtime where they wait (per Locker on a Redis
+/// Cluster). A Locker works from any tokio runtime,
 /// from several runtimes one after another, and from plain threads.
 ///
 /// ```no_run

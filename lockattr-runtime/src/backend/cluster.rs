@@ -111,14 +111,14 @@ impl ClusterNodes {
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             replicated: Mutex::new(None),
-            wakeups: Wakeups::new(
+            wakeups: Wakeups::sharded(
                 clients
                     .into_iter()
                     .map(|c| Source::Fixed(Box::new(c)))
                     .collect(),
                 timeouts,
-            )
-            .sharded(sharded),
+                sharded,
+            ),
             server: format!("cluster[{}]", names.join(",")),
             tls: uses_tls,
             seed,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -97,24 +97,6 @@ impl std::fmt::Debug for SingleNode {
     }
 }
 
-/// Removes a runtime's slot when the runtime shuts down (it drops its tasks,
-/// and this with them) or when the node is dropped (the slots are gone).
-struct Forget {
-    slots: Weak<Slots>,
-    runtime: (tokio::runtime::Id, Lane),
-}
-
-impl Drop for Forget {
-    fn drop(&mut self) {
-        if let Some(slots) = self.slots.upgrade() {
-            slots
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&self.runtime);
-        }
-    }
-}
-
 /// The future that opens a connection, its type hidden (see
 /// `SingleNode::connection`).
 type Opening<'a> = std::pin::Pin<
@@ -165,7 +147,7 @@ impl SingleNode {
             .set_response_timeout(Some(timeouts.response));
         SingleNode {
             replicated_config: config.clone(),
-            wakeups: Wakeups::new(vec![source.clone()], timeouts),
+            wakeups: Wakeups::new(source.clone(), timeouts),
             source,
             timeouts,
             config,
@@ -243,18 +225,11 @@ impl SingleNode {
         let slot = Arc::new(Slot::default());
         slots.insert(runtime, slot.clone());
         drop(slots);
-        let forget = Forget {
-            slots: Arc::downgrade(&self.slots),
-            runtime,
-        };
-        let slots = Arc::downgrade(&self.slots);
-        handle.spawn(async move {
-            let _forget = forget;
-            // Wake up now and then to end once the node is gone, so a
-            // long-lived runtime does not keep one idle task per dropped Locker.
-            while slots.strong_count() > 0 {
-                tokio::time::sleep(Duration::from_secs(10)).await;
-            }
+        io::when_runtime_ends(&handle, Arc::downgrade(&self.slots), move |slots| {
+            slots
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&runtime);
         });
         Ok(slot)
     }

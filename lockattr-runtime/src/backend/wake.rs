@@ -16,9 +16,15 @@
 //! channel. The channel carries the lock's hash tag: on a Redis Cluster it
 //! is a shard channel (SPUBLISH, SSUBSCRIBE on a RESP3 cluster connection;
 //! see [`Link`]), so a notice stays on the lock's shard instead of crossing
-//! the cluster bus to every node. Each Locker has one subscriber connection
-//! for all its waiters; the message is routed by token to the one waiting task, which
-//! returns at once: it already holds the lock. The other waiters make no
+//! the cluster bus to every node. On one server, each tokio runtime where a
+//! Locker's waiters wait has a subscriber connection of its own, a RESP3
+//! multiplexed connection opened on that runtime ([`Link::Pushed`]): the
+//! connection's task reads a notice as a push and routes it by token to the
+//! one waiting task, on the same runtime, which returns at once: it already
+//! holds the lock. No subscriber thread and no cross-thread wake-up sit
+//! between the release and the waiter. (A server without RESP3, before
+//! Redis 6, gets a RESP2 SUBSCRIBE connection on that runtime instead; a
+//! Cluster's waiters share one connection per Locker on the I/O thread.) The other waiters make no
 //! request: they only move their expiry check to the end of the new
 //! holder's lease (which is shorter than the old holder's when the new
 //! holder asked for less), so there is no herd, and the queue serves
@@ -27,8 +33,8 @@
 //! # Registering never blocks a waiter
 //!
 //! [`Wakeups::watch`] enters a waiter under its owner token and returns at
-//! once. The SUBSCRIBE runs in the background on the library's I/O thread,
-//! one task per channel at a time (so eight waiters on one channel send one
+//! once. The SUBSCRIBE runs in the background (on the subscriber
+//! connection's runtime), one task per channel at a time (so eight waiters on one channel send one
 //! SUBSCRIBE, not eight in a row), and each waiter of the channel hears
 //! [`Wake::Subscribed`] when it is confirmed: from then on no notice is
 //! missed, so the waiter asks Redis once more and sleeps. Until then, and
@@ -43,7 +49,7 @@
 //! connection that drops, or that does not answer a `PING`, a `SUBSCRIBE`
 //! or an `UNSUBSCRIBE` within the response timeout (a half-open socket, a
 //! proxy or a firewall that silently stopped passing traffic), is closed
-//! once, by generation, whoever noticed first; every waiter of the Locker is
+//! once, by generation, whoever noticed first; every waiter on it is
 //! then told to ask Redis ([`Wake::Recheck`]) and registers again on a new
 //! connection. A connection that fails again and again is reopened after a
 //! pause that doubles up to [`MAX_REOPEN_PAUSE`].
@@ -63,14 +69,16 @@
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use futures_core::Stream;
+use redis::aio::MultiplexedConnection;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, PushInfo, PushKind, RedisError, RedisResult};
+use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, RedisError, RedisResult};
 use tokio::sync::{mpsc, oneshot};
 
 use super::source::Source;
@@ -125,10 +133,21 @@ pub(crate) enum Wake {
     TryNow,
 }
 
-/// The wake-ups of one Redis server, for one Locker.
+/// The wake-ups of one Redis server, or of a Redis Cluster, for one Locker.
 pub(crate) struct Wakeups {
-    shared: Arc<Shared>,
+    /// The subscriber side on the I/O thread: a Cluster's (see
+    /// [`Link::Sharded`]), and one server's for waiters outside a tokio
+    /// runtime (there are none: waits run on a runtime, the I/O thread's
+    /// when not on the caller's).
+    io: Arc<Shared>,
+    /// One server's: the subscriber side of each tokio runtime where its
+    /// waiters wait, on that runtime (see [`Link::Pushed`]). `None` for a
+    /// Cluster.
+    runtimes: Option<Arc<Runtimes>>,
 }
+
+/// The subscriber sides of one server, by the tokio runtime they run on.
+type Runtimes = Mutex<HashMap<tokio::runtime::Id, Arc<Shared>>>;
 
 /// Builds a Redis Cluster client on RESP3 whose pushes (the shard
 /// messages, and the connections' losses) go to the sender given.
@@ -147,6 +166,10 @@ struct Shared {
     /// RESP3 or SSUBSCRIBE: SUBSCRIBE on the first of `sources`.
     sharded: Option<ShardedClient>,
     timeouts: Timeouts,
+    /// The runtime that runs the subscriber connection and its tasks, and
+    /// where its waiters wait: its connection is a RESP3 one whose pushes
+    /// wake them right there (see [`Link::Pushed`]). `None`: the I/O thread.
+    home: Option<tokio::runtime::Handle>,
     state: Mutex<State>,
     /// Held while opening the subscriber connection.
     connecting: tokio::sync::Mutex<()>,
@@ -167,6 +190,12 @@ enum Link {
     /// the shard that serves the channel's slot (and again after a
     /// reconnection or a move of the slot).
     Sharded(ClusterConnection),
+    /// One server's multiplexed connection on RESP3, opened on the runtime
+    /// where its waiters wait: SUBSCRIBE. A notice arrives as a push, which
+    /// the connection's own task hands to the waiter as it reads it (see
+    /// [`Shared::pushed`]): no subscriber thread and no other task between
+    /// the release and the waiter.
+    Pushed(MultiplexedConnection),
 }
 
 impl Link {
@@ -174,6 +203,7 @@ impl Link {
         match self {
             Link::Published(sink) => sink.subscribe(channel).await,
             Link::Sharded(connection) => connection.ssubscribe(channel).await,
+            Link::Pushed(connection) => connection.subscribe(channel).await,
         }
     }
 
@@ -181,6 +211,7 @@ impl Link {
         match self {
             Link::Published(sink) => sink.unsubscribe(channel).await,
             Link::Sharded(connection) => connection.sunsubscribe(channel).await,
+            Link::Pushed(connection) => connection.unsubscribe(channel).await,
         }
     }
 
@@ -188,6 +219,7 @@ impl Link {
         match self {
             Link::Published(sink) => sink.ping::<redis::Value>().await.map(drop),
             Link::Sharded(connection) => redis::cmd("PING").query_async(connection).await,
+            Link::Pushed(connection) => redis::cmd("PING").query_async(connection).await,
         }
     }
 
@@ -200,8 +232,10 @@ impl Link {
 struct State {
     /// The subscriber connection, if open, and its generation.
     sink: Option<(u64, Link)>,
-    /// The cluster refused RESP3 or SSUBSCRIBE: subscribe with SUBSCRIBE
-    /// from now on (its scripts, refused SPUBLISH, publish with PUBLISH).
+    /// The server refused RESP3 (before Redis 6), or the cluster refused
+    /// RESP3 or SSUBSCRIBE: subscribe with SUBSCRIBE on a connection of its
+    /// own from now on (a cluster's scripts, refused SPUBLISH, publish with
+    /// PUBLISH).
     published_only: bool,
     /// Generations of subscriber connections opened so far.
     generation: u64,
@@ -309,8 +343,8 @@ impl Channel {
     }
 }
 
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl State {
@@ -406,7 +440,7 @@ impl Drop for Waiter {
                 drop(guard);
                 // Fails only when the I/O thread cannot start; then the
                 // channel stays subscribed, which is harmless.
-                let _ = io::spawn(unsubscribe_when_idle(weak, name));
+                let _ = shared.spawn(unsubscribe_when_idle(weak, name));
             }
         }
     }
@@ -429,36 +463,77 @@ fn with_keepalive(client: Client) -> Client {
 }
 
 impl Wakeups {
-    pub(crate) fn new(sources: Vec<Source>, timeouts: Timeouts) -> Wakeups {
+    /// The wake-ups of one server, reached through `source`: each runtime
+    /// where waiters wait has its own subscriber connection (see
+    /// [`Link::Pushed`]).
+    pub(crate) fn new(source: Source, timeouts: Timeouts) -> Wakeups {
         Wakeups {
-            shared: Arc::new(Shared {
-                sources: sources
-                    .into_iter()
-                    .map(|source| match source {
-                        Source::Fixed(client) => Source::Fixed(Box::new(with_keepalive(*client))),
-                        sentinel @ Source::Sentinel(_) => sentinel,
-                    })
-                    .collect(),
-                sharded: None,
-                timeouts,
-                state: Mutex::default(),
-                connecting: tokio::sync::Mutex::new(()),
-            }),
+            io: Arc::new(Shared::new(vec![source], timeouts, None)),
+            runtimes: Some(Arc::default()),
         }
     }
 
     /// The wake-ups of a Redis Cluster: on shard channels, through clients
-    /// that `client` builds (see [`Shared::sharded`]).
-    pub(crate) fn sharded(mut self, client: ShardedClient) -> Wakeups {
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            shared.sharded = Some(client);
+    /// that `client` builds (see [`Shared::sharded`]), or with SUBSCRIBE on
+    /// the first of `seeds` that answers. On the I/O thread.
+    pub(crate) fn sharded(
+        seeds: Vec<Source>,
+        timeouts: Timeouts,
+        client: ShardedClient,
+    ) -> Wakeups {
+        let mut shared = Shared::new(seeds, timeouts, None);
+        shared.sharded = Some(client);
+        Wakeups {
+            io: Arc::new(shared),
+            runtimes: None,
         }
-        self
     }
 
-    /// Enters `token` among the waiters of `channel`; `armed`: the channel
-    /// is subscribed on the current connection.
-    fn enter(&self, state: &mut State, channel: &str, token: &str, armed: bool) -> Waiter {
+    /// The subscriber side where the caller runs: its runtime's (opened on
+    /// first use, forgotten when the runtime shuts down), or the I/O
+    /// thread's.
+    fn here(&self) -> Arc<Shared> {
+        let (Some(runtimes), Ok(handle)) = (&self.runtimes, tokio::runtime::Handle::try_current())
+        else {
+            return self.io.clone();
+        };
+        let id = handle.id();
+        let mut by_runtime = lock(runtimes);
+        if let Some(shared) = by_runtime.get(&id) {
+            return shared.clone();
+        }
+        let shared = Arc::new(Shared::new(
+            self.io.sources.clone(),
+            self.io.timeouts,
+            Some(handle.clone()),
+        ));
+        by_runtime.insert(id, shared.clone());
+        drop(by_runtime);
+        io::when_runtime_ends(&handle, Arc::downgrade(runtimes), move |runtimes| {
+            lock(runtimes).remove(&id);
+        });
+        shared
+    }
+
+    /// Every subscriber side of this server: the I/O thread's and each
+    /// runtime's.
+    fn every(&self) -> Vec<Arc<Shared>> {
+        let mut all = vec![self.io.clone()];
+        if let Some(runtimes) = &self.runtimes {
+            all.extend(lock(runtimes).values().cloned());
+        }
+        all
+    }
+
+    /// Enters `token` among the waiters of `channel` of `shared`; `armed`:
+    /// the channel is subscribed on the current connection.
+    fn enter(
+        shared: &Arc<Shared>,
+        state: &mut State,
+        channel: &str,
+        token: &str,
+        armed: bool,
+    ) -> Waiter {
         let (tx, rx) = mpsc::unbounded_channel();
         state.serial += 1;
         let serial = state.serial;
@@ -473,7 +548,7 @@ impl Wakeups {
         );
         entry.idle_since = None;
         Waiter {
-            shared: Arc::downgrade(&self.shared),
+            shared: Arc::downgrade(shared),
             channel: channel.to_owned(),
             token: token.to_owned(),
             serial,
@@ -491,18 +566,22 @@ impl Wakeups {
         let Some(handed) = HandOver::parse(notice) else {
             return;
         };
-        if let Some(channel) = lock(&self.shared.state).channels.get_mut(channel) {
-            channel.hand_over(&handed);
+        for shared in self.every() {
+            if let Some(channel) = lock(&shared.state).channels.get_mut(channel) {
+                channel.hand_over(&handed);
+            }
         }
     }
 
     /// Registers `token` as waiting on `channel`, if the channel is already
     /// subscribed: then the waiter hears every message published from now on.
     pub(crate) fn register_if_subscribed(&self, channel: &str, token: &str) -> Option<Waiter> {
-        let mut state = lock(&self.shared.state);
+        let shared = self.here();
+        let mut state = lock(&shared.state);
         let current = state.current()?;
         let subscribed = state.channels.get(channel)?.subscribed;
-        (subscribed == Some(current)).then(|| self.enter(&mut state, channel, token, true))
+        (subscribed == Some(current))
+            .then(|| Self::enter(&shared, &mut state, channel, token, true))
     }
 
     /// Registers `token` as waiting on `channel` and returns at once; the
@@ -512,14 +591,15 @@ impl Wakeups {
     /// [`Wake::Recheck`] if the connection breaks first, [`Wake::Refused`]
     /// if Redis refuses to subscribe. Never blocks on Redis.
     pub(crate) fn watch(&self, channel: &str, token: &str) -> Waiter {
-        let mut state = lock(&self.shared.state);
+        let shared = self.here();
+        let mut state = lock(&shared.state);
         let current = state.current();
         let armed = current.is_some()
             && state
                 .channels
                 .get(channel)
                 .is_some_and(|c| c.subscribed == current);
-        let waiter = self.enter(&mut state, channel, token, armed);
+        let waiter = Self::enter(&shared, &mut state, channel, token, armed);
         let entry = state.channels.get_mut(channel).expect("entered just above");
         if armed {
             // Entered after the caller's last look at Redis: it asks once more.
@@ -533,11 +613,11 @@ impl Wakeups {
         }
         entry.subscribing = true;
         drop(state);
-        let task = subscribe(Arc::downgrade(&self.shared), channel.to_owned());
-        if io::spawn(task).is_err() {
+        let task = subscribe(Arc::downgrade(&shared), channel.to_owned());
+        if shared.spawn(task).is_err() {
             // No I/O thread: nothing can be subscribed; the waiter still
             // asks Redis on its own timers.
-            if let Some(entry) = lock(&self.shared.state).channels.get_mut(channel) {
+            if let Some(entry) = lock(&shared.state).channels.get_mut(channel) {
                 entry.subscribing = false;
             }
         }
@@ -550,7 +630,7 @@ impl Wakeups {
     /// subscription could not be made in that time.
     pub(crate) async fn register(&self, channel: &str, token: &str) -> Result<Waiter, RedisError> {
         let mut waiter = self.watch(channel, token);
-        let limit = self.shared.timeouts.connect + self.shared.timeouts.response;
+        let limit = self.io.timeouts.connect + self.io.timeouts.response;
         let subscribed = async {
             loop {
                 match waiter.wait().await {
@@ -573,10 +653,45 @@ impl Wakeups {
 }
 
 impl Shared {
+    fn new(
+        sources: Vec<Source>,
+        timeouts: Timeouts,
+        home: Option<tokio::runtime::Handle>,
+    ) -> Shared {
+        Shared {
+            sources: sources
+                .into_iter()
+                .map(|source| match source {
+                    Source::Fixed(client) => Source::Fixed(Box::new(with_keepalive(*client))),
+                    sentinel @ Source::Sentinel(_) => sentinel,
+                })
+                .collect(),
+            sharded: None,
+            timeouts,
+            home,
+            state: Mutex::default(),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Runs `fut` where this subscriber side lives: its runtime, or the
+    /// I/O thread.
+    fn spawn<F>(&self, fut: F) -> Result<(), crate::LockError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match &self.home {
+            // On a runtime that has shut down, the task is dropped unrun:
+            // its waiters went with the runtime.
+            Some(home) => drop(home.spawn(fut)),
+            None => io::spawn(fut)?,
+        }
+        Ok(())
+    }
+
     /// The subscriber connection, opened if needed (after the pause that
-    /// failures in a row call for). Runs on the I/O thread, whose runtime
-    /// never stops: the connection's I/O task runs where it was opened, and
-    /// it serves the waiters of every runtime.
+    /// failures in a row call for). Runs where this side lives (see
+    /// `home`): the connection's I/O task runs where it was opened.
     async fn connection(self: &Arc<Self>) -> Result<(u64, Link), RedisError> {
         if let Some(sink) = lock(&self.state).sink.clone() {
             return Ok(sink);
@@ -593,18 +708,26 @@ impl Shared {
             tokio::time::sleep_until(at.into()).await;
         }
         let published_only = lock(&self.state).published_only;
-        if let Some(client) = self.sharded.as_ref().filter(|_| !published_only) {
-            match self.open_sharded(client).await {
-                Ok(link) => return Ok(link),
-                // No RESP3 (`HELLO`) before Redis 6: channels are
-                // subscribed as on one server.
-                Err(e) if unsupported(&e) => self.publish_only(&e),
-                Err(e) => {
-                    tracing::debug!(target: "lockattr", error = %e, "cannot open the subscriber connection");
-                    lock(&self.state).failed();
-                    return Err(e);
-                }
+        let resp3 = if published_only {
+            None
+        } else if let Some(client) = &self.sharded {
+            Some(self.open_sharded(client).await)
+        } else if self.home.is_some() {
+            Some(self.open_pushed().await)
+        } else {
+            None
+        };
+        match resp3 {
+            Some(Ok(link)) => return Ok(link),
+            // No RESP3 (`HELLO`) before Redis 6: channels are subscribed
+            // with SUBSCRIBE on a connection of their own.
+            Some(Err(e)) if unsupported(&e) => self.publish_only(&e),
+            Some(Err(e)) => {
+                tracing::debug!(target: "lockattr", error = %e, "cannot open the subscriber connection");
+                lock(&self.state).failed();
+                return Err(e);
             }
+            None => {}
         }
         let mut last = None;
         for source in &self.sources {
@@ -639,16 +762,63 @@ impl Shared {
         let connection = within(self.timeouts.connect, client.get_async_connection()).await?;
         let link = Link::Sharded(connection);
         Ok(self.install(link, |weak, generation, stopped| {
-            io::spawn(read_pushes(weak, generation, received, stopped))
+            self.spawn(read_pushes(weak, generation, received, stopped))
         }))
     }
 
-    /// The cluster refused RESP3 or SSUBSCRIBE with `e`: channels are
-    /// subscribed with SUBSCRIBE from now on.
+    /// Opens one server's multiplexed connection on RESP3 (see
+    /// [`Link::Pushed`]) on this side's runtime, and makes it the
+    /// subscriber connection.
+    async fn open_pushed(self: &Arc<Self>) -> RedisResult<(u64, Link)> {
+        let source = self
+            .sources
+            .first()
+            .ok_or_else(|| RedisError::from(std::io::Error::other("no server to subscribe on")))?;
+        let client = match source {
+            Source::Fixed(client) => (**client).clone(),
+            Source::Sentinel(_) => with_keepalive(source.client(self.timeouts.locate()).await?),
+        };
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let client = Client::open(info.set_redis_settings(settings))?;
+        // Known once the connection is installed; a push before that (a
+        // lost connection) finds no generation, and the first SUBSCRIBE
+        // on it fails instead.
+        let generation = Arc::new(AtomicU64::new(0));
+        let pushes = {
+            let (weak, generation) = (Arc::downgrade(self), generation.clone());
+            move |push: PushInfo| -> Result<(), std::convert::Infallible> {
+                if let Some(shared) = weak.upgrade() {
+                    shared.pushed(generation.load(Ordering::Acquire), push);
+                }
+                Ok(())
+            }
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeouts.connect))
+            .set_response_timeout(Some(self.timeouts.response))
+            .set_push_sender(pushes);
+        let connection = within(
+            self.timeouts.connect,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await?;
+        Ok(self.install(Link::Pushed(connection), |_, installed, _| {
+            generation.store(installed, Ordering::Release);
+            Ok(())
+        }))
+    }
+
+    /// The server refused RESP3, or the cluster refused RESP3 or
+    /// SSUBSCRIBE, with `e`: channels are subscribed with SUBSCRIBE from
+    /// now on.
     fn publish_only(&self, e: &RedisError) {
         tracing::debug!(target: "lockattr",
             error = %e,
-            "the cluster does not take SSUBSCRIBE on RESP3; release notices go by PUBLISH"
+            "Redis does not take subscriptions on RESP3 here; waiters subscribe with SUBSCRIBE on a connection of their own"
         );
         lock(&self.state).published_only = true;
     }
@@ -658,7 +828,7 @@ impl Shared {
     fn install_published(self: &Arc<Self>, pubsub: redis::aio::PubSub) -> (u64, Link) {
         let (sink, stream) = pubsub.split();
         self.install(Link::Published(sink), |weak, generation, stopped| {
-            io::spawn(read(weak, generation, stream, stopped))
+            self.spawn(read(weak, generation, stream, stopped))
         })
     }
 
@@ -679,7 +849,7 @@ impl Shared {
         };
         let weak = Arc::downgrade(self);
         let started = reader(weak.clone(), generation, stopped)
-            .and_then(|()| io::spawn(check_health(weak, generation, link.clone())));
+            .and_then(|()| self.spawn(check_health(weak, generation, link.clone())));
         if started.is_err() {
             self.lost(generation, true);
         }
@@ -904,6 +1074,38 @@ async fn read(
 }
 
 impl Shared {
+    /// Handles push `push` of subscriber connection `generation` (a
+    /// [`Link::Sharded`] or a [`Link::Pushed`]): a message goes to its
+    /// waiters; a lost connection (a cluster's node connection may have
+    /// carried a subscription: the cluster connection subscribes again on
+    /// the new one, but a notice may have been missed) ends the connection,
+    /// as a broken one, and false is returned; a shard channel unsubscribed
+    /// by the server (its slot moved) makes its waiters register again.
+    fn pushed(&self, generation: u64, push: PushInfo) -> bool {
+        match push.kind {
+            PushKind::Disconnection => {
+                self.lost(generation, false);
+                return false;
+            }
+            PushKind::SUnsubscribe => {
+                let name = push.data.first().and_then(|name| match name {
+                    redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+                    _ => None,
+                });
+                if let Some(name) = name {
+                    self.unsubscribed(generation, name);
+                }
+            }
+            PushKind::SMessage | PushKind::Message => {
+                if let Some(message) = redis::Msg::from_push_info(push) {
+                    self.deliver(&message);
+                }
+            }
+            _ => {}
+        }
+        true
+    }
+
     /// Routes release notice `message` to the waiters of its channel.
     fn deliver(&self, message: &redis::Msg) {
         let Some(handed) = std::str::from_utf8(message.get_payload_bytes())
@@ -934,11 +1136,8 @@ impl Shared {
     }
 }
 
-/// Routes the pushes of the sharded subscriber connection `generation`:
-/// shard messages to their waiters; a lost node connection (which may have
-/// carried a subscription: the cluster connection subscribes again on the
-/// new one, but a notice may have been missed) ends the connection, as a
-/// broken one.
+/// Routes the pushes of the sharded subscriber connection `generation`
+/// (see [`Shared::pushed`]) until it ends or is closed.
 async fn read_pushes(
     shared: Weak<Shared>,
     generation: u64,
@@ -957,26 +1156,8 @@ async fn read_pushes(
             shared.lost(generation, false);
             return;
         };
-        match push.kind {
-            PushKind::Disconnection => {
-                shared.lost(generation, false);
-                return;
-            }
-            PushKind::SUnsubscribe => {
-                let name = push.data.first().and_then(|name| match name {
-                    redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
-                    _ => None,
-                });
-                if let Some(name) = name {
-                    shared.unsubscribed(generation, name);
-                }
-            }
-            PushKind::SMessage | PushKind::Message => {
-                if let Some(message) = redis::Msg::from_push_info(push) {
-                    shared.deliver(&message);
-                }
-            }
-            _ => {}
+        if !shared.pushed(generation, push) {
+            return;
         }
     }
 }
