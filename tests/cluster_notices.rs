@@ -205,3 +205,77 @@ async fn a_user_refused_the_shard_commands_gets_publish_and_subscribe() {
     assert_eq!(cluster.calls("spublish"), 0);
     handed.release().await.unwrap();
 }
+
+/// The connections of `node` that listen on shard channels: their `ssub`
+/// counts, from `CLIENT LIST`.
+fn shard_listeners(cluster: &Cluster, node: usize) -> Vec<u32> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut cluster.nodes[node].client())
+        .unwrap();
+    list.lines()
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|pair| pair.strip_prefix("ssub="))
+                .and_then(|n| n.parse().ok())
+        })
+        .filter(|&n| n > 0)
+        .collect()
+}
+
+/// Two waiters of one Locker on two locks of one master, each in the
+/// `block_on` of a runtime of its own: each runtime listens on that shard
+/// with a connection of its own (two connections with one shard channel
+/// each; before, one connection per Locker on the library's I/O thread
+/// listened on both), and each is handed its lock with a larger fencing
+/// token.
+#[test]
+fn each_runtime_listens_on_the_shard_with_a_connection_of_its_own() {
+    let cluster = Cluster::start();
+    let (holder, waiting) = (cluster.locker(), cluster.locker());
+    let first = cluster.name_per_master("runtimes").remove(0);
+    let master = cluster.master_of(&lock_key(&first));
+    let second = (0..)
+        .map(|i| format!("runtimes {i}"))
+        .find(|name| cluster.master_of(&lock_key(name)) == master)
+        .unwrap();
+    let setup = support::current_thread();
+    let mut held = Vec::new();
+    let mut waiters = Vec::new();
+    for name in [first, second] {
+        let guard = setup
+            .block_on(holder.lock(&name).expire(Duration::from_secs(30)).acquire())
+            .unwrap();
+        held.push(guard);
+        let waiting = waiting.clone();
+        waiters.push(std::thread::spawn(move || {
+            support::current_thread().block_on(async {
+                let guard = waiting
+                    .lock(&name)
+                    .acquire_timeout(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let token = guard.fencing_token();
+                guard.release().await.unwrap();
+                token
+            })
+        }));
+    }
+    let apart = eventually(Duration::from_secs(5), || {
+        shard_listeners(&cluster, master) == [1, 1]
+    });
+    assert!(
+        apart.is_some(),
+        "expected one shard connection per runtime, found {:?}",
+        shard_listeners(&cluster, master)
+    );
+    for (guard, waiter) in held.into_iter().zip(waiters) {
+        let before = guard.fencing_token();
+        setup.block_on(guard.release()).unwrap();
+        assert!(
+            waiter.join().unwrap() > before,
+            "handed over with a larger token"
+        );
+    }
+}

@@ -97,8 +97,7 @@ const MAX_BARGE: Duration = Duration::from_secs(1);
 /// from that runtime; plain threads (the blocking path) and other
 /// executors go through a small I/O thread of the library. Connections are opened again after they
 /// drop or Redis restarts. Waiters of a Locker hear release notices on one
-/// more connection per runtime where they wait (per Locker on a Redis
-/// Cluster). A Locker works from any tokio runtime,
+/// more connection per runtime where they wait. A Locker works from any tokio runtime,
 /// from several runtimes one after another, and from plain threads.
 ///
 /// ```no_run

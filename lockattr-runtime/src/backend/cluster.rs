@@ -14,7 +14,7 @@
 //! waits.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -100,7 +100,7 @@ impl ClusterNodes {
                 )
             })?;
         let tls_files = tls.clone();
-        let sharded: ShardedClient = Box::new(move |pushes| {
+        let sharded: ShardedClient = Arc::new(move |pushes| {
             cluster_builder(infos.clone(), &tls_files, timeouts)
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(pushes)

@@ -16,15 +16,16 @@
 //! channel. The channel carries the lock's hash tag: on a Redis Cluster it
 //! is a shard channel (SPUBLISH, SSUBSCRIBE on a RESP3 cluster connection;
 //! see [`Link`]), so a notice stays on the lock's shard instead of crossing
-//! the cluster bus to every node. On one server, each tokio runtime where a
-//! Locker's waiters wait has a subscriber connection of its own, a RESP3
-//! multiplexed connection opened on that runtime ([`Link::Pushed`]): the
-//! connection's task reads a notice as a push and routes it by token to the
-//! one waiting task, on the same runtime, which returns at once: it already
-//! holds the lock. No subscriber thread and no cross-thread wake-up sit
-//! between the release and the waiter. (A server without RESP3, before
-//! Redis 6, gets a RESP2 SUBSCRIBE connection on that runtime instead; a
-//! Cluster's waiters share one connection per Locker on the I/O thread.) The other waiters make no
+//! the cluster bus to every node. Each tokio runtime where a Locker's
+//! waiters wait has a subscriber connection of its own, opened on that
+//! runtime: on one server a RESP3 multiplexed connection
+//! ([`Link::Pushed`]), whose task reads a notice as a push and routes it by
+//! token to the one waiting task, on the same runtime, which returns at
+//! once: it already holds the lock. No subscriber thread and no
+//! cross-thread wake-up sit between the release and the waiter. (A server
+//! without RESP3, before Redis 6, gets a RESP2 SUBSCRIBE connection on that
+//! runtime instead; a Cluster's is a RESP3 cluster connection whose pushes
+//! a task of the same runtime routes.) The other waiters make no
 //! request: they only move their expiry check to the end of the new
 //! holder's lease (which is shorter than the old holder's when the new
 //! holder asked for less), so there is no herd, and the queue serves
@@ -135,24 +136,23 @@ pub(crate) enum Wake {
 
 /// The wake-ups of one Redis server, or of a Redis Cluster, for one Locker.
 pub(crate) struct Wakeups {
-    /// The subscriber side on the I/O thread: a Cluster's (see
-    /// [`Link::Sharded`]), and one server's for waiters outside a tokio
-    /// runtime (there are none: waits run on a runtime, the I/O thread's
-    /// when not on the caller's).
+    /// The settings every subscriber side is made from, and the subscriber
+    /// side on the I/O thread, for a waiter outside any tokio runtime
+    /// (there is none today: waits run on a runtime, the I/O thread's when
+    /// not on the caller's).
     io: Arc<Shared>,
-    /// One server's: the subscriber side of each tokio runtime where its
-    /// waiters wait, on that runtime (see [`Link::Pushed`]). `None` for a
-    /// Cluster.
-    runtimes: Option<Arc<Runtimes>>,
+    /// The subscriber side of each tokio runtime where waiters wait, on
+    /// that runtime (see [`Link::Pushed`] and [`Link::Sharded`]).
+    runtimes: Arc<Runtimes>,
 }
 
-/// The subscriber sides of one server, by the tokio runtime they run on.
+/// The subscriber sides of one deployment, by the tokio runtime they run on.
 type Runtimes = Mutex<HashMap<tokio::runtime::Id, Arc<Shared>>>;
 
 /// Builds a Redis Cluster client on RESP3 whose pushes (the shard
 /// messages, and the connections' losses) go to the sender given.
 pub(crate) type ShardedClient =
-    Box<dyn Fn(mpsc::UnboundedSender<PushInfo>) -> RedisResult<ClusterClient> + Send + Sync>;
+    Arc<dyn Fn(mpsc::UnboundedSender<PushInfo>) -> RedisResult<ClusterClient> + Send + Sync>;
 
 /// What the Wakeups share with their background tasks (which hold it weakly,
 /// so that dropping the Wakeups stops them and closes the connection).
@@ -469,13 +469,14 @@ impl Wakeups {
     pub(crate) fn new(source: Source, timeouts: Timeouts) -> Wakeups {
         Wakeups {
             io: Arc::new(Shared::new(vec![source], timeouts, None)),
-            runtimes: Some(Arc::default()),
+            runtimes: Arc::default(),
         }
     }
 
     /// The wake-ups of a Redis Cluster: on shard channels, through clients
     /// that `client` builds (see [`Shared::sharded`]), or with SUBSCRIBE on
-    /// the first of `seeds` that answers. On the I/O thread.
+    /// the first of `seeds` that answers; each runtime where waiters wait
+    /// has its own.
     pub(crate) fn sharded(
         seeds: Vec<Source>,
         timeouts: Timeouts,
@@ -485,7 +486,7 @@ impl Wakeups {
         shared.sharded = Some(client);
         Wakeups {
             io: Arc::new(shared),
-            runtimes: None,
+            runtimes: Arc::default(),
         }
     }
 
@@ -493,23 +494,24 @@ impl Wakeups {
     /// first use, forgotten when the runtime shuts down), or the I/O
     /// thread's.
     fn here(&self) -> Arc<Shared> {
-        let (Some(runtimes), Ok(handle)) = (&self.runtimes, tokio::runtime::Handle::try_current())
-        else {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return self.io.clone();
         };
         let id = handle.id();
-        let mut by_runtime = lock(runtimes);
+        let mut by_runtime = lock(&self.runtimes);
         if let Some(shared) = by_runtime.get(&id) {
             return shared.clone();
         }
-        let shared = Arc::new(Shared::new(
+        let mut shared = Shared::new(
             self.io.sources.clone(),
             self.io.timeouts,
             Some(handle.clone()),
-        ));
+        );
+        shared.sharded = self.io.sharded.clone();
+        let shared = Arc::new(shared);
         by_runtime.insert(id, shared.clone());
         drop(by_runtime);
-        io::when_runtime_ends(&handle, Arc::downgrade(runtimes), move |runtimes| {
+        io::when_runtime_ends(&handle, Arc::downgrade(&self.runtimes), move |runtimes| {
             lock(runtimes).remove(&id);
         });
         shared
@@ -519,9 +521,7 @@ impl Wakeups {
     /// runtime's.
     fn every(&self) -> Vec<Arc<Shared>> {
         let mut all = vec![self.io.clone()];
-        if let Some(runtimes) = &self.runtimes {
-            all.extend(lock(runtimes).values().cloned());
-        }
+        all.extend(lock(&self.runtimes).values().cloned());
         all
     }
 
