@@ -24,9 +24,15 @@ fn slow_of_five(slow: usize) -> (Vec<RedisServer>, Vec<Proxy>, Locker) {
         .map(RedisServer::url)
         .chain(proxies.iter().map(Proxy::url))
         .collect();
+    // Connecting and answering get as long as the node timeout: on a
+    // loaded machine a node that failed to connect within the default
+    // second would miss the warm-up acquisition, and its fence counter
+    // would start later, from its clock, past the others'.
     let locker = Locker::redlock_builder(&urls)
         .delay_restarted_nodes(false)
         .node_timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5))
+        .response_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
     (nodes, proxies, locker)
@@ -39,15 +45,27 @@ fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
     let (nodes, proxies, locker) = slow_of_five(2);
-    // Connections open (and scripts loaded) while the links are fast.
-    locker
-        .lock("majority")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    // Connections open, scripts loaded and the nodes' fence counters in
+    // step while the links are fast: every node holds the warm-up lock
+    // before it is released (an acquisition returns with a majority), and
+    // every node has let it go before the links slow down.
+    let warm_up = locker.lock("majority").acquire().await.unwrap();
+    let token = nodes[0].owner(&lock_key("majority"));
+    assert!(
+        eventually(Duration::from_secs(5), || owners(&nodes, "majority")
+            .iter()
+            .all(|o| *o == token))
+        .is_some(),
+        "the warm-up lock is not held on every node: {:?}",
+        owners(&nodes, "majority")
+    );
+    warm_up.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || owners(&nodes, "majority")
+            .iter()
+            .all(Option::is_none))
+        .is_some()
+    );
     for proxy in &proxies {
         proxy.set_delay(SLOW);
     }
