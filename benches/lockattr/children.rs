@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::scenarios::{contended, handoff};
-use crate::{Res, run_in_task, servers};
+use crate::{Res, servers};
 
 /// Environment variable naming the role of a re-executed child process.
 pub const ROLE_ENV: &str = "LOCKATTR_BENCH_ROLE";
@@ -15,17 +14,6 @@ pub const ROLE_ENV: &str = "LOCKATTR_BENCH_ROLE";
 pub const URL_ENV: &str = "LOCKATTR_BENCH_URL";
 /// Environment variable with `key=value;...` parameters, for child processes.
 pub const PARAMS_ENV: &str = "LOCKATTR_BENCH_PARAMS";
-
-/// The entry point of a child process.
-pub fn child_main(role: &str) -> Res<()> {
-    let url = std::env::var(URL_ENV).map_err(|_| format!("{URL_ENV} is not set"))?;
-    let params = Params::from_env()?;
-    match role {
-        "handoff" => run_in_task(async move { handoff::child(&url, &params).await })?,
-        "contend" => run_in_task(async move { contended::child(&url, &params).await })?,
-        other => Err(format!("unknown role `{other}`").into()),
-    }
-}
 
 /// Child processes of one scenario: killed (if still running) and reaped
 /// when dropped.
@@ -118,7 +106,7 @@ impl Drop for Children {
 pub struct Params(BTreeMap<String, String>);
 
 impl Params {
-    fn from_env() -> Res<Params> {
+    pub fn from_env() -> Res<Params> {
         let raw = std::env::var(PARAMS_ENV).map_err(|_| format!("{PARAMS_ENV} is not set"))?;
         let map = raw
             .split(';')

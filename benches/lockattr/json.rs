@@ -11,7 +11,8 @@ use crate::scenarios::kinds::{READ_HOLD, READERS};
 use crate::scenarios::replicas::Replicas;
 use crate::scenarios::rw_cost::{BLOCK, Cost, HELD, HELD_LEASE};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
-use crate::targets::{self, Target, ratio};
+use crate::targets::{self, Target};
+use crate::util::ratio;
 use crate::util::{cores, cpu_model, quantile, unix_nanos};
 use crate::{CONTEND_PROCESSES, MANY_TASKS, ONE_PROCESS_TASKS, RUNTIME};
 

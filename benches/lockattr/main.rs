@@ -155,7 +155,7 @@ impl Plan {
 
 fn main() {
     let outcome = match std::env::var(children::ROLE_ENV) {
-        Ok(role) => children::child_main(&role),
+        Ok(role) => child_main(&role),
         Err(_) => coordinator_main(),
     };
     if let Err(e) = outcome {
@@ -327,4 +327,16 @@ async fn run_all(servers: &Servers, plan: &Plan) -> Res<Report> {
     scenarios::replicas::replicas(servers, plan, &mut report).await?;
     report.load[1] = util::load_average();
     Ok(report)
+}
+
+/// The entry point of a child process.
+pub fn child_main(role: &str) -> Res<()> {
+    let url = std::env::var(children::URL_ENV)
+        .map_err(|_| format!("{} is not set", children::URL_ENV))?;
+    let params = children::Params::from_env()?;
+    match role {
+        "handoff" => run_in_task(async move { scenarios::handoff::child(&url, &params).await })?,
+        "contend" => run_in_task(async move { scenarios::contended::child(&url, &params).await })?,
+        other => Err(format!("unknown role `{other}`").into()),
+    }
 }

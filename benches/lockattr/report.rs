@@ -7,7 +7,8 @@ use crate::peers::{
 use crate::scenarios::replicas::Replicas;
 use crate::scenarios::rw_cost::{BLOCK, Cost, HELD};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
-use crate::targets::{self, Target, ratio};
+use crate::targets::{self, Target};
+use crate::util::ratio;
 use crate::util::{cores, cpu_model};
 use crate::{CONTEND_PROCESSES, ONE_PROCESS_TASKS, RUNTIME};
 

@@ -2,6 +2,7 @@
 //! the JSON, the README and the chart. Each has its text and its check.
 
 use crate::scenarios::{ContendStats, Report};
+use crate::util::ratio;
 
 /// A target: what it says, and whether this run met it (in the JSON as
 /// `{"text": ..., "met": ...}`).
@@ -11,11 +12,6 @@ pub struct Target {
     pub text: &'static str,
     /// Whether lockattr met it.
     pub met: bool,
-}
-
-/// `a / b`, NaN when `b` is 0.
-pub fn ratio(a: f64, b: f64) -> f64 {
-    if b == 0.0 { f64::NAN } else { a / b }
 }
 
 /// Row 2: uncontended acquire + release.

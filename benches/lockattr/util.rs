@@ -161,3 +161,8 @@ pub fn git_state() -> GitState {
         worktree_dirty,
     }
 }
+
+/// `a / b`, NaN when `b` is 0.
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 { f64::NAN } else { a / b }
+}

@@ -72,7 +72,7 @@ pub struct Kinds {
 impl Kinds {
     /// Row 10's figure of `kind` (index into `pair_us`) over `base`'s.
     pub fn pair_ratio(&self, kind: usize, base: usize) -> f64 {
-        crate::targets::ratio(self.pair_us[kind], self.pair_us[base])
+        crate::util::ratio(self.pair_us[kind], self.pair_us[base])
     }
 }
 

@@ -55,7 +55,7 @@ pub struct Replicas {
 impl Replicas {
     /// `min_replicas(1)`'s figure over `min_replicas(0)`'s.
     pub fn ratio(x: [f64; 2]) -> f64 {
-        crate::targets::ratio(x[1], x[0])
+        crate::util::ratio(x[1], x[0])
     }
 }
 

@@ -63,17 +63,17 @@ impl Cost {
 
     /// Redis µs per call over all calls (total usec / calls).
     pub fn mean_us_per_call(&self) -> f64 {
-        crate::targets::ratio(self.usec as f64, self.calls as f64)
+        crate::util::ratio(self.usec as f64, self.calls as f64)
     }
 
     /// Script calls per call measured.
     pub fn scripts_per_call(&self) -> f64 {
-        crate::targets::ratio(self.script_calls as f64, self.calls as f64)
+        crate::util::ratio(self.script_calls as f64, self.calls as f64)
     }
 
     /// Redis µs per script call over all calls.
     pub fn mean_us_per_script_call(&self) -> f64 {
-        crate::targets::ratio(self.usec as f64, self.script_calls as f64)
+        crate::util::ratio(self.usec as f64, self.script_calls as f64)
     }
 
     /// Adds a block of `calls` calls.
@@ -82,7 +82,7 @@ impl Cost {
         self.script_calls += script_calls;
         self.usec += usec;
         self.block_us
-            .push(crate::targets::ratio(usec as f64, calls as f64));
+            .push(crate::util::ratio(usec as f64, calls as f64));
     }
 }
 
@@ -105,13 +105,13 @@ impl RwCost {
     /// A read call's Redis µs (the median of blocks) with `HELD[1]`
     /// readers over that with `HELD[0]`.
     pub fn read_ratio(&self) -> f64 {
-        crate::targets::ratio(self.read[1].us_per_call(), self.read[0].us_per_call())
+        crate::util::ratio(self.read[1].us_per_call(), self.read[0].us_per_call())
     }
 
     /// A writer's try's Redis µs (the median of blocks) with `HELD[1]`
     /// readers over that with `HELD[0]`.
     pub fn write_ratio(&self) -> f64 {
-        crate::targets::ratio(
+        crate::util::ratio(
             self.write_try[1].us_per_call(),
             self.write_try[0].us_per_call(),
         )
