@@ -438,8 +438,9 @@ impl Drop for Waiter {
                 channel.lingering = true;
                 let (weak, name) = (Arc::downgrade(&shared), self.channel.clone());
                 drop(guard);
-                // Fails only when the I/O thread cannot start; then the
-                // channel stays subscribed, which is harmless.
+                // Fails only when the I/O thread cannot start (or, on a
+                // runtime, never); then the channel stays subscribed,
+                // which is harmless.
                 let _ = shared.spawn(unsubscribe_when_idle(weak, name));
             }
         }
@@ -468,7 +469,7 @@ impl Wakeups {
     /// [`Link::Pushed`]).
     pub(crate) fn new(source: Source, timeouts: Timeouts) -> Wakeups {
         Wakeups {
-            io: Arc::new(Shared::new(vec![source], timeouts, None)),
+            io: Arc::new(Shared::new(vec![source], timeouts)),
             runtimes: Arc::default(),
         }
     }
@@ -482,7 +483,7 @@ impl Wakeups {
         timeouts: Timeouts,
         client: ShardedClient,
     ) -> Wakeups {
-        let mut shared = Shared::new(seeds, timeouts, None);
+        let mut shared = Shared::new(seeds, timeouts);
         shared.sharded = Some(client);
         Wakeups {
             io: Arc::new(shared),
@@ -502,13 +503,7 @@ impl Wakeups {
         if let Some(shared) = by_runtime.get(&id) {
             return shared.clone();
         }
-        let mut shared = Shared::new(
-            self.io.sources.clone(),
-            self.io.timeouts,
-            Some(handle.clone()),
-        );
-        shared.sharded = self.io.sharded.clone();
-        let shared = Arc::new(shared);
+        let shared = Arc::new(self.io.on(handle.clone()));
         by_runtime.insert(id, shared.clone());
         drop(by_runtime);
         io::when_runtime_ends(&handle, Arc::downgrade(&self.runtimes), move |runtimes| {
@@ -653,11 +648,9 @@ impl Wakeups {
 }
 
 impl Shared {
-    fn new(
-        sources: Vec<Source>,
-        timeouts: Timeouts,
-        home: Option<tokio::runtime::Handle>,
-    ) -> Shared {
+    /// The subscriber side on the I/O thread, subscribing through
+    /// `sources`.
+    fn new(sources: Vec<Source>, timeouts: Timeouts) -> Shared {
         Shared {
             sources: sources
                 .into_iter()
@@ -668,7 +661,19 @@ impl Shared {
                 .collect(),
             sharded: None,
             timeouts,
-            home,
+            home: None,
+            state: Mutex::default(),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A subscriber side like this one, on the runtime of `home`.
+    fn on(&self, home: tokio::runtime::Handle) -> Shared {
+        Shared {
+            sources: self.sources.clone(),
+            sharded: self.sharded.clone(),
+            timeouts: self.timeouts,
+            home: Some(home),
             state: Mutex::default(),
             connecting: tokio::sync::Mutex::new(()),
         }
