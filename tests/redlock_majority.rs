@@ -42,6 +42,22 @@ fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
     nodes.iter().map(|n| n.owner(&lock_key(name))).collect()
 }
 
+/// Waits at most `within` until every node shows `owner` for `name` (`None`:
+/// free everywhere); panics with `what` and the owners seen otherwise.
+fn on_every_node(
+    nodes: &[RedisServer],
+    name: &str,
+    owner: &Option<String>,
+    within: Duration,
+    what: &str,
+) {
+    assert!(
+        eventually(within, || owners(nodes, name).iter().all(|o| o == owner)).is_some(),
+        "{what}: {:?}",
+        owners(nodes, name)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
     let (nodes, proxies, locker) = slow_of_five(2);
@@ -51,20 +67,21 @@ async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
     // every node has let it go before the links slow down.
     let warm_up = locker.lock("majority").acquire().await.unwrap();
     let token = nodes[0].owner(&lock_key("majority"));
-    assert!(
-        eventually(Duration::from_secs(5), || owners(&nodes, "majority")
-            .iter()
-            .all(|o| *o == token))
-        .is_some(),
-        "the warm-up lock is not held on every node: {:?}",
-        owners(&nodes, "majority")
+    let warm = Duration::from_secs(5);
+    on_every_node(
+        &nodes,
+        "majority",
+        &token,
+        warm,
+        "the warm-up lock is not held on every node",
     );
     warm_up.release().await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || owners(&nodes, "majority")
-            .iter()
-            .all(Option::is_none))
-        .is_some()
+    on_every_node(
+        &nodes,
+        "majority",
+        &None,
+        warm,
+        "the warm-up lock is not freed on every node",
     );
     for proxy in &proxies {
         proxy.set_delay(SLOW);
@@ -86,13 +103,13 @@ async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
     // the same owner, so it is held on all five.
     let token = nodes[0].owner(&lock_key("majority"));
     assert!(token.is_some());
-    assert!(
-        eventually(Duration::from_secs(3), || owners(&nodes, "majority")
-            .iter()
-            .all(|o| *o == token))
-        .is_some(),
-        "not held by one owner on every node: {:?}",
-        owners(&nodes, "majority")
+    let late = Duration::from_secs(3);
+    on_every_node(
+        &nodes,
+        "majority",
+        &token,
+        late,
+        "not held by one owner on every node",
     );
 
     let start = Instant::now();
@@ -102,14 +119,7 @@ async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
         took < 2 * SLOW,
         "the release waited for the slow nodes: {took:?}"
     );
-    assert!(
-        eventually(Duration::from_secs(3), || owners(&nodes, "majority")
-            .iter()
-            .all(Option::is_none))
-        .is_some(),
-        "not freed on every node: {:?}",
-        owners(&nodes, "majority")
-    );
+    on_every_node(&nodes, "majority", &None, late, "not freed on every node");
 }
 
 /// With three of five nodes slow, no majority is reached without them: the
@@ -137,13 +147,13 @@ async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
     );
     guard.release().await.unwrap();
     // Done at a majority: the last releases finish in the background.
-    assert!(
-        eventually(Duration::from_secs(3), || owners(&nodes, "slow-majority")
-            .iter()
-            .all(Option::is_none))
-        .is_some(),
-        "not freed on every node: {:?}",
-        owners(&nodes, "slow-majority")
+    let late = Duration::from_secs(3);
+    on_every_node(
+        &nodes,
+        "slow-majority",
+        &None,
+        late,
+        "not freed on every node",
     );
 }
 
@@ -214,12 +224,6 @@ async fn late_nodes_are_brought_to_the_acquisitions_fencing_token() {
         proxy.set_delay(Duration::ZERO);
     }
     guard.release().await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(3), || owners(&nodes, name)
-            .iter()
-            .all(Option::is_none))
-        .is_some(),
-        "not freed on every node: {:?}",
-        owners(&nodes, name)
-    );
+    let late = Duration::from_secs(3);
+    on_every_node(&nodes, name, &None, late, "not freed on every node");
 }
