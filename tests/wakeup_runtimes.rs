@@ -44,11 +44,6 @@ fn field<'l>(line: &'l str, name: &str) -> Option<&'l str> {
         .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
 }
 
-/// `EVALSHA`s the server completed since it started.
-fn scripts(server: &RedisServer) -> u64 {
-    server.scripts_run()
-}
-
 /// Waits for `name` with `locker` as the root future of `block_on` on a
 /// current-thread runtime of a thread of its own (the way `main` and
 /// `#[tokio::test]` run), then holds the lock until told to release it.
@@ -143,7 +138,7 @@ fn each_runtime_hears_its_notices_on_a_resp3_connection_of_its_own() {
         (&first, held.next().unwrap()),
         (&second, held.next().unwrap()),
     ] {
-        let before = scripts(&server);
+        let before = server.scripts_run();
         let holders_token = guard.fencing_token();
         let released_at = Instant::now();
         setup.block_on(guard.release()).unwrap();
@@ -154,7 +149,7 @@ fn each_runtime_hears_its_notices_on_a_resp3_connection_of_its_own() {
             "woken by the notice, not by a later check"
         );
         assert_eq!(
-            scripts(&server) - before,
+            server.scripts_run() - before,
             1,
             "the release was the only script"
         );
@@ -191,7 +186,7 @@ fn a_server_without_resp3_still_wakes_its_waiters() {
         subscribers(&server)
     );
     std::thread::sleep(Duration::from_millis(300));
-    let before = scripts(&server);
+    let before = server.scripts_run();
     let holders_token = guard.fencing_token();
     let released_at = Instant::now();
     setup.block_on(guard.release()).unwrap();
@@ -199,7 +194,7 @@ fn a_server_without_resp3_still_wakes_its_waiters() {
     assert!(token > holders_token);
     assert!(got_at.duration_since(released_at) < Duration::from_secs(1));
     assert_eq!(
-        scripts(&server) - before,
+        server.scripts_run() - before,
         1,
         "the release was the only script"
     );
