@@ -384,3 +384,177 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
         server.get(&key)
     );
 }
+
+/// A task whose acquire time ends while the release that names it is on
+/// its way (the server stalls) either takes that hand-over or leaves it to
+/// the releaser to give back, never both: a guard it returns holds a lock
+/// that is its own, which nobody else can take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let other = Locker::new(server.url()).unwrap();
+    let name = "named-late";
+    for round in 0..3 {
+        let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+        let successor = {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                locker
+                    .lock(name)
+                    .expire(LONG)
+                    .acquire_timeout(Duration::from_millis(250))
+                    .acquire()
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The release names the successor, and reaches Redis only after
+        // the successor's acquire time has ended.
+        server.freeze();
+        let releasing = tokio::spawn(held.release());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        server.thaw();
+        releasing.await.unwrap().expect("release");
+        match successor.await.unwrap() {
+            Ok(guard) => {
+                // Whatever the releaser does in the background has run.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let taken = other
+                    .lock(name)
+                    .acquire_timeout(Duration::ZERO)
+                    .acquire()
+                    .await;
+                assert!(
+                    matches!(taken, Err(LockError::Timeout { .. })),
+                    "round {round}: another Locker took the lock under a live guard \
+                     (lost: {}): {taken:?}",
+                    guard.is_lost()
+                );
+                let fence = format!("\n{}", guard.fencing_token());
+                let value = server.get(&lock_key(name));
+                assert!(
+                    value.as_deref().is_some_and(|v| v.ends_with(&fence)),
+                    "round {round}: the lock is not the guard's: {value:?}"
+                );
+                guard.release().await.unwrap();
+            }
+            Err(LockError::Timeout { .. }) => {
+                let key = lock_key(name);
+                assert!(
+                    eventually(Duration::from_secs(5), || !server.exists(&key)).is_some(),
+                    "round {round}: the lock handed to a task that timed out is still held"
+                );
+            }
+            Err(e) => panic!("round {round}: {e}"),
+        }
+    }
+}
+
+/// A holder that outlives its lease (its guard forgotten) keeps the tasks
+/// of its process waiting no longer than that lease; once a waiter has
+/// gone to Redis and released, every later task of the process takes the
+/// free lock at once, with one entry in Redis again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holder_strands_no_later_task() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let name = "stale-turn";
+    let stale = locker
+        .lock(name)
+        .expire(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(stale);
+    let first = locker
+        .lock(name)
+        .acquire_timeout(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the first waiter never got the lock");
+    first.release().await.unwrap();
+    for task in 0..3 {
+        let started = Instant::now();
+        let guard = locker
+            .lock(name)
+            .acquire_timeout(Duration::from_secs(2))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("task {task}: {e} on a free lock"));
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_millis(500),
+            "task {task} waited {waited:?} for a free lock"
+        );
+        guard.release().await.unwrap();
+    }
+    // Many tasks at once: the process has one entry in Redis, not two.
+    let mut con = server.client();
+    let before = calls(&mut con, "evalsha");
+    let (order, total, longest) =
+        critical_sections(&locker, &server.url(), (name, 4, 10), server.client()).await;
+    assert_eq!(total, 40);
+    assert!(increasing(&order), "{order:?}");
+    assert_eq!(longest, 0, "the tasks of the process queued in Redis");
+    let per_section = (calls(&mut con, "evalsha") - before) as f64 / 40.0;
+    assert!(
+        per_section < 1.5,
+        "{per_section} script calls per critical section"
+    );
+}
+
+/// A release names a task whose runtime is no longer driven: the lock it
+/// was handed keeps the other tasks of the process waiting for that
+/// task's lease, not for their whole acquire time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_whose_runtime_stopped_strands_nobody_past_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    let name = "undriven";
+    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let lease = Duration::from_millis(500);
+    let (parked_tx, parked_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let undriven = {
+        let locker = locker.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                tokio::spawn(async move {
+                    locker
+                        .lock(name)
+                        .expire(lease)
+                        .acquire_timeout(LONG)
+                        .acquire()
+                        .await
+                });
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            });
+            // The runtime lives on, and nothing drives it.
+            parked_tx.send(()).unwrap();
+            let _ = stop_rx.recv();
+            drop(rt);
+        })
+    };
+    parked_rx.recv().unwrap();
+    held.release().await.unwrap();
+    let started = Instant::now();
+    let next = locker
+        .lock(name)
+        .acquire_timeout(Duration::from_millis(1_500))
+        .acquire()
+        .await
+        .expect("stranded behind a task that is no longer driven");
+    assert!(
+        started.elapsed() < lease + Duration::from_millis(400),
+        "waited {:?}",
+        started.elapsed()
+    );
+    next.release().await.unwrap();
+    stop_tx.send(()).unwrap();
+    undriven.join().unwrap();
+}
