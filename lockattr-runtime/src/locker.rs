@@ -16,6 +16,7 @@ use crate::hold::{self, Hold};
 use crate::inner::Inner;
 use crate::layout::Keys;
 use crate::layout::new_token;
+use crate::local::LocalQueues;
 use crate::lost::{LeaseState, whole_ms};
 use crate::observe::{Acquiring, Kind, Report};
 use crate::wait;
@@ -997,6 +998,15 @@ impl LockerBuilder {
                 format!("{max_lease:?} is not between a millisecond and {MAX_EXPIRE:?}"),
             ));
         }
+        // The longest a release call takes: sent twice when its answer was
+        // lost, each within the connect and response timeouts, and the
+        // replicas' acknowledgement (see `LocalQueues`).
+        let replicas = if self.replicas.wanted() {
+            self.replicas.timeout
+        } else {
+            Duration::ZERO
+        };
+        let settle = (self.timeouts.connect + self.timeouts.response + replicas) * 2;
         let backend = match &self.target {
             Target::Redlock(_) if self.replicas.wanted() => {
                 return Err(LockError::invalid(
@@ -1054,7 +1064,7 @@ impl LockerBuilder {
                 holder: crate::inspect::holder_record(&label).into(),
                 label,
                 watchdog: Watchdog::default(),
-                local: Arc::default(),
+                local: Arc::new(LocalQueues::new(settle)),
             }),
         })
     }

@@ -403,14 +403,28 @@ async fn take_lock(
     let (turn, how) = match local.enter(&lease.keys, &request.token, lease.expire, deadline) {
         Entered::Turn(turn) => (Some(turn), How::Ask { queued: false }),
         Entered::Wait(mut here) => match here.wait(&mut gone).await? {
+            // Claimed: what the token got is this acquisition's to use or
+            // to give back (see `crate::local`, one owner token, one
+            // claimant).
             Waited::Handed(handed) => {
                 let (turn, how) = handed.claim();
+                if let How::Ask { .. } = how {
+                    turn.asking(deadline);
+                }
                 (Some(turn), how)
             }
-            // One last attempt without a turn, as a waiter in Redis makes at
-            // its deadline: `Timeout` while the lock is held, or why Redis
-            // could not be asked.
+            // No release named the token: one last attempt with it, without
+            // a turn, as a waiter in Redis makes at its deadline: `Timeout`
+            // while the lock is held, or why Redis could not be asked.
             Waited::TimedOut => (None, How::Ask { queued: false }),
+            // A release named the token, and its answer did not come in
+            // time: the releaser gives the token back; never try it again.
+            Waited::Abandoned => {
+                return Err(LockError::Timeout {
+                    name: lease.name.clone(),
+                    waited: wait,
+                });
+            }
         },
     };
     let grant = match how {
@@ -439,7 +453,7 @@ async fn take_lock(
             }
         }
     };
-    if let Some(mut turn) = turn {
+    if let Some(turn) = turn {
         turn.held(grant.sent, lease.expire);
         *lease.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn);
     }
