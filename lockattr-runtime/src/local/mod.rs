@@ -65,6 +65,9 @@
 //! A try without waiting, a Redlock, and the other kinds (read-write locks,
 //! semaphores, sets) do not use it.
 
+#[cfg(test)]
+mod explore;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -293,7 +296,9 @@ impl Drop for Unclaimed {
             return;
         }
         let token = std::mem::take(&mut self.token);
-        self.redis.clone().give_back(self.keys.clone(), token, self.lease);
+        self.redis
+            .clone()
+            .give_back(self.keys.clone(), token, self.lease);
     }
 }
 
@@ -576,7 +581,6 @@ impl Passing {
             how,
         });
     }
-
 }
 
 impl Drop for Passing {
@@ -717,12 +721,17 @@ impl LocalWait {
             .is_some_and(|e| e.id == self.id)
     }
 
+    /// Whether it is the first here and no turn counts any more.
+    fn may_take_turn(&self, name: &Name, now: Instant) -> bool {
+        !name.counts(now, None) && self.first(name, now)
+    }
+
     /// A turn of its own, leaving the queue, when this task is the first
     /// here and no turn of the process counts any more.
     pub(crate) fn overdue(&self, now: Instant) -> Option<Turn> {
         let mut names = lock(&self.queues.names);
         let name = names.get_mut(&self.key)?;
-        if name.counts(now, None) || !self.first(name, now) {
+        if !self.may_take_turn(name, now) {
             return None;
         }
         name.waiters.retain(|e| e.id != self.id);
