@@ -37,6 +37,24 @@
 //! when the loop ends are given back in the background, retried while the
 //! lease they might hold could still run.
 //!
+//! # One owner token, one claimant
+//!
+//! A grant to a token (a hand-over to a named successor, an answer read
+//! late, a give-back owed by a dropped future) is taken by exactly one path
+//! or given back by exactly one path, never both:
+//! - an attempt whose answer was lost is given back, and the next attempt
+//!   uses a new token ([`Owed`]); so does each attempt of a Redlock
+//!   (`backend::redlock::acquire`), whose late grants are given back with
+//!   the token they were made for;
+//! - a dropped acquisition gives back the tokens it still owes, in the
+//!   background ([`Owed`]'s drop), and nothing else uses them;
+//! - a task named by a release of its own process either claims what the
+//!   release did or leaves it to the releaser to give back, decided once
+//!   by a channel; one whose acquire time ends while the release is on its
+//!   way waits for that release's answer (at most a release call) instead
+//!   of trying its token again on its own (see [`crate::local`], which the
+//!   explorer in `local::explore` checks in every order of those steps).
+//!
 //! # One rule for every kind
 //!
 //! - A token is owed a give-back when it may be queued (an attempt found
