@@ -1,16 +1,19 @@
 //! `Locker::lock_all` on one server: all or nothing, duplicates taken once,
 //! an empty set refused, exclusion with single-name holders, `{a, b}`
 //! against `{b, a}` without deadlock, per-name fencing tokens, prompt
-//! wake-up of a set waiter, the lost signal, and the blocking path.
+//! wake-up of a set waiter, the lost signal, the blocking path, and the
+//! entries of a set waiter that died.
 
 mod support;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
-use support::{RedisServer, eventually, lock_key};
+use lockattr::{LockError, LockGuard, Locker};
+use support::{RedisServer, child_test, eventually, lock_key};
+use tokio::task::JoinHandle;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -518,6 +521,116 @@ async fn a_dropped_acquisition_leaves_nothing_held() {
     for key in server.keys("lockattr:*") {
         assert!(server.pttl(&key) > 0, "{key} has no expiry");
     }
+}
+
+/// Tells `child_set_waiter` it runs as a child: the server's URL.
+const CHILD_URL: &str = "LOCKATTR_SET_WAITER_URL";
+
+/// Waits for the set `{k:a, k:b}` (acquire time 2 s) until the parent
+/// test kills it (SIGKILL) while it waits; does nothing unless started by
+/// `a_killed_set_waiter`.
+#[test]
+fn child_set_waiter() {
+    let Ok(url) = std::env::var(CHILD_URL) else {
+        return;
+    };
+    support::multi_thread().block_on(async {
+        let locker = Locker::new(&url).unwrap();
+        let waited = locker
+            .lock_all(["k:a", "k:b"])
+            .acquire_timeout(Duration::from_secs(2))
+            .acquire()
+            .await;
+        panic!("the set waiter was not killed: {:?}", waited.map(|_| ()));
+    });
+}
+
+/// The entries of the waiters hash of `name` (default prefix).
+fn waiter_entries(server: &RedisServer, name: &str) -> HashMap<String, String> {
+    redis::cmd("HGETALL")
+        .arg(format!("{}:waiters", lock_key(name)))
+        .query(&mut server.client())
+        .unwrap()
+}
+
+/// A set waiter of `{k:a, k:b}` in another process, killed (SIGKILL)
+/// while it waits, so that it never takes its entries back; then a
+/// single-name waiter of `k:b`, queued behind the set's marker for 30 s,
+/// which keeps `k:b`'s waiters hash alive past the set waiter's deadline.
+/// Returns, once that deadline has passed by the server's clock, `k:b`'s
+/// holder and the queued waiter.
+async fn a_killed_set_waiter(
+    server: &RedisServer,
+) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
+    let (holder, queued) = (locker(server), locker(server));
+    let b = holder.lock("k:b").expire(LONG).acquire().await.unwrap();
+    let url = server.url();
+    let mut child = child_test("child_set_waiter", &[(CHILD_URL, url.as_str())])
+        .spawn()
+        .expect("spawn child test process");
+    let entered = eventually(Duration::from_secs(10), || {
+        waiter_entries(server, "k:b").len() == 1
+    });
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        entered.is_some(),
+        "the set waiter never waited; stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (_, entry) = waiter_entries(server, "k:b").into_iter().next().unwrap();
+    // `<deadline ms>:<lease ms>:<queued ms>:<holder>`, outside the queue.
+    let fields: Vec<&str> = entry.splitn(4, ':').collect();
+    assert_eq!(fields[2], "0", "{entry:?}");
+    let deadline: u64 = fields[0].parse().unwrap();
+    let waiter =
+        tokio::spawn(async move { queued.lock("k:b").acquire_timeout(LONG).acquire().await });
+    assert!(
+        eventually(Duration::from_secs(5), || waiter_entries(server, "k:b")
+            .len()
+            == 2)
+        .is_some()
+    );
+    loop {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut server.client()).unwrap();
+        if s * 1000 + us / 1000 > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (b, waiter)
+}
+
+/// A set waiter that died (SIGKILL) leaves its entries behind; once its
+/// deadline has passed, the release of a name (here handed to a waiter
+/// queued after the set's marker) drops its entry there, as it drops a
+/// queued waiter's dead entry, and `inspect` shows no waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_set_waiters_entry_is_dropped_by_the_next_release() {
+    let server = RedisServer::start();
+    let (b, waiter) = a_killed_set_waiter(&server).await;
+    b.release().await.unwrap();
+    let handed = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the queued waiter was not handed k:b")
+        .unwrap()
+        .unwrap();
+    assert_eq!(waiter_entries(&server, "k:b"), HashMap::new());
+    let info = locker(&server).inspect("k:b").await.unwrap().expect("held");
+    assert_eq!(info.waiters, 0, "{info:?}");
+    handed.release().await.unwrap();
+}
+
+/// `inspect` counts the waiters still waiting: not the entry of a set
+/// waiter that died and whose deadline has passed, before any release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_does_not_count_a_dead_set_waiter() {
+    let server = RedisServer::start();
+    let (b, waiter) = a_killed_set_waiter(&server).await;
+    let info = locker(&server).inspect("k:b").await.unwrap().expect("held");
+    assert_eq!(info.waiters, 1, "{info:?}");
+    b.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
 }
 
 /// Three tasks hand `q:a` from one to the next without a pause (each
