@@ -42,6 +42,7 @@ const RULES: &[&str] = &[
     "+hget",
     "+hdel",
     "+hexists",
+    "+hgetall",
     "+publish",
 ];
 
@@ -364,3 +365,60 @@ const RW_RULES: &[&str] = &[
     "+smembers",
     "+srem",
 ];
+
+/// A user given the rules of an earlier version (no `+hgetall`, and
+/// `+hlen` for `inspect`): a release that pops a set's marker, whose drop
+/// of dead entries is refused, still frees the lock and wakes the set, and
+/// `inspect` still counts the waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_hgetall_still_wakes_sets_and_inspects() {
+    let server = RedisServer::start();
+    restricted_user(&server, "app", "app-pw");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("app")
+        .arg("-hgetall")
+        .arg("+hlen")
+        .query(&mut server.client())
+        .unwrap();
+    let url = user_url(&server, "app", "app-pw");
+    let (holder, setter) = (Locker::new(&url).unwrap(), Locker::new(&url).unwrap());
+    let b = holder
+        .lock("acl:b")
+        .expire(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let set = tokio::spawn(async move {
+        setter
+            .lock_all(["acl:a", "acl:b"])
+            .acquire_timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    loop {
+        let info = holder
+            .inspect("acl:b")
+            .await
+            .unwrap_or_else(|e| panic!("inspect: {e}; refused: {}", refused(&server)))
+            .expect("held");
+        if info.waiters == 1 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{info:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Within its first second the set is not queued, only its marker is:
+    // the release pops the marker.
+    b.release()
+        .await
+        .unwrap_or_else(|e| panic!("release: {e}; refused: {}", refused(&server)));
+    let set = tokio::time::timeout(Duration::from_secs(5), set)
+        .await
+        .expect("the set was not woken")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("set: {e}; refused: {}", refused(&server)));
+    set.release().await.unwrap();
+    assert!(refused(&server).contains("hgetall"), "{}", refused(&server));
+}

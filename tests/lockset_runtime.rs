@@ -701,7 +701,8 @@ fn a_user_with_only_the_readme_rules_can_lock_sets() {
     let server = RedisServer::start();
     let rules = "on resetkeys ~lockattr:* resetchannels &lockattr:* -@all +evalsha +eval \
                  +script|load +ping +select +subscribe +unsubscribe +get +set +del +incr \
-                 +pexpire +pttl +time +rpush +lpop +lrem +hset +hget +hdel +hexists +publish";
+                 +pexpire +pttl +time +rpush +lpop +lrem +hset +hget +hdel +hexists +hgetall \
+                 +publish";
     let mut command = redis::cmd("ACL");
     command.arg("SETUSER").arg("locker").arg(">secret");
     for rule in rules.split_whitespace() {

@@ -44,8 +44,9 @@ pub struct LockInfo {
     /// it (0 for a lock taken by an older version of this library, which
     /// did not store it).
     pub fencing_token: u64,
-    /// Callers queued for it (always 0 on a Redlock, whose waiters do not
-    /// queue).
+    /// Callers queued for it, sets waiting for it among them; a waiter whose
+    /// deadline has passed (a process that died while it waited) is not
+    /// counted. Always 0 on a Redlock, whose waiters do not queue.
     pub waiters: usize,
     /// Who holds it; `None` when not recorded (a lock taken by an older
     /// version of this library), and for a read-write lock held by readers

@@ -28,7 +28,7 @@ pub(crate) struct Seen {
     /// The holder's fencing token, as its own value carries it (`None`:
     /// written by an older version, which did not store it).
     pub(crate) fence: Option<u64>,
-    /// Callers queued for it.
+    /// Callers waiting for it (their deadline not passed).
     pub(crate) waiters: usize,
     /// A hash of the owner token: tells owners apart, reveals nothing.
     pub(crate) owner: String,

@@ -37,8 +37,11 @@
 //! marker shared by all sets; never a token). A release that frees the
 //! lock pops the marker and publishes `-:0:0` on the lock's channel (see
 //! [`RELEASE`](super::scripts::RELEASE)); a release that hands the
-//! lock to a queued waiter puts it back at the end. The set waiter,
-//! subscribed to the channel of every name of the set, tries again at
+//! lock to a queued waiter puts it back at the end. A set waiter's entry
+//! is in no queue, so no pop reaches it: the release that pops the marker
+//! drops the entries whose deadline has passed (a set waiter that died
+//! without giving back) before it decides, so the marker goes back only
+//! while a live entry is left. The set waiter, subscribed to the channel of every name of the set, tries again at
 //! once. A release with nobody waiting runs no extra command. It also tries again when the longest lease it saw ends, once a
 //! second (`RECHECK`), and at its deadline, like a queued waiter.
 //!

@@ -315,10 +315,13 @@ pub(crate) static ACQUIRE: Lua = Lua::new(script!("acquire.lua"));
 /// is served, so the other processes keep their turn. `-:0:0` is also published when the lock is
 /// deleted and the queue held the marker `-` (never a token): callers
 /// waiting for several names at once (`lockset`) put it there, at the
-/// end, to hear when the lock is freed. A hand-over to a queued waiter
-/// that pops the marker puts it back at the end (while a set still has an
-/// entry in the waiters hash, and with that hash's time to live when the
-/// pop emptied the queue).
+/// end, to hear when the lock is freed. A release that pops the marker
+/// first drops the entries of the waiters hash whose deadline has passed
+/// (a set waiter's entry is in no queue, so no pop reaches it: one that
+/// died without giving back would stay), with `HGETALL`, skipped where the
+/// server refuses it; a hand-over to a queued waiter then puts the marker
+/// back at the end (while an entry is left in the waiters hash, and with
+/// that hash's time to live when the pop emptied the queue).
 /// Returns 1 when released and deleted, the notice (a string) when released
 /// and handed to a waiter (so that the releasing process can wake a waiter
 /// of its own at once, without waiting for the notice to come round through
@@ -362,8 +365,9 @@ pub(crate) static FORCE_UNLOCK: Lua = Lua::new(script!("force_unlock.lua"));
 ///
 /// KEYS: lock, fence, waiters. Returns `{<holder>\n<since>[\n<fencing
 /// token>] or '', pttl, the holder's fencing token as its value carries it
-/// or -1 (a value written by an older version), waiters queued, sha1 of
-/// the owner token}`, or 0
+/// or -1 (a value written by an older version), the waiters whose deadline
+/// has not passed (every entry of the waiters hash where the server refuses
+/// `HGETALL`: `HLEN`), sha1 of the owner token}`, or 0
 /// when the lock is free. The owner token itself never leaves Redis: its
 /// hash only tells owners apart (a Redlock's majority view).
 pub(crate) static INSPECT: Lua = Lua::new(script!("inspect.lua"));

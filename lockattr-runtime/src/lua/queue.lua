@@ -58,6 +58,54 @@ local function pop_waiter(queue, waiters)
   end
 end
 
+-- The entries of the waiters hash `waiters`, as `{token, entry, ...}`; nil
+-- where the server refuses HGETALL (an ACL user given the rules of an
+-- earlier version).
+local function waiter_entries(waiters)
+  local entries = redis.pcall('hgetall', waiters)
+  if type(entries) == 'table' and not entries.err then
+    return entries
+  end
+end
+
+-- Whether the waiter entry `entry` (`<deadline>:...`) is past its deadline.
+local function dead_entry(entry)
+  local deadline = tonumber(string.match(entry, '^(%d+):'))
+  return deadline ~= nil and deadline < now()
+end
+
+-- Drops the entries of the waiters hash `waiters` whose deadline has
+-- passed. A queued waiter's dead entry goes when a release pops its token,
+-- but a set waiter outside the queue is never popped: a waiter that died
+-- without giving back (a killed process) would keep its entry, and the
+-- marker `-`, for as long as a live waiter keeps the hash. Without HGETALL
+-- they stay until the hash expires.
+local function drop_dead(waiters)
+  local entries = waiter_entries(waiters) or {}
+  for i = 1, #entries, 2 do
+    if dead_entry(entries[i + 1]) then
+      redis.call('hdel', waiters, entries[i])
+    end
+  end
+end
+
+-- How many entries of the waiters hash `waiters` have not passed their
+-- deadline: the waiters an operator is shown. Every entry (HLEN) where the
+-- server refuses HGETALL.
+local function live_waiters(waiters)
+  local entries = waiter_entries(waiters)
+  if not entries then
+    return redis.call('hlen', waiters)
+  end
+  local live = 0
+  for i = 2, #entries, 2 do
+    if not dead_entry(entries[i]) then
+      live = live + 1
+    end
+  end
+  return live
+end
+
 -- Gives the holder key `key` to `waiter` for `lease` ms with a new fencing
 -- token from `fence_key`, its value a holder's followed by `fields` (a
 -- kind's own), and tells it on `channel`. Returns the notice published,
@@ -76,13 +124,15 @@ end
 --
 -- Within the barging window (`barge` ms after the oldest waiter queued) the
 -- lock is deleted instead and the oldest waiter named with `<token>:0:0`,
--- to race for it. A hand-over copies the kind's fields of `value`; one that
--- pops the marker `-` puts it back at the end (while a set still has an
--- entry in the waiters hash, and with that hash's time to live when the pop
--- emptied the queue). A deletion publishes `-:0:0` when `notify` is '1' or
--- the marker was popped, and lets the counter expire after `retention`;
--- when `shared` (a semaphore's permits share the counter) it only raises
--- the counter's time to live, never lowers it under the other holders.
+-- to race for it. A release that pops the marker `-` first drops the dead
+-- entries of the waiters hash (`drop_dead`: those of set waiters are in no
+-- queue). A hand-over copies the kind's fields of `value`; one that popped
+-- the marker puts it back at the end while an entry is left in the waiters
+-- hash (with that hash's time to live when the pop emptied the queue). A
+-- deletion publishes `-:0:0` when `notify` is '1' or the marker was popped,
+-- and lets the counter expire after `retention`; when `shared` (a
+-- semaphore's permits share the counter) it only raises the counter's time
+-- to live, never lowers it under the other holders.
 -- Returns the notice published for the waiter handed the lock, or 1 when
 -- it was deleted.
 local function hand_over(k, channel, notify, barge, shared, retention, value)
@@ -101,6 +151,9 @@ local function hand_over(k, channel, notify, barge, shared, retention, value)
     end
   end
   local waiter, lease, who, marker = pop_waiter(KEYS[k + 2], KEYS[k + 3])
+  if marker then
+    drop_dead(KEYS[k + 3])
+  end
   if waiter then
     local notice = hand(KEYS[k], KEYS[k + 1], channel, waiter, lease, who, value and kind_fields(value) or '', retention)
     if marker then
