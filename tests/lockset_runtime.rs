@@ -252,6 +252,42 @@ async fn duplicates_are_taken_once_and_an_empty_set_is_refused() {
     assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
 }
 
+/// A foreign value at the fence counter of a set's second name refuses
+/// the set before anything is written, with the error the lock gives for
+/// it (a `LockError::Redis` naming the key): the first name's counter is
+/// not created.
+#[tokio::test]
+async fn a_foreign_fence_counter_refuses_the_set_before_anything_is_written() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let fence_b = format!("{}:fence", lock_key("f:b"));
+    server.allow_untimed(&fence_b);
+    let _: () = redis::cmd("SET")
+        .arg(&fence_b)
+        .arg("x")
+        .query(&mut server.client())
+        .unwrap();
+    let single = locker
+        .lock("f:b")
+        .acquire_timeout(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap_err();
+    let set = locker
+        .lock_all(["f:a", "f:b"])
+        .acquire_timeout(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap_err();
+    let named = format!("the fence counter {fence_b} holds a foreign value");
+    for err in [&single, &set] {
+        assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+        assert!(err.to_string().contains(&named), "{err}");
+    }
+    assert_eq!(server.keys("lockattr:*"), [fence_b.as_str()]);
+    assert_eq!(server.get(&fence_b).as_deref(), Some("x"));
+}
+
 #[tokio::test]
 async fn fencing_tokens_are_per_name_and_increase() {
     let server = RedisServer::start();

@@ -1004,6 +1004,56 @@ mod set {
         }
     }
 
+    /// A foreign value at a later name's fence counter refuses the set
+    /// before anything is written (not even the earlier names' counters),
+    /// whether every name is free or one is busy and the caller would
+    /// wait, with the refusal the lock's ACQUIRE gives, naming the key.
+    #[test]
+    fn the_set_script_checks_every_counter_before_writing() {
+        use crate::backend::scripts::ACQUIRE;
+        let server = Server::start();
+        let mut con = server.connect();
+        let names = ["t:{a}", "t:{b}"]
+            .map(|name| ["", ":fence", ":queue", ":waiters"].map(|key| format!("{name}{key}")));
+        let keys: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
+        write(
+            &mut con,
+            &[
+                &["SET", "t:{a}:fence", "41", "PX", "60000"],
+                &["SET", "t:{b}:fence", "x", "PX", "60000"],
+            ],
+        );
+        let lock: redis::RedisError = call::<Value>(
+            &mut con,
+            &ACQUIRE,
+            &keys[4..],
+            &["tok", "10000:1000:0:1:h\n1\nl", "0"],
+        )
+        .unwrap_err();
+        assert_eq!(
+            lock.detail(),
+            Some("lockattr: the fence counter t:{b}:fence holds a foreign value")
+        );
+        let take = |wait| args("10000:1000:1:h\n1\nl", wait, "0");
+        for wait in ["0", "5000"] {
+            refused(&mut con, &ACQUIRE_SET, &keys, &take(wait));
+        }
+        // `a` held by another token: the set would wait, and is refused
+        // the same, entering no waiter.
+        write(
+            &mut con,
+            &[&["SET", "t:{a}", "other\nh\n3\nl\n1\n41", "PX", "60000"]],
+        );
+        refused(
+            &mut con,
+            &ACQUIRE_SET,
+            &keys,
+            &args("10000:1000:1:h\n1\nl", "5000", "1"),
+        );
+        let set = call::<Value>(&mut con, &ACQUIRE_SET, &keys, &take("0")).unwrap_err();
+        assert_eq!(set.detail(), lock.detail());
+    }
+
     /// RELEASE_SET's keys for three names, and the set `tok` taken on them
     /// with fencing tokens `{1, f1, f2, f3}`.
     fn three_taken(con: &mut Connection) -> (Vec<String>, Vec<i64>) {
