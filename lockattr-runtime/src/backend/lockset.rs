@@ -88,6 +88,12 @@ use crate::layout::{Keys, slot};
 /// is given back at once (deleted, `-:0:0` published on its channel when
 /// anyone waits), so the caller never holds part of the set while it
 /// waits; with the queue flag it then queues again at the end.
+///
+/// Every name's fence counter is read before anything is written: a value
+/// that no script writes there (not a whole number below 2^53) at any name
+/// refuses the whole call, with the error [`ACQUIRE`](super::scripts::ACQUIRE)
+/// gives for it (`ERR lockattr: the fence counter <key> holds a foreign
+/// value`, a [`LockError::Redis`]); nothing is written, free or busy.
 pub(crate) static ACQUIRE_SET: Lua = Lua::new(script!("set_acquire.lua"));
 
 /// Gives back what a set token holds or waits for, name by name: deletes

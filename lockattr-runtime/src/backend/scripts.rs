@@ -281,7 +281,9 @@ pub(crate) fn sharded_eval(cmd: Cmd) -> Cmd {
 /// the holder}` when not.
 ///
 /// The free lock is tried first, with `SET NX`: an uncontended acquisition
-/// costs that and the counter's `INCR`, nothing else.
+/// costs that and the counter's `INCR`, nothing else. A value at the fence
+/// key that no script writes there (not a whole number below 2^53) is
+/// refused before anything is written, with an error that names the key.
 ///
 /// A token that already holds the lock counts as taken: a release handed it
 /// the lock (see [`RELEASE`]), or this is a retry whose first answer was

@@ -11,11 +11,8 @@ local token = ARGV[1]
 -- The free lock first: an uncontended acquisition costs GET, SET NX and
 -- SET of the counter. The counter is written after the lock, and a
 -- foreign value at the fence key is refused before anything is written.
-local counter = redis.call('get', KEYS[2])
-local fence = tonumber(counter)
-if counter and (not fence or fence ~= math.floor(fence) or fence < 0) then
-  return redis.error_reply('ERR lockattr: the fence counter ' .. KEYS[2] .. ' holds a foreign value')
-end
+local fence = fence_counter(KEYS[2])
+if refusal then return refusal end
 fence = fence and fence + 1 or clock_us()
 if redis.call('set', KEYS[1], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence), 'NX', 'PX', lease) then
   redis.call('set', KEYS[2], string.format('%d', fence), 'PX', lease + retention)

@@ -72,6 +72,20 @@ local function token_arg(what, arg, min)
   return n
 end
 
+-- The fencing counter at `key` (nil when there is none). A value that no
+-- script writes there (not a whole number from 0 to 2^53 - 1) is refused,
+-- naming the key: a script reads every counter it will count on before it
+-- writes anything.
+local function fence_counter(key)
+  local counter = redis.call('get', key)
+  local fence = tonumber(counter)
+  if counter and not check(fence and fence == math.floor(fence) and fence >= 0 and fence < MAX_TOKEN,
+      'the fence counter ' .. key .. ' holds a foreign value') then
+    return nil
+  end
+  return fence
+end
+
 -- Checks an acquisition's arguments: `packed` (ARGV[2], less a read-write
 -- lock's side) must match `pattern`, whose first two captures are the lease
 -- and the retention in ms (the error names the fields as `shape`), then the

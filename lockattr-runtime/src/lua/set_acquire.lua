@@ -11,6 +11,14 @@ local lease, retention, wait, since, who = acquire_args(ARGV[2], '^([^:]*):([^:]
 check(#KEYS > 0 and #KEYS % 4 == 0 and #ARGV == 4 + #KEYS / 4 and (ARGV[4] == '0' or ARGV[4] == '1'),
   'the keys must be the lock, fence, queue and waiters keys of each name, the arguments end with 0 or 1 and a channel per name')
 if refusal then return refusal end
+-- Every name's counter is read before anything is written: a foreign value
+-- at any of them refuses the whole set, naming its key, as the lock's
+-- ACQUIRE refuses it.
+local counters = {}
+for i = 1, #KEYS, 4 do
+  counters[KEYS[i + 1]] = fence_counter(KEYS[i + 1])
+end
+if refusal then return refusal end
 local busy = -1
 local first_busy
 for i = 1, #KEYS, 4 do
@@ -69,24 +77,23 @@ if busy >= 0 then
   end
   return {0, busy}
 end
--- All free (or the token's): each name's counter is incremented as a single
--- acquisition does, unless the name already carries the token's.
+-- All free (or the token's): each name's counter, as read above, is
+-- counted on as a single acquisition counts on it (a missing one starts at
+-- the server's clock), unless the name already carries the token's; it
+-- then lives at least the lease plus the retention (never shorter).
 local fences = {1}
 for i = 1, #KEYS, 4 do
   local held = redis.call('get', KEYS[i])
   local fence = held and holder_fence(held)
-  if not fence then
-    local ok = redis.pcall('incr', KEYS[i + 1])
-    if type(ok) == 'table' and ok.err then
-      return ok
-    end
-    fence = ok
-    if fence == 1 then
-      fence = clock_us()
-      redis.call('set', KEYS[i + 1], string.format('%d', fence), 'PX', lease + retention)
-    end
+  if fence then
+    keep_ttl(KEYS[i + 1], lease + retention)
+  else
+    local counter = counters[KEYS[i + 1]]
+    fence = counter and counter + 1 or clock_us()
+    counters[KEYS[i + 1]] = fence
+    local ttl = math.max(redis.call('pttl', KEYS[i + 1]), lease + retention)
+    redis.call('set', KEYS[i + 1], string.format('%d', fence), 'PX', ttl)
   end
-  keep_ttl(KEYS[i + 1], lease + retention)
   fences[#fences + 1] = fence
 end
 local value = ARGV[1] .. '\n' .. who .. '\n' .. since .. '\n'
