@@ -1,0 +1,406 @@
+//! The plan of a torture run: a pure function of the seed and the budget.
+//! Every process (the parent and each worker child) computes it again from
+//! the same two numbers, so a worker needs only its round and its index.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+/// Where the locks live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Deploy {
+    /// One redis-server, reached through a fault proxy.
+    Single,
+    /// A 3-master Redis Cluster, reached directly.
+    Cluster,
+    /// Three independent redis-servers locked by majority, each through a proxy.
+    Redlock,
+}
+
+impl Deploy {
+    pub const ALL: [Deploy; 3] = [Deploy::Single, Deploy::Cluster, Deploy::Redlock];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Deploy::Single => "single",
+            Deploy::Cluster => "cluster",
+            Deploy::Redlock => "redlock",
+        }
+    }
+}
+
+/// What is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Lock,
+    /// A read-write lock: readers together, a writer alone.
+    Rw,
+    /// A semaphore of `Round::permits` permits.
+    Semaphore,
+    /// `lock_all` of 2 or 3 names of the round's pool.
+    Set,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Rw => "rw",
+            Kind::Semaphore => "sem",
+            Kind::Set => "set",
+        }
+    }
+}
+
+/// Renewal of the leases of a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renew {
+    Off,
+    On,
+    /// Each attempt draws.
+    Mixed,
+}
+
+/// A fault, injected `at` after the round started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `DEBUG SLEEP` on a node (the only node of one server) for `ms`.
+    Stall { node: usize, ms: u64 },
+    /// Every connection through the proxy of a node is closed at once.
+    Cut { node: usize },
+    /// The node is killed and started again, empty, on the same port.
+    Restart { node: usize },
+    /// The worker process is SIGKILLed, whatever it holds or waits for.
+    KillWorker { worker: usize },
+}
+
+impl Fault {
+    pub fn label(self) -> &'static str {
+        match self {
+            Fault::Stall { .. } => "stall",
+            Fault::Cut { .. } => "cut",
+            Fault::Restart { .. } => "restart",
+            Fault::KillWorker { .. } => "kill",
+        }
+    }
+}
+
+/// A worker process of a round: how many tasks of each flavour it runs on
+/// its one Locker.
+#[derive(Clone, Copy, Debug)]
+pub struct Worker {
+    pub async_tasks: usize,
+    pub sync_tasks: usize,
+}
+
+/// One round: one deployment, one kind, fresh names, a fixed time.
+#[derive(Clone, Debug)]
+pub struct Round {
+    pub index: usize,
+    pub deploy: Deploy,
+    pub kind: Kind,
+    /// "hot": the shape that makes a process-local queue work hard (many
+    /// tasks of one Locker on one name, acquire times of a few ms).
+    pub hot: bool,
+    pub millis: u64,
+    /// The names of the round (a set takes 2 or 3 of them).
+    pub names: Vec<String>,
+    pub permits: u32,
+    /// Tasks of the parent process, all on `lockers` Lockers.
+    pub async_tasks: usize,
+    pub sync_tasks: usize,
+    pub lockers: usize,
+    pub workers: Vec<Worker>,
+    /// Acquire times, drawn per attempt, in ms (inclusive).
+    pub acquire_ms: (u64, u64),
+    /// Critical sections, drawn per attempt, in µs (inclusive).
+    pub cs_us: (u64, u64),
+    /// Leases, drawn per attempt, in ms (inclusive).
+    pub expire_ms: (u64, u64),
+    pub renew: Renew,
+    /// Chance that an async builder attempt is cancelled (its acquire
+    /// future dropped) before its acquire time ends.
+    pub cancel_p: f64,
+    /// Chance that an attempt goes through an annotated function.
+    pub attr_p: f64,
+    /// Chance that a critical section outlives its lease on purpose (only
+    /// without renewal: the guard must then report itself lost).
+    pub overrun_p: f64,
+    /// Read-write rounds: the chance that an attempt writes.
+    pub write_p: f64,
+    /// Chance that a guard is dropped (released in the background) rather
+    /// than released and awaited.
+    pub drop_p: f64,
+    pub faults: Vec<(Duration, Fault)>,
+}
+
+impl Round {
+    /// The longest an attempt may take once started: its acquire time, a
+    /// critical section (an overrun included) and a release.
+    pub fn attempt_bound(&self) -> Duration {
+        Duration::from_millis(self.acquire_ms.1 + 2 * self.expire_ms.1 + 2_000)
+            + Duration::from_micros(self.cs_us.1)
+    }
+
+    pub fn describe(&self) -> String {
+        let workers: Vec<String> = self
+            .workers
+            .iter()
+            .map(|w| format!("{}a+{}s", w.async_tasks, w.sync_tasks))
+            .collect();
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(at, f)| format!("{}@{}ms", describe_fault(*f), at.as_millis()))
+            .collect();
+        format!(
+            "round {} {}/{}{} {} ms, names {:?}{}, tasks {}a+{}s on {} Locker(s), workers [{}], acquire {:?} ms, cs {:?} µs, lease {:?} ms, renew {:?}, cancel {:.2}, attr {:.2}, faults [{}]",
+            self.index,
+            self.deploy.label(),
+            self.kind.label(),
+            if self.hot { " (hot)" } else { "" },
+            self.millis,
+            self.names,
+            if self.kind == Kind::Semaphore {
+                format!(" ({} permits)", self.permits)
+            } else {
+                String::new()
+            },
+            self.async_tasks,
+            self.sync_tasks,
+            self.lockers,
+            workers.join(" "),
+            self.acquire_ms,
+            self.cs_us,
+            self.expire_ms,
+            self.renew,
+            self.cancel_p,
+            self.attr_p,
+            faults.join(" "),
+        )
+    }
+}
+
+fn describe_fault(f: Fault) -> String {
+    match f {
+        Fault::Stall { node, ms } => format!("stall(node {node}, {ms} ms)"),
+        Fault::Cut { node } => format!("cut(node {node})"),
+        Fault::Restart { node } => format!("restart(node {node})"),
+        Fault::KillWorker { worker } => format!("kill(worker {worker})"),
+    }
+}
+
+/// The Redlock's `max_lease`: a restarted node is out of every majority
+/// this long, and no Redlock lease may be longer.
+pub const REDLOCK_MAX_LEASE: Duration = Duration::from_millis(1500);
+
+/// The whole run.
+pub struct Plan {
+    pub rounds: Vec<Round>,
+}
+
+/// The plan for `seed` with a budget of `secs` seconds of rounds.
+pub fn make(seed: u64, secs: u64) -> Plan {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let budget = secs.max(1) * 1000;
+    let mut rounds = Vec::new();
+    let mut used = 0;
+    while used < budget {
+        let index = rounds.len();
+        // A round of at least 1.5 s; the last one takes what is left.
+        let mut millis = rng.random_range(2_000..=5_000_u64);
+        if budget - used < millis + 1_500 {
+            millis = budget - used;
+        }
+        used += millis;
+        rounds.push(round(&mut rng, index, millis));
+    }
+    Plan { rounds }
+}
+
+fn round(rng: &mut StdRng, index: usize, millis: u64) -> Round {
+    // Hot rounds: about 45% of them. They are the schedules that find a
+    // process-local queue handing a lock to a waiter that already gave up.
+    let hot = rng.random_bool(0.45);
+    let deploy = if hot {
+        if rng.random_bool(0.75) {
+            Deploy::Single
+        } else {
+            Deploy::Cluster
+        }
+    } else {
+        match rng.random_range(0..4) {
+            0 | 1 => Deploy::Single,
+            2 => Deploy::Cluster,
+            _ => Deploy::Redlock,
+        }
+    };
+    let kind = if deploy == Deploy::Redlock {
+        if rng.random_bool(0.6) {
+            Kind::Lock
+        } else {
+            Kind::Set
+        }
+    } else if hot {
+        match rng.random_range(0..10) {
+            0..=5 => Kind::Lock,
+            6 => Kind::Rw,
+            7 => Kind::Semaphore,
+            _ => Kind::Set,
+        }
+    } else {
+        match rng.random_range(0..4) {
+            0 => Kind::Lock,
+            1 => Kind::Rw,
+            2 => Kind::Semaphore,
+            _ => Kind::Set,
+        }
+    };
+    let name_count = match kind {
+        Kind::Set => rng.random_range(3..=4),
+        _ if hot => 1,
+        _ => rng.random_range(1..=2),
+    };
+    let tag = deploy.label();
+    let names = (0..name_count)
+        .map(|n| format!("t{index}-{tag}-{}{n}", kind.label()))
+        .collect();
+    let permits = rng.random_range(2..=4);
+
+    let (async_tasks, sync_tasks, lockers, workers) = if hot {
+        let async_tasks = rng.random_range(12..=28);
+        let sync_tasks = rng.random_range(0..=4);
+        // Sometimes a worker process joins, on the same name.
+        let workers = if rng.random_bool(0.25) {
+            vec![Worker {
+                async_tasks: rng.random_range(4..=12),
+                sync_tasks: 0,
+            }]
+        } else {
+            Vec::new()
+        };
+        (async_tasks, sync_tasks, 1, workers)
+    } else {
+        let async_tasks = rng.random_range(2..=10);
+        let sync_tasks = rng.random_range(0..=3);
+        let lockers = if rng.random_bool(0.25) { 2 } else { 1 };
+        let workers = if rng.random_bool(0.5) {
+            (0..rng.random_range(1..=3))
+                .map(|_| Worker {
+                    async_tasks: rng.random_range(1..=6),
+                    sync_tasks: rng.random_range(0..=2),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (async_tasks, sync_tasks, lockers, workers)
+    };
+
+    let acquire_ms = if hot || rng.random_bool(0.4) {
+        (1, 12)
+    } else if rng.random_bool(0.5) {
+        (20, 300)
+    } else {
+        (500, 2_500)
+    };
+    let cs_us = if hot || rng.random_bool(0.6) {
+        (0, 2_000)
+    } else {
+        (0, 20_000)
+    };
+    let max_lease = if deploy == Deploy::Redlock {
+        REDLOCK_MAX_LEASE.as_millis() as u64
+    } else {
+        5_000
+    };
+    let (expire_ms, renew) = match rng.random_range(0..4) {
+        // Short leases, not renewed: critical sections outlive some of them.
+        0 => ((30, 300), Renew::Off),
+        // Short leases kept alive by renewal.
+        1 => ((60, 400), Renew::On),
+        2 => ((1_000, max_lease), Renew::Mixed),
+        _ => ((100, max_lease), Renew::Mixed),
+    };
+    let overrun_p = if renew == Renew::On {
+        0.0
+    } else {
+        rng.random_range(0.0..0.05)
+    };
+
+    // Faults: up to 3 (hot rounds: a stall more often than not).
+    let mut faults = Vec::new();
+    let fault_count = if hot {
+        rng.random_range(0..=2)
+    } else {
+        rng.random_range(0..=3)
+    };
+    let nodes = if deploy == Deploy::Single { 1 } else { 3 };
+    for _ in 0..fault_count {
+        let at = Duration::from_millis(rng.random_range(millis / 10..=millis * 8 / 10));
+        let node = rng.random_range(0..nodes);
+        let pick = rng.random_range(0..10);
+        let fault = match pick {
+            _ if hot => Fault::Stall {
+                node,
+                ms: rng.random_range(50..=300),
+            },
+            0..=3 => Fault::Stall {
+                node,
+                ms: rng.random_range(50..=300),
+            },
+            // The Cluster is reached directly: no proxy to cut, and no
+            // restart (a node restarted empty leaves the cluster).
+            4..=5 if deploy != Deploy::Cluster => Fault::Cut { node },
+            6 if deploy != Deploy::Cluster => Fault::Restart { node },
+            7..=9 if !workers.is_empty() => Fault::KillWorker {
+                worker: rng.random_range(0..workers.len()),
+            },
+            _ => Fault::Stall {
+                node,
+                ms: rng.random_range(50..=300),
+            },
+        };
+        faults.push((at, fault));
+    }
+    faults.sort_by_key(|(at, _)| *at);
+
+    Round {
+        index,
+        deploy,
+        kind,
+        hot,
+        millis,
+        names,
+        permits,
+        async_tasks,
+        sync_tasks,
+        lockers,
+        workers,
+        acquire_ms,
+        cs_us,
+        expire_ms,
+        renew,
+        cancel_p: if rng.random_bool(0.6) {
+            rng.random_range(0.0..0.3)
+        } else {
+            0.0
+        },
+        attr_p: rng.random_range(0.0..0.6),
+        overrun_p,
+        write_p: rng.random_range(0.2..0.7),
+        drop_p: rng.random_range(0.0..0.3),
+        faults,
+    }
+}
+
+/// The RNG of one task: its own stream, from the seed, the round, the
+/// process (0: the parent, 1..: workers) and the task.
+pub fn task_rng(seed: u64, round: usize, process: usize, task: usize) -> StdRng {
+    let mix = seed
+        ^ (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (process as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+        ^ (task as u64).wrapping_mul(0x1656_67B1_9E37_79F9);
+    StdRng::seed_from_u64(mix)
+}
