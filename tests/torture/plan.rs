@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 
 /// Where the locks live.
@@ -127,6 +128,9 @@ pub struct Round {
     /// Chance that a critical section outlives its lease on purpose (only
     /// without renewal: the guard must then report itself lost).
     pub overrun_p: f64,
+    /// Chance that a critical section lasts 0.3–2.5 s (rounds with long
+    /// acquire times only).
+    pub long_p: f64,
     /// Read-write rounds: the chance that an attempt writes.
     pub write_p: f64,
     /// Chance that a guard is dropped (released in the background) rather
@@ -139,7 +143,7 @@ impl Round {
     /// The longest an attempt may take once started: its acquire time, a
     /// critical section (an overrun included) and a release.
     pub fn attempt_bound(&self) -> Duration {
-        Duration::from_millis(self.acquire_ms.1 + 2 * self.expire_ms.1 + 2_000)
+        Duration::from_millis(self.acquire_ms.1 + 2 * self.expire_ms.1 + 5_000)
             + Duration::from_micros(self.cs_us.1)
     }
 
@@ -206,6 +210,11 @@ pub fn make(seed: u64, secs: u64) -> Plan {
     let budget = secs.max(1) * 1000;
     let mut rounds = Vec::new();
     let mut used = 0;
+    let mut required = REQUIRED.to_vec();
+    required.shuffle(&mut rng);
+    // One cut, restart and killed worker at least (the numbers of `round`'s
+    // fault draw).
+    let mut wanted = vec![4, 6, 7];
     while used < budget {
         let index = rounds.len();
         // A round of at least 1.5 s; the last one takes what is left.
@@ -214,47 +223,94 @@ pub fn make(seed: u64, secs: u64) -> Plan {
             millis = budget - used;
         }
         used += millis;
-        rounds.push(round(&mut rng, index, millis));
+        // Every third round is a hot lock round; the others cover the
+        // required deployments and kinds first, in a seeded order.
+        let shape = if index % 3 == 0 {
+            Shape::HotLock
+        } else if let Some((deploy, kind)) = required.pop() {
+            Shape::Given(deploy, kind)
+        } else {
+            Shape::Any
+        };
+        rounds.push(round(&mut rng, index, millis, shape, &mut wanted));
     }
     Plan { rounds }
 }
 
-fn round(rng: &mut StdRng, index: usize, millis: u64) -> Round {
-    // Hot rounds: about 45% of them. They are the schedules that find a
-    // process-local queue handing a lock to a waiter that already gave up.
-    let hot = rng.random_bool(0.45);
-    let deploy = if hot {
-        if rng.random_bool(0.75) {
-            Deploy::Single
-        } else {
-            Deploy::Cluster
+/// What a round must be, before the rest is drawn.
+enum Shape {
+    /// A hot lock round (one server or the Cluster).
+    HotLock,
+    /// This deployment and kind (hot or not is drawn).
+    Given(Deploy, Kind),
+    /// Anything.
+    Any,
+}
+
+/// Every kind on one server; locks and sets also on a Cluster and a
+/// Redlock (read-write locks and semaphores are refused on a Redlock).
+const REQUIRED: [(Deploy, Kind); 8] = [
+    (Deploy::Single, Kind::Lock),
+    (Deploy::Single, Kind::Rw),
+    (Deploy::Single, Kind::Semaphore),
+    (Deploy::Single, Kind::Set),
+    (Deploy::Cluster, Kind::Lock),
+    (Deploy::Cluster, Kind::Set),
+    (Deploy::Redlock, Kind::Lock),
+    (Deploy::Redlock, Kind::Set),
+];
+
+/// `wanted`: the fault kinds (by their `pick` numbers below) the run has
+/// not had yet.
+fn round(
+    rng: &mut StdRng,
+    index: usize,
+    millis: u64,
+    shape: Shape,
+    wanted: &mut Vec<u32>,
+) -> Round {
+    let (hot, deploy, kind) = match shape {
+        // The schedules that find a process-local queue handing a lock to
+        // a waiter that already gave up: many tasks of one Locker on one
+        // name, acquire times of a few ms.
+        Shape::HotLock => {
+            let deploy = if rng.random_bool(0.75) {
+                Deploy::Single
+            } else {
+                Deploy::Cluster
+            };
+            (true, deploy, Kind::Lock)
         }
-    } else {
-        match rng.random_range(0..4) {
-            0 | 1 => Deploy::Single,
-            2 => Deploy::Cluster,
-            _ => Deploy::Redlock,
-        }
-    };
-    let kind = if deploy == Deploy::Redlock {
-        if rng.random_bool(0.6) {
-            Kind::Lock
-        } else {
-            Kind::Set
-        }
-    } else if hot {
-        match rng.random_range(0..10) {
-            0..=5 => Kind::Lock,
-            6 => Kind::Rw,
-            7 => Kind::Semaphore,
-            _ => Kind::Set,
-        }
-    } else {
-        match rng.random_range(0..4) {
-            0 => Kind::Lock,
-            1 => Kind::Rw,
-            2 => Kind::Semaphore,
-            _ => Kind::Set,
+        Shape::Given(deploy, kind) => (
+            deploy != Deploy::Redlock && rng.random_bool(0.3),
+            deploy,
+            kind,
+        ),
+        Shape::Any => {
+            let deploy = match rng.random_range(0..4) {
+                0 | 1 => Deploy::Single,
+                2 => Deploy::Cluster,
+                _ => Deploy::Redlock,
+            };
+            let kind = if deploy == Deploy::Redlock {
+                if rng.random_bool(0.6) {
+                    Kind::Lock
+                } else {
+                    Kind::Set
+                }
+            } else {
+                match rng.random_range(0..4) {
+                    0 => Kind::Lock,
+                    1 => Kind::Rw,
+                    2 => Kind::Semaphore,
+                    _ => Kind::Set,
+                }
+            };
+            (
+                deploy != Deploy::Redlock && rng.random_bool(0.3),
+                deploy,
+                kind,
+            )
         }
     };
     let name_count = match kind {
@@ -329,18 +385,31 @@ fn round(rng: &mut StdRng, index: usize, millis: u64) -> Round {
         rng.random_range(0.0..0.05)
     };
 
-    // Faults: up to 3 (hot rounds: a stall more often than not).
+    // Faults: up to 2 stalls in a hot round, up to 3 of any kind in the others.
     let mut faults = Vec::new();
     let fault_count = if hot {
         rng.random_range(0..=2)
+    } else if rng.random_bool(0.7) {
+        rng.random_range(1..=3)
     } else {
-        rng.random_range(0..=3)
+        0
     };
     let nodes = if deploy == Deploy::Single { 1 } else { 3 };
     for _ in 0..fault_count {
         let at = Duration::from_millis(rng.random_range(millis / 10..=millis * 8 / 10));
         let node = rng.random_range(0..nodes);
-        let pick = rng.random_range(0..10);
+        let mut pick = rng.random_range(0..10);
+        // A kind of fault the run has not had yet comes first, where it applies.
+        if !hot {
+            let applies = |k: &u32| match k {
+                4 | 6 => deploy != Deploy::Cluster,
+                7 => !workers.is_empty(),
+                _ => true,
+            };
+            if let Some(i) = wanted.iter().position(applies) {
+                pick = wanted.remove(i);
+            }
+        }
         let fault = match pick {
             _ if hot => Fault::Stall {
                 node,
@@ -389,6 +458,11 @@ fn round(rng: &mut StdRng, index: usize, millis: u64) -> Round {
         },
         attr_p: rng.random_range(0.0..0.6),
         overrun_p,
+        long_p: if acquire_ms.0 >= 500 {
+            rng.random_range(0.0..0.1)
+        } else {
+            0.0
+        },
         write_p: rng.random_range(0.2..0.7),
         drop_p: rng.random_range(0.0..0.3),
         faults,

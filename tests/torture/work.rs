@@ -64,9 +64,14 @@ fn draw(rng: &mut StdRng, round: &Round, sync: bool) -> Attempt {
         Renew::Mixed => rng.random_bool(0.5),
     };
     let mut cs = Duration::from_micros(rng.random_range(round.cs_us.0..=round.cs_us.1));
-    if !renew && rng.random_bool(round.overrun_p) {
+    if !renew && expire <= Duration::from_millis(500) && rng.random_bool(round.overrun_p) {
         // Outlives its lease: the guard must say it is lost by the exit.
         cs = expire + Duration::from_millis(rng.random_range(5..=40));
+    } else if rng.random_bool(round.long_p) {
+        // A long holder: waiters with long acquire times time out behind
+        // it, which the liveness oracle checks (renewed or not: a lease
+        // shorter than this is lost, and reported).
+        cs = Duration::from_millis(rng.random_range(300..=2_500));
     }
     let attr = rng.random_bool(round.attr_p);
     let cancel = (!sync && !attr && rng.random_bool(round.cancel_p))
