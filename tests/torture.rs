@@ -3,22 +3,33 @@
 //! ones.
 //!
 //! The run is a sequence of rounds (2 to 5 s each). A round picks a
-//! deployment (one server behind a fault proxy; a 3-master Redis Cluster;
-//! a 3-node Redlock behind proxies), a kind (lock, read-write lock,
-//! semaphore, lock set; read-write locks and semaphores are refused on a
-//! Redlock by design, so they do not run there), fresh names, tasks of this
-//! process (async tasks on one or two Lockers, blocking tasks on threads)
-//! and of 0 to 3 worker processes (this test binary again, as
-//! `torture_worker`), acquire times (1–12 ms, 20–300 ms or 0.5–2.5 s),
-//! critical sections, leases (short ones, renewed or not, some outlived on
-//! purpose), cancellations (an acquire future dropped by
-//! `tokio::time::timeout`), the `#[redis_lock]` attribute or the builders,
-//! and faults at seeded times: `DEBUG SLEEP` stalls of a node, every
-//! connection through a node's proxy cut, a node restarted empty, a worker
-//! process SIGKILLed whatever it holds or waits for. About 45% of the
-//! rounds are "hot": one Locker, 12 to 28 async tasks on one name, acquire
-//! times of 1–12 ms, sections under 2 ms, stalls; the shape that makes a
-//! process-local wait queue hand a lock to a waiter that just gave up.
+//! deployment (one server behind a fault proxy; a 3-master Redis Cluster,
+//! reached directly; a 3-node Redlock, each node behind a proxy), a kind
+//! (lock, read-write lock, semaphore, lock set; read-write locks and
+//! semaphores are refused on a Redlock by design, so they do not run
+//! there), fresh names, tasks of this process (async tasks on one or two
+//! Lockers, blocking tasks on threads) and of 0 to 3 worker processes (this
+//! test binary again, as `torture_worker`, one Locker each), acquire times
+//! (1–12 ms, 20–300 ms or 0.5–2.5 s), critical sections (under 2 ms or
+//! 20 ms; a few of 0.3–2.5 s), leases (short ones, renewed or not, some
+//! outlived on purpose), cancellations (an acquire future dropped by
+//! `tokio::time::timeout`), the `#[redis_lock]` attribute (sync and async)
+//! or the builders (`acquire` and `acquire_blocking`), and faults at seeded
+//! times: `DEBUG SLEEP` stalls of a node (50–300 ms), every connection
+//! through a node's proxy cut, a node restarted empty, a worker process
+//! SIGKILLed whatever it holds or waits for. The Cluster gets stalls and
+//! killed workers only (no proxy in front of it, and a node restarted
+//! empty would leave it).
+//!
+//! Every third round is a "hot" lock round (one server or the Cluster):
+//! one Locker, 12 to 28 async tasks and a few blocking ones on one name,
+//! sometimes a worker process on it too, acquire times of 1–12 ms,
+//! sections under 2 ms, stalls; the shape that makes a process-local wait
+//! queue hand a lock to a waiter whose acquire time just ended. The other
+//! rounds cover each deployment and kind first (every kind on one server;
+//! locks and sets on the Cluster and the Redlock), in a seeded order, and
+//! their faults cover a cut, a restart and a killed worker at least once
+//! (with the default budget); about 30% of them are hot too.
 //!
 //! # Oracles (outside Redis)
 //!
@@ -53,9 +64,10 @@
 //!
 //! # Seeds
 //!
-//! `LOCKATTR_TORTURE_SEED` (a u64; random when unset) fixes the plan: the
-//! rounds, their task counts, kinds, acquire times, leases, and the faults
-//! and their times, and each task's stream of choices. It does not fix the
+//! `LOCKATTR_TORTURE_SEED` (a u64; random when unset) and
+//! `LOCKATTR_TORTURE_SECS` together fix the plan (a failure names both):
+//! the rounds, their task counts, kinds, acquire times, leases, and the
+//! faults and their times, and each task's stream of choices. It does not fix the
 //! OS schedule or the servers' timing, so a replay runs the same plan but
 //! not the same interleaving; a failure found once is usually found again
 //! by its seed, not always. `LOCKATTR_TORTURE_SECS` is the time of the
@@ -63,16 +75,28 @@
 //! about 90 s). `LOCKATTR_TORTURE_PLAN_ONLY=1` prints the plan of a seed
 //! and runs nothing.
 //!
+//! # Not covered
+//!
+//! Sentinel and TLS deployments; cut connections and restarts on the
+//! Cluster; cancelling a body mid-way (only acquire futures are dropped);
+//! reentrant calls, `hold_at_least`, `renew_for` and `extend`; clock jumps;
+//! a paused holder process (stalls are of servers). Liveness is checked
+//! only for waits longer than its bound, so only rounds with long acquire
+//! times check it.
+//!
 //! # Commands
 //!
 //! It is `#[ignore]`d, so that `cargo test --workspace` does not run it;
 //! `.ci/run` runs it once, on its own:
 //!
 //! ```text
-//! cargo test --release --test torture -- --ignored --nocapture
-//! LOCKATTR_TORTURE_SEED=123 cargo test --release --test torture -- --ignored --nocapture   # replay a plan
+//! cargo test --test torture -- --ignored --nocapture                              # the CI run
+//! LOCKATTR_TORTURE_SEED=123 cargo test --test torture -- --ignored --nocapture    # replay a plan
 //! LOCKATTR_TORTURE_SECS=600 cargo test --release --test torture -- --ignored --nocapture   # a 10 minute soak
 //! ```
+//!
+//! The CI run uses the debug build that `cargo test --workspace` already
+//! made; `--release` works the same (it builds the dependencies once more).
 
 mod support;
 
@@ -305,6 +329,7 @@ struct Totals {
     sections: BTreeMap<(Deploy, Kind), u64>,
     faults: BTreeMap<&'static str, u64>,
     overlaps: u64,
+    overlaps_by: BTreeMap<(Deploy, Kind), u64>,
     excused_lost: u64,
     excused_restart: u64,
     writes: u64,
@@ -457,6 +482,12 @@ fn run_round(
         .entry((round.deploy, round.kind))
         .or_default() += f.sections;
     totals.overlaps += f.overlaps;
+    if f.overlaps > 0 {
+        *totals
+            .overlaps_by
+            .entry((round.deploy, round.kind))
+            .or_default() += f.overlaps;
+    }
     totals.excused_lost += f.excused_lost;
     totals.excused_restart += f.excused_restart;
     totals.writes += f.writes;
@@ -530,6 +561,11 @@ fn torture() {
         .iter()
         .map(|((d, k), n)| format!("{}/{}={n}", d.label(), k.label()))
         .collect();
+    let overlaps_by: Vec<String> = totals
+        .overlaps_by
+        .iter()
+        .map(|((d, k), n)| format!("{}/{}={n}", d.label(), k.label()))
+        .collect();
     let faults: Vec<String> = totals
         .faults
         .iter()
@@ -541,13 +577,14 @@ fn torture() {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     let summary = format!(
-        "torture summary: seed={seed} secs={secs} wall={:.1}s rounds={} sections[{}] total_sections={} faults[{}] overlaps={} (excused: lost={} restart={}) fencing_violations={} (writes={} refused={}) liveness_misses={} (checked={} excused={}) hung={} worker_failures={} [{}]",
+        "torture summary: seed={seed} secs={secs} wall={:.1}s rounds={} sections[{}] total_sections={} faults[{}] overlaps={} [{}] (excused: lost={} restart={}) fencing_violations={} (writes={} refused={}) liveness_misses={} (checked={} excused={}) hung={} worker_failures={} [{}]",
         started.elapsed().as_secs_f64(),
         plan.rounds.len(),
         sections.join(" "),
         totals.sections.values().sum::<u64>(),
         faults.join(" "),
         totals.overlaps,
+        overlaps_by.join(" "),
         totals.excused_lost,
         totals.excused_restart,
         totals.fencing_violations,
