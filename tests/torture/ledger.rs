@@ -67,6 +67,8 @@ struct Interval {
     enter_at: Instant,
     /// (seq, when, lost at exit, closed because its process was killed)
     exit: Option<(u64, Instant, bool, bool)>,
+    /// The holder reported the loss during the section (before its exit).
+    lost_seen: bool,
 }
 
 struct WriteRec {
@@ -157,6 +159,7 @@ impl Book {
             enter_seq: seq,
             enter_at: Instant::now(),
             exit: None,
+            lost_seen: false,
         });
         inner.open.insert((holder, name.to_owned()), idx);
         if mode.fences() {
@@ -173,7 +176,19 @@ impl Book {
         inner.seq += 1;
         let seq = inner.seq;
         if let Some(idx) = inner.open.remove(&(holder, name.to_owned())) {
+            let lost = lost || inner.intervals[idx].lost_seen;
             inner.intervals[idx].exit = Some((seq, Instant::now(), lost, false));
+        }
+    }
+
+    /// The holder saw its guard lost, inside the section.
+    pub fn lost(&self, process: usize, holder: u64, name: &str) {
+        let mut inner = self.lock();
+        if inner.dead.contains(&process) {
+            return;
+        }
+        if let Some(&idx) = inner.open.get(&(holder, name.to_owned())) {
+            inner.intervals[idx].lost_seen = true;
         }
     }
 
@@ -237,7 +252,8 @@ impl Book {
             .collect();
         for key in open {
             if let Some(idx) = inner.open.remove(&key) {
-                inner.intervals[idx].exit = Some((seq, now, false, true));
+                let lost = inner.intervals[idx].lost_seen;
+                inner.intervals[idx].exit = Some((seq, now, lost, true));
             }
         }
     }
@@ -268,7 +284,8 @@ impl Book {
         let (seq, now) = (inner.seq, Instant::now());
         let open: Vec<usize> = inner.open.drain().map(|(_, idx)| idx).collect();
         for idx in open {
-            inner.intervals[idx].exit = Some((seq, now, false, false));
+            let lost = inner.intervals[idx].lost_seen;
+            inner.intervals[idx].exit = Some((seq, now, lost, false));
         }
         let inner = &*inner;
         let mut f = Findings {
@@ -281,6 +298,11 @@ impl Book {
             counters: inner.counters.clone(),
             ..Findings::default()
         };
+        // Lines of detail per round (LOCKATTR_TORTURE_DETAILS for more).
+        let detail_cap: usize = std::env::var("LOCKATTR_TORTURE_DETAILS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(4);
         // A section that entered before a restart was over, and one (or a
         // write) after it began: the server may have forgotten the first.
         let restart_between =
@@ -319,7 +341,7 @@ impl Book {
                             f.excused_restart += 1;
                         } else {
                             f.overlaps += 1;
-                            if f.details.len() < 4 {
+                            if f.details.len() < detail_cap {
                                 f.details.push(format!(
                                     "{name}: {live} live holders of {permits} permits once token {} entered",
                                     b.token
@@ -340,7 +362,7 @@ impl Book {
                             f.excused_restart += 1;
                         } else {
                             f.overlaps += 1;
-                            if f.details.len() < 4 {
+                            if f.details.len() < detail_cap {
                                 let since = b.enter_at.duration_since(a.enter_at);
                                 f.details.push(format!(
                                     "{name}: {:?} token {} (process {}) entered {:.1} ms after {:?} token {} (process {}), which was inside and not lost{}",
@@ -379,7 +401,7 @@ impl Book {
             let stale = w.later_existed || !w.accepted;
             if stale && !lost && !restart_between(section.enter_seq, w.seq) {
                 f.fencing_violations += 1;
-                if f.details.len() < 6 {
+                if f.details.len() < detail_cap + 2 {
                     f.details.push(format!(
                         "{}: the model store {} a write with token {} from a guard not lost{}",
                         w.name,
@@ -416,7 +438,7 @@ impl Book {
                 continue;
             }
             f.liveness_misses += 1;
-            if f.details.len() < 10 {
+            if f.details.len() < detail_cap + 6 {
                 f.details.push(format!(
                     "{:?} waited {:.0} ms on {:?} and timed out; they were free for {:.0} ms of it",
                     t.mode,
@@ -514,6 +536,13 @@ impl Sink {
                 mode.text(),
                 names.join(" ")
             )),
+        }
+    }
+
+    pub fn lost(&mut self, holder: u64, name: &str) {
+        match self {
+            Sink::Local { book } => book.lost(0, holder, name),
+            Sink::Remote { conn, .. } => conn.call(&format!("Z {holder} {name}")),
         }
     }
 
@@ -623,6 +652,7 @@ fn serve(stream: TcpStream, current: Arc<Mutex<Arc<Book>>>) {
                 let names: Vec<String> = words[3..].iter().map(|s| s.to_string()).collect();
                 book.timeout(process, &names, mode, Duration::from_micros(num(1)));
             }
+            Some("Z") => book.lost(process, num(1), words[2]),
             Some("N") => book.count(words[1], 1),
             _ => panic!("the ledger got {line:?}"),
         }

@@ -359,7 +359,7 @@ fn round(
     } else if rng.random_bool(0.5) {
         (20, 300)
     } else {
-        (500, 2_500)
+        (500, 3_000)
     };
     let cs_us = if hot || rng.random_bool(0.6) {
         (0, 2_000)
@@ -459,7 +459,7 @@ fn round(
         attr_p: rng.random_range(0.0..0.6),
         overrun_p,
         long_p: if acquire_ms.0 >= 500 {
-            rng.random_range(0.0..0.1)
+            rng.random_range(0.05..0.2)
         } else {
             0.0
         },

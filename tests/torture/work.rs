@@ -139,13 +139,36 @@ fn exit(sink: &mut Sink, holder: u64, held: &dyn Members, members: &[(String, u6
     }
 }
 
+/// The pieces a critical section sleeps in: between them it reads
+/// `is_lost()` and reports a loss at once, so that a holder killed before
+/// its exit is still excused by a loss it had seen.
+const STEP: Duration = Duration::from_millis(10);
+
+/// Reports the members newly lost; `seen`: those already reported.
+fn report_lost(sink: &mut Sink, holder: u64, held: &dyn Members, seen: &mut Vec<String>) {
+    for (name, _, lost) in held.members() {
+        if lost && !seen.contains(&name) {
+            sink.lost(holder, &name);
+            seen.push(name);
+        }
+    }
+}
+
 /// The critical section of an async holder.
 async fn section(sink: &mut Sink, holder: u64, held: &dyn Members, mode: Mode, cs: Duration) {
     let members = enter(sink, holder, held, mode);
     if cs.is_zero() {
         tokio::task::yield_now().await;
     } else {
-        tokio::time::sleep(cs).await;
+        let (end, mut seen) = (Instant::now() + cs, Vec::new());
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            tokio::time::sleep(left.min(STEP)).await;
+            report_lost(sink, holder, held, &mut seen);
+        }
     }
     exit(sink, holder, held, &members, mode);
 }
@@ -153,7 +176,15 @@ async fn section(sink: &mut Sink, holder: u64, held: &dyn Members, mode: Mode, c
 /// The critical section of a blocking holder.
 fn section_blocking(sink: &mut Sink, holder: u64, held: &dyn Members, mode: Mode, cs: Duration) {
     let members = enter(sink, holder, held, mode);
-    std::thread::sleep(cs);
+    let (end, mut seen) = (Instant::now() + cs, Vec::new());
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(STEP));
+        report_lost(sink, holder, held, &mut seen);
+    }
     exit(sink, holder, held, &members, mode);
 }
 
