@@ -72,7 +72,7 @@
 //! OS schedule or the servers' timing, so a replay runs the same plan but
 //! not the same interleaving; a failure found once is usually found again
 //! by its seed, not always. `LOCKATTR_TORTURE_SECS` is the time of the
-//! rounds (default 80 s: the whole test, server start-up included, takes
+//! rounds (default 75 s: the whole test, server start-up included, takes
 //! about 90 s). `LOCKATTR_TORTURE_PLAN_ONLY=1` prints the plan of a seed
 //! and runs nothing; `LOCKATTR_TORTURE_ROUNDS=3,7` runs only those rounds
 //! of it (to replay the round a failure names).
@@ -123,7 +123,7 @@ use support::{RedisServer, child_test, wait_child};
 const SEED: &str = "LOCKATTR_TORTURE_SEED";
 const SECS: &str = "LOCKATTR_TORTURE_SECS";
 /// The default time of the rounds, in seconds.
-const DEFAULT_SECS: u64 = 80;
+const DEFAULT_SECS: u64 = 75;
 /// A comma-separated list: run only these rounds of the plan.
 const ROUNDS: &str = "LOCKATTR_TORTURE_ROUNDS";
 /// Set: print the plan of the seed and run nothing.
