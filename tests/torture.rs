@@ -410,7 +410,7 @@ fn run_round(
         let when = start + *at;
         std::thread::sleep(when.saturating_duration_since(Instant::now()));
         let t = Instant::now();
-        *totals.faults.entry(fault.label()).or_default() += 1;
+        let mut applied = true;
         match *fault {
             Fault::Stall { node, ms } => {
                 let reply = deployments
@@ -443,13 +443,20 @@ fn run_round(
                 windows.push((t, Instant::now() + slack + plan::REDLOCK_MAX_LEASE));
             }
             Fault::KillWorker { worker } => {
-                if let Some(mut child) = children[worker].take() {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    book.killed(worker + 1);
+                // A worker killed already (or finished) is not killed twice.
+                match children[worker].take() {
+                    Some(mut child) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        book.killed(worker + 1);
+                    }
+                    None => applied = false,
                 }
                 windows.push((t, Instant::now() + slack));
             }
+        }
+        if applied {
+            *totals.faults.entry(fault.label()).or_default() += 1;
         }
     }
 
