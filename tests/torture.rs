@@ -562,6 +562,7 @@ fn torture() {
             })
             .collect()
     });
+    let mut ran = std::collections::BTreeSet::new();
     for round in &plan.rounds {
         if only
             .as_ref()
@@ -570,6 +571,7 @@ fn torture() {
             continue;
         }
         println!("{}", round.describe());
+        ran.insert(round.deploy);
         run_round(
             seed,
             secs,
@@ -624,7 +626,26 @@ fn torture() {
         counters.join(" "),
     );
     println!("{summary}");
-    let bad = totals.overlaps
+    // A deployment that granted nothing would make every oracle pass
+    // vacuously: that is a failure too.
+    let idle: Vec<&str> = Deploy::ALL
+        .iter()
+        .filter(|d| ran.contains(*d))
+        .filter(|d| {
+            totals
+                .sections
+                .iter()
+                .all(|((deploy, _), n)| deploy != *d || *n == 0)
+        })
+        .map(|d| d.label())
+        .collect();
+    if !idle.is_empty() {
+        totals
+            .details
+            .insert(0, format!("no critical section ran on: {idle:?}"));
+    }
+    let bad = idle.len() as u64
+        + totals.overlaps
         + totals.fencing_violations
         + totals.liveness_misses
         + totals.hung
