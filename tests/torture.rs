@@ -28,8 +28,10 @@
 //! queue hand a lock to a waiter whose acquire time just ended. The other
 //! rounds cover each deployment and kind first (every kind on one server;
 //! locks and sets on the Cluster and the Redlock), in a seeded order, and
-//! their faults cover a cut, a restart and a killed worker at least once
-//! (with the default budget); about 30% of them are hot too.
+//! their faults include a cut, a restart and a killed worker at least
+//! once (where the plan has a round that is not hot and where the fault
+//! applies: one server or the Redlock; a round with worker processes);
+//! about 30% of them are hot too.
 //!
 //! # Oracles (outside Redis)
 //!

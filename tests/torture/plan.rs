@@ -234,6 +234,26 @@ pub fn make(seed: u64, secs: u64) -> Plan {
         };
         rounds.push(round(&mut rng, index, millis, shape, &mut wanted));
     }
+    // A kind of fault no round drew goes, half-way, into the first round
+    // that is not hot and where it applies (if there is one).
+    for pick in wanted {
+        let fits = |r: &&mut Round| {
+            !r.hot
+                && match pick {
+                    7 => !r.workers.is_empty(),
+                    _ => r.deploy != Deploy::Cluster,
+                }
+        };
+        if let Some(r) = rounds.iter_mut().find(fits) {
+            let fault = match pick {
+                4 => Fault::Cut { node: 0 },
+                6 => Fault::Restart { node: 0 },
+                _ => Fault::KillWorker { worker: 0 },
+            };
+            r.faults.push((Duration::from_millis(r.millis / 2), fault));
+            r.faults.sort_by_key(|(at, _)| *at);
+        }
+    }
     Plan { rounds }
 }
 
