@@ -19,7 +19,7 @@ pub const URL_ENV: &str = "REDIS_URL";
     version,
     about = "List, inspect, watch and force-unlock lockattr's Redis locks",
     long_about = "List, inspect, watch and force-unlock the Redis locks of lockattr \
-                  (#[redis_lock] and lockattr_runtime::Locker).\n\n\
+                  (#[redis_lock] and lockattr::Locker).\n\n\
                   Semaphores show in `ls` and `show`; `unlock` frees one of their permits.\n\n\
                   Read-write locks show in `ls` and `show` (writer and readers); `unlock` frees \
                   their writer.\n\n\

@@ -25,8 +25,9 @@ use crate::LockError;
 /// `redis::ConnectionInfo` and references to them.
 ///
 /// ```
-/// # use lockattr_runtime::Locker;
-/// use lockattr_runtime::redis::{Client, IntoConnectionInfo};
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// # use lockattr::Locker;
+/// use lockattr::redis::{Client, IntoConnectionInfo};
 ///
 /// let info = "redis://127.0.0.1:6379/3".into_connection_info().unwrap();
 /// let one = Locker::new(info).unwrap();

@@ -15,8 +15,9 @@ static DEFAULT: OnceCell<Locker> = OnceCell::new();
 /// changes nothing. Does not connect.
 ///
 /// ```no_run
-/// lockattr_runtime::init("redis://127.0.0.1:6379/")?;
-/// # Ok::<(), lockattr_runtime::LockError>(())
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// lockattr::init("redis://127.0.0.1:6379/")?;
+/// # Ok::<(), lockattr::LockError>(())
 /// ```
 pub fn init(url: impl RedisAddr) -> Result<(), LockError> {
     set_default(Locker::new(url)?)
@@ -25,7 +26,8 @@ pub fn init(url: impl RedisAddr) -> Result<(), LockError> {
 /// Sets the process-wide default Locker; see [`init`].
 ///
 /// ```
-/// use lockattr_runtime::{Locker, set_default, default_locker};
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// use lockattr::{Locker, set_default, default_locker};
 ///
 /// let locker = Locker::builder("redis://127.0.0.1:6379/").prefix("app:").build()?;
 /// set_default(locker)?;
@@ -41,8 +43,9 @@ pub fn set_default(locker: Locker) -> Result<(), LockError> {
 /// The process-wide default Locker, or [`LockError::NotConfigured`].
 ///
 /// ```
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
 /// // Nothing was configured in this process:
-/// assert!(lockattr_runtime::default_locker().is_err());
+/// assert!(lockattr::default_locker().is_err());
 /// ```
 pub fn default_locker() -> Result<&'static Locker, LockError> {
     DEFAULT.get().ok_or(LockError::NotConfigured)

@@ -11,7 +11,8 @@ use crate::LostReason;
 /// servers are named by `host:port/db` only.
 ///
 /// ```
-/// use lockattr_runtime::LockError;
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// use lockattr::LockError;
 /// use std::time::Duration;
 ///
 /// let err = LockError::Timeout { name: "order:7".into(), waited: Duration::from_secs(5) };

@@ -19,7 +19,8 @@ use std::sync::Arc;
 /// prefix and the fields' names joined by `:` (`"account:42"`).
 ///
 /// ```
-/// use lockattr_runtime::LockKey;
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// use lockattr::LockKey;
 ///
 /// assert_eq!(42_u64.lock_key(), "42");
 /// assert_eq!("order:7".lock_key(), "order:7");

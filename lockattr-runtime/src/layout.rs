@@ -34,7 +34,8 @@ pub(crate) fn new_token() -> Result<String, LockError> {
 /// more concurrent holders, split the work over several names.
 ///
 /// ```
-/// assert_eq!(lockattr_runtime::MAX_PERMITS, 256);
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// assert_eq!(lockattr::MAX_PERMITS, 256);
 /// ```
 pub const MAX_PERMITS: u32 = 256;
 

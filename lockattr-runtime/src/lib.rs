@@ -5,9 +5,10 @@
 //! attribute and `#[derive(LockKey)]`.
 //!
 //! ```no_run
-//! use lockattr_runtime::Locker;
+//! # use lockattr_runtime as lockattr; // the doctest builds without the facade
+//! use lockattr::Locker;
 //!
-//! # fn main() -> Result<(), lockattr_runtime::LockError> {
+//! # fn main() -> Result<(), lockattr::LockError> {
 //! let locker = Locker::new("redis://127.0.0.1:6379/")?;
 //! let guard = locker.lock("report").acquire_blocking()?;
 //! // ... only one process at a time gets here ...

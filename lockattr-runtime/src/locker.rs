@@ -102,10 +102,11 @@ const MAX_BARGE: Duration = Duration::from_secs(1);
 /// from several runtimes one after another, and from plain threads.
 ///
 /// ```no_run
-/// use lockattr_runtime::Locker;
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// use lockattr::Locker;
 /// use std::time::Duration;
 ///
-/// # async fn run() -> Result<(), lockattr_runtime::LockError> {
+/// # async fn run() -> Result<(), lockattr::LockError> {
 /// let locker = Locker::new("redis://127.0.0.1:6379/")?;
 /// let guard = locker
 ///     .lock("order:7")

@@ -29,7 +29,8 @@ use crate::observe::Report;
 /// Why a guard lost its lock; carried by [`LockError::Lost`](crate::LockError::Lost).
 ///
 /// ```
-/// use lockattr_runtime::LostReason;
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// use lockattr::LostReason;
 /// assert!(LostReason::Expired.to_string().contains("lease"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
