@@ -424,6 +424,12 @@
 //! lists every span, event, field and metric; `docs/operations.md` shows
 //! how to read them in production.
 //!
+//! # Features
+//!
+//! None is on by default: a `redis://` URL needs no feature.
+//!
+#![doc = document_features::document_features!()]
+//!
 //! # The code the attribute stands for
 //!
 //! ```no_run

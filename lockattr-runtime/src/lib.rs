@@ -105,6 +105,13 @@
 //!
 //! A nested call that re-enters its caller's lock records nothing: it
 //! acquires nothing and releases nothing.
+//!
+//! # Features
+//!
+//! None is on by default: a `redis://` URL needs no feature. The `lockattr`
+//! crate has the same features and passes them on.
+//!
+#![doc = document_features::document_features!()]
 
 mod address;
 mod backend;
