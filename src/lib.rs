@@ -454,34 +454,76 @@
 //! fn pay(order_id: u64) -> Result<(), lockattr::LockError> { Ok(()) }
 //! ```
 
-/// Takes a Redis lock around a function's body; see the [crate documentation](crate).
-///
-/// An `async fn` re-enters a lock its call chain already holds; a sync
-/// function only with `reentrant = true`, a lock held that way on its own
-/// thread, and not when it is called from rayon or another pool that runs
-/// other jobs on a thread blocked in `join` (see [Reentrancy](crate#reentrancy)).
+/// Takes a Redis lock around a function's body: the lock is taken before
+/// the body runs and released on every way out (a value, `return`, `?`, a
+/// panic, a future dropped mid-body).
 ///
 /// ```no_run
 /// #[lockattr::redis_lock(name = "report:{day}", expire = "2m", acquire_time = 0)]
 /// fn build_report(day: u32) -> Result<(), lockattr::LockError> {
-///     Ok(())
+///     Ok(()) // one process at a time builds a given day's report
 /// }
 /// ```
 ///
-/// `mode = "read"` / `mode = "write"` takes a side of a read-write lock
-/// instead (see [Read-write locks](crate#read-write-locks)):
+/// # Options
 ///
-/// ```no_run
-/// #[lockattr::redis_lock(name = "catalog", mode = "read")] // with other readers
-/// async fn show(item: u64) -> Result<(), lockattr::LockError> {
-///     Ok(())
-/// }
+/// Every option may be left out; `#[redis_lock]` alone names the lock from
+/// the first argument's [`LockKey`]. The [crate documentation](crate#options)
+/// has the table with every accepted form.
 ///
-/// #[lockattr::redis_lock(name = "catalog", mode = "write")] // alone
-/// async fn reprice(item: u64) -> Result<(), lockattr::LockError> {
-///     Ok(())
-/// }
-/// ```
+/// - `name`: the lock's name: `"text"`, a format string over the arguments
+///   (`"order:{order_id}"`, checked at compile time), an expression whose
+///   value implements [`LockKey`], or `[..]` of these to take several names,
+///   all or none ([Several names at once](crate#several-names-at-once)).
+/// - `expire`: the lease, after which a crashed holder's lock frees itself:
+///   seconds (`30`, `0.5`), `"250ms"`/`"2m"`, or a `Duration`. Default 10 s.
+/// - `acquire_time`: how long to wait while the lock is busy; `0` makes one
+///   attempt. Same forms. Default 10 s.
+/// - `locker`: the [`Locker`] to use (`locker = &self.locks`). Default: the
+///   process's, from [`init`] or [`set_default`].
+/// - `guard`: binds the held guard to a name inside the body
+///   (`guard = g`, then `g.fencing_token()`).
+/// - `renew`, `renew_for`: keep the lease alive while the body runs (for at
+///   most `renew_for`); see [Long work](crate#long-work-renewal-and-the-lost-signal).
+/// - `on_lost`: what a lock lost mid-body does to the body and to the result;
+///   see [Long work](crate#long-work-renewal-and-the-lost-signal).
+/// - `reentrant`: whether a nested call re-enters a lock its caller holds:
+///   yes by default for an `async fn`, opt-in for a sync one; see
+///   [Reentrancy](crate#reentrancy).
+/// - `hold_at_least`: keep the lock at least this long, for jobs run on a
+///   timer ([Scheduled jobs](crate#scheduled-jobs)).
+/// - `permits = N`: a semaphore of N permits instead of a lock
+///   ([Semaphores](crate#semaphores)).
+/// - `mode = "read"` / `"write"`: a side of a read-write lock instead of a
+///   lock ([Read-write locks](crate#read-write-locks)).
+///
+/// # Errors
+///
+/// The function must return `Result<T, E>` with `E: From<LockError>`. Besides
+/// the body's own errors, it returns `Err(e.into())` with `e` a
+/// [`LockError`]:
+///
+/// - [`Timeout`](LockError::Timeout): the lock stayed busy for the whole
+///   `acquire_time`.
+/// - [`Connection`](LockError::Connection) or [`Redis`](LockError::Redis):
+///   Redis could not be reached in time, or refused the request (ACL rules,
+///   a foreign value at the lock's key, a read-only replica).
+/// - [`NotConfigured`](LockError::NotConfigured): no `locker = ...` and no
+///   process default ([`init`], [`set_default`]).
+/// - [`InvalidInput`](LockError::InvalidInput): a value only known at run
+///   time was refused: a `Duration` expression out of range, an empty name.
+/// - [`NoQuorum`](LockError::NoQuorum) (Redlock),
+///   [`Replicas`](LockError::Replicas) (with
+///   [`min_replicas`](LockerBuilder::min_replicas)),
+///   [`PermitsMismatch`](LockError::PermitsMismatch) (`permits`), or
+///   [`Runtime`](LockError::Runtime) (the library's I/O thread is gone):
+///   nothing is held.
+/// - [`Lost`](LockError::Lost): the lock was lost while the body ran, as
+///   `on_lost` says (see [Long work](crate#long-work-renewal-and-the-lost-signal)).
+///
+/// In every case but `Lost`, the body did not run. A release that fails
+/// after the body is logged (a WARN event), not returned: the lease frees
+/// the lock when it runs out.
 pub use lockattr_macros::redis_lock;
 
 /// Derives [`LockKey`] from the fields marked `#[lock_key]`.

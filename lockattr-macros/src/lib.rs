@@ -2,18 +2,6 @@
 //! and `#[derive(LockKey)]`. Use them through the `lockattr` crate, whose
 //! documentation describes every option; the generated code calls
 //! `::lockattr::__private` only.
-//!
-//! `reentrant` differs between sync and async functions. An `async fn`
-//! re-enters a lock its call chain already holds (the held locks travel with
-//! the body's future), unless it says `reentrant = false`; its own `expire`
-//! and `renew` still apply to the shared lease. A sync function does not
-//! re-enter unless it says `reentrant` (or `reentrant = true`): then it
-//! re-enters a lock that a sync call with `reentrant` holds on the same
-//! thread, counted per thread as parking_lot's `ReentrantMutex` counts, and
-//! only the outermost call releases. It is opt-in because a thread waiting
-//! inside a locked body may run another job of a thread pool (rayon's
-//! `join` and `par_iter` steal work onto it), which it cannot tell from a
-//! nested call: that job would re-enter mid-body.
 
 mod attr;
 mod derive;
@@ -27,39 +15,7 @@ mod validate;
 use proc_macro::TokenStream;
 use quote::ToTokens;
 
-/// Takes a Redis lock around the function's body. See the `lockattr` crate.
-///
-/// `reentrant`: an `async fn` re-enters a lock its call chain holds unless
-/// it says `reentrant = false`. A sync function re-enters only with
-/// `reentrant` (or `reentrant = true`), a lock that a sync call with
-/// `reentrant` holds on the same thread; nested calls are counted per
-/// thread and only the outermost releases; another thread never re-enters.
-/// Do not use it on sync functions called from rayon, or from any pool that
-/// runs other jobs on a thread blocked in `join`: a job for the same lock
-/// run on the thread that holds it would re-enter while the holder is
-/// mid-body.
-///
-/// ```text
-/// #[redis_lock(name = "account:{id}", reentrant = true)]
-/// fn transfer(id: u64) -> Result<(), LockError> { withdraw(id) } // re-entered, not waited for
-///
-/// #[redis_lock(name = "account:{id}", reentrant = true)]
-/// fn withdraw(id: u64) -> Result<(), LockError> { Ok(()) }
-/// ```
-///
-/// `mode = "read"` or `mode = "write"` takes a side of a read-write lock
-/// instead of a lock: readers hold the name together, a writer alone. The
-/// expansion is the lock's with `acquire_read` or `acquire_write` in place
-/// of `acquire`; `mode` is refused with `permits`, several names
-/// (`name = [..]`) and `reentrant` (a read-write hold is never re-entered).
-///
-/// ```text
-/// #[redis_lock(name = "catalog:{shop}", mode = "read", expire = 30)]
-/// async fn show(shop: u64) -> Result<(), LockError> { Ok(()) }
-///
-/// #[redis_lock(name = "catalog:{shop}", mode = "write", guard = g)]
-/// fn reprice(shop: u64) -> Result<u64, LockError> { Ok(g.fencing_token()) }
-/// ```
+/// The code it generates names `::lockattr`: use the attribute through the `lockattr` crate.
 #[proc_macro_attribute]
 pub fn redis_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let item2 = proc_macro2::TokenStream::from(item.clone());
