@@ -563,3 +563,9 @@ pub use lockattr_runtime::redis;
 
 #[doc(hidden)]
 pub use lockattr_runtime::__private;
+
+/// The README's Rust snippets, compiled as doctests so that they keep
+/// compiling (`cargo test --doc -p lockattr`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
