@@ -547,7 +547,7 @@ pub use lockattr_macros::LockKey;
 pub use lockattr_runtime::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
     DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
-    Fairness, Holder, LockBuilder, LockError, LockGuard, LockInfo, LockKey, LockKind,
+    Fairness, Holder, Listing, LockBuilder, LockError, LockGuard, LockInfo, LockKey, LockKind,
     LockSetBuilder, LockSetGuard, Locker, LockerBuilder, LostReason, MAX_ACQUIRE_TIMEOUT,
     MAX_EXPIRE, MAX_TIMEOUT, ReaderInfo, RedisAddr, default_locker, init, set_default,
 };

@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::backend::inspect::{RwSeen, Seen};
 use crate::inner::Inner;
 use crate::layout::{Found, Keys, holder_of};
+use crate::listing::{Listing, foreign, glob_matches, scan_pattern};
 use crate::{LockError, Locker, io};
 
 /// A held lock, as [`Locker::inspect`] and [`Locker::locks`] see it.
@@ -258,52 +259,7 @@ fn rw_info(name: String, seen: RwSeen) -> LockInfo {
     }
 }
 
-/// The `SCAN MATCH` pattern of the lock keys whose names match the glob
-/// `pattern`: the prefix taken literally, the name as its key spells it.
-pub(crate) fn key_pattern(prefix: &str, pattern: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + pattern.len() + 2);
-    for c in prefix.chars() {
-        glob_literal(&mut out, c);
-    }
-    out.push('{');
-    let mut chars = pattern.chars();
-    let mut in_class = false;
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => match chars.next() {
-                Some(escaped) => name_literal(&mut out, escaped),
-                None => name_literal(&mut out, '\\'),
-            },
-            '[' if !in_class => {
-                in_class = true;
-                out.push('[');
-            }
-            ']' if in_class => {
-                in_class = false;
-                out.push(']');
-            }
-            '*' | '?' if !in_class => out.push(c),
-            c if in_class => out.push(c),
-            c => name_literal(&mut out, c),
-        }
-    }
-    if in_class {
-        out.push(']');
-    }
-    out.push('}');
-    out
-}
-
-/// Appends `c` of a lock name, as its key spells it (see `Keys::new`), as
-/// a literal in a glob.
-fn name_literal(out: &mut String, c: char) {
-    match c {
-        '\\' => out.push_str("\\\\\\\\"),
-        '}' => out.push_str("\\\\x7d"),
-        c => glob_literal(out, c),
-    }
-}
-
+/// Appends `c` to a glob, as a literal.
 pub(crate) fn glob_literal(out: &mut String, c: char) {
     if matches!(c, '*' | '?' | '[' | ']' | '\\') {
         out.push('\\');
@@ -381,15 +337,21 @@ impl Locker {
     }
 
     /// The held locks and read-write locks whose names match the glob
-    /// `pattern` (`*` any text, `?` one character, `[abc]` one of, `\`
-    /// escapes), at most `limit` of them, in name order (a lock before the
-    /// read-write lock of the same name).
+    /// `pattern` (`*` any text, `?` one character, `[abc]` one of, `[^abc]`
+    /// none of, `[a-z]` a range, `\` escapes), at most `limit` of them, in
+    /// name order (a lock before the read-write lock of the same name). The
+    /// glob matches the name as given to [`lock`](Self::lock), whatever
+    /// its key.
     ///
     /// Found with `SCAN` (on every master of a Cluster, on the nodes of a
     /// Redlock), never `KEYS`: safe on a production Redis with millions of
-    /// keys, a thousand keys per request; memory stays within `limit`
+    /// keys, a thousand keys per request, over the keys of the names that
+    /// start with the pattern's literal text (all of the prefix's for a
+    /// pattern that starts with a wildcard); memory stays within `limit`
     /// locks. Each lock found is then [inspected](Self::inspect); a lock
-    /// freed meanwhile is left out.
+    /// freed meanwhile is left out. A key under the prefix that lockattr
+    /// did not write (a name that is not UTF-8, a hash at a lock key) is
+    /// skipped and counted in [`Listing::skipped`](crate::Listing::skipped).
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
@@ -399,7 +361,7 @@ impl Locker {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+    pub async fn locks(&self, pattern: &str, limit: usize) -> Result<Listing<LockInfo>, LockError> {
         io::run_here(list(self.inner.clone(), pattern.to_owned(), limit)).await
     }
 
@@ -411,7 +373,11 @@ impl Locker {
     /// let held = locker.locks_blocking("*", 1000)?;
     /// # Ok(()) }
     /// ```
-    pub fn locks_blocking(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+    pub fn locks_blocking(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Listing<LockInfo>, LockError> {
         io::run_blocking(list(self.inner.clone(), pattern.to_owned(), limit))
     }
 
@@ -528,29 +494,45 @@ async fn list(
     inner: Arc<Inner>,
     pattern: String,
     limit: usize,
-) -> Result<Vec<LockInfo>, LockError> {
+) -> Result<Listing<LockInfo>, LockError> {
     let prefix = inner.prefix.clone();
     let redlock = matches!(*inner.backend, Backend::Redlock(_));
-    // Lock keys and read-write keys, in one pass over the keyspace.
-    let keep = move |key: &str| match holder_of(&prefix, key)? {
-        (name, Found::Lock) => Some((name, LockKind::Lock)),
-        (name, Found::ReadWrite) if !redlock => Some((name, LockKind::ReadWrite)),
-        _ => None,
+    // Lock keys and read-write keys, in one pass over the keyspace; the
+    // names matched here, since a key spells some characters of its name
+    // otherwise.
+    let glob = pattern.clone();
+    let keep = move |key: &str| {
+        let (name, kind) = match holder_of(&prefix, key)? {
+            (name, Found::Lock) => (name, LockKind::Lock),
+            (name, Found::ReadWrite) if !redlock => (name, LockKind::ReadWrite),
+            _ => return None,
+        };
+        glob_matches(&glob, &name).then_some((name, kind))
     };
-    let found = inner
+    let scanned = inner
         .backend
-        .scan(&(key_pattern(&inner.prefix, &pattern) + "*"), limit, &keep)
+        .scan(&scan_pattern(&inner.prefix, &pattern), limit, &keep)
         .await?;
-    let mut out = Vec::with_capacity(found.len());
-    for (name, kind) in found {
+    let mut skipped = scanned.unreadable.len();
+    let mut out = Vec::with_capacity(scanned.found.len());
+    for (name, kind) in scanned.found {
         let keys = Keys::new(&inner.prefix, &name, inner.fence_retention);
         let info = match kind {
-            LockKind::ReadWrite => look_rw(&inner, &keys, name).await?,
-            LockKind::Lock => inner.backend.inspect(&keys).await?.map(|s| info(name, s)),
+            LockKind::ReadWrite => look_rw(&inner, &keys, name).await,
+            LockKind::Lock => inner
+                .backend
+                .inspect(&keys)
+                .await
+                .map(|seen| seen.map(|s| info(name, s))),
         };
-        out.extend(info);
+        match info {
+            Ok(info) => out.extend(info),
+            // A key lockattr did not write: skipped, counted.
+            Err(e) if foreign(&e) => skipped += 1,
+            Err(e) => return Err(e),
+        }
     }
-    Ok(out)
+    Ok(Listing::new(out, skipped))
 }
 
 /// What a forced unlock freed (for its `warn` event).
@@ -601,17 +583,6 @@ pub(crate) fn forced_event(inner: &Inner, name: &str, who: &str, forced: Forced)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn name_globs_become_key_globs() {
-        assert_eq!(key_pattern("lockattr:", "*"), "lockattr:{*}");
-        assert_eq!(key_pattern("lockattr:", "order:*"), "lockattr:{order:*}");
-        assert_eq!(key_pattern("a*b:", "x?"), "a\\*b:{x?}");
-        assert_eq!(key_pattern("p:", "[ab]c"), "p:{[ab]c}");
-        // A literal `}` is spelled `\x7d` in keys; a literal `*` escaped.
-        assert_eq!(key_pattern("p:", "a}b"), "p:{a\\\\x7db}");
-        assert_eq!(key_pattern("p:", "a\\*"), "p:{a\\*}");
-    }
 
     #[test]
     fn names_come_back_from_their_keys() {

@@ -124,6 +124,7 @@ mod inspect;
 mod io;
 mod key;
 mod layout;
+mod listing;
 mod local;
 mod locker;
 mod lockset;
@@ -151,6 +152,7 @@ pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo, LockKind, ReaderInfo};
 pub use key::LockKey;
 pub use layout::MAX_PERMITS;
+pub use listing::Listing;
 pub use locker::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
     DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,

@@ -7,15 +7,15 @@
 //! recorded the same way, and read back as a [`Holder`]. The owner token is
 //! never part of what these functions return.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::backend::semaphore::{self as sem, SemaphoreSeen};
 use crate::inner::Inner;
-use crate::inspect::{Forced, glob_literal, hold, key_pattern, name_of, parse_holder};
+use crate::inspect::{Forced, glob_literal, hold, name_of, parse_holder};
 use crate::layout::{Keys, SEM_PERMIT, permit_of};
+use crate::listing::{Listing, foreign, glob_matches, scan_pattern};
 use crate::{Holder, LockError, Locker, MAX_PERMITS, io};
 
 /// A semaphore in use, as [`Locker::inspect_semaphore`] and
@@ -114,7 +114,8 @@ async fn count(inner: &Inner, keys: &Keys) -> Result<(u32, SemaphoreSeen), LockE
     let found = inner
         .backend
         .scan(&pattern, MAX_PERMITS as usize, &keep)
-        .await?;
+        .await?
+        .found;
     let highest = found.last().copied();
     Ok((highest.map_or(0, |i| (i + 1).min(MAX_PERMITS)), first))
 }
@@ -174,25 +175,36 @@ async fn list(
     inner: Arc<Inner>,
     pattern: String,
     limit: usize,
-) -> Result<Vec<SemaphoreInfo>, LockError> {
+) -> Result<Listing<SemaphoreInfo>, LockError> {
     if let Backend::Redlock(_) = *inner.backend {
-        return Ok(Vec::new());
+        return Ok(Listing::new(Vec::new(), 0));
     }
-    let keys = key_pattern(&inner.prefix, &pattern) + SEM_PERMIT + "*";
     let prefix = inner.prefix.clone();
-    let keep = move |key: &str| name_of(&prefix, permit_of(key)?.0);
-    let names: BTreeSet<String> = inner.backend.scan(&keys, limit, &keep).await?;
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
+    let glob = pattern.clone();
+    // The names matched here, since a key spells some characters of its
+    // name otherwise.
+    let keep = move |key: &str| {
+        let name = name_of(&prefix, permit_of(key)?.0)?;
+        glob_matches(&glob, &name).then_some(name)
+    };
+    let scanned = inner
+        .backend
+        .scan(&scan_pattern(&inner.prefix, &pattern), limit, &keep)
+        .await?;
+    let mut skipped = scanned.unreadable.len();
+    let mut out = Vec::with_capacity(scanned.found.len());
+    for name in scanned.found {
         let keys = Keys::new(&inner.prefix, &name, inner.fence_retention);
-        if let Some(info) = look(&inner, &keys, name).await? {
-            out.push(info);
+        match look(&inner, &keys, name).await {
+            Ok(info) => out.extend(info),
+            // A key lockattr did not write: skipped, counted.
+            Err(e) if foreign(&e) => skipped += 1,
+            Err(e) => return Err(e),
         }
     }
-    Ok(out)
+    Ok(Listing::new(out, skipped))
 }
 
-/// Frees the permit with `fencing_token` of semaphore `name`.
 async fn force(
     inner: Arc<Inner>,
     keys: Keys,
@@ -290,7 +302,10 @@ impl Locker {
     /// `pattern` (as [`locks`](Self::locks)), at most `limit` of them, in
     /// name order. Found with `SCAN` for their permit keys, as `locks`
     /// finds locks, then each [inspected](Self::inspect_semaphore); one
-    /// freed meanwhile is left out. Empty on a Redlock Locker.
+    /// freed meanwhile is left out; a key that lockattr did not write (a
+    /// list at a permit key) is skipped and counted in
+    /// [`Listing::skipped`](crate::Listing::skipped). Empty on a Redlock
+    /// Locker.
     ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
@@ -304,7 +319,7 @@ impl Locker {
         &self,
         pattern: &str,
         limit: usize,
-    ) -> Result<Vec<SemaphoreInfo>, LockError> {
+    ) -> Result<Listing<SemaphoreInfo>, LockError> {
         io::run_here(list(self.inner.clone(), pattern.to_owned(), limit)).await
     }
 
@@ -320,7 +335,7 @@ impl Locker {
         &self,
         pattern: &str,
         limit: usize,
-    ) -> Result<Vec<SemaphoreInfo>, LockError> {
+    ) -> Result<Listing<SemaphoreInfo>, LockError> {
         io::run_blocking(list(self.inner.clone(), pattern.to_owned(), limit))
     }
 

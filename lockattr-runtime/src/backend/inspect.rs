@@ -146,13 +146,23 @@ fn force_call(keys: &Keys, notify: bool, expected: u64) -> Invocation {
 /// What a scan keeps of a key (a name...), `None` to skip it.
 pub(crate) type Keep<'a, T> = dyn Fn(&str) -> Option<T> + Send + Sync + 'a;
 
+/// What a scan found: what `keep` made of the keys, and the keys it would
+/// have kept but could not read (a name that is not UTF-8: lockattr never
+/// writes one), each once.
+pub(crate) struct Scanned<T> {
+    /// What `keep` made of the keys.
+    pub(crate) found: BTreeSet<T>,
+    /// The keys skipped.
+    pub(crate) unreadable: BTreeSet<Vec<u8>>,
+}
+
 /// `SCAN` with `MATCH pattern` until done or `limit` keys, on one server;
 /// the keys that are lock keys (not the fence, queue... of a lock).
 async fn scan_one<T: Ord + Send>(
     node: &SingleNode,
     (pattern, keep): (&str, &Keep<'_, T>),
     limit: usize,
-    out: &mut BTreeSet<T>,
+    out: &mut Scanned<T>,
 ) -> Result<(), LockError> {
     let mut cursor: u64 = 0;
     loop {
@@ -163,13 +173,24 @@ async fn scan_one<T: Ord + Send>(
             .arg(pattern)
             .arg("COUNT")
             .arg(1000);
-        let (next, keys): (u64, Vec<String>) = node.run_command(&command).await?;
+        let (next, keys): (u64, Vec<Vec<u8>>) = node.run_command(&command).await?;
         for key in keys {
+            let key = match String::from_utf8(key) {
+                Ok(key) => key,
+                Err(e) => {
+                    // Counted when it would be kept, read as best it can be.
+                    let key = e.into_bytes();
+                    if keep(&String::from_utf8_lossy(&key)).is_some() {
+                        out.unreadable.insert(key);
+                    }
+                    continue;
+                }
+            };
             let Some(item) = keep(&key) else { continue };
-            if out.len() >= limit && !out.contains(&item) {
+            if out.found.len() >= limit && !out.found.contains(&item) {
                 return Ok(());
             }
-            out.insert(item);
+            out.found.insert(item);
         }
         if next == 0 {
             return Ok(());
@@ -240,15 +261,19 @@ impl Backend {
 
     /// What `keep` makes of the keys matching `pattern` (a `SCAN MATCH`
     /// glob over keys; a key it makes nothing of is skipped), each once, at
-    /// most `limit` of them, from every master.
+    /// most `limit` of them, from every master; and the keys it would keep
+    /// that are not UTF-8.
     pub(crate) async fn scan<T: Ord + Send>(
         &self,
         pattern: &str,
         limit: usize,
         keep: &Keep<'_, T>,
-    ) -> Result<BTreeSet<T>, LockError> {
+    ) -> Result<Scanned<T>, LockError> {
         let pattern = (pattern, keep);
-        let mut out = BTreeSet::new();
+        let mut out = Scanned {
+            found: BTreeSet::new(),
+            unreadable: BTreeSet::new(),
+        };
         match self {
             Backend::Single(node) => scan_one(node, pattern, limit, &mut out).await?,
             Backend::Cluster(nodes) => {
