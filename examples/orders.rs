@@ -107,16 +107,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for worker in workers {
         let (id, charged, busy) = worker.await??;
-        println!("worker {id}: charged {charged} orders, skipped {busy} busy ones");
+        println!(
+            "worker {id}: charged {}, skipped {busy} busy",
+            plural(charged, "order", "orders")
+        );
     }
 
     let charges: Vec<u64> = db.hvals("charges").await?;
     let twice = charges.iter().filter(|&&c| c > 1).count();
     println!(
-        "{} of {ORDERS} orders charged, {twice} charged more than once",
-        charges.len()
+        "{} of {ORDERS} charged, {twice} charged more than once",
+        plural(charges.len() as u64, "order", "orders")
     );
     assert_eq!(charges.len() as u64, ORDERS);
     assert_eq!(twice, 0);
     Ok(())
+}
+
+/// `1 order`, `2 orders`.
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
