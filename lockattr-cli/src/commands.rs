@@ -122,12 +122,9 @@ async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
     // In name order, as the runtime returns them.
     let found = locker.locks(&args.pattern, limit).await?;
     let (locks, rws) = by_kind(&found);
-    let semaphores: Vec<SemaphoreView> = locker
-        .semaphores(&args.pattern, limit)
-        .await?
-        .iter()
-        .map(semaphore_view)
-        .collect();
+    let in_use = locker.semaphores(&args.pattern, limit).await?;
+    let semaphores: Vec<SemaphoreView> = in_use.iter().map(semaphore_view).collect();
+    let skipped = found.skipped() + in_use.skipped();
     if args.json {
         let items: Vec<ItemJson> = locks
             .iter()
@@ -140,6 +137,11 @@ async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
             )
             .collect();
         print(&(to_json(&items) + "\n"))?;
+    } else if locks.is_empty() && rws.is_empty() && semaphores.is_empty() {
+        print(&format!(
+            "No lock, read-write lock or semaphore matches `{}`.\n",
+            format::printable(&args.pattern)
+        ))?;
     } else {
         print(&format::ls_table_all(
             &locks,
@@ -148,11 +150,24 @@ async fn ls(locker: &Locker, args: LsArgs) -> Result<Exit, Failure> {
             SystemTime::now(),
         ))?;
     }
+    if skipped > 0 {
+        eprintln!(
+            "lockattr: skipped {} under the prefix that lockattr did not write \
+             (a name that is not UTF-8, or a value of another type)",
+            format::count(skipped, "key", "keys")
+        );
+    }
     if found.len() >= limit {
-        eprintln!("lockattr: listed the first {limit} locks (--limit); there may be more");
+        eprintln!(
+            "lockattr: listed the first {} (--limit); there may be more",
+            format::count(limit, "lock", "locks")
+        );
     }
     if semaphores.len() >= limit {
-        eprintln!("lockattr: listed the first {limit} semaphores (--limit); there may be more");
+        eprintln!(
+            "lockattr: listed the first {} (--limit); there may be more",
+            format::count(limit, "semaphore", "semaphores")
+        );
     }
     Ok(Exit::Ok)
 }
@@ -488,11 +503,10 @@ async fn watch(locker: &Locker, args: WatchArgs, secrets: &[String]) -> Result<E
             result = refresh(locker, &args.pattern, settings.limit) => result,
         };
         let now = SystemTime::now();
-        let (locks, semaphores, failure) = match result {
-            Ok((locks, semaphores)) => (locks, semaphores, None),
+        let (found, failure) = match result {
+            Ok(found) => (found, None),
             Err(err) => (
-                Vec::new(),
-                Vec::new(),
+                Refreshed::default(),
                 Some(redact(&err.to_string(), secrets)),
             ),
         };
@@ -502,8 +516,14 @@ async fn watch(locker: &Locker, args: WatchArgs, secrets: &[String]) -> Result<E
             None => {
                 // Refreshes start `interval` apart (or later, when one
                 // takes longer): rates are counted between their starts.
-                rates = hand_overs.update(&locks, started);
-                Snapshot::Locks(&locks, &rates, &semaphores)
+                rates = hand_overs.update(&found.locks, started);
+                Snapshot::Locks(
+                    &found.locks,
+                    &rates,
+                    &found.read_write,
+                    &found.semaphores,
+                    found.skipped,
+                )
             }
         };
         if args.json {
@@ -527,22 +547,32 @@ async fn watch(locker: &Locker, args: WatchArgs, secrets: &[String]) -> Result<E
     }
 }
 
-/// One refresh of `watch`: the held locks, then the semaphores in use.
+/// What one refresh of `watch` found.
+#[derive(Default)]
+struct Refreshed {
+    locks: Vec<LockView>,
+    read_write: Vec<RwView>,
+    semaphores: Vec<SemaphoreView>,
+    /// Keys under the prefix that lockattr did not write.
+    skipped: usize,
+}
+
+/// One refresh of `watch`: the held locks and read-write locks, then the
+/// semaphores in use.
 async fn refresh(
     locker: &Locker,
     pattern: &str,
     limit: usize,
-) -> Result<(Vec<LockView>, Vec<SemaphoreView>), lockattr_runtime::LockError> {
-    // Read-write locks are in `ls` and `show`; the live table keeps to
-    // locks, whose hand-overs it counts, and semaphores.
-    let (locks, _) = by_kind(&locker.locks(pattern, limit).await?);
-    let semaphores = locker
-        .semaphores(pattern, limit)
-        .await?
-        .iter()
-        .map(semaphore_view)
-        .collect();
-    Ok((locks, semaphores))
+) -> Result<Refreshed, lockattr_runtime::LockError> {
+    let found = locker.locks(pattern, limit).await?;
+    let (locks, read_write) = by_kind(&found);
+    let in_use = locker.semaphores(pattern, limit).await?;
+    Ok(Refreshed {
+        locks,
+        read_write,
+        semaphores: in_use.iter().map(semaphore_view).collect(),
+        skipped: found.skipped() + in_use.skipped(),
+    })
 }
 
 /// Writes `text` to stdout in one piece. A closed pipe (`lockattr ls |

@@ -99,37 +99,48 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `n` and the noun, singular or plural: `1 lock`, `2 locks`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A fencing token as text: `-` for 0 (none known: a reader before any
+/// write, a hold of an older version).
+pub fn token(fencing_token: u64) -> String {
+    if fencing_token == 0 {
+        "-".into()
+    } else {
+        fencing_token.to_string()
+    }
+}
+
 /// The columns of `ls`.
-pub const LS_HEADER: [&str; 6] = ["NAME", "HOLDER", "SINCE", "TTL", "WAITERS", "FENCE"];
+pub const LS_HEADER: [&str; 7] = ["NAME", "KIND", "HOLDER", "SINCE", "TTL", "WAITERS", "FENCE"];
 
 /// The cells of one lock under [`LS_HEADER`].
 pub fn ls_row(lock: &LockView, now: SystemTime) -> Vec<String> {
     vec![
         printable(&lock.name).into_owned(),
+        "lock".into(),
         lock.holder.as_ref().map_or_else(|| "-".into(), holder),
         lock.holder
             .as_ref()
             .map_or_else(|| "-".into(), |h| duration(age(h.since, now))),
         duration(lock.ttl),
         lock.waiters.to_string(),
-        lock.fencing_token.to_string(),
+        token(lock.fencing_token),
     ]
 }
 
-/// The cells of one semaphore under [`LS_HEADER`]: its name marked
-/// `(semaphore held/permits)`, its holder when one permit is held (else
+/// The cells of one semaphore under [`LS_HEADER`]: its name, its kind
+/// `semaphore(held/permits)`, its holder when one permit is held (else
 /// how many), the age of its oldest hold, the shortest time left, its
 /// waiters, and its holders' fencing tokens.
 pub fn ls_semaphore_row(sem: &SemaphoreView, now: SystemTime) -> Vec<String> {
-    let name = format!(
-        "{} (semaphore {}/{})",
-        printable(&sem.name),
-        sem.holders.len(),
-        sem.permits
-    );
+    let kind = format!("semaphore({}/{})", sem.holders.len(), sem.permits);
     let who = match sem.holders.as_slice() {
         [one] => one.holder.as_ref().map_or_else(|| "-".into(), holder),
-        many => format!("{} holders", many.len()),
+        many => count(many.len(), "holder", "holders"),
     };
     let oldest = sem
         .holders
@@ -144,13 +155,10 @@ pub fn ls_semaphore_row(sem: &SemaphoreView, now: SystemTime) -> Vec<String> {
         .map(|p| p.ttl)
         .min()
         .map_or_else(|| "-".into(), duration);
-    let fences: Vec<String> = sem
-        .holders
-        .iter()
-        .map(|p| p.fencing_token.to_string())
-        .collect();
+    let fences: Vec<String> = sem.holders.iter().map(|p| token(p.fencing_token)).collect();
     vec![
-        name,
+        printable(&sem.name).into_owned(),
+        kind,
         who,
         oldest,
         ttl,
@@ -163,11 +171,12 @@ pub fn ls_semaphore_row(sem: &SemaphoreView, now: SystemTime) -> Vec<String> {
     ]
 }
 
-/// The cells of one read-write lock under [`LS_HEADER`]: its name marked
-/// `(read-write)`, its writer (or its one reader marked `(reader)`, or how
-/// many read), the age of the writer's hold (or the oldest reader's), the
-/// writer's time left (or the shortest reader's), its waiters, and the
-/// writer's fencing token (`-` without a writer).
+/// The cells of one read-write lock under [`LS_HEADER`]: its name, its
+/// kind `read-write`, its writer (or its one reader marked `(reader)`, or
+/// how many read), the age of the writer's hold (or the oldest reader's),
+/// the writer's time left (or the shortest reader's), its waiters, and the
+/// writer's fencing token (or the readers' largest: the last write's; `-`
+/// when none is known).
 pub fn ls_rw_row(rw: &RwView, now: SystemTime) -> Vec<String> {
     let who = match (&rw.writer, rw.readers.as_slice()) {
         (Some(writer), _) => writer.holder.as_ref().map_or_else(|| "-".into(), holder),
@@ -175,7 +184,7 @@ pub fn ls_rw_row(rw: &RwView, now: SystemTime) -> Vec<String> {
             .holder
             .as_ref()
             .map_or_else(|| "-".into(), |h| format!("{} (reader)", holder(h))),
-        (None, many) => format!("{} readers", many.len()),
+        (None, many) => count(many.len(), "reader", "readers"),
     };
     let holds: Vec<&HoldView> = rw.writer.iter().chain(rw.readers.iter()).collect();
     let head = if rw.writer.is_some() {
@@ -194,15 +203,15 @@ pub fn ls_rw_row(rw: &RwView, now: SystemTime) -> Vec<String> {
         .map(|h| h.ttl)
         .min()
         .map_or_else(|| "-".into(), duration);
+    let fence = head.iter().map(|h| h.fencing_token).max().unwrap_or(0);
     vec![
-        format!("{} (read-write)", printable(&rw.name)),
+        printable(&rw.name).into_owned(),
+        "read-write".into(),
         who,
         oldest,
         ttl,
         rw.waiters.to_string(),
-        rw.writer
-            .as_ref()
-            .map_or_else(|| "-".into(), |w| w.fencing_token.to_string()),
+        token(fence),
     ]
 }
 
@@ -230,7 +239,7 @@ pub fn show_rw(rw: &RwView, now: SystemTime) -> String {
     let held = match (&rw.writer, rw.readers.len()) {
         (Some(_), _) => "by a writer".to_owned(),
         (None, 1) => "by 1 reader".to_owned(),
-        (None, n) => format!("by {n} readers"),
+        (None, n) => format!("by {}", count(n, "reader", "readers")),
     };
     let pairs = [
         ("name", printable(&rw.name).into_owned()),
@@ -256,7 +265,7 @@ pub fn show_rw(rw: &RwView, now: SystemTime) -> String {
                 },
             ),
             duration(h.ttl),
-            h.fencing_token.to_string(),
+            token(h.fencing_token),
         ]
     };
     let rows: Vec<Vec<String>> = rw
@@ -304,7 +313,7 @@ pub fn show_semaphore(sem: &SemaphoreView, now: SystemTime) -> String {
                     },
                 ),
                 duration(p.ttl),
-                p.fencing_token.to_string(),
+                token(p.fencing_token),
             ]
         })
         .collect();
@@ -359,7 +368,7 @@ pub fn show(name: &str, lock: Option<&LockView>, now: SystemTime) -> String {
                     crate::view::millis(lock.ttl)
                 ),
             ));
-            pairs.push(("fencing token", lock.fencing_token.to_string()));
+            pairs.push(("fencing token", token(lock.fencing_token)));
             pairs.push(("waiters", lock.waiters.to_string()));
         }
     }
@@ -452,13 +461,21 @@ mod tests {
         let row = ls_row(&lock, since + Duration::from_secs(192));
         assert_eq!(
             row,
-            ["order:7", "billing@web-1:4242", "3m12s", "9.5s", "2", "42"]
+            [
+                "order:7",
+                "lock",
+                "billing@web-1:4242",
+                "3m12s",
+                "9.5s",
+                "2",
+                "42"
+            ]
         );
         let mut unknown = lock.clone();
         unknown.holder = None;
         assert_eq!(
             ls_row(&unknown, since),
-            ["order:7", "-", "-", "9.5s", "2", "42"]
+            ["order:7", "lock", "-", "-", "9.5s", "2", "42"]
         );
         let text = ls_table_all(&[lock], &[], &[], since);
         let mut lines = text.lines();
@@ -470,7 +487,7 @@ mod tests {
             lines
                 .next()
                 .unwrap()
-                .starts_with("order:7  billing@web-1:4242")
+                .starts_with("order:7  lock  billing@web-1:4242")
         );
         assert_eq!(lines.next(), None);
     }
@@ -500,7 +517,8 @@ mod tests {
         assert_eq!(
             ls_semaphore_row(&sem, now),
             [
-                "gpu (semaphore 2/3)",
+                "gpu",
+                "semaphore(2/3)",
                 "2 holders",
                 "3.0s",
                 "1.2s",
@@ -512,7 +530,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[1].starts_with("order:7 "), "{text}");
-        assert!(lines[2].starts_with("gpu (semaphore 2/3)"), "{text}");
+        assert!(lines[2].starts_with("gpu      semaphore(2/3)"), "{text}");
         assert_eq!(
             show_semaphore(&sem, now),
             "name:     gpu\n\
@@ -537,12 +555,13 @@ mod tests {
         assert_eq!(
             ls_rw_row(&rw, now),
             [
-                "catalog (read-write)",
+                "catalog",
+                "read-write",
                 "2 readers",
                 "3.0s",
                 "1.2s",
                 "1",
-                "-"
+                "41"
             ]
         );
         assert_eq!(
@@ -562,12 +581,21 @@ mod tests {
         written.readers.clear();
         assert_eq!(
             ls_rw_row(&written, now),
-            ["catalog (read-write)", "-", "-", "1.2s", "1", "42"]
+            ["catalog", "read-write", "-", "-", "1.2s", "1", "42"]
         );
         let text = ls_table_all(&[held("order:7", 42)], &[rw], &[], now);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines[2].starts_with("catalog (read-write)"), "{text}");
+        assert!(lines[2].starts_with("catalog  read-write"), "{text}");
+    }
+
+    #[test]
+    fn counts_and_unknown_tokens() {
+        assert_eq!(count(1, "lock", "locks"), "1 lock");
+        assert_eq!(count(0, "lock", "locks"), "0 locks");
+        assert_eq!(count(2, "semaphore", "semaphores"), "2 semaphores");
+        assert_eq!(token(0), "-");
+        assert_eq!(token(7), "7");
     }
 
     #[test]

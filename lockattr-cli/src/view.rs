@@ -39,11 +39,14 @@ pub struct HolderView {
 pub struct LockJson {
     /// The lock's name.
     pub name: String,
+    /// Always `"lock"` (a read-write lock's object says `"read-write"`, a
+    /// semaphore's `"semaphore"`).
+    pub kind: &'static str,
     /// Whether it is held.
     pub held: bool,
     /// Milliseconds left of the lease; `null` when free.
     pub ttl_ms: Option<u64>,
-    /// The holder's fencing token; `null` when free.
+    /// The holder's fencing token; `null` when free or not recorded.
     pub fencing_token: Option<u64>,
     /// Callers queued for it.
     pub waiters: usize,
@@ -69,9 +72,10 @@ impl LockJson {
     pub fn held(view: &LockView) -> LockJson {
         LockJson {
             name: view.name.clone(),
+            kind: "lock",
             held: true,
             ttl_ms: Some(millis(view.ttl)),
-            fencing_token: Some(view.fencing_token),
+            fencing_token: known(view.fencing_token),
             waiters: view.waiters,
             holder: view.holder.as_ref().map(|h| HolderJson {
                 host: h.host.clone(),
@@ -86,6 +90,7 @@ impl LockJson {
     pub fn free(name: &str) -> LockJson {
         LockJson {
             name: name.to_owned(),
+            kind: "lock",
             held: false,
             ttl_ms: None,
             fencing_token: None,
@@ -124,7 +129,7 @@ pub struct SemaphoreView {
 }
 
 /// The JSON object of a semaphore (`show --json` of a semaphore, items of
-/// `ls --json` with `"kind": "semaphore"`; a lock's object has no `kind`).
+/// `ls --json` with `"kind": "semaphore"`).
 #[derive(Debug, Serialize)]
 pub struct SemaphoreJson {
     /// The semaphore's name.
@@ -152,8 +157,9 @@ pub struct PermitJson {
     pub permit: u32,
     /// Milliseconds left of the lease.
     pub ttl_ms: u64,
-    /// The holder's fencing token.
-    pub fencing_token: u64,
+    /// The holder's fencing token; `null` when not known (being handed
+    /// over).
+    pub fencing_token: Option<u64>,
     /// The holder; `null` when not recorded.
     pub holder: Option<HolderJson>,
 }
@@ -186,7 +192,7 @@ impl SemaphoreJson {
                 .map(|p| PermitJson {
                     permit: p.permit,
                     ttl_ms: millis(p.ttl),
-                    fencing_token: p.fencing_token,
+                    fencing_token: known(p.fencing_token),
                     holder: p.holder.as_ref().map(HolderJson::of),
                 })
                 .collect(),
@@ -242,8 +248,9 @@ pub struct RwJson {
 pub struct HoldJson {
     /// Milliseconds left of the lease.
     pub ttl_ms: u64,
-    /// The fencing token (a reader's: the last write's).
-    pub fencing_token: u64,
+    /// The fencing token (a reader's: the last write's); `null` when none
+    /// is known (a reader before any write).
+    pub fencing_token: Option<u64>,
     /// The holder; `null` when not recorded.
     pub holder: Option<HolderJson>,
 }
@@ -253,7 +260,7 @@ impl RwJson {
     pub fn of(view: &RwView) -> RwJson {
         let hold = |h: &HoldView| HoldJson {
             ttl_ms: millis(h.ttl),
-            fencing_token: h.fencing_token,
+            fencing_token: known(h.fencing_token),
             holder: h.holder.as_ref().map(HolderJson::of),
         };
         RwJson {
@@ -278,6 +285,11 @@ pub enum ItemJson {
     ReadWrite(RwJson),
     /// A semaphore.
     Semaphore(SemaphoreJson),
+}
+
+/// A fencing token, `None` for 0 (none known), as text shows it `-`.
+pub fn known(fencing_token: u64) -> Option<u64> {
+    (fencing_token != 0).then_some(fencing_token)
 }
 
 /// Whole milliseconds of `d`, saturating.
@@ -326,6 +338,7 @@ pub(crate) mod tests {
             value,
             json!({
                 "name": "order:7",
+                "kind": "lock",
                 "held": true,
                 "ttl_ms": 9500,
                 "fencing_token": 42,
@@ -349,7 +362,7 @@ pub(crate) mod tests {
         let value: Value = serde_json::from_str(&to_json(&LockJson::free("x"))).unwrap();
         assert_eq!(
             value,
-            json!({"name": "x", "held": false, "ttl_ms": null, "fencing_token": null, "waiters": 0, "holder": null})
+            json!({"name": "x", "kind": "lock", "held": false, "ttl_ms": null, "fencing_token": null, "waiters": 0, "holder": null})
         );
     }
 

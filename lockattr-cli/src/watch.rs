@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use crate::format;
-use crate::view::{LockJson, LockView, SemaphoreJson, SemaphoreView, epoch_millis};
+use crate::view::{LockJson, LockView, RwJson, RwView, SemaphoreJson, SemaphoreView, epoch_millis};
 
 /// ANSI: cursor to the top left corner, then clear the screen.
 pub const CLEAR: &str = "\x1b[H\x1b[2J";
@@ -67,8 +67,9 @@ pub fn rate(old: u64, new: u64, elapsed: Duration) -> Option<f64> {
 }
 
 /// The columns of the live table.
-pub const HEADER: [&str; 7] = [
+pub const HEADER: [&str; 8] = [
     "NAME",
+    "KIND",
     "HOLDER",
     "SINCE",
     "TTL",
@@ -80,10 +81,18 @@ pub const HEADER: [&str; 7] = [
 /// What one refresh found.
 #[derive(Debug)]
 pub enum Snapshot<'a> {
-    /// The held locks, their hand-overs per second, and the semaphores in
-    /// use (shown after the locks, without a rate: their fencing counter
-    /// is shared by their permits).
-    Locks(&'a [LockView], &'a [Option<f64>], &'a [SemaphoreView]),
+    /// The held locks, their hand-overs per second, the held read-write
+    /// locks and the semaphores in use (shown after the locks, without a
+    /// rate: a read-write lock's readers share its writers' fencing counter,
+    /// and a semaphore's permits share one), and how many keys were skipped
+    /// (under the prefix, not written by lockattr).
+    Locks(
+        &'a [LockView],
+        &'a [Option<f64>],
+        &'a [RwView],
+        &'a [SemaphoreView],
+        usize,
+    ),
     /// The refresh failed (the message is shown and the next refresh tries again).
     Failed(&'a str),
 }
@@ -115,18 +124,27 @@ pub fn frame(settings: &Settings<'_>, snapshot: &Snapshot<'_>, now: SystemTime) 
         Snapshot::Failed(message) => {
             out.push_str(&format!("\nlockattr: {message}\n"));
         }
-        Snapshot::Locks(locks, rates, semaphores) => {
-            let more = if locks.len() >= settings.limit || semaphores.len() >= settings.limit {
+        Snapshot::Locks(locks, rates, rws, semaphores, skipped) => {
+            let more = if locks.len() >= settings.limit
+                || rws.len() >= settings.limit
+                || semaphores.len() >= settings.limit
+            {
                 " (the --limit; there may be more)"
             } else {
                 ""
             };
-            let sems = if semaphores.is_empty() {
-                String::new()
+            let skipped = if *skipped > 0 {
+                format!(
+                    ", {} skipped (not lockattr's)",
+                    format::count(*skipped, "key", "keys")
+                )
             } else {
-                format!(", {} semaphores in use", semaphores.len())
+                String::new()
             };
-            out.push_str(&format!("  {} held{sems}{more}\n\n", locks.len()));
+            out.push_str(&format!(
+                "  {}{skipped}{more}\n\n",
+                held_text(locks.len(), rws.len(), semaphores.len())
+            ));
             let rows: Vec<Vec<String>> = locks
                 .iter()
                 .zip(rates.iter())
@@ -135,6 +153,11 @@ pub fn frame(settings: &Settings<'_>, snapshot: &Snapshot<'_>, now: SystemTime) 
                     row.push(rate.map_or_else(|| "-".into(), |r| format!("{r:.1}")));
                     row
                 })
+                .chain(rws.iter().map(|rw| {
+                    let mut row = format::ls_rw_row(rw, now);
+                    row.push("-".into());
+                    row
+                }))
                 .chain(semaphores.iter().map(|sem| {
                     let mut row = format::ls_semaphore_row(sem, now);
                     row.push("-".into());
@@ -150,6 +173,25 @@ pub fn frame(settings: &Settings<'_>, snapshot: &Snapshot<'_>, now: SystemTime) 
     out
 }
 
+/// What a refresh found, in words: `1 lock, 2 read-write locks and 1
+/// semaphore held`, the kinds none of is held left out; `nothing held`.
+fn held_text(locks: usize, rws: usize, semaphores: usize) -> String {
+    let parts: Vec<String> = [
+        (locks, "lock", "locks"),
+        (rws, "read-write lock", "read-write locks"),
+        (semaphores, "semaphore", "semaphores"),
+    ]
+    .into_iter()
+    .filter(|(n, _, _)| *n > 0)
+    .map(|(n, one, many)| format::count(n, one, many))
+    .collect();
+    match parts.as_slice() {
+        [] => "nothing held".into(),
+        [one] => format!("{one} held"),
+        [first @ .., last] => format!("{} and {last} held", first.join(", ")),
+    }
+}
+
 /// One refresh as a JSON line (`watch --json`).
 #[derive(Debug, Serialize)]
 pub struct RefreshJson {
@@ -163,6 +205,18 @@ pub struct RefreshJson {
     /// when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub semaphores: Vec<SemaphoreJson>,
+    /// The read-write locks held, as `show --json` of one; left out when
+    /// there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_write: Vec<RwJson>,
+    /// How many keys under the prefix were skipped, not written by
+    /// lockattr; left out when none was.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub skipped: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A lock in [`RefreshJson`]: the object of `show --json` and its hand-overs.
@@ -185,8 +239,10 @@ impl RefreshJson {
                 locks: None,
                 error: Some((*message).to_owned()),
                 semaphores: Vec::new(),
+                read_write: Vec::new(),
+                skipped: 0,
             },
-            Snapshot::Locks(locks, rates, semaphores) => RefreshJson {
+            Snapshot::Locks(locks, rates, rws, semaphores, skipped) => RefreshJson {
                 time_ms,
                 locks: Some(
                     locks
@@ -200,6 +256,8 @@ impl RefreshJson {
                 ),
                 error: None,
                 semaphores: semaphores.iter().map(SemaphoreJson::of).collect(),
+                read_write: rws.iter().map(RwJson::of).collect(),
+                skipped: *skipped,
             },
         }
     }
@@ -212,27 +270,56 @@ mod tests {
     use crate::view::to_json;
 
     #[test]
+    fn the_header_counts_every_kind() {
+        assert_eq!(held_text(0, 0, 0), "nothing held");
+        assert_eq!(held_text(1, 0, 0), "1 lock held");
+        assert_eq!(held_text(2, 0, 1), "2 locks and 1 semaphore held");
+        assert_eq!(
+            held_text(1, 1, 1),
+            "1 lock, 1 read-write lock and 1 semaphore held"
+        );
+        let rw = crate::view::tests::read_write("catalog");
+        let now = rw.readers[0].holder.as_ref().unwrap().since;
+        let snapshot = Snapshot::Locks(&[], &[], std::slice::from_ref(&rw), &[], 2);
+        let text = frame(&settings(false), &snapshot, now);
+        assert!(
+            text.contains("1 read-write lock held, 2 keys skipped"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .last()
+                .unwrap()
+                .starts_with("catalog  read-write")
+        );
+        let value: serde_json::Value =
+            serde_json::from_str(&to_json(&RefreshJson::of(&snapshot, now))).unwrap();
+        assert_eq!(value["read_write"][0]["name"], "catalog");
+        assert_eq!(value["skipped"], 2);
+    }
+
+    #[test]
     fn semaphores_follow_the_locks_without_a_rate() {
         let locks = [held("order:7", 42)];
         let sems = [crate::view::tests::semaphore("gpu")];
         let now = locks[0].holder.as_ref().unwrap().since;
         let text = frame(
             &settings(false),
-            &Snapshot::Locks(&locks, &[None], &sems),
+            &Snapshot::Locks(&locks, &[None], &[], &sems, 0),
             now,
         );
-        assert!(text.contains("1 held, 1 semaphores in use"), "{text}");
+        assert!(text.contains("1 lock and 1 semaphore held"), "{text}");
         let last = text.lines().last().unwrap();
-        assert!(last.starts_with("gpu (semaphore 2/3)"), "{text}");
+        assert!(last.starts_with("gpu      semaphore(2/3)"), "{text}");
         assert!(last.ends_with("41,43  -"), "{text}");
         let json = to_json(&RefreshJson::of(
-            &Snapshot::Locks(&locks, &[None], &sems),
+            &Snapshot::Locks(&locks, &[None], &[], &sems, 0),
             now,
         ));
         let value: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(value["semaphores"][0]["kind"], "semaphore");
         let json = to_json(&RefreshJson::of(
-            &Snapshot::Locks(&locks, &[None], &[]),
+            &Snapshot::Locks(&locks, &[None], &[], &[], 0),
             now,
         ));
         assert!(!json.contains("semaphores"), "{json}");
@@ -288,11 +375,13 @@ mod tests {
         let since = locks[0].holder.as_ref().unwrap().since;
         let text = frame(
             &settings(true),
-            &Snapshot::Locks(&locks, &[Some(2.5)], &[]),
+            &Snapshot::Locks(&locks, &[Some(2.5)], &[], &[], 0),
             since,
         );
         assert!(text.starts_with(CLEAR));
-        assert!(text.contains("2023-11-14 22:13:20 UTC  every 1.0s  pattern order:*  1 held\n"));
+        assert!(
+            text.contains("2023-11-14 22:13:20 UTC  every 1.0s  pattern order:*  1 lock held\n")
+        );
         let header = text.lines().find(|l| l.starts_with("NAME")).unwrap();
         assert_eq!(header.split_whitespace().collect::<Vec<_>>(), HEADER);
         let row = text.lines().find(|l| l.starts_with("order:7")).unwrap();
@@ -307,7 +396,7 @@ mod tests {
         let now = SystemTime::now();
         let text = frame(
             &settings(false),
-            &Snapshot::Locks(&locks, &[None], &[]),
+            &Snapshot::Locks(&locks, &[None], &[], &[], 0),
             now,
         );
         assert!(!text.contains('\x1b'));
@@ -324,7 +413,7 @@ mod tests {
         settings.limit = 1;
         let text = frame(
             &settings,
-            &Snapshot::Locks(&locks, &[None], &[]),
+            &Snapshot::Locks(&locks, &[None], &[], &[], 0),
             SystemTime::now(),
         );
         assert!(text.contains("--limit"));
@@ -345,7 +434,7 @@ mod tests {
     fn json_lines() {
         let locks = [held("a", 1)];
         let line = to_json(&RefreshJson::of(
-            &Snapshot::Locks(&locks, &[Some(1.5)], &[]),
+            &Snapshot::Locks(&locks, &[Some(1.5)], &[], &[], 0),
             std::time::UNIX_EPOCH + Duration::from_millis(5),
         ));
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();

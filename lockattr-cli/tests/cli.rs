@@ -119,7 +119,7 @@ fn show_of_a_free_lock_exits_1_with_held_false() {
     assert_eq!(
         run.json(),
         serde_json::json!({
-            "name": "nobody:holds:this", "held": false, "ttl_ms": null,
+            "name": "nobody:holds:this", "kind": "lock", "held": false, "ttl_ms": null,
             "fencing_token": null, "waiters": 0, "holder": null
         })
     );
@@ -150,6 +150,7 @@ fn show_of_a_held_lock_reports_holder_lease_and_fencing_token() {
             "fencing_token",
             "held",
             "holder",
+            "kind",
             "name",
             "ttl_ms",
             "waiters"
@@ -265,19 +266,20 @@ fn ls_lists_held_locks_matching_the_pattern() {
     let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "HOLDER", "SINCE", "TTL", "WAITERS", "FENCE"]
+        ["NAME", "KIND", "HOLDER", "SINCE", "TTL", "WAITERS", "FENCE"]
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
     let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
     assert_eq!(names, ["order:1", "order:2", "user:1"]);
     for row in &rows {
-        assert_eq!(row.len(), 6, "{row:?}");
-        assert!(row[1].starts_with("lister@"), "{row:?}");
+        assert_eq!(row.len(), 7, "{row:?}");
+        assert_eq!(row[1], "lock", "{row:?}");
+        assert!(row[2].starts_with("lister@"), "{row:?}");
         assert!(
-            row[1].ends_with(&format!(":{}", std::process::id())),
+            row[2].ends_with(&format!(":{}", std::process::id())),
             "{row:?}"
         );
-        assert_eq!(row[4], "0");
+        assert_eq!(row[5], "0");
     }
 
     // Nothing matches: an empty array, exit 0.
@@ -524,6 +526,7 @@ fn watch_count_2_prints_the_table_twice() {
         header.split_whitespace().collect::<Vec<_>>(),
         [
             "NAME",
+            "KIND",
             "HOLDER",
             "SINCE",
             "TTL",
@@ -678,7 +681,7 @@ fn ls_and_show_report_a_semaphores_permits_holders_and_waiters() {
     assert_eq!(lines.len(), 3, "{run:?}");
     assert!(lines[1].starts_with("order:1 "), "{run:?}");
     assert!(
-        lines[2].starts_with("gpu (semaphore 2/2)  2 holders"),
+        lines[2].starts_with("gpu      semaphore(2/2)  2 holders"),
         "{run:?}"
     );
     let mut tokens: Vec<u64> = permits.iter().map(LockGuard::fencing_token).collect();
@@ -690,12 +693,12 @@ fn ls_and_show_report_a_semaphores_permits_holders_and_waiters() {
         "{run:?}"
     );
 
-    // ls --json: the lock's object unchanged, the semaphore's with a kind.
+    // ls --json: each object with its kind.
     let items = lockattr(&server, &["ls", "--json"]).json();
     let items = items.as_array().unwrap();
     assert_eq!(items.len(), 2, "{items:?}");
     assert_eq!(items[0]["name"], "order:1");
-    assert!(items[0].get("kind").is_none(), "{items:?}");
+    assert_eq!(items[0]["kind"], "lock", "{items:?}");
     assert_eq!(items[1]["name"], "gpu");
     assert_eq!(items[1]["kind"], "semaphore");
     assert_eq!(items[1]["permits"], 2);
@@ -848,7 +851,7 @@ fn watch_shows_semaphores_after_the_locks() {
     let run = lockattr(&server, &["watch", "--count", "1"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(
-        run.stdout.contains("1 held, 1 semaphores in use"),
+        run.stdout.contains("1 lock and 1 semaphore held"),
         "{run:?}"
     );
     let rows: Vec<&str> = run
@@ -859,7 +862,7 @@ fn watch_shows_semaphores_after_the_locks() {
         .collect();
     assert_eq!(rows.len(), 2, "{run:?}");
     assert!(rows[0].starts_with("w:1 "), "{run:?}");
-    assert!(rows[1].starts_with("w-sem (semaphore 1/3)"), "{run:?}");
+    assert!(rows[1].starts_with("w-sem  semaphore(1/3)"), "{run:?}");
 
     let run = lockattr(&server, &["watch", "--count", "1", "--json"]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -879,7 +882,7 @@ fn semaphore_selects_the_semaphore_of_a_name_a_lock_also_holds() {
     // Without the flag: the lock, as before.
     let shown = lockattr(&server, &["show", "dual", "--json"]).json();
     assert_eq!(shown["fencing_token"].as_u64(), Some(lock.fencing_token()));
-    assert!(shown.get("kind").is_none());
+    assert_eq!(shown["kind"], "lock");
     // With it: the semaphore.
     let run = lockattr(&server, &["show", "dual", "--semaphore", "--json"]);
     assert_eq!(run.code, 0, "{run:?}");

@@ -66,7 +66,7 @@ fn ls_and_show_report_readers() {
     let (code, table) = lockattr(&server, &["ls"]);
     assert_eq!(code, 0);
     let row = table.lines().nth(1).expect("a row");
-    assert!(row.starts_with("prices (read-write)  2 readers"), "{table}");
+    assert!(row.starts_with("prices  read-write  2 readers"), "{table}");
     let (code, text) = lockattr(&server, &["show", "prices"]);
     assert_eq!(code, 0);
     assert!(text.contains("kind:     read-write lock\n"), "{text}");
