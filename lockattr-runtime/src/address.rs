@@ -102,15 +102,84 @@ impl Address {
                     no_tls_feature()?;
                 }
                 url.as_str().into_connection_info().map_err(|e| {
-                    LockError::invalid(
-                        "Redis URL",
-                        format!("{} (expected {expected})", e.category()),
-                    )
+                    let wrong = wrong_part(url).unwrap_or_else(|| e.category().to_string());
+                    LockError::invalid("Redis URL", format!("{wrong} (expected {expected})"))
                 })
             }
             Address::Info(info) => Ok((**info).clone()),
         }
     }
+}
+
+/// The server a Locker names in its errors and events: `host:port/db`, or
+/// a Unix socket's path and its database; never a password.
+pub(crate) fn server_name(info: &ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    match info.addr() {
+        ConnectionAddr::Unix(path) => format!("{} (database {db})", path.display()),
+        addr => format!("{addr}/{db}"),
+    }
+}
+
+/// The part of a URL the redis crate refused, in words: its scheme, host,
+/// port or database. Quotes nothing that may hold the password: only a
+/// scheme that is a scheme's characters; `None` when no part is seen wrong.
+fn wrong_part(url: &str) -> Option<String> {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some(
+            "the scheme is missing: start the URL with `redis://`, `rediss://` or `unix://`".into(),
+        );
+    };
+    let lower = scheme.to_ascii_lowercase();
+    if lower.contains("unix") {
+        return (rest.is_empty() || rest.starts_with(['?', '#']))
+            .then(|| "the socket's path is missing".into());
+    }
+    if !["redis", "rediss", "valkey", "valkeys"].contains(&lower.as_str()) {
+        let shown = scheme.len() <= 20
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+        return Some(if shown {
+            format!("the scheme `{scheme}` is not `redis`, `rediss` or `unix`")
+        } else {
+            "the scheme is not `redis`, `rediss` or `unix`".into()
+        });
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(bracketed) = host_port.strip_prefix('[') {
+        match bracketed.split_once(']') {
+            Some((host, tail)) => (host, tail.strip_prefix(':')),
+            None => return Some("the host's `[` has no `]`".into()),
+        }
+    } else {
+        match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Some("the host is missing".into());
+    }
+    if let Some(port) = port
+        && !port.is_empty()
+        && port.parse::<u16>().is_err()
+    {
+        return Some("the port is not a number from 0 to 65535".into());
+    }
+    let db = after
+        .strip_prefix('/')
+        .map(|p| p.split(['?', '#']).next().unwrap_or_default());
+    if let Some(db) = db
+        && !db.is_empty()
+        && db.parse::<i64>().is_err()
+    {
+        return Some("the database (after the host's `/`) is not a number".into());
+    }
+    None
 }
 
 /// Refuses TLS when the crate was built without a TLS feature.

@@ -60,11 +60,9 @@ pub enum LockError {
         reason: LostReason,
     },
 
-    /// Redis could not be reached, or did not answer in time.
-    #[error(
-        "could not reach Redis at {server}: {source}; check that the server is up and reachable, \
-         or raise the connect/response timeouts of the Locker"
-    )]
+    /// Redis could not be reached, or did not answer in time. The message
+    /// suggests raising the Locker's timeouts only when one ran out.
+    #[error("{}", connection_message(server, source.as_ref()))]
     Connection {
         /// The server, as `host:port/db` (never with credentials).
         server: String,
@@ -383,6 +381,31 @@ fn switching_master(err: &redis::RedisError) -> bool {
         ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
             | ErrorKind::MasterNameNotFoundBySentinel
     ) || err.code() == Some("READONLY")
+}
+
+/// The message of [`LockError::Connection`]: the advice fits the cause.
+fn connection_message(
+    server: &str,
+    source: &(dyn std::error::Error + Send + Sync + 'static),
+) -> String {
+    let timed_out = source
+        .downcast_ref::<redis::RedisError>()
+        .is_some_and(redis::RedisError::is_timeout)
+        || source
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+        || source.to_string().contains("no answer within");
+    let advice = if timed_out {
+        "check that the server is up and reachable, or raise the connect/response timeouts \
+         of the Locker"
+    } else if source.is::<TlsRefused>() {
+        // Its own message says what to check.
+        return format!("could not reach Redis at {server}: {source}");
+    } else {
+        "check that the server is up and listens at that address, and that it is reachable \
+         from here"
+    };
+    format!("could not reach Redis at {server}: {source}; {advice}")
 }
 
 fn timeout_message(name: &str, waited: &Duration) -> String {

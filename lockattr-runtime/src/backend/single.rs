@@ -116,7 +116,7 @@ impl SingleNode {
             "redis://[[user]:password@]host[:port][/db], rediss://... or unix:///path/to/redis.sock",
         )?;
         let db = info.redis_settings().db();
-        let server = format!("{}/{db}", info.addr());
+        let server = address::server_name(&info);
         let client = address::client(info, tls)?;
         Ok(SingleNode::with_source(
             Source::Fixed(Box::new(client)),
@@ -130,7 +130,7 @@ impl SingleNode {
     pub(crate) fn from_client(client: redis::Client, timeouts: Timeouts) -> SingleNode {
         let info = client.get_connection_info();
         let db = info.redis_settings().db();
-        let server = format!("{}/{db}", info.addr());
+        let server = address::server_name(&info);
         SingleNode::with_source(Source::Fixed(Box::new(client)), server, db, timeouts)
     }
 
