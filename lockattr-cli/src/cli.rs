@@ -195,6 +195,17 @@ impl Connection {
     /// `--cluster` are refused: they are cluster seeds or a mistake.
     pub fn target(&self, env_url: Option<String>) -> Result<Target, Failure> {
         let mut urls = self.urls(env_url);
+        if !TLS
+            && urls.iter().any(|url| {
+                let scheme = url.trim_start().split(':').next().unwrap_or_default();
+                ["rediss", "valkeys"].contains(&scheme.to_ascii_lowercase().as_str())
+            })
+        {
+            return Err(Failure::usage(
+                "`rediss://` (TLS) needs a lockattr built with TLS: reinstall it with \
+                 `cargo install lockattr-cli --features tls-rustls`",
+            ));
+        }
         if self.cluster {
             Ok(Target::Cluster(urls))
         } else if urls.len() > 1 {
@@ -208,6 +219,9 @@ impl Connection {
         }
     }
 }
+
+/// Whether this build speaks TLS (a TLS feature of the package).
+const TLS: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
 
 #[cfg(test)]
 mod tests {
@@ -325,6 +339,28 @@ mod tests {
             urls: urls.iter().map(|u| u.to_string()).collect(),
             cluster,
             prefix: "p:".into(),
+        }
+    }
+
+    #[test]
+    fn a_tls_url_without_tls_says_how_to_install_with_it() {
+        if TLS {
+            return;
+        }
+        for urls in [
+            &["rediss://:pw@host:6380/"][..],
+            &["redis://a/", "REDISS://b/"],
+        ] {
+            let err = conn(urls, urls.len() > 1).target(None).unwrap_err();
+            let message = err.to_string();
+            assert!(
+                message.contains("cargo install lockattr-cli --features tls-rustls"),
+                "{message}"
+            );
+            assert!(
+                !message.contains("Cargo.toml") && !message.contains("pw"),
+                "{message}"
+            );
         }
     }
 
