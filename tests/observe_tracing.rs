@@ -419,6 +419,59 @@ async fn a_lost_lock_is_a_warning_event() {
     drop(guard);
 }
 
+/// A guard whose loss was reported (the `lock lost` warning) and which is
+/// then dropped warns no more: its release finds the lock not its own, as
+/// the warning said. Sync and async alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lost_guard_does_not_warn_again() {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    for (name, blocking) in [("traced:drop-sync", true), ("traced:drop-async", false)] {
+        let guard = if blocking {
+            let locker = locker.clone();
+            tokio::task::spawn_blocking(move || {
+                locker
+                    .lock(name)
+                    .expire(Duration::from_millis(600))
+                    .renew(true)
+                    .acquire_blocking()
+                    .unwrap()
+            })
+            .await
+            .unwrap()
+        } else {
+            locker
+                .lock(name)
+                .expire(Duration::from_millis(600))
+                .renew(true)
+                .acquire()
+                .await
+                .unwrap()
+        };
+        let _: () = redis::cmd("DEL")
+            .arg(lock_key(name))
+            .query(&mut server.client())
+            .unwrap();
+        assert!(eventually(Duration::from_secs(5), || guard.is_lost()).is_some());
+        if blocking {
+            tokio::task::spawn_blocking(move || drop(guard))
+                .await
+                .unwrap();
+        } else {
+            drop(guard);
+        }
+        // The release, in the background for an async guard, is done by then.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let warnings: Vec<Seen> = events(name)
+            .into_iter()
+            .filter(|e| e.level == tracing::Level::WARN)
+            .collect();
+        assert_eq!(warnings.len(), 1, "{name}: {warnings:#?}");
+        assert!(warnings[0].name.starts_with("lock lost"), "{warnings:#?}");
+    }
+}
+
 /// Renewal stopped by `renew_for`: an INFO event under `lockattr` naming
 /// the lock and the cap when it stops, then the loss warning with
 /// `reason = "renew_for"` when the lease runs out.

@@ -648,11 +648,17 @@ impl Drop for ReleaseOnDrop {
 
 /// Releases `leases` on the I/O thread; failures are logged.
 pub(crate) fn release_in_background(leases: Arc<Leases>) {
+    release_in_background_of(leases, false);
+}
+
+/// [`release_in_background`]; `lost`: the lock was reported lost (its
+/// warning given), so a release that fails is no news: logged at debug.
+fn release_in_background_of(leases: Arc<Leases>, lost: bool) {
     let outcome = io::spawn({
         let leases = leases.clone();
         async move {
             if let Err(e) = leases.release().await {
-                tracing::warn!(target: "lockattr", lock = %leases.names(), error = %e, "dropped lock guard could not release its lock");
+                dropped_release_failed(&leases.names(), &e, lost);
             }
         }
     });
@@ -668,21 +674,37 @@ pub(crate) fn release_blocking(leases: Leases) -> Result<(), LockError> {
 
 /// [`release_blocking`] for a guard's Drop: failures are logged.
 pub(crate) fn release_blocking_or_warn(leases: Leases) {
+    release_blocking_of(leases, false);
+}
+
+/// [`release_blocking_or_warn`]; `lost` as [`release_in_background_of`].
+fn release_blocking_of(leases: Leases, lost: bool) {
     let names = leases.names();
     if let Err(e) = release_blocking(leases) {
+        dropped_release_failed(&names, &e, lost);
+    }
+}
+
+/// A dropped guard's release of `names` failed with `e`: a warning, unless
+/// the lock was reported lost already (`lost`), which said it all.
+fn dropped_release_failed(names: &str, e: &LockError, lost: bool) {
+    if lost {
+        tracing::debug!(target: "lockattr", lock = %names, error = %e, "dropped lock guard released a lock it had lost");
+    } else {
         tracing::warn!(target: "lockattr", lock = %names, error = %e, "dropped lock guard could not release its lock");
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        let lost = self.is_lost();
         let Some(lease) = self.take() else {
             return;
         };
         if self.blocking {
-            release_blocking_or_warn(Leases::One(lease));
+            release_blocking_of(Leases::One(lease), lost);
         } else {
-            release_in_background(Arc::new(Leases::One(lease)));
+            release_in_background_of(Arc::new(Leases::One(lease)), lost);
         }
     }
 }
