@@ -130,7 +130,7 @@ impl SingleNode {
     pub(crate) fn from_client(client: redis::Client, timeouts: Timeouts) -> SingleNode {
         let info = client.get_connection_info();
         let db = info.redis_settings().db();
-        let server = address::server_name(&info);
+        let server = address::server_name(info);
         SingleNode::with_source(Source::Fixed(Box::new(client)), server, db, timeouts)
     }
 
