@@ -58,20 +58,20 @@ pub struct Connection {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List held locks: NAME, HOLDER, SINCE, TTL, WAITERS, FENCE; then semaphores in use.
+    /// List held locks, read-write locks, then semaphores in use: NAME, KIND, HOLDER, SINCE, TTL, WAITERS, FENCE.
     Ls(LsArgs),
     /// Show one lock in detail, or the semaphore of that name (exit 1 when neither is held).
     Show(ShowArgs),
     /// Free a lock whoever holds it, or a semaphore's permit (asks first; exit 1 when free).
     Unlock(UnlockArgs),
-    /// A live table of held locks with their waiters and hand-overs per second, then semaphores.
+    /// A live table of held locks with their waiters and hand-overs per second, then read-write locks and semaphores.
     Watch(WatchArgs),
 }
 
 /// `lockattr ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// Which lock names: a Redis glob (`*`, `?`, `[abc]`, `\` escapes).
+    /// Which lock names: a Redis glob (`*`, `?`, `[abc]`, `\` escapes), matched against the name.
     #[arg(default_value = "*")]
     pub pattern: String,
 

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo install lockattr-cli
 //!
-//! lockattr ls 'order:*'            # NAME, HOLDER, SINCE, TTL, WAITERS, FENCE
+//! lockattr ls 'order:*'            # NAME, KIND, HOLDER, SINCE, TTL, WAITERS, FENCE
 //! lockattr show order:7 --json     # one lock: holder, lease left, fencing token, waiters
 //! lockattr watch --interval 0.5    # a live table with hand-overs per second
 //! lockattr unlock order:7          # asks first; --force does not
