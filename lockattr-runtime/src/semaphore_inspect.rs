@@ -205,6 +205,7 @@ async fn list(
     Ok(Listing::new(out, skipped))
 }
 
+/// Frees the permit with `fencing_token` of semaphore `name`.
 async fn force(
     inner: Arc<Inner>,
     keys: Keys,
