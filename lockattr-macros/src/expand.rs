@@ -20,9 +20,16 @@
 //!         Err(e) => return lock_failed(e, None),   // R: LockResult is required here, and only here
 //!     };
 //!     let __lockattr_hold = enter_hold(&__lockattr_guard);   // the `hold` span, left before the release
-//!     { body }   // Held's Drop releases on every way out: value, return, ?, panic
+//!     let __lockattr_result = call::<R, _>(move || { body });   // not `{ body }` as the tail: see below
+//!     drop(__lockattr_hold);
+//!     __lockattr_result   // Held's Drop releases on every way out: value, return, ?, panic
 //! }
 //! ```
+//! The body is a closure's, not the function's tail block: there, a
+//! one-line body (`{ Ok(id) }`) would be linted as braces around the
+//! user's code that are not needed (`unused_braces`), and the fix rustc
+//! suggests would not compile. In the closure its `return`s still return
+//! the function's value, and `?` converts into the function's error type.
 //! With `reentrant = true` (sync functions re-enter only when told to),
 //! `acquire_blocking` first looks for the lock among those that sync bodies
 //! with `reentrant` hold on this thread: found, the `Held` shares that
@@ -32,8 +39,7 @@
 //! `__lockattr_hold` is dropped (the same way out as above, before the
 //! release); it is not `Send`, so the count is taken back on the thread
 //! that added it.
-//! With `on_lost = "error"`, the sync body runs as a closure, so its
-//! `return`s come back for the check:
+//! With `on_lost = "error"`, the body's `return`s come back for the check:
 //! ```text
 //!     let __lockattr_hold = enter_hold(&__lockattr_guard);
 //!     let __lockattr_result = call::<R, _>(move || { body });
@@ -242,12 +248,17 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
                 }
             }
         }
-        // The guard's Drop releases on every way out: value, return, ?, panic;
-        // the `hold` span is left first (declared later, dropped earlier).
+        // The body in a closure, as the user wrote it: spliced in as the
+        // function's tail, a one-line block (`{ Ok(id) }`) would be linted
+        // as needless braces around the user's code (`unused_braces`). The
+        // guard's Drop releases on every way out: value, return, ?, panic;
+        // the `hold` span is left first.
         (false, None) => quote! {
             #prelude
             let #hold_var = ::lockattr::__private::enter_hold(&#guard_var);
-            #block
+            let #result_var = ::lockattr::__private::call::<#output, _>(move || #block);
+            ::core::mem::drop(#hold_var);
+            #result_var
         },
         // The body in a closure, so its `return`s come back for the check.
         (false, Some(_)) => quote! {
