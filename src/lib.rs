@@ -528,8 +528,19 @@ pub use lockattr_macros::redis_lock;
 
 /// Derives [`LockKey`] from the fields marked `#[lock_key]`.
 ///
-/// The name is the prefix (`#[lock_key(prefix = "...")]` on the type, or the
-/// type's name) followed by each marked field's key, joined by `:`.
+/// The name is the prefix followed by each marked field's key, in order,
+/// joined by `:`. In a field's key, `\` is written `\\` and `:` is written
+/// `\:`, so that different values always name different locks
+/// (`tenant = "acme:prod", id = "7"` is `doc:acme\:prod:7`, not the name of
+/// `tenant = "acme", id = "prod:7"`); integers are written as they are.
+///
+/// The prefix is `#[lock_key(prefix = "...")]` on the type, written as
+/// given: two types with one prefix share their locks. Without it, the
+/// prefix is the type's path: `module_path!()`, `::` and the type's name
+/// (`shop::billing::Account:1`), so that `billing::Account` and
+/// `auth::Account` name different locks; moving or renaming the type then
+/// renames its locks, so give a `prefix` to names that must outlive a
+/// refactoring.
 ///
 /// ```
 /// use lockattr::LockKey;
@@ -540,6 +551,18 @@ pub use lockattr_macros::redis_lock;
 ///
 /// let seat = Seat { row: 5, number: 12, holder: "ann".into() };
 /// assert_eq!(seat.lock_key(), "seat:5:12");
+///
+/// #[derive(LockKey)]
+/// #[lock_key(prefix = "doc")]
+/// struct Doc { #[lock_key] tenant: String, #[lock_key] id: String }
+///
+/// let doc = Doc { tenant: "acme:prod".into(), id: "7".into() };
+/// assert_eq!(doc.lock_key(), r"doc:acme\:prod:7");
+///
+/// #[derive(LockKey)]
+/// struct Invoice { #[lock_key] number: u32 }
+///
+/// assert_eq!(Invoice { number: 9 }.lock_key(), format!("{}::Invoice:9", module_path!()));
 /// ```
 pub use lockattr_macros::LockKey;
 

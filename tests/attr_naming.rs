@@ -216,7 +216,7 @@ async fn book_owned(
     Ok(held(server))
 }
 
-/// No `prefix`: the type's name is the prefix.
+/// No `prefix`: the type's path is the prefix.
 #[derive(LockKey)]
 struct Invoice {
     #[lock_key]
@@ -254,7 +254,7 @@ async fn derive_lock_key_on_the_first_argument() {
     };
     assert_eq!(
         pay_invoice(&invoice, &locker, &server).unwrap(),
-        [lock_key("Invoice:INV-9")]
+        [lock_key("attr_naming::Invoice:INV-9")]
     );
     assert!(held(&server).is_empty());
 }

@@ -6,8 +6,12 @@
 //! #[lock_key(prefix = "seat")]
 //! struct Seat { #[lock_key] row: u32, #[lock_key] number: u32, owner: String }
 //! ```
-//! Output: `impl LockKey for Seat` writing `seat:<row>:<number>`. Without
-//! `prefix`, the type's name is the prefix.
+//! Output: `impl LockKey for Seat` writing `seat:<row>:<number>`, each
+//! field's name escaped (`\\` for `\`, `\:` for `:`), so that different
+//! field values never write the same name. Without `prefix`, the prefix is
+//! the type's path, `module_path!()` and the type's name joined by `::`
+//! (`shop::billing::Account`), so that two types of one name in different
+//! modules name different locks.
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
@@ -30,7 +34,15 @@ pub(crate) fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
             }
         })?;
     }
-    let prefix = prefix.map_or_else(|| input.ident.to_string(), |p| p.value());
+    let ident = &input.ident;
+    let prefix = match prefix {
+        Some(lit) => quote!(#lit),
+        None => quote!(::core::concat!(
+            ::core::module_path!(),
+            "::",
+            ::core::stringify!(#ident)
+        )),
+    };
 
     let fields = match &input.data {
         Data::Struct(data) => &data.fields,
@@ -75,7 +87,6 @@ pub(crate) fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
         ));
     }
 
-    let ident = &input.ident;
     let mut generics = input.generics.clone();
     {
         let where_clause = generics.make_where_clause();
@@ -89,7 +100,7 @@ pub(crate) fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     let writes = keys.iter().map(|(member, ty)| {
         quote_spanned! {ty.span()=>
             out.push(':');
-            ::lockattr::__private::LockKey::write_key(&self.#member, out);
+            ::lockattr::__private::write_key_part(&self.#member, out);
         }
     });
     Ok(quote! {

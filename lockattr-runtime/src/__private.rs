@@ -25,6 +25,23 @@ pub fn key_of<K: LockKey + ?Sized>(key: &K) -> String {
     key.lock_key()
 }
 
+/// Writes `key`'s name as one part of a `#[derive(LockKey)]` name: `\` is
+/// written `\\` and `:` (the separator of the parts) `\:`, so that the
+/// parts can be read back and different values never write the same name.
+pub fn write_key_part<K: LockKey + ?Sized>(key: &K, out: &mut String) {
+    let start = out.len();
+    key.write_key(out);
+    if out[start..].contains([':', '\\']) {
+        let part = out.split_off(start);
+        for c in part.chars() {
+            if matches!(c, ':' | '\\') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+}
+
 /// The options of one annotated function.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {

@@ -16,7 +16,11 @@ use std::sync::Arc;
 /// references, `Box`, `Rc` and `Arc`. Derive it for your own types with
 /// `#[derive(LockKey)]`: `#[lock_key(prefix = "account")]` on the type and
 /// `#[lock_key]` on each field that identifies the value; the name is the
-/// prefix and the fields' names joined by `:` (`"account:42"`).
+/// prefix and the fields' names joined by `:` (`"account:42"`), each
+/// field's `\` and `:` escaped as `\\` and `\:` so that different values
+/// never write the same name. Without `prefix`, the prefix is the type's
+/// path (`module_path!()`, `::` and its name). A hand-written `write_key`
+/// that joins parts should escape them likewise.
 ///
 /// ```
 /// # use lockattr_runtime as lockattr; // the doctest builds without the facade
