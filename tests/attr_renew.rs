@@ -394,7 +394,25 @@ fn error_mode_cases(mut call: impl FnMut(Duration, Plan, &AtomicBool) -> Result<
         );
         match (lost, &outcome) {
             (Some(reason), Err(AppError::Lock(e))) => {
-                assert_eq!(lost_reason(e), Some(reason), "{what}: {e:?}")
+                assert_eq!(lost_reason(e), Some(reason), "{what}: {e:?}");
+                // When the loss was seen, and that the body ran on after it.
+                let LockError::Lost {
+                    lost_after: Some(_),
+                    ran_on: Some(ran_on),
+                    ..
+                } = e
+                else {
+                    panic!("{what}: the loss says not when, nor that the body ran on: {e:?}");
+                };
+                assert!(
+                    *ran_on <= Duration::from_secs(2),
+                    "{what}: ran on {ran_on:?}"
+                );
+                let said = e.to_string();
+                assert!(
+                    said.contains("its result was not returned"),
+                    "{what}: {said}"
+                );
             }
             (None, Err(AppError::Refused)) if fail => {}
             (None, Ok(7)) if !fail => {}

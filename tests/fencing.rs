@@ -124,7 +124,7 @@ async fn a_body_that_outlived_its_lease_reports_it() {
     let locker = Locker::new(server.url()).unwrap();
     report(&locker, Duration::ZERO).await.unwrap();
     match report(&locker, PAUSE).await {
-        Err(LockError::Lost { name, reason }) => {
+        Err(LockError::Lost { name, reason, .. }) => {
             assert_eq!(name, "fenced-report");
             assert_eq!(reason, LostReason::Expired);
         }

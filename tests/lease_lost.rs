@@ -30,7 +30,9 @@ fn setup() -> (RedisServer, Locker) {
 /// The reason of a [`LockError::Lost`] for lock `name`; panics on any other error.
 fn lost_reason(err: &LockError, name: &str) -> LostReason {
     match err {
-        LockError::Lost { name: n, reason } => {
+        LockError::Lost {
+            name: n, reason, ..
+        } => {
             assert_eq!(n, name);
             *reason
         }
@@ -397,6 +399,8 @@ fn lost_error_names_the_lock_and_advises_fencing() {
     let taken = LockError::Lost {
         name: "report:2024".into(),
         reason: LostReason::Taken,
+        lost_after: None,
+        ran_on: None,
     };
     assert!(taken.to_string().contains(&LostReason::Taken.to_string()));
 }

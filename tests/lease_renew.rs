@@ -54,7 +54,9 @@ fn script_calls(server: &RedisServer) -> u64 {
 /// The reason of a [`LockError::Lost`]; panics on any other error.
 fn lost_reason(err: &LockError, name: &str) -> LostReason {
     match err {
-        LockError::Lost { name: n, reason } => {
+        LockError::Lost {
+            name: n, reason, ..
+        } => {
             assert_eq!(n, name);
             *reason
         }

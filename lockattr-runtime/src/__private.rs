@@ -389,23 +389,27 @@ pub async fn release(held: Held) {
 /// was lost before the body finished.
 pub async fn release_checked(held: Held) -> Option<LockError> {
     let guard = held.into_guard();
-    let lost = guard.lost_now();
-    released_or_lost(guard.release().await, lost, "lock")
+    let (lost, taken) = (guard.lost_in_body(), guard.taken_at());
+    released_or_lost(guard.release().await, lost, "lock", Some(taken))
 }
 
 /// What a checked release reports: the loss seen before it (`lost`), else a
-/// release that found the lock (one of `locks`) taken as a loss; any other
-/// error of the release is a warning.
+/// release that found the lock (one of `locks`, taken at `taken`) taken, as
+/// a loss found when the body had ended (it ran on for no time after it was
+/// found); any other error of the release is a warning.
 fn released_or_lost(
     released: Result<(), LockError>,
     lost: Option<LockError>,
     locks: &str,
+    taken: Option<Instant>,
 ) -> Option<LockError> {
     match released {
         Ok(()) => lost,
         Err(LockError::NotOwned { name }) => lost.or(Some(LockError::Lost {
             name,
             reason: LostReason::Taken,
+            lost_after: taken.map(|taken| crate::lost::whole_ms(taken.elapsed())),
+            ran_on: taken.map(|_| Duration::ZERO),
         })),
         Err(e) => {
             tracing::warn!(target: "lockattr", error = %e, "#[redis_lock] could not release its {locks}");
@@ -439,8 +443,8 @@ pub fn acquire_blocking(locker: &Locker, name: &str, options: Options) -> Result
 /// Releases after a sync body (`on_lost = "error"`); see [`release_checked`].
 pub fn release_checked_blocking(held: Held) -> Option<LockError> {
     let guard = held.into_guard();
-    let lost = guard.lost_now();
-    released_or_lost(guard.release_blocking(), lost, "lock")
+    let (lost, taken) = (guard.lost_in_body(), guard.taken_at());
+    released_or_lost(guard.release_blocking(), lost, "lock", Some(taken))
 }
 
 /// Runs a sync body as a closure, so its `return`s come back here.

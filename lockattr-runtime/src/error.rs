@@ -48,16 +48,48 @@ pub enum LockError {
     /// its lease ran out, renewals could not reach Redis, or Redis found the
     /// lock deleted or taken. Unlike [`Timeout`](Self::Timeout), the body
     /// ran (at least partly) and another owner may have run at the same time.
+    ///
+    /// An annotated function returns it when its lock was lost before its
+    /// body ended (unless it says `on_lost = "ignore"`); `ran_on` then says
+    /// how long the body went on without the lock.
+    ///
+    /// ```
+    /// # use lockattr_runtime::{LockError, LostReason};
+    /// # use std::time::Duration;
+    /// let err = LockError::Lost {
+    ///     name: "order:7".into(),
+    ///     reason: LostReason::Expired,
+    ///     lost_after: Some(Duration::from_secs(5)),
+    ///     ran_on: Some(Duration::from_secs(10)),
+    /// };
+    /// let message = err.to_string();
+    /// assert!(message.contains("lost 5s after it was taken"), "{message}");
+    /// assert!(message.contains("ran on for 10s without it"), "{message}");
+    /// ```
     #[error(
-        "lock `{}` was lost while held: {reason}. Another owner may have run at the same time; \
+        "lock `{}` was lost while held{}: {reason}.{} Another owner may have run at the same time; \
          make writes conditional on the fencing token",
-        Shown(name)
+        Shown(name),
+        lost_after.map(|d| format!(" (lost {d:?} after it was taken)")).unwrap_or_default(),
+        ran_on.map(ran_on_message).unwrap_or_default()
     )]
     Lost {
         /// The lock's name (not the Redis key).
         name: String,
         /// How the loss was found.
         reason: LostReason,
+        /// How long after the lock was taken it counts as lost, in whole
+        /// milliseconds: when the lease it could vouch for ended, when
+        /// Redis said the lock was not its own, or, for a loss first found
+        /// by the release after an annotated function's body, that release
+        /// (the lock was lost at some time before). `None` when not known.
+        lost_after: Option<Duration>,
+        /// For an annotated function whose body ran to its end: how long
+        /// the body ran on after `lost_after`, in whole milliseconds; zero
+        /// when the loss was first found by the release after the body.
+        /// `None` otherwise (a body stopped by `on_lost = "abort"`, a guard
+        /// used by hand).
+        ran_on: Option<Duration>,
     },
 
     /// Redis could not be reached, or did not answer in time. The message
@@ -237,7 +269,9 @@ impl LockError {
     ///
     /// ```
     /// # use lockattr_runtime::{LockError, LostReason};
-    /// let err = LockError::Lost { name: "x".into(), reason: LostReason::Taken };
+    /// let err = LockError::Lost {
+    ///     name: "x".into(), reason: LostReason::Taken, lost_after: None, ran_on: None,
+    /// };
     /// assert!(err.is_lost() && !err.is_timeout());
     /// ```
     pub fn is_lost(&self) -> bool {
@@ -406,6 +440,17 @@ fn connection_message(
          from here"
     };
     format!("could not reach Redis at {server}: {source}; {advice}")
+}
+
+/// What [`LockError::Lost`] says about a body that ran on without its lock.
+fn ran_on_message(ran_on: Duration) -> String {
+    if ran_on.is_zero() {
+        " The body ran to its end without knowing; its result was not returned.".to_owned()
+    } else {
+        format!(
+            " The body ran on for {ran_on:?} without it, to its end; its result was not returned."
+        )
+    }
 }
 
 fn timeout_message(name: &str, waited: &Duration) -> String {

@@ -9,7 +9,7 @@ use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::layout::Keys;
 use crate::local::Turn;
-use crate::lost::LeaseState;
+use crate::lost::{LeaseState, whole_ms};
 use crate::{LockError, LostReason, io};
 
 /// What a held lock is: who holds it, under which keys, for how long.
@@ -85,7 +85,25 @@ impl Lease {
         LockError::Lost {
             name: self.name.clone(),
             reason,
+            lost_after: self
+                .state
+                .lost_times()
+                .map(|(taken, at)| whole_ms(at.saturating_duration_since(taken))),
+            ran_on: None,
         }
+    }
+
+    /// [`lost_error`](Self::lost_error) for a body that ran to its end:
+    /// with how long it ran on after the loss.
+    pub(crate) fn lost_in_body(&self, reason: LostReason) -> LockError {
+        let mut error = self.lost_error(reason);
+        if let LockError::Lost { ran_on, .. } = &mut error {
+            *ran_on = self
+                .state
+                .lost_times()
+                .map(|(_, at)| whole_ms(at.elapsed()));
+        }
+        error
     }
 
     /// Leaves the watchdog: no renewal starts after this returns.
@@ -457,6 +475,18 @@ impl LockGuard {
     pub(crate) fn lost_now(&self) -> Option<LockError> {
         let reason = self.lease.state.check().ok()?;
         Some(self.lease.lost_error(reason))
+    }
+
+    /// When the lock was granted (at the latest).
+    pub(crate) fn taken_at(&self) -> Instant {
+        self.lease.state.taken_at()
+    }
+
+    /// The loss, if the lock is lost by now, after a body that ran to its
+    /// end (see [`Lease::lost_in_body`]).
+    pub(crate) fn lost_in_body(&self) -> Option<LockError> {
+        let reason = self.lease.state.check().ok()?;
+        Some(self.lease.lost_in_body(reason))
     }
 
     /// Releases the lock; a failure is logged as a warning, not returned

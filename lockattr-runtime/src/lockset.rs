@@ -556,6 +556,16 @@ impl LockSetGuard {
         self.members.iter().find_map(LockGuard::lost_now)
     }
 
+    /// When the set was granted (at the latest).
+    pub(crate) fn taken_at(&self) -> Option<Instant> {
+        self.members.iter().map(LockGuard::taken_at).max()
+    }
+
+    /// [`lost_now`](Self::lost_now) after a body that ran to its end.
+    pub(crate) fn lost_in_body(&self) -> Option<LockError> {
+        self.members.iter().find_map(LockGuard::lost_in_body)
+    }
+
     /// Releases every name (each handed to its oldest waiter, as a single
     /// lock's release does), all at once: one call per server (per slot on
     /// a Redis Cluster, per node on a Redlock), as the set was taken. The

@@ -107,6 +107,11 @@ pub(crate) struct LeaseState {
 struct Inner {
     valid_until: Instant,
     lost: Option<LostReason>,
+    /// When the lock was granted (at the latest).
+    taken: Instant,
+    /// From when it counts as lost: the end of the lease it could vouch
+    /// for, or the moment Redis said the lock was not its own.
+    lost_at: Option<Instant>,
     /// Renewal stopped at its `renew_for` cap: running out now means that.
     capped: bool,
 }
@@ -117,6 +122,8 @@ impl LeaseState {
             inner: Mutex::new(Inner {
                 valid_until,
                 lost: None,
+                taken: Instant::now(),
+                lost_at: None,
                 capped: false,
             }),
             blocked: Condvar::new(),
@@ -131,6 +138,8 @@ impl LeaseState {
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         inner.valid_until = valid_until;
         inner.lost = None;
+        inner.taken = Instant::now();
+        inner.lost_at = None;
         self.report.granted();
     }
 
@@ -161,6 +170,7 @@ impl LeaseState {
         let mut inner = self.lock();
         if inner.lost.is_none() {
             inner.lost = Some(LostReason::Taken);
+            inner.lost_at = Some(Instant::now());
             drop(inner);
             self.report.lost(LostReason::Taken);
             self.wake();
@@ -191,6 +201,7 @@ impl LeaseState {
                 LostReason::Expired
             };
             inner.lost = Some(reason);
+            inner.lost_at = Some(inner.valid_until);
             self.report.lost(reason);
             self.wake();
         }
@@ -207,6 +218,17 @@ impl LeaseState {
         let mut inner = self.lock();
         self.expired(&mut inner);
         inner.lost.ok_or(inner.valid_until)
+    }
+
+    /// When the lock was granted (at the latest).
+    pub(crate) fn taken_at(&self) -> Instant {
+        self.lock().taken
+    }
+
+    /// When the lock was taken and from when it counts as lost, once lost.
+    pub(crate) fn lost_times(&self) -> Option<(Instant, Instant)> {
+        let inner = self.lock();
+        inner.lost_at.map(|at| (inner.taken, at))
     }
 
     /// Resolves once the lock is lost.

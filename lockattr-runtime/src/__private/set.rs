@@ -188,8 +188,8 @@ pub async fn release(held: Held) {
 /// Releases after an async body (`on_lost = "error"`): the loss, if a name
 /// was lost before the body finished.
 pub async fn release_checked(held: Held) -> Option<LockError> {
-    let lost = held.guard.lost_now();
-    released_or_lost(held.guard.release().await, lost, "locks")
+    let (lost, taken) = (held.guard.lost_in_body(), held.guard.taken_at());
+    released_or_lost(held.guard.release().await, lost, "locks", taken)
 }
 
 /// Acquires for a sync function. With `reentrant`, as [`acquire`] does for
@@ -215,6 +215,6 @@ pub fn acquire_blocking(
 
 /// Releases after a sync body (`on_lost = "error"`).
 pub fn release_checked_blocking(held: Held) -> Option<LockError> {
-    let lost = held.guard.lost_now();
-    released_or_lost(held.guard.release_blocking(), lost, "locks")
+    let (lost, taken) = (held.guard.lost_in_body(), held.guard.taken_at());
+    released_or_lost(held.guard.release_blocking(), lost, "locks", taken)
 }
