@@ -91,8 +91,22 @@ fn a_separator_in_a_field_does_not_make_two_values_one_lock() {
 #[test]
 fn the_escaping_reads_back_to_the_fields() {
     let values = [
-        "", ":", "::", "\\", "\\\\", "\\:", ":\\", "a", "a:", ":a", "a\\", "a\\:b", "acme:prod",
-        "prod:7", "é:ü", "\\x3a",
+        "",
+        ":",
+        "::",
+        "\\",
+        "\\\\",
+        "\\:",
+        ":\\",
+        "a",
+        "a:",
+        ":a",
+        "a\\",
+        "a\\:b",
+        "acme:prod",
+        "prod:7",
+        "é:ü",
+        "\\x3a",
     ];
     let mut names = std::collections::HashSet::new();
     for tenant in values {
