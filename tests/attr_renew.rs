@@ -2,9 +2,9 @@
 //! `expire` for as long as the body runs, and its renewal stops on every way
 //! out (value, `?`, panic, dropped future); a lock lost mid-body (deleted
 //! from outside, or a lease run out) stops an `on_lost = "abort"` body at
-//! once, turns an `on_lost = "error"` body's `Ok` into `Err(Lost)`, and,
-//! by default, leaves the body's result alone; `guard = g` lets the body
-//! watch for the loss itself (`g.lost()`, `g.lost_blocking(..)`).
+//! once, turns the body's `Ok` into `Err(Lost)` by default (and with
+//! `on_lost = "error"`); `guard = g` lets the body watch for the loss itself
+//! (`g.lost()`, `g.lost_blocking(..)`).
 
 mod support;
 
@@ -444,30 +444,125 @@ fn error_mode_async_reports_the_loss_after_the_body() {
     assert!(server.held_locks().is_empty());
 }
 
-// ---- 6. by default the body's result stands ----
+// ---- 6. by default the loss is returned ----
 
-#[redis_lock(name = "default:sync", expire = "300ms", locker = locker, guard = g)]
-fn outlives_sync(locker: &Locker) -> Result<(bool, bool), LockError> {
-    let before = g.is_lost();
-    std::thread::sleep(Duration::from_millis(600));
-    Ok((before, g.is_lost()))
+/// A body that outlives its 300 ms lease (no renewal) or, with `delete`,
+/// finds its lock deleted from outside first, then works 600 ms.
+macro_rules! outliving {
+    ($sync:ident, $async_:ident, $name:literal $(, $on_lost:literal)?) => {
+        #[redis_lock(name = $name, expire = "300ms", locker = locker, guard = g $(, on_lost = $on_lost)?)]
+        fn $sync(locker: &Locker, server: &RedisServer, delete_first: bool) -> Result<(bool, bool), LockError> {
+            if delete_first {
+                delete(server, &lock_key($name));
+            }
+            let before = g.is_lost();
+            std::thread::sleep(Duration::from_millis(600));
+            Ok((before, g.is_lost()))
+        }
+
+        #[redis_lock(name = $name, expire = "300ms", locker = locker, guard = g $(, on_lost = $on_lost)?)]
+        async fn $async_(locker: &Locker, server: &RedisServer, delete_first: bool) -> Result<(bool, bool), LockError> {
+            if delete_first {
+                delete(server, &lock_key($name));
+            }
+            let before = g.is_lost();
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Ok((before, g.is_lost()))
+        }
+    };
 }
 
-#[redis_lock(name = "default:async", expire = "300ms", locker = locker, guard = g)]
-async fn outlives_async(locker: &Locker) -> Result<(bool, bool), LockError> {
-    let before = g.is_lost();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    Ok((before, g.is_lost()))
+outliving!(outlives_sync, outlives_async, "default:outlives");
+
+/// Asserts a default function's outcome: `Err(Lost)` with `reason`, saying
+/// when the lock was lost and that the body ran on: `expired`, at the end of
+/// the 300 ms lease, and the body ran on for the rest of its 600 ms;
+/// otherwise (deleted, no renewal to see it), found at the release after
+/// the body's 600 ms.
+fn assert_lost(outcome: Result<(bool, bool), LockError>, reason: LostReason, expired: bool) {
+    let e = match outcome {
+        Err(e) => e,
+        Ok(seen) => panic!("a lost lock reported Ok({seen:?})"),
+    };
+    let LockError::Lost {
+        reason: got,
+        lost_after: Some(after),
+        ran_on: Some(ran_on),
+        ..
+    } = &e
+    else {
+        panic!("not a Lost saying when and for how long the body ran on: {e:?}");
+    };
+    assert_eq!(*got, reason, "{e}");
+    let message = e.to_string();
+    if expired {
+        assert!(
+            after <= &Duration::from_millis(300),
+            "lost after {after:?}: {e}"
+        );
+        assert!(
+            after >= &Duration::from_millis(200),
+            "lost after {after:?}: {e}"
+        );
+        assert!(
+            ran_on >= &Duration::from_millis(250),
+            "ran on {ran_on:?}: {e}"
+        );
+        assert!(
+            ran_on <= &Duration::from_millis(2000),
+            "ran on {ran_on:?}: {e}"
+        );
+        assert!(message.contains("ran on for"), "{message}");
+    } else {
+        assert!(
+            after >= &Duration::from_millis(600),
+            "lost after {after:?}: {e}"
+        );
+        assert_eq!(ran_on, &Duration::ZERO, "{e}");
+        assert!(
+            message.contains("ran to its end without knowing"),
+            "{message}"
+        );
+    }
+    for said in [
+        "lost while held",
+        "after it was taken",
+        "its result was not returned",
+    ] {
+        assert!(message.contains(said), "{said:?} not in: {message}");
+    }
 }
 
-/// No `on_lost`: a body outliving its lease runs to the end and its `Ok`
-/// is returned; the guard said lost by then.
+/// No `on_lost`: a body that outlives its lease, or whose lock is deleted
+/// under it, runs to its end, and the function returns `Err(Lost)` instead
+/// of the body's `Ok`, saying when and why the lock was lost and that the
+/// body ran on.
 #[tokio::test]
-async fn by_default_the_body_result_stands() {
+async fn by_default_a_lost_lock_is_returned_as_an_error() {
     let server = RedisServer::start();
     let locker = Locker::new(server.url()).unwrap();
-    assert_eq!(outlives_sync(&locker).unwrap(), (false, true));
-    assert_eq!(outlives_async(&locker).await.unwrap(), (false, true));
+    assert_lost(
+        outlives_sync(&locker, &server, false),
+        LostReason::Expired,
+        true,
+    );
+    assert_lost(
+        outlives_async(&locker, &server, false).await,
+        LostReason::Expired,
+        true,
+    );
+    // Deleted under the body (30 s would be left): found at the release.
+    assert_lost(
+        outlives_sync(&locker, &server, true),
+        LostReason::Taken,
+        false,
+    );
+    assert_lost(
+        outlives_async(&locker, &server, true).await,
+        LostReason::Taken,
+        false,
+    );
+    assert!(server.held_locks().is_empty());
 }
 
 // ---- 7. the body watches for the loss itself ----
