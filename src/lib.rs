@@ -19,7 +19,11 @@
 //! `acquire_time` while someone else holds it), runs the body, and releases
 //! the lock on every way out: a value, `return`, `?`, a panic, or a future
 //! dropped mid-body. When the lock cannot be had the body does not run and
-//! the function returns `Err(LockError::Timeout { .. }.into())`.
+//! the function returns `Err(LockError::Timeout { .. }.into())`. When the
+//! lock is lost while the body runs (its lease ran out, or Redis lost it),
+//! the body runs to its end and the function returns
+//! `Err(LockError::Lost { .. }.into())` instead of the body's `Ok`, saying
+//! when and why (see [`on_lost`](#long-work-renewal-and-the-lost-signal)).
 //!
 //! # Options
 //!
@@ -32,7 +36,7 @@
 //! | `guard` | a name to bind the held `&LockGuard` to inside the body (`guard = g`, then `g.fencing_token()`, `g.is_lost()`) | none |
 //! | `renew` | renew the lease every `expire / 3` while the body runs (`renew`, `renew = true`), so `expire` only bounds how long a crashed holder blocks others; see [Long work](#long-work-renewal-and-the-lost-signal) | off |
 //! | `renew_for` | renew, but for at most this long after the lock was taken; then the lease runs out on its own and the guard turns lost (`on_lost` applies). Same forms as `expire`; turns `renew` on; not zero, not over 30 days, not with `renew = false`; see [Capping renewal](#capping-renewal-renew_for) | renew for as long as the body runs |
-//! | `on_lost` | what happens when the lock is lost mid-body: `"abort"` (async only) or `"error"`; see [Long work](#long-work-renewal-and-the-lost-signal) | the body runs on |
+//! | `on_lost` | what happens when the lock is lost mid-body: `"error"` (the body runs to its end, then the function returns `Err(LockError::Lost { .. }.into())` instead of an `Ok`), `"abort"` (async only: the body is dropped at its next `.await`) or `"ignore"` (the body's result is returned; the loss is only a WARN event and `is_lost()`); see [Long work](#long-work-renewal-and-the-lost-signal) | `"error"` |
 //! | `reentrant` | async: `false` makes a nested call on a lock the call chain holds wait like a stranger. Sync: `true` (or `reentrant` alone) re-enters a lock that a sync call with `reentrant` holds on the same thread, counted per thread, and only the outermost call releases; another thread never re-enters. Not for sync functions called from rayon or any pool that runs other jobs on a thread blocked in `join`; see [Reentrancy](#reentrancy) | `true` for an `async fn` (nested calls go straight in, only the outermost releases), `false` for a sync one |
 //! | `hold_at_least` | keep the lock at least this long after it was taken, even when the body finishes sooner (ShedLock's `lockAtLeastFor`); same forms as `expire`, not zero, no longer than the lease (`expire`, or 10 s when it is not given); see [Scheduled jobs](#scheduled-jobs) | none |
 //! | `permits` | a semaphore of this many permits instead of a lock: an integer literal from 1 to 256, or a `u32` expression; not with `reentrant`; see [Semaphores](#semaphores) | none: a lock |
@@ -102,14 +106,24 @@
 //!
 //! | `on_lost` | the body | the function returns |
 //! |---|---|---|
-//! | (not given) | runs to its end | the body's result |
-//! | `"error"` | runs to its end | `Err(LockError::Lost { .. }.into())` instead of an `Ok`; a body's own `Err` is kept |
+//! | `"error"` (the default) | runs to its end | `Err(LockError::Lost { .. }.into())` instead of an `Ok`; a body's own `Err` is kept |
 //! | `"abort"` (async only) | is dropped at its next `.await` once the loss is seen (within `expire / 3` with `renew`) | `Err(LockError::Lost { .. }.into())` |
+//! | `"ignore"` | runs to its end | the body's result; the loss is only a WARN event and [`LockGuard::is_lost`] |
+//!
+//! The error says when the lock was lost (`lost_after`, counted from when
+//! it was taken), why (`reason`), and, after a body that ran to its end,
+//! for how long the body ran on without it (`ran_on`); a loss first found
+//! by the release after the body (a lock deleted under a body that does not
+//! renew) counts as lost at that release. It reaches the caller the way an
+//! acquire error does, so it needs no other return type:
+//! `Result<T, E>` with `E: From<LockError>`.
 //!
 //! `"abort"` stops work that has become unsafe, but only at an `.await`, and
 //! it drops the body half-way, like any cancelled future: use it for work
 //! that is safe to cancel. `"error"` never interrupts the body and tells the
-//! caller afterwards, when the damage, if any, is done. Neither can undo a
+//! caller afterwards, when the damage, if any, is done. `"ignore"` is for a
+//! body that watches for the loss itself (`guard = g`, then `g.lost()`) and
+//! reports it in its own result. Neither can undo a
 //! write made after the lease ended and before the loss was seen: only the
 //! storage can refuse such a write, by checking the fencing token (see
 //! `docs/guarantees.md`, and `examples/fencing.rs`).
@@ -132,7 +146,7 @@
 //! `renew_for` has passed since the lock was taken; the lease then runs out
 //! on its own (at most one `expire` later), the guard turns lost with
 //! [`LostReason::RenewFor`], and `on_lost` applies: `"abort"` drops the
-//! body, `"error"` turns its `Ok` into `Err(Lost)`.
+//! body, `"error"` (the default) turns its `Ok` into `Err(Lost)`.
 //!
 //! ```no_run
 //! use lockattr::{redis_lock, LockError};
@@ -457,6 +471,12 @@
 /// Takes a Redis lock around a function's body: the lock is taken before
 /// the body runs and released on every way out (a value, `return`, `?`, a
 /// panic, a future dropped mid-body).
+///
+/// A lock lost while the body runs makes the function return
+/// `Err(LockError::Lost { .. }.into())` once the body ends, instead of its
+/// `Ok`; `on_lost = "ignore"` returns the body's result instead, and
+/// `on_lost = "abort"` drops an async body at its next `.await` (see
+/// [Long work](crate#long-work-renewal-and-the-lost-signal)).
 ///
 /// ```no_run
 /// #[lockattr::redis_lock(name = "report:{day}", expire = "2m", acquire_time = 0)]

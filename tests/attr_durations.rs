@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker, redis_lock};
+use lockattr::{LockError, Locker, LostReason, redis_lock};
 use support::{RedisServer, lock_key};
 
 fn pttl_of(server: &RedisServer, name: &str) -> Result<i64, LockError> {
@@ -175,8 +175,8 @@ async fn acquire_time_forms_set_the_wait() {
 }
 
 /// A short lease really frees the lock by itself: a body that outlives it
-/// lets another caller in (and then its own release finds the lock gone,
-/// which is only a warning: the body's result stands).
+/// lets another caller in (and then its own release leaves that caller's
+/// lock alone; the call returns `Err(Lost)`).
 #[redis_lock(name = "short", expire = "300ms", acquire_time = 0, locker = locker)]
 fn outlives_its_lease(locker: &Locker, other: &Locker) -> Result<bool, LockError> {
     std::thread::sleep(Duration::from_millis(600));
@@ -193,9 +193,16 @@ fn a_short_lease_expires_on_its_own() {
     let server = RedisServer::start();
     let locker = Locker::new(server.url()).unwrap();
     let other = Locker::new(server.url()).unwrap();
+    let lost = outlives_its_lease(&locker, &other).expect_err("a lost lock reported Ok");
     assert!(
-        outlives_its_lease(&locker, &other).unwrap(),
-        "the 300 ms lease did not expire"
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
+        "{lost:?}"
     );
     // The other owner's lock was left alone by the late release.
     assert!(

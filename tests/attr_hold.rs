@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker, redis_lock};
+use lockattr::{LockError, Locker, LostReason, redis_lock};
 use support::{RedisServer, current_thread, eventually, lock_key};
 
 /// The hold of the functions below; their lease is 30 s.
@@ -409,9 +409,20 @@ async fn loses_its_lock(locker: &Locker, server: &RedisServer) -> Result<(), Loc
 fn a_lost_lock_is_left_to_its_new_owner() {
     let server = RedisServer::start();
     let locker = Locker::new(server.url()).unwrap();
-    current_thread()
+    // The release finds the lock taken: the call says it was lost.
+    let lost = current_thread()
         .block_on(loses_its_lock(&locker, &server))
-        .expect("the body's result stands");
+        .expect_err("a lost lock reported Ok");
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LostReason::Taken,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
     let key = lock_key("hold:lost");
     assert_eq!(server.get(&key).as_deref(), Some("another owner"));
     let left = server.pttl(&key);

@@ -344,7 +344,9 @@ async fn only_the_same_lock_is_reentered() {
 
 // ---- 7. a lost lock is not re-entered ----
 
-#[redis_lock(name = "account:{id}", expire = "300ms", locker = locker)]
+/// `on_lost = "ignore"`: the outer call returns what the nested call got
+/// (by default its own loss would be returned instead).
+#[redis_lock(name = "account:{id}", expire = "300ms", on_lost = "ignore", locker = locker)]
 async fn outlives_lease_async(
     locker: &Locker,
     id: u32,
@@ -652,8 +654,9 @@ async fn renewed_inside(
 }
 
 /// Whether the lock outlived this call's own lease while the nested call
-/// ran, and whether it ran out within 5 s once the nested call was over.
-#[redis_lock(name = "account:{id}", expire = "1s", locker = locker, guard = g)]
+/// ran, and whether it ran out within 5 s once the nested call was over
+/// (`on_lost = "ignore"`: it reports that itself, in its `Ok`).
+#[redis_lock(name = "account:{id}", expire = "1s", on_lost = "ignore", locker = locker, guard = g)]
 async fn unrenewed_outside(
     locker: &Locker,
     server: &RedisServer,
@@ -1072,7 +1075,8 @@ fn short_sync_lease_calls_long(
     Ok((before, inside))
 }
 
-#[redis_lock(name = "account:{id}", expire = "300ms", reentrant = true, locker = locker)]
+/// `on_lost = "ignore"`: the outer call returns what the nested call got.
+#[redis_lock(name = "account:{id}", expire = "300ms", reentrant = true, on_lost = "ignore", locker = locker)]
 fn outlives_sync_lease(
     locker: &Locker,
     id: u32,

@@ -3,7 +3,8 @@
 //! out (value, `?`, panic, dropped future); a lock lost mid-body (deleted
 //! from outside, or a lease run out) stops an `on_lost = "abort"` body at
 //! once, turns the body's `Ok` into `Err(Lost)` by default (and with
-//! `on_lost = "error"`); `guard = g` lets the body watch for the loss itself
+//! `on_lost = "error"`), and leaves the body's result alone with
+//! `on_lost = "ignore"`; `guard = g` lets the body watch for the loss itself
 //! (`g.lost()`, `g.lost_blocking(..)`).
 
 mod support;
@@ -444,19 +445,20 @@ fn error_mode_async_reports_the_loss_after_the_body() {
     assert!(server.held_locks().is_empty());
 }
 
-// ---- 6. by default the loss is returned ----
+// ---- 6. by default the loss is returned; `on_lost = "ignore"` keeps the Ok ----
 
-/// A body that outlives its 300 ms lease (no renewal) or, with `delete`,
-/// finds its lock deleted from outside first, then works 600 ms.
+/// A body that outlives its 300 ms lease (600 ms of work, no renewal), or,
+/// with `delete_first`, deletes its lock from outside first and works
+/// within its lease (100 ms): the loss is then found by the release.
 macro_rules! outliving {
-    ($sync:ident, $async_:ident, $name:literal $(, $on_lost:literal)?) => {
+    ($sync:ident, $async_:ident, $name:literal $(, $on_lost:tt)?) => {
         #[redis_lock(name = $name, expire = "300ms", locker = locker, guard = g $(, on_lost = $on_lost)?)]
         fn $sync(locker: &Locker, server: &RedisServer, delete_first: bool) -> Result<(bool, bool), LockError> {
             if delete_first {
                 delete(server, &lock_key($name));
             }
             let before = g.is_lost();
-            std::thread::sleep(Duration::from_millis(600));
+            std::thread::sleep(work(delete_first));
             Ok((before, g.is_lost()))
         }
 
@@ -466,19 +468,24 @@ macro_rules! outliving {
                 delete(server, &lock_key($name));
             }
             let before = g.is_lost();
-            tokio::time::sleep(Duration::from_millis(600)).await;
+            tokio::time::sleep(work(delete_first)).await;
             Ok((before, g.is_lost()))
         }
     };
 }
 
+fn work(delete_first: bool) -> Duration {
+    Duration::from_millis(if delete_first { 100 } else { 600 })
+}
+
 outliving!(outlives_sync, outlives_async, "default:outlives");
+outliving!(ignores_sync, ignores_async, "ignore:outlives", "ignore");
 
 /// Asserts a default function's outcome: `Err(Lost)` with `reason`, saying
 /// when the lock was lost and that the body ran on: `expired`, at the end of
 /// the 300 ms lease, and the body ran on for the rest of its 600 ms;
 /// otherwise (deleted, no renewal to see it), found at the release after
-/// the body's 600 ms.
+/// the body's 100 ms.
 fn assert_lost(outcome: Result<(bool, bool), LockError>, reason: LostReason, expired: bool) {
     let e = match outcome {
         Err(e) => e,
@@ -515,7 +522,7 @@ fn assert_lost(outcome: Result<(bool, bool), LockError>, reason: LostReason, exp
         assert!(message.contains("ran on for"), "{message}");
     } else {
         assert!(
-            after >= &Duration::from_millis(600),
+            after >= &Duration::from_millis(100),
             "lost after {after:?}: {e}"
         );
         assert_eq!(ran_on, &Duration::ZERO, "{e}");
@@ -565,9 +572,34 @@ async fn by_default_a_lost_lock_is_returned_as_an_error() {
     assert!(server.held_locks().is_empty());
 }
 
+/// `on_lost = "ignore"`: the body's `Ok` stands; the guard said lost by
+/// then (the loss is only a WARN event and `is_lost()`).
+#[tokio::test]
+async fn on_lost_ignore_returns_the_body_result() {
+    let server = RedisServer::start();
+    let locker = Locker::new(server.url()).unwrap();
+    assert_eq!(
+        ignores_sync(&locker, &server, false).unwrap(),
+        (false, true)
+    );
+    assert_eq!(
+        ignores_async(&locker, &server, false).await.unwrap(),
+        (false, true)
+    );
+    assert_eq!(ignores_sync(&locker, &server, true).unwrap().0, false);
+    assert_eq!(
+        ignores_async(&locker, &server, true).await.unwrap().0,
+        false
+    );
+    assert!(server.held_locks().is_empty());
+}
+
 // ---- 7. the body watches for the loss itself ----
 
-#[redis_lock(name = "watch:async", expire = "300ms", renew, locker = locker, guard = g)]
+// `on_lost = "ignore"`: these bodies report the loss themselves, in their
+// `Ok`.
+
+#[redis_lock(name = "watch:async", expire = "300ms", renew, on_lost = "ignore", locker = locker, guard = g)]
 async fn watches_async(
     locker: &Locker,
     work: Duration,
@@ -580,7 +612,7 @@ async fn watches_async(
     }
 }
 
-#[redis_lock(name = "watch:sync", expire = "300ms", renew, locker = locker, guard = g)]
+#[redis_lock(name = "watch:sync", expire = "300ms", renew, on_lost = "ignore", locker = locker, guard = g)]
 fn watches_sync(
     locker: &Locker,
     work: Duration,

@@ -2,8 +2,9 @@
 //! `expire` until the cap has passed since the lock was taken; then renewal
 //! stops, the lease runs out, and `on_lost` applies: an `on_lost = "abort"`
 //! body is dropped, an `on_lost = "error"` body's `Ok` becomes
-//! `Err(Lost(RenewFor))` (sync and async); without `on_lost` the body runs
-//! on and its result stands. A body shorter than the cap is unaffected. A
+//! `Err(Lost(RenewFor))` (sync and async); with `on_lost = "ignore"` the
+//! body runs on and its result stands. A body shorter than the cap is
+//! unaffected. A
 //! reentrant nested call's `renew_for` changes nothing: the outer call's
 //! lease keeps its own renewal.
 //!
@@ -135,9 +136,9 @@ async fn a_body_shorter_than_the_cap_is_unaffected() {
     assert!(!server.exists(&lock_key("cap:error:sync")));
 }
 
-// ---- no on_lost: the body runs on ----
+// ---- on_lost = "ignore": the body runs on ----
 
-#[redis_lock(name = "cap:plain", expire = 1, renew_for = "1.5s", guard = g, locker = locker)]
+#[redis_lock(name = "cap:plain", expire = 1, renew_for = "1.5s", on_lost = "ignore", guard = g, locker = locker)]
 fn capped_plain(
     locker: &Locker,
     server: &RedisServer,
@@ -150,10 +151,10 @@ fn capped_plain(
     Ok((taken, lost))
 }
 
-/// Without `on_lost`, a sync body sees the loss through its guard, the
-/// lock is free for others meanwhile, and its result stands.
+/// With `on_lost = "ignore"`, a sync body sees the loss through its guard,
+/// the lock is free for others meanwhile, and its result stands.
 #[test]
-fn without_on_lost_the_body_sees_the_loss_and_its_result_stands() {
+fn on_lost_ignore_the_body_sees_the_loss_and_its_result_stands() {
     let server = RedisServer::start();
     let locker = Locker::new(server.url()).unwrap();
     let (taken, lost) = capped_plain(&locker, &server).unwrap();

@@ -1,7 +1,7 @@
 //! Parsing the options of `#[redis_lock(...)]`.
 //!
 //! Input: `name = "order:{id}", expire = 30, acquire_time = "250ms", locker = &self.locks, guard = g,
-//! renew, on_lost = "abort", reentrant = false, hold_at_least = "5s", renew_for = "1h",
+//! renew, on_lost = "ignore", reentrant = false, hold_at_least = "5s", renew_for = "1h",
 //! mode = "read"`.
 //! Output: [`Parsed`]: the [`Options`], every value a real Rust expression,
 //! and all mistakes found in one pass, each at its own token.
@@ -60,8 +60,12 @@ pub(crate) struct Options {
 pub(crate) enum OnLost {
     /// Drop the body's future and return `Err(Lost)` (async only).
     Abort,
-    /// Let the body finish, then return `Err(Lost)` instead of an `Ok`.
+    /// Let the body finish, then return `Err(Lost)` instead of an `Ok`:
+    /// the default.
     Error,
+    /// Let the body finish and return its result: the loss is only a WARN
+    /// event and the guard's `is_lost()`.
+    Ignore,
 }
 
 /// `key` or `key = value`.
@@ -227,17 +231,18 @@ fn flag(name: &str, value: &Expr) -> syn::Result<bool> {
 }
 
 /// The values of `on_lost`, for messages.
-const ON_LOST_CHOICES: &str = "`on_lost = \"abort\"` (stop the body at once) or `on_lost = \"error\"` \
-                               (let it finish, then return the loss as an error)";
+const ON_LOST_CHOICES: &str = "`on_lost = \"error\"` (the default: let the body finish, then return \
+                               the loss as an error), `on_lost = \"abort\"` (stop the body at once) or \
+                               `on_lost = \"ignore\"` (let it finish and return its result)";
 
-/// `on_lost = "abort"` or `on_lost = "error"`.
+/// `on_lost = "error"`, `"abort"` or `"ignore"`.
 fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
     const CHOICES: &str = ON_LOST_CHOICES;
     if let Expr::Path(ExprPath {
         path, qself: None, ..
     }) = &value
         && let Some(ident) = path.get_ident()
-        && ["abort", "error"].contains(&ident.to_string().as_str())
+        && ["abort", "error", "ignore"].contains(&ident.to_string().as_str())
     {
         return Err(syn::Error::new_spanned(
             ident,
@@ -250,6 +255,7 @@ fn on_lost(value: Expr) -> syn::Result<(OnLost, Span)> {
         }) => match lit.value().as_str() {
             "abort" => Ok((OnLost::Abort, lit.span())),
             "error" => Ok((OnLost::Error, lit.span())),
+            "ignore" => Ok((OnLost::Ignore, lit.span())),
             other => Err(syn::Error::new(
                 lit.span(),
                 format!("unknown `on_lost` value \"{other}\"; use {CHOICES}"),

@@ -22,8 +22,19 @@
 //!     let __lockattr_hold = enter_hold(&__lockattr_guard);   // the `hold` span, left before the release
 //!     let __lockattr_result = call::<R, _>(move || { body });   // not `{ body }` as the tail: see below
 //!     drop(__lockattr_hold);
-//!     __lockattr_result   // Held's Drop releases on every way out: value, return, ?, panic
+//!     match release_checked_blocking(__lockattr_guard) {   // `on_lost` not given, or "error"
+//!         None => __lockattr_result,
+//!         Some(e) => return lock_failed(e, Some(__lockattr_result)),   // a body's own Err is kept
+//!     }
 //! }
+//! ```
+//! A lock lost before the body ended is returned as `Err(Lost)` through
+//! `lock_failed`, as an acquire error is: no other return type is needed.
+//! With `on_lost = "ignore"` the result is returned as it is (the guard's
+//! Drop releases on every way out: value, return, ?, panic):
+//! ```text
+//!     drop(__lockattr_hold);
+//!     __lockattr_result
 //! ```
 //! The body is a closure's, not the function's tail block: there, a
 //! one-line body (`{ Ok(id) }`) would be linted as braces around the
@@ -39,22 +50,16 @@
 //! `__lockattr_hold` is dropped (the same way out as above, before the
 //! release); it is not `Send`, so the count is taken back on the thread
 //! that added it.
-//! With `on_lost = "error"`, the body's `return`s come back for the check:
-//! ```text
-//!     let __lockattr_hold = enter_hold(&__lockattr_guard);
-//!     let __lockattr_result = call::<R, _>(move || { body });
-//!     drop(__lockattr_hold);
-//!     match release_checked_blocking(__lockattr_guard) {
-//!         None => __lockattr_result,
-//!         Some(e) => return lock_failed(e, Some(__lockattr_result)),   // a body's own Err is kept
-//!     }
-//! ```
 //! Output (async): the same prelude with `acquire(..).await`, then
 //! ```text
 //!     let __lockattr_result = body(&__lockattr_guard, typed_body::<R, _>(async move { body })).await;
-//!     release(__lockattr_guard).await;   // before the function returns
-//!     __lockattr_result
+//!     match release_checked(__lockattr_guard).await {   // before the function returns
+//!         None => __lockattr_result,
+//!         Some(e) => return lock_failed(e, Some(__lockattr_result)),
+//!     }
 //! ```
+//! or, with `on_lost = "ignore"`, `release(__lockattr_guard).await;
+//! __lockattr_result`.
 //! `body` runs the future in the lock's `hold` span (instrumented, so it is
 //! entered at each poll only) and in a task-local scope that records the
 //! lock for reentrant nested calls. There `acquire` returns a `Held` too: for a
@@ -62,8 +67,7 @@
 //! call's `expire` if less was left) and, with `renew` on a lease the outer
 //! call does not renew, that renewal, which stops when the `Held` is
 //! released or dropped. `on_lost = "abort"` uses `body_or_lost`, which
-//! drops the future when the lock is lost; `on_lost = "error"` uses
-//! `release_checked`, as above. If the function's future is dropped
+//! drops the future when the lock is lost. If the function's future is dropped
 //! mid-body, the guard's Drop schedules the release. The user's block is
 //! kept whole, so its items and imports stay its own; our locals use
 //! mixed-site spans, so the body cannot see them.
@@ -213,7 +217,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         }
     };
     let body = match (is_async, plan.on_lost) {
-        (true, None) => {
+        (true, OnLost::Ignore) => {
             let run = run_body(quote!(body));
             quote! {
                 #prelude
@@ -223,7 +227,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
                 #result_var
             }
         }
-        (true, Some(OnLost::Abort)) => {
+        (true, OnLost::Abort) => {
             let run = run_body(quote!(body_or_lost));
             quote! {
                 #prelude
@@ -236,7 +240,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
                 }
             }
         }
-        (true, Some(OnLost::Error)) => {
+        (true, OnLost::Error) => {
             let run = run_body(quote!(body));
             quote! {
                 #prelude
@@ -253,15 +257,16 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         // as needless braces around the user's code (`unused_braces`). The
         // guard's Drop releases on every way out: value, return, ?, panic;
         // the `hold` span is left first.
-        (false, None) => quote! {
+        (false, OnLost::Ignore) => quote! {
             #prelude
             let #hold_var = ::lockattr::__private::enter_hold(&#guard_var);
             let #result_var = ::lockattr::__private::call::<#output, _>(move || #block);
             ::core::mem::drop(#hold_var);
             #result_var
         },
-        // The body in a closure, so its `return`s come back for the check.
-        (false, Some(_)) => quote! {
+        // The body in a closure, so its `return`s come back for the check
+        // (`validate` refuses `"abort"` on a sync function).
+        (false, OnLost::Error | OnLost::Abort) => quote! {
             #prelude
             let #hold_var = ::lockattr::__private::enter_hold(&#guard_var);
             let #result_var = ::lockattr::__private::call::<#output, _>(move || #block);

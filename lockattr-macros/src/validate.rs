@@ -43,7 +43,8 @@ pub(crate) struct Plan {
     /// (its call chain), only with `reentrant = true` for a sync one (its
     /// thread); never for a read-write hold.
     pub(crate) reentrant: bool,
-    pub(crate) on_lost: Option<OnLost>,
+    /// What a lock lost mid-body does: `Error` unless the attribute says.
+    pub(crate) on_lost: OnLost,
     /// Where errors about the return type point.
     pub(crate) return_span: Span,
     /// The declared return type, when it can be written inside the body
@@ -159,7 +160,8 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
         errors.push(syn::Error::new(
             span,
             "`on_lost = \"abort\"` needs an `async fn`: a running synchronous body cannot be stopped \
-             from outside; use `on_lost = \"error\"`, or check `guard.is_lost()` in the body",
+             from outside; leave `on_lost` out (the loss is returned as an error once the body \
+             ends), or check `guard.is_lost()` in the body",
         ));
     }
 
@@ -284,7 +286,7 @@ pub(crate) fn plan(options: Options, item: &ItemFn) -> syn::Result<Plan> {
                     .reentrant
                     .as_ref()
                     .map_or(sig.asyncness.is_some(), |(on, _)| *on),
-            on_lost: options.on_lost.map(|(mode, _)| mode),
+            on_lost: options.on_lost.map_or(OnLost::Error, |(mode, _)| mode),
             return_span,
             nameable_return,
             set,

@@ -91,6 +91,21 @@ async fn async_on_lost_error(id: u64) -> Result<u64, LockError> { Ok(id) }
 #[redis_lock(name = "order:{id}", renew, on_lost = "abort")]
 async fn async_on_lost_abort(id: u64) -> Result<u64, LockError> { Ok(id) }
 
+#[redis_lock(name = "order:{id}", on_lost = "ignore")]
+fn sync_on_lost_ignore(id: u64) -> Result<u64, LockError> { Ok(id) }
+
+#[redis_lock(name = "order:{id}", on_lost = "ignore")]
+async fn async_on_lost_ignore(id: u64) -> Result<u64, LockError> { Ok(id) }
+
+#[redis_lock(name = "shelf:{id}", mode = "write", on_lost = "ignore")]
+fn sync_write_on_lost_ignore(id: u64) -> Result<u64, LockError> { Ok(id) }
+
+#[redis_lock(name = ["account:{from}", "account:{to}"], on_lost = "ignore", reentrant)]
+fn sync_set_on_lost_ignore(from: u64, to: u64) -> Result<(), LockError> { Ok(()) }
+
+#[redis_lock(name = "gpu", permits = 2, on_lost = "ignore")]
+async fn async_permits_on_lost_ignore() -> Result<(), LockError> { Ok(()) }
+
 #[redis_lock(name = "order:{id}")]
 fn sync_generic<T: Display>(id: u64, label: T) -> Result<String, LockError> { Ok(format!("{label}{id}")) }
 

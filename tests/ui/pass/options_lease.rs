@@ -153,6 +153,24 @@ async fn abort_impl_trait_async(n: u32) -> Result<impl Display, LockError> {
     Ok(n)
 }
 
+#[redis_lock(name = "q:{text}", on_lost = "ignore", guard = g)]
+fn ignore_sync_control_flow(text: &str) -> Result<u32, AppError> {
+    if text.is_empty() || g.is_lost() {
+        return Ok(0);
+    }
+    let n: u32 = text.parse()?;
+    Ok(n)
+}
+
+#[redis_lock(name = "q:{text}", renew, on_lost = "ignore")]
+async fn ignore_async_control_flow(text: &str) -> Result<impl Display, AppError> {
+    if text.is_empty() {
+        return Ok(0);
+    }
+    let n: u32 = text.parse()?;
+    Ok(n)
+}
+
 // ---- all at once, on methods ----
 
 #[derive(LockKey)]
