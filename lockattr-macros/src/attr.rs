@@ -56,7 +56,7 @@ pub(crate) struct Options {
 }
 
 /// What an annotated function does when its lock is lost mid-body.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum OnLost {
     /// Drop the body's future and return `Err(Lost)` (async only).
     Abort,

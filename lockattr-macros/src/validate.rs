@@ -584,6 +584,32 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_lock_is_an_error_unless_told_otherwise() {
+        use crate::attr::OnLost;
+        let on_lost = |options: &str, function: &str| {
+            let Parsed { options, errors } = syn::parse_str(options).unwrap();
+            assert!(errors.is_none());
+            let function: syn::ItemFn = syn::parse_str(function).unwrap();
+            plan(options, &function)
+                .map(|plan| plan.on_lost)
+                .map_err(|e| e.to_string())
+        };
+        let sync = "fn f() -> Result<(), E> { Ok(()) }";
+        let asynchronous = "async fn f() -> Result<(), E> { Ok(()) }";
+        for function in [sync, asynchronous] {
+            assert_eq!(on_lost("name = \"x\"", function), Ok(OnLost::Error));
+            let error = on_lost("name = \"x\", on_lost = \"error\"", function);
+            assert_eq!(error, Ok(OnLost::Error));
+            let ignore = on_lost("name = \"x\", on_lost = \"ignore\"", function);
+            assert_eq!(ignore, Ok(OnLost::Ignore));
+        }
+        let abort = "name = \"x\", on_lost = \"abort\"";
+        assert_eq!(on_lost(abort, asynchronous), Ok(OnLost::Abort));
+        let e = on_lost(abort, sync).unwrap_err();
+        assert!(e.contains("needs an `async fn`"), "{e}");
+    }
+
+    #[test]
     fn finds_captures() {
         assert_eq!(captures("order:{order_id}").unwrap(), ["order_id"]);
         assert_eq!(captures("{a}:{b:>5}").unwrap(), ["a", "b"]);
