@@ -348,6 +348,22 @@ impl LocalQueues {
             None => Arc::from(keys.lock.as_str()),
         };
         let name = names.entry(key.clone()).or_default();
+        // Uncontended (no turn counts, nobody here still waits): its own
+        // turn at once, with no entry and no channel.
+        if !name.counts(now, None)
+            && !name
+                .waiters
+                .iter()
+                .any(|e| !e.tx.is_closed() && e.deadline > now)
+        {
+            let id = self.new_id();
+            name.turns.push(TurnEnd {
+                id,
+                until: deadline + self.settle,
+            });
+            drop(names);
+            return Entered::Turn(self.turn(&key, id));
+        }
         let id = self.new_id();
         let (tx, rx) = oneshot::channel();
         name.waiters.push_back(Entry {
@@ -358,17 +374,10 @@ impl LocalQueues {
             deadline,
             tx,
         });
-        match self.serve(name, now) {
-            // Nobody else waits, and no turn counts: its own turn.
-            Some((entry, turn)) if entry.id == id => {
-                drop(names);
-                return Entered::Turn(self.asking(&key, turn, deadline));
-            }
-            served => {
-                drop(names);
-                self.send_turn(&key, served);
-            }
-        }
+        // No turn counts, and older tasks wait here: the oldest is served.
+        let served = self.serve(name, now);
+        drop(names);
+        self.send_turn(&key, served);
         Entered::Wait(LocalWait {
             queues: self.clone(),
             key,
