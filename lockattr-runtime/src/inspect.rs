@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::backend::inspect::{RwSeen, Seen};
 use crate::inner::Inner;
 use crate::layout::{Found, Keys, holder_of};
+
 use crate::listing::{Listing, foreign, glob_matches, scan_pattern};
 use crate::{LockError, Locker, io};
 
@@ -257,14 +258,6 @@ fn rw_info(name: String, seen: RwSeen) -> LockInfo {
         exclusive: seen.writer.is_some(),
         readers,
     }
-}
-
-/// Appends `c` to a glob, as a literal.
-pub(crate) fn glob_literal(out: &mut String, c: char) {
-    if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-        out.push('\\');
-    }
-    out.push(c);
 }
 
 pub(crate) use crate::layout::name_of;

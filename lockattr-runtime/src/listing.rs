@@ -3,7 +3,6 @@
 //! found, and how many keys they skipped.
 
 use crate::LockError;
-use crate::inspect::glob_literal;
 
 /// The locks or semaphores a listing found, in name order, and the number
 /// of keys under the Locker's prefix it skipped because lockattr did not
@@ -207,6 +206,14 @@ pub(crate) fn scan_pattern(prefix: &str, pattern: &str) -> String {
     }
     out.push('*');
     out
+}
+
+/// Appends `c` to a glob, as a literal.
+pub(crate) fn glob_literal(out: &mut String, c: char) {
+    if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+        out.push('\\');
+    }
+    out.push(c);
 }
 
 #[cfg(test)]

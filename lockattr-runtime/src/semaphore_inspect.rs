@@ -13,8 +13,9 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::backend::semaphore::{self as sem, SemaphoreSeen};
 use crate::inner::Inner;
-use crate::inspect::{Forced, glob_literal, hold, name_of, parse_holder};
+use crate::inspect::{Forced, hold, name_of, parse_holder};
 use crate::layout::{Keys, SEM_PERMIT, permit_of};
+use crate::listing::glob_literal;
 use crate::listing::{Listing, foreign, glob_matches, scan_pattern};
 use crate::{Holder, LockError, Locker, MAX_PERMITS, io};
 
