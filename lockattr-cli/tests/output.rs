@@ -6,36 +6,18 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use lockattr_runtime::{LockGuard, Locker};
 use serde_json::Value;
 
-use support::{RedisServer, wait_child};
+use support::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(30);
 
 /// `lockattr --url <server> args...`: exit code, stdout, stderr.
 fn lockattr(server: &RedisServer, args: &[&str]) -> (i32, String, String) {
-    let output = wait_child(
-        Command::new(env!("CARGO_BIN_EXE_lockattr"))
-            .arg("--url")
-            .arg(server.url())
-            .args(args)
-            .env_remove("REDIS_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start lockattr"),
-        Duration::from_secs(30),
-    );
-    (
-        output.status.code().expect("exit code"),
-        String::from_utf8(output.stdout).expect("UTF-8 stdout"),
-        String::from_utf8(output.stderr).expect("UTF-8 stderr"),
-    )
+    support::lockattr_at(&server.url(), args)
 }
 
 fn json(server: &RedisServer, args: &[&str]) -> Value {

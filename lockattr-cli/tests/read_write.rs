@@ -4,34 +4,20 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use lockattr_runtime::{LockGuard, Locker};
 use serde_json::Value;
 
-use support::{RedisServer, eventually, wait_child};
+use support::{RedisServer, eventually};
 
 const LEASE: Duration = Duration::from_secs(30);
 
 /// `lockattr --url <server> args...`: exit code, stdout.
 fn lockattr(server: &RedisServer, args: &[&str]) -> (i32, String) {
-    let output = wait_child(
-        Command::new(env!("CARGO_BIN_EXE_lockattr"))
-            .arg("--url")
-            .arg(server.url())
-            .args(args)
-            .env_remove("REDIS_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start lockattr"),
-        Duration::from_secs(30),
-    );
-    let stdout = String::from_utf8(output.stdout).expect("UTF-8 stdout");
-    (output.status.code().expect("exit code"), stdout)
+    let (code, stdout, _) = support::lockattr_at(&server.url(), args);
+    (code, stdout)
 }
 
 fn json(server: &RedisServer, args: &[&str]) -> Value {

@@ -230,3 +230,26 @@ pub fn wait_child(mut child: Child, within: Duration) -> Output {
         }
     }
 }
+
+/// `lockattr --url <url> args...` (the binary under test, `REDIS_URL`
+/// unset, within 30 s): exit code, stdout, stderr.
+pub fn lockattr_at(url: &str, args: &[&str]) -> (i32, String, String) {
+    let output = wait_child(
+        Command::new(env!("CARGO_BIN_EXE_lockattr"))
+            .arg("--url")
+            .arg(url)
+            .args(args)
+            .env_remove("REDIS_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start lockattr"),
+        Duration::from_secs(30),
+    );
+    (
+        output.status.code().expect("exit code"),
+        String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    )
+}
