@@ -1415,7 +1415,7 @@ impl Retry {
             return Ok(());
         };
         if let Some(held) = votes.held_for {
-            wake_at = wake_at.min(soon_after(held));
+            wake_at = wake_at.min(soon_after(Instant::now(), held));
         }
         if votes.granted.is_empty() {
             self.splits = 0;
@@ -1424,7 +1424,7 @@ impl Retry {
             wake_at = wake_at.min(Instant::now() + split_pause(self.splits));
         }
         if waiters.is_empty() {
-            wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
+            wake_at = wake_at.min(soon_after(Instant::now(), FALLBACK_PAUSE));
         }
         tokio::select! {
             () = any_notice(waiters) => Ok(()),

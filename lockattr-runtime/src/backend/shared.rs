@@ -251,10 +251,9 @@ impl Renewed {
     }
 }
 
-/// A millisecond after `lease` from now: when a lease that has `lease` left
-/// has surely ended. Far in the future for absurd leases.
-pub(crate) fn soon_after(lease: Duration) -> Instant {
-    let now = Instant::now();
+/// A millisecond after `lease` from `now`: when a lease that has `lease`
+/// left has surely ended. Far in the future for absurd leases.
+pub(crate) fn soon_after(now: Instant, lease: Duration) -> Instant {
     now.checked_add(lease.saturating_add(Duration::from_millis(1)))
         .unwrap_or(now + crate::layout::MAX_EXPIRE)
 }
@@ -308,6 +307,9 @@ pub(crate) const RETRY_MAX: Duration = Duration::from_millis(250);
 pub(crate) struct Backoff {
     step: Duration,
     max: Duration,
+    /// Each pause drawn at random (all but the explorer's, whose schedules
+    /// replay exactly).
+    jitter: bool,
 }
 
 impl Backoff {
@@ -315,7 +317,23 @@ impl Backoff {
         Backoff {
             step: RETRY_FIRST,
             max,
+            jitter: true,
         }
+    }
+
+    /// The same pauses, each at its longest.
+    #[cfg(test)]
+    pub(crate) fn without_jitter(self) -> Backoff {
+        Backoff {
+            jitter: false,
+            ..self
+        }
+    }
+
+    /// The current step, for the explorer's fingerprints.
+    #[cfg(test)]
+    pub(crate) fn step(&self) -> Duration {
+        self.step
     }
 
     /// Back to the first step (after a success).
@@ -327,7 +345,8 @@ impl Backoff {
     pub(crate) fn next(&mut self) -> Duration {
         let step = self.step;
         self.step = (self.step * 2).min(self.max);
-        step / 2 + (step / 2).mul_f64(random_fraction())
+        let fraction = if self.jitter { random_fraction() } else { 1.0 };
+        step / 2 + (step / 2).mul_f64(fraction)
     }
 }
 

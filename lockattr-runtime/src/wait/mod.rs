@@ -43,11 +43,11 @@
 //! late, a give-back owed by a dropped future) is taken by exactly one path
 //! or given back by exactly one path, never both:
 //! - an attempt whose answer was lost is given back, and the next attempt
-//!   uses a new token ([`Owed`]); so does each attempt of a Redlock
+//!   uses a new token ([`Acquisition`]); so does each attempt of a Redlock
 //!   (`backend::redlock::acquire`), whose late grants are given back with
 //!   the token they were made for;
 //! - a dropped acquisition gives back the tokens it still owes, in the
-//!   background ([`Owed`]'s drop), and nothing else uses them;
+//!   background ([`Side::give_back_later`]), and nothing else uses them;
 //! - a task named by a release of its own process either claims what the
 //!   release did or leaves it to the releaser to give back, decided once
 //!   by a channel; one whose acquire time ends while the release is on its
@@ -75,6 +75,9 @@
 //! - After Redis refused SUBSCRIBE, every kind checks every
 //!   [`FALLBACK_PAUSE`] for [`RESUBSCRIBE_AFTER`] before it subscribes
 //!   again.
+//!
+//! [`FALLBACK_PAUSE`]: crate::backend::shared::FALLBACK_PAUSE
+//! [`RESUBSCRIBE_AFTER`]: acquisition::RESUBSCRIBE_AFTER
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -83,8 +86,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::lockset::{self as set_side, Tried};
 use crate::backend::queue::{
-    GIVE_BACK_FOR, Queued, RECHECK, Reply, give_back_until, may_have_run, retryable,
-    stopped_waiting, unauthenticated,
+    GIVE_BACK_FOR, Queued, RECHECK, Reply, give_back_until, unauthenticated,
 };
 use crate::backend::redlock::LockRequest;
 use crate::backend::redlock::Redlock;
@@ -92,16 +94,18 @@ use crate::backend::redlock::set::SetOnNodes;
 use crate::backend::rwlock as rw_side;
 use crate::backend::scripts;
 use crate::backend::semaphore as sem_side;
-use crate::backend::shared::{Attempt, Backoff, FALLBACK_PAUSE, Owner, RETRY_MAX, soon_after};
-use crate::backend::{Backend, Grant, Waiter, Wake};
+use crate::backend::shared::{Attempt, Owner};
+use crate::backend::{Backend, Grant, Waiter};
 use crate::guard::Lease;
-use crate::layout::{Keys, KindKeys, MAX_EXPIRE, Permits, RwKeys, new_token};
+use crate::layout::{Keys, KindKeys, MAX_EXPIRE, Permits, RwKeys};
 use crate::local::{Entered, How, Waited};
 use crate::{LockError, io};
 
-/// After Redis refused SUBSCRIBE, how long a waiter checks the name every
-/// [`FALLBACK_PAUSE`] before it tries to subscribe again.
-pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+mod acquisition;
+#[cfg(test)]
+mod explore;
+
+use acquisition::{Acquisition, Side, Woke, waiting};
 
 /// How long a set waits before it joins the FIFO queue of a busy name.
 const JOIN_QUEUE_AFTER: Duration = RECHECK;
@@ -505,11 +509,31 @@ pub(crate) async fn acquire(
     request: Request<'_>,
     gone: io::CallerGone,
 ) -> Result<Won, LockError> {
-    match &**request.backend {
-        Backend::Single(node) => waiting(Queued::Single(node), contender, request, gone).await,
-        Backend::Cluster(nodes) => waiting(Queued::Cluster(nodes), contender, request, gone).await,
-        Backend::Redlock(nodes) => on_redlock(nodes, contender, request, gone).await,
-    }
+    let on = match &**request.backend {
+        Backend::Single(node) => Queued::Single(node),
+        Backend::Cluster(nodes) => Queued::Cluster(nodes),
+        Backend::Redlock(nodes) => return on_redlock(nodes, contender, request, gone).await,
+    };
+    let Request {
+        backend,
+        name,
+        token,
+        expire,
+        wait,
+        queued,
+    } = request;
+    let acquisition = Acquisition::new(name, token, (Instant::now(), wait), queued);
+    let mut side = OnRedis {
+        on,
+        backend,
+        contender,
+        name,
+        expire,
+        progress: Progress::default(),
+        waiters: Vec::new(),
+        gone,
+    };
+    waiting(&mut side, acquisition).await
 }
 
 /// A Redlock counts votes instead of queueing: its own loop takes a lock
@@ -536,12 +560,17 @@ async fn on_redlock(
             Ok(Won::of(grant, 0, Vec::new()))
         }
         Contender::Set(..) => {
-            let mut owed = Owed::new(contender, request.backend, expire, String::new());
-            let Owed {
+            let mut stale = Stale {
+                backend: request.backend,
+                contender,
+                expire,
+                tokens: Vec::new(),
+            };
+            let Stale {
                 contender: Contender::Set(keys, _),
-                stale,
+                tokens: stale,
                 ..
-            } = &mut owed
+            } = &mut stale
             else {
                 unreachable!("matched as a set just above");
             };
@@ -590,371 +619,138 @@ pub(crate) fn queued_only(
     }
 }
 
-/// The loop of the deployments that queue waiters in Redis.
-async fn waiting(
-    on: Queued<'_>,
-    contender: Contender<'_>,
-    request: Request<'_>,
-    mut gone: io::CallerGone,
-) -> Result<Won, LockError> {
-    let Request {
-        backend,
-        name,
-        token,
-        expire,
-        wait,
-        queued,
-    } = request;
-    let now = Instant::now();
-    let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
-    let wakeups = on.wakeups();
-    let mut owed = Owed::new(contender, backend, expire, token);
-    owed.queued = queued;
-    let one_name = !matches!(owed.contender, Contender::Set(..));
-    // Uncontended: no pub/sub work at all, unless every channel is already
-    // subscribed (names in demand), in which case waiting starts warm.
-    let mut waiters: Vec<Waiter> = owed
-        .contender
-        .keys()
-        .iter()
-        .map(|k| wakeups.register_if_subscribed(&k.channel, &owed.current))
-        .collect::<Option<_>>()
-        .unwrap_or_default();
-    let mut retry = Backoff::new(RETRY_MAX);
-    // Redis refused SUBSCRIBE: check often until this moment.
-    let mut polling_until: Option<Instant> = None;
-    // A hand-over was heard: the next answer is the grant.
-    let mut handed = false;
-    let mut progress = Progress::default();
-    loop {
-        // Attempts whose answer was lost come first: their tokens are given
-        // back before a new token tries.
-        if let Err(e) = owed.settle(on).await {
-            retry.pause(e, deadline, &mut gone).await?;
-            continue;
-        }
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        owed.sending = true;
-        let attempt = owed
-            .contender
-            .attempt(
-                on,
-                (name, &owed.current, expire, left),
-                owed.queued,
-                &mut progress,
-            )
-            .await;
-        owed.sending = false;
-        let first_end = match attempt {
-            Ok(Answer::Taken {
-                fencing_token,
-                slot,
-                of_set,
-            }) => {
-                owed.queued = false;
-                let token = std::mem::take(&mut owed.current);
-                let grant = Grant {
-                    fencing_token,
-                    sent,
-                    handed,
-                    token,
-                };
-                return Ok(Won::of(grant, slot, of_set));
-            }
-            Ok(Answer::Busy(first_end)) => first_end,
-            Ok(Answer::Again) => continue,
-            // A token queued before is given back by `owed`.
-            Ok(Answer::Refused(e)) => return Err(e),
-            Err(e) if retryable(&e) => {
-                // The request may have run: the token may be queued or even
-                // hold the name. It is given back, and the next attempt
-                // uses a new token, so that a late give-back can never
-                // free the hold of a later attempt.
-                owed.renew_token(may_have_run(&e))?;
-                waiters.clear();
-                handed = false;
-                retry.pause(e, deadline, &mut gone).await?;
-                continue;
-            }
-            Err(e) => {
-                owed.sending = may_have_run(&e);
-                return Err(e);
-            }
-        };
-        retry.reset();
-        handed = false;
-        if left.is_zero() {
-            // That attempt left the queue.
-            owed.queued = false;
-            return Err(LockError::Timeout {
-                name: name.to_owned(),
-                waited: wait,
-            });
-        }
-        owed.queued = true;
-        let now = Instant::now();
-        if polling_until.is_some_and(|until| now >= until) {
-            polling_until = None;
-        }
-        if waiters.is_empty() && polling_until.is_none() {
-            // Subscribes in the background; `Wake::Subscribed` says when
-            // no notice can be missed any more.
-            waiters = owed
-                .contender
-                .keys()
-                .iter()
-                .map(|k| wakeups.watch(&k.channel, &owed.current))
-                .collect();
-        }
-        // When to ask Redis again: at the deadline, when the holder's lease
-        // ends, within a second in any case, and often while no release
-        // notice can reach us.
-        let recheck = deadline.min(now + RECHECK);
-        let mut wake_at = next_check(recheck, first_end, polling_until.is_some());
-        loop {
-            let woken = std::future::poll_fn(|cx| {
-                for waiter in &mut waiters {
-                    if let Poll::Ready(wake) = waiter.poll_wait(cx) {
-                        return Poll::Ready(wake);
-                    }
-                }
-                Poll::Pending
-            });
-            let wake = tokio::select! {
-                wake = woken => wake,
-                () = tokio::time::sleep_until(wake_at.into()) => break,
-                () = gone.wait() => return Err(stopped_waiting()),
-            };
-            match wake {
-                // The release that handed a lock over ran after `sent`:
-                // its notice carries the grant (unless grants wait for
-                // replicas: the releaser's write may not have reached
-                // them, and the next attempt confirms it with a write of
-                // this waiter's and WAIT).
-                Wake::Handed { fencing_token }
-                    if matches!(owed.contender, Contender::Lock(_)) && !on.waits_for_replicas() =>
-                {
-                    owed.queued = false;
-                    let token = std::mem::take(&mut owed.current);
-                    let grant = Grant {
-                        fencing_token,
-                        sent,
-                        handed: true,
-                        token,
-                    };
-                    return Ok(Won::of(grant, 0, Vec::new()));
-                }
-                // Ours; asking once more says which key and tokens. The
-                // waiter is no longer registered.
-                Wake::Handed { .. } => {
-                    waiters.clear();
-                    handed = true;
-                    break;
-                }
-                // From now on no notice is missed; one may have come
-                // before: ask again. Or a release left the name free and
-                // this waiter is the oldest: take it, unless a newcomer was
-                // quicker.
-                Wake::Subscribed | Wake::TryNow => break,
-                Wake::Recheck => {
-                    waiters.clear();
-                    break;
-                }
-                Wake::Refused => {
-                    waiters.clear();
-                    polling_until = Some(Instant::now() + RESUBSCRIBE_AFTER);
-                    wake_at = wake_at.min(soon_after(FALLBACK_PAUSE));
-                }
-                // Another waiter got the name: a crash of that holder is
-                // what to watch for now (see the module docs).
-                Wake::Rearm { lease } => {
-                    let polling = polling_until.is_some();
-                    wake_at = rearmed(wake_at, (recheck, lease), one_name, polling);
-                }
-            }
-        }
-    }
+/// The Locker's deployment, waiting on the caller's runtime: the [`Side`]
+/// of the real acquisitions.
+struct OnRedis<'a> {
+    on: Queued<'a>,
+    backend: &'a Arc<Backend>,
+    contender: Contender<'a>,
+    name: &'a str,
+    expire: Duration,
+    progress: Progress,
+    /// Registered for release notices, one per name (none: not listening).
+    waiters: Vec<Waiter>,
+    gone: io::CallerGone,
 }
 
-/// The next check after a notice that another waiter took the name, whose
-/// lease is `lease` (see the module docs): for one name, when that lease
-/// ends (later or earlier than planned, never after `recheck`); for a set,
-/// which waits on several names, never later than planned.
-fn rearmed(
-    wake_at: Instant,
-    (recheck, lease): (Instant, Duration),
-    one_name: bool,
-    polling: bool,
-) -> Instant {
-    if one_name {
-        next_check(recheck, Some(lease), polling)
-    } else {
-        wake_at.min(soon_after(lease))
+impl Side for OnRedis<'_> {
+    fn now(&self) -> Instant {
+        Instant::now()
     }
-}
 
-/// When a waiter asks Redis again: at `recheck` (its deadline or a second
-/// from now), when a lease of `lease` ends, and soon when `polling`.
-fn next_check(recheck: Instant, lease: Option<Duration>, polling: bool) -> Instant {
-    let mut at = recheck;
-    if let Some(lease) = lease {
-        at = at.min(soon_after(lease));
-    }
-    if polling {
-        at = at.min(soon_after(FALLBACK_PAUSE));
-    }
-    at
-}
-
-impl Backoff {
-    /// After `error`: sleeps the next pause, cut at `deadline`; `error`
-    /// itself once the deadline has passed (or the caller is gone).
-    pub(crate) async fn pause(
+    async fn attempt(
         &mut self,
-        error: LockError,
-        deadline: Instant,
-        gone: &mut io::CallerGone,
-    ) -> Result<(), LockError> {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(error);
-        }
-        tracing::debug!(target: "lockattr", error = %error, "a waiter cannot reach Redis; trying again");
-        let until = deadline.min(now + self.next());
+        token: &str,
+        left: Duration,
+        queued: bool,
+    ) -> Result<Answer, LockError> {
+        let attempt = (self.name, token, self.expire, left);
+        let progress = &mut self.progress;
+        self.contender
+            .attempt(self.on, attempt, queued, progress)
+            .await
+    }
+
+    async fn give_back(&mut self, token: &str) -> Result<(), LockError> {
+        self.contender.give_back(self.on, token).await
+    }
+
+    fn listen(&mut self, token: &str, warm: bool) -> bool {
+        let (wakeups, keys) = (self.on.wakeups(), self.contender.keys());
+        self.waiters = if warm {
+            keys.iter()
+                .map(|k| wakeups.register_if_subscribed(&k.channel, token))
+                .collect::<Option<_>>()
+                .unwrap_or_default()
+        } else {
+            keys.iter()
+                .map(|k| wakeups.watch(&k.channel, token))
+                .collect()
+        };
+        !self.waiters.is_empty()
+    }
+
+    fn stop_listening(&mut self) {
+        self.waiters.clear();
+    }
+
+    async fn sleep(&mut self, until: Instant, notices: bool) -> Woke {
+        let waiters = &mut self.waiters;
+        let woken = std::future::poll_fn(|cx| {
+            for waiter in waiters.iter_mut().filter(|_| notices) {
+                if let Poll::Ready(wake) = waiter.poll_wait(cx) {
+                    return Poll::Ready(wake);
+                }
+            }
+            Poll::Pending
+        });
         tokio::select! {
-            () = tokio::time::sleep_until(until.into()) => Ok(()),
-            () = gone.wait() => Err(stopped_waiting()),
+            wake = woken => Woke::Notice(wake),
+            () = tokio::time::sleep_until(until.into()) => Woke::Time,
+            () = self.gone.wait() => Woke::Gone,
         }
+    }
+
+    fn give_back_later(&mut self, tokens: Vec<String>) {
+        give_back_later(self.backend, &self.contender, self.expire, tokens);
+    }
+
+    fn notice_grants(&self) -> bool {
+        matches!(self.contender, Contender::Lock(_)) && !self.on.waits_for_replicas()
+    }
+
+    fn one_name(&self) -> bool {
+        !matches!(self.contender, Contender::Set(..))
     }
 }
 
-/// The tokens of one acquisition that must be given back: dropped with any
-/// left, it gives them back in the background (a cancelled waiter leaves
-/// the queue, passing the name on if it was just handed it).
-struct Owed<'a> {
+/// Gives back `tokens` of `contender` in the background (a cancelled waiter
+/// leaves the queue, passing the name on if it was just handed it),
+/// retried while the lease they might hold could still run.
+fn give_back_later(
+    backend: &Arc<Backend>,
+    contender: &Contender<'_>,
+    expire: Duration,
+    tokens: Vec<String>,
+) {
+    let backend = backend.clone();
+    let contender = contender.clone().into_owned();
+    let until = Instant::now() + expire.min(GIVE_BACK_FOR);
+    let giving = io::spawn(async move {
+        let Some(on) = Queued::of(&backend) else {
+            // A set on a Redlock: given back on every node.
+            if let (Backend::Redlock(nodes), Contender::Set(keys, _)) = (&*backend, &contender) {
+                for token in tokens {
+                    nodes
+                        .give_back_set(keys, &token, expire, &nodes.every_node())
+                        .await;
+                }
+            }
+            return;
+        };
+        for token in tokens {
+            give_back_until(until, || contender.give_back(on, &token)).await;
+        }
+    });
+    if let Err(e) = giving {
+        tracing::debug!(target: "lockattr", error = %e, "cannot leave a queue; the entry expires with the wait");
+    }
+}
+
+/// The tokens of a Redlock set's abandoned attempts: dropped with any left,
+/// it gives them back in the background.
+struct Stale<'a> {
     backend: &'a Arc<Backend>,
     contender: Contender<'a>,
     expire: Duration,
-    /// Tokens of attempts whose answer was lost, oldest first.
-    stale: Vec<String>,
-    /// The token of the current attempt (empty once it is the caller's).
-    current: String,
-    /// An attempt may have queued `current`.
-    queued: bool,
-    /// `current`'s request is on its way, or ended in an error after which
-    /// it may hold something.
-    sending: bool,
+    tokens: Vec<String>,
 }
 
-impl<'a> Owed<'a> {
-    fn new(
-        contender: Contender<'a>,
-        backend: &'a Arc<Backend>,
-        expire: Duration,
-        token: String,
-    ) -> Owed<'a> {
-        Owed {
-            backend,
-            contender,
-            expire,
-            stale: Vec::new(),
-            current: token,
-            queued: false,
-            sending: false,
-        }
-    }
-
-    /// A new token for the next attempt; the current one is owed a
-    /// give-back when it may be queued or, with `may_hold`, hold something.
-    fn renew_token(&mut self, may_hold: bool) -> Result<(), LockError> {
-        let old = std::mem::replace(&mut self.current, new_token()?);
-        if std::mem::take(&mut self.queued) || may_hold {
-            self.stale.push(old);
-        }
-        Ok(())
-    }
-
-    /// Gives back the stale tokens, oldest last; the error of the first
-    /// that could not be given back for lack of Redis (it stays owed).
-    async fn settle(&mut self, on: Queued<'_>) -> Result<(), LockError> {
-        while let Some(token) = self.stale.last() {
-            match self.contender.give_back(on, token).await {
-                Ok(()) => {}
-                Err(e) if retryable(&e) => return Err(e),
-                // Nothing to gain from trying again: the lease frees it.
-                Err(e) => {
-                    tracing::debug!(target: "lockattr", error = %e, "cannot give back an abandoned attempt")
-                }
-            }
-            self.stale.pop();
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Owed<'_> {
+impl Drop for Stale<'_> {
     fn drop(&mut self) {
-        let mut tokens = std::mem::take(&mut self.stale);
-        if (self.queued || self.sending) && !self.current.is_empty() {
-            tokens.push(std::mem::take(&mut self.current));
+        let tokens = std::mem::take(&mut self.tokens);
+        if !tokens.is_empty() {
+            give_back_later(self.backend, &self.contender, self.expire, tokens);
         }
-        if tokens.is_empty() {
-            return;
-        }
-        let backend = self.backend.clone();
-        let contender = self.contender.clone().into_owned();
-        let expire = self.expire;
-        let until = Instant::now() + expire.min(GIVE_BACK_FOR);
-        let giving = io::spawn(async move {
-            let Some(on) = Queued::of(&backend) else {
-                // A set on a Redlock: given back on every node.
-                if let (Backend::Redlock(nodes), Contender::Set(keys, _)) = (&*backend, &contender)
-                {
-                    for token in tokens {
-                        nodes
-                            .give_back_set(keys, &token, expire, &nodes.every_node())
-                            .await;
-                    }
-                }
-                return;
-            };
-            for token in tokens {
-                give_back_until(until, || contender.give_back(on, &token)).await;
-            }
-        });
-        if let Err(e) = giving {
-            tracing::debug!(target: "lockattr", error = %e, "cannot leave a queue; the entry expires with the wait");
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_rearm_moves_one_names_check_to_the_new_lease_and_a_sets_only_earlier() {
-        let now = Instant::now();
-        let (soon, recheck) = (now + Duration::from_millis(50), now + RECHECK);
-        let later = Duration::from_millis(500);
-        // One name: the holder whose lease was watched is gone; the new
-        // holder's lease is what counts, even when it ends later.
-        let one = rearmed(soon, (recheck, later), true, false);
-        assert!(one > soon + Duration::from_millis(300) && one <= recheck);
-        // Never past the recheck.
-        let long = rearmed(soon, (recheck, Duration::from_secs(60)), true, false);
-        assert_eq!(long, recheck);
-        // A set: another of its names may still end first.
-        assert_eq!(rearmed(soon, (recheck, later), false, false), soon);
-        let earlier = rearmed(recheck, (recheck, Duration::from_millis(5)), false, false);
-        assert!(earlier < now + Duration::from_millis(100));
-    }
-
-    #[test]
-    fn a_polling_waiter_checks_soon_whatever_the_lease() {
-        let now = Instant::now();
-        let at = rearmed(now + RECHECK, (now + RECHECK, RECHECK), true, true);
-        assert!(at <= now + FALLBACK_PAUSE + Duration::from_millis(50));
     }
 }
