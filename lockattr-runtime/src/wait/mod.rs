@@ -55,6 +55,10 @@
 //!   of trying its token again on its own (see [`crate::local`], which the
 //!   explorer in `local::explore` checks in every order of those steps).
 //!
+//! The explorer in `explore` runs [`waiting`] itself, on a scripted Redis,
+//! in every order of its requests, answers (lost, late), notices, deadlines
+//! and drops, and checks this rule after every step.
+//!
 //! # One rule for every kind
 //!
 //! - A token is owed a give-back when it may be queued (an attempt found
