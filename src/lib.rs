@@ -467,6 +467,7 @@
 //! #[lockattr::redis_lock(name = "order:{order_id}", expire = 0)] // `expire` cannot be zero
 //! fn pay(order_id: u64) -> Result<(), lockattr::LockError> { Ok(()) }
 //! ```
+#![forbid(unsafe_code)]
 
 /// Takes a Redis lock around a function's body: the lock is taken before
 /// the body runs and released on every way out (a value, `return`, `?`, a

@@ -35,6 +35,7 @@
 //! The tool reads and frees locks through the public API of
 //! [`lockattr_runtime::Locker`] (`locks`, `inspect`, `force_unlock_if`), so it
 //! sees what the library's own clients write.
+#![forbid(unsafe_code)]
 
 mod cli;
 mod commands;

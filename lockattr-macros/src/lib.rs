@@ -2,6 +2,7 @@
 //! and `#[derive(LockKey)]`. Use them through the `lockattr` crate, whose
 //! documentation describes every option; the generated code calls
 //! `::lockattr::__private` only.
+#![forbid(unsafe_code)]
 
 mod attr;
 mod derive;

@@ -10,6 +10,7 @@ use crate::inner::Inner;
 use crate::layout::Keys;
 use crate::local::Turn;
 use crate::lost::{LeaseState, whole_ms};
+use crate::sync::lock;
 use crate::{LockError, LostReason, io};
 
 /// What a held lock is: who holds it, under which keys, for how long.
@@ -60,7 +61,7 @@ impl crate::watchdog::Renewable for Lease {
         self.state.confirmed(sent, left);
         // The tasks of this process waiting for it wait that much longer
         // before they go to Redis on their own.
-        if let Some(turn) = self.turn.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some(turn) = lock(&self.turn).as_mut() {
             turn.held(sent, left);
         }
     }
@@ -108,7 +109,7 @@ impl Lease {
 
     /// Leaves the watchdog: no renewal starts after this returns.
     fn unwatch(&self) {
-        let id = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let id = lock(&self.watch).take();
         if let Some(id) = id {
             self.locker.watchdog.unwatch(id);
         }
@@ -140,7 +141,7 @@ impl Lease {
             return self.extend(left, Extend::Hold).await;
         }
         let in_lease = self.state.check().is_err();
-        let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let turn = lock(&self.turn).take();
         let backend = &self.locker.backend;
         let released = crate::local::release(
             backend,

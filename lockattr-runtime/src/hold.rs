@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::LockError;
+use crate::sync::lock;
 
 /// The hold of one lease.
 #[derive(Debug)]
@@ -43,7 +44,7 @@ impl Hold {
     }
 
     fn end(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.end.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.end)
     }
 
     /// The lock was taken by a request sent at `sent`.

@@ -112,6 +112,7 @@
 //! crate has the same features and passes them on.
 //!
 #![doc = document_features::document_features!()]
+#![forbid(unsafe_code)]
 
 mod address;
 mod backend;
@@ -134,6 +135,7 @@ mod reentry;
 mod rwlock;
 mod semaphore;
 mod semaphore_inspect;
+mod sync;
 mod wait;
 mod watchdog;
 

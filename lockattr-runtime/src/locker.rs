@@ -19,6 +19,7 @@ use crate::layout::new_token;
 use crate::local::LocalQueues;
 use crate::lost::{LeaseState, whole_ms};
 use crate::observe::{Acquiring, Kind, Report};
+use crate::sync::lock;
 use crate::wait;
 use crate::watchdog::{self, Watchdog};
 use crate::{LockError, io};
@@ -1529,7 +1530,7 @@ pub(crate) fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
     } else {
         None
     };
-    *lease.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
+    *lock(&lease.watch) = watch;
     LockGuard::new(lease)
 }
 

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::observe::Report;
+use crate::sync::lock;
 
 /// Why a guard lost its lock; carried by [`LockError::Lost`](crate::LockError::Lost).
 ///
@@ -149,7 +150,7 @@ impl LeaseState {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
     /// Redis confirmed the lease: a request sent at `sent` found it owned

@@ -43,6 +43,7 @@ use tokio::sync::Notify;
 use crate::backend::{Backend, Renewal, Renewed};
 use crate::layout::Keys;
 use crate::lost::LeaseState;
+use crate::sync::lock;
 use crate::{LockError, io};
 
 /// What the watchdog renews (a guard's lease), seen through what renewal
@@ -126,7 +127,7 @@ pub(crate) fn period(expire: Duration) -> Duration {
 
 impl Watchdog {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.shared.state)
     }
 
     /// Watches `lease`: renews it every `period` from `due` on, or reads it
@@ -186,7 +187,7 @@ async fn run(shared: Arc<Shared>, backend: Weak<Backend>) {
         let mut capped = Vec::new();
         let mut next = None::<Instant>;
         {
-            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = lock(&shared.state);
             state.entries.retain(|_, e| {
                 if e.lease.strong_count() == 0 {
                     return false;
@@ -226,11 +227,7 @@ async fn run(shared: Arc<Shared>, backend: Weak<Backend>) {
                 () = tokio::time::sleep_until(next.into()) => {}
                 () = shared.added.notified() => {}
             }
-            shared
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .asleep_until = None;
+            lock(&shared.state).asleep_until = None;
             continue;
         }
         let Some(backend) = backend.upgrade() else {
@@ -240,12 +237,7 @@ async fn run(shared: Arc<Shared>, backend: Weak<Backend>) {
         due.retain(|(id, lease, _)| {
             let lost = lease.state().check().is_ok();
             if lost {
-                shared
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entries
-                    .remove(id);
+                lock(&shared.state).entries.remove(id);
             }
             !lost
         });
@@ -286,7 +278,7 @@ async fn renew(
         .collect();
     let sent = Instant::now();
     let outcome = backend.renew(&renewals).await;
-    let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    let mut state = lock(&shared.state);
     match outcome {
         Ok(found) => {
             let mut unknown = 0;

@@ -32,6 +32,7 @@ use super::source::Source;
 use super::wake::{ShardedClient, Wakeups};
 use crate::address::{self, Address, TlsFiles};
 use crate::layout::{Keys, slot};
+use crate::sync::lock;
 use crate::{LockError, io};
 
 /// A Redis Cluster.
@@ -176,7 +177,7 @@ impl ClusterNodes {
         slot: &Mutex<Option<ClusterConnection>>,
         config: Option<redis::cluster::ClusterConfig>,
     ) -> Result<ClusterConnection, LockError> {
-        let cached = || slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let cached = || lock(slot).clone();
         if let Some(connection) = cached() {
             return Ok(connection);
         }
@@ -202,7 +203,7 @@ impl ClusterNodes {
             }
         })
         .await?;
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
+        *lock(slot) = Some(connection.clone());
         Ok(connection)
     }
 

@@ -37,6 +37,7 @@ use redis::RedisError;
 use redis::aio::MultiplexedConnection;
 
 use super::scripts;
+use crate::sync::lock;
 
 /// Reads the restart marker, writing it first when missing.
 ///
@@ -110,7 +111,7 @@ impl NodeFacts {
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, Known> {
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.known)
     }
 
     /// How long the node has kept its data, as of its latest connections;

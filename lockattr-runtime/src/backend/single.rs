@@ -18,6 +18,7 @@ use super::source::{Sentinels, Source};
 use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
 use crate::layout::Keys;
+use crate::sync::lock;
 use crate::{LockError, io};
 
 /// A connection and its generation, so that a failure on an old connection
@@ -218,7 +219,7 @@ impl SingleNode {
             reason: "a lock operation ran outside a tokio runtime".into(),
         })?;
         let runtime = (handle.id(), lane);
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = lock(&self.slots);
         if let Some(slot) = slots.get(&runtime) {
             return Ok(slot.clone());
         }
@@ -226,10 +227,7 @@ impl SingleNode {
         slots.insert(runtime, slot.clone());
         drop(slots);
         io::when_runtime_ends(&handle, Arc::downgrade(&self.slots), move |slots| {
-            slots
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&runtime);
+            lock(slots).remove(&runtime);
         });
         Ok(slot)
     }
@@ -292,7 +290,7 @@ impl SingleNode {
                     return Err(self.connect_error(e));
                 }
                 *last_error = None;
-                *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Current {
+                *lock(&slot.current) = Some(Current {
                     generation,
                     connection: connection.clone(),
                 });
@@ -624,14 +622,14 @@ impl SingleNode {
 
 impl Slot {
     fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
-        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let current = lock(&self.current);
         current
             .as_ref()
             .map(|c| (c.generation, c.connection.clone()))
     }
 
     fn discard(&self, generation: u64) {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = lock(&self.current);
         if current.as_ref().is_some_and(|c| c.generation == generation) {
             *current = None;
         }

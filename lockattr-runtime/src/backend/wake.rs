@@ -71,7 +71,7 @@ use std::collections::HashMap;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures_core::Stream;
@@ -87,6 +87,7 @@ use crate::layout::Notice as HandOver;
 
 use super::shared::{FALLBACK_PAUSE, RECHECK, Timeouts};
 use crate::io;
+use crate::sync::lock;
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(2);
@@ -341,10 +342,6 @@ impl Channel {
             let _ = entry.wake.send(Wake::Subscribed);
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl State {

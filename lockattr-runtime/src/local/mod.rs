@@ -70,7 +70,7 @@ mod explore;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -79,6 +79,7 @@ use crate::backend::queue::{GIVE_BACK_FOR, Queued, RECHECK, give_back_until};
 use crate::backend::shared::{Owner, Successor};
 use crate::backend::{Backend, Released};
 use crate::layout::{Keys, Notice};
+use crate::sync::lock;
 use crate::{LockError, io};
 
 /// A successor is only named with at least this much of its wait left: a
@@ -300,10 +301,6 @@ impl Drop for Unclaimed {
             .clone()
             .give_back(self.keys.clone(), token, self.lease);
     }
-}
-
-fn lock(names: &Mutex<HashMap<Arc<str>, Name>>) -> MutexGuard<'_, HashMap<Arc<str>, Name>> {
-    names.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl LocalQueues {

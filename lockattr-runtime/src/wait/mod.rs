@@ -103,6 +103,7 @@ use crate::backend::{Backend, Grant, Waiter};
 use crate::guard::Lease;
 use crate::layout::{Keys, KindKeys, MAX_EXPIRE, Permits, RwKeys};
 use crate::local::{Entered, How, Waited};
+use crate::sync::lock;
 use crate::{LockError, io};
 
 mod acquisition;
@@ -481,7 +482,7 @@ async fn take_lock(
     };
     if let Some(turn) = turn {
         turn.held(grant.sent, lease.expire);
-        *lease.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn);
+        *lock(&lease.turn) = Some(turn);
     }
     Ok(grant)
 }
