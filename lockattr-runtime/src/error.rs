@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::LostReason;
-
 /// Why a lock operation failed.
 ///
 /// Every variant's message says what happened and what to do about it. No
@@ -488,6 +486,64 @@ impl std::fmt::Display for Shown<'_> {
             self.0[..end].escape_debug(),
             self.0.len()
         )
+    }
+}
+
+/// Why a guard lost its lock; carried by [`LockError::Lost`](crate::LockError::Lost).
+///
+/// ```
+/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
+/// use lockattr::LostReason;
+/// assert!(LostReason::Expired.to_string().contains("lease"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out: the lock was neither released nor extended in
+    /// time, and renewal was off.
+    Expired,
+    /// Renewal was on, but no renewal reached Redis for a whole lease (Redis
+    /// down, unreachable or frozen), so the lease may have run out.
+    Unrenewed,
+    /// Redis found the lock deleted, or held under another owner's token.
+    Taken,
+    /// Renewal stopped because its cap ([`renew_for`](crate::LockBuilder::renew_for))
+    /// had passed since the lock was taken, and the lease then ran out.
+    RenewFor,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => {
+                "its lease ran out before the work was done; raise `expire`, extend the lock, \
+                 or turn on `renew`"
+            }
+            LostReason::Unrenewed => {
+                "no renewal reached Redis for a whole lease, so the lease may have run out; \
+                 check that Redis is up and reachable"
+            }
+            LostReason::Taken => {
+                "Redis found the lock deleted or held by another owner (deleted from outside, \
+                 expired after a pause, or lost with a Redis restart)"
+            }
+            LostReason::RenewFor => {
+                "renewal stopped when its `renew_for` cap had passed since the lock was taken, \
+                 and the lease then ran out; raise `renew_for` if the work may take that long"
+            }
+        })
+    }
+}
+
+impl LostReason {
+    /// A short name, for the `reason` of the loss event and metric.
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::Unrenewed => "unrenewed",
+            LostReason::Taken => "taken",
+            LostReason::RenewFor => "renew_for",
+        }
     }
 }
 

@@ -150,6 +150,7 @@ pub use redis;
 pub use address::RedisAddr;
 pub use default::{default_locker, init, set_default};
 pub use error::LockError;
+pub use error::LostReason;
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo, LockKind, ReaderInfo};
 pub use key::LockKey;
@@ -161,5 +162,4 @@ pub use locker::{
     Fairness, LockBuilder, Locker, LockerBuilder, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT,
 };
 pub use lockset::{LockSetBuilder, LockSetGuard};
-pub use lost::LostReason;
 pub use semaphore_inspect::{PermitInfo, SemaphoreInfo};

@@ -24,66 +24,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::LostReason;
 use crate::observe::Report;
 use crate::sync::lock;
-
-/// Why a guard lost its lock; carried by [`LockError::Lost`](crate::LockError::Lost).
-///
-/// ```
-/// # use lockattr_runtime as lockattr; // the doctest builds without the facade
-/// use lockattr::LostReason;
-/// assert!(LostReason::Expired.to_string().contains("lease"));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The lease ran out: the lock was neither released nor extended in
-    /// time, and renewal was off.
-    Expired,
-    /// Renewal was on, but no renewal reached Redis for a whole lease (Redis
-    /// down, unreachable or frozen), so the lease may have run out.
-    Unrenewed,
-    /// Redis found the lock deleted, or held under another owner's token.
-    Taken,
-    /// Renewal stopped because its cap ([`renew_for`](crate::LockBuilder::renew_for))
-    /// had passed since the lock was taken, and the lease then ran out.
-    RenewFor,
-}
-
-impl std::fmt::Display for LostReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => {
-                "its lease ran out before the work was done; raise `expire`, extend the lock, \
-                 or turn on `renew`"
-            }
-            LostReason::Unrenewed => {
-                "no renewal reached Redis for a whole lease, so the lease may have run out; \
-                 check that Redis is up and reachable"
-            }
-            LostReason::Taken => {
-                "Redis found the lock deleted or held by another owner (deleted from outside, \
-                 expired after a pause, or lost with a Redis restart)"
-            }
-            LostReason::RenewFor => {
-                "renewal stopped when its `renew_for` cap had passed since the lock was taken, \
-                 and the lease then ran out; raise `renew_for` if the work may take that long"
-            }
-        })
-    }
-}
-
-impl LostReason {
-    /// A short name, for the `reason` of the loss event and metric.
-    pub(crate) fn code(self) -> &'static str {
-        match self {
-            LostReason::Expired => "expired",
-            LostReason::Unrenewed => "unrenewed",
-            LostReason::Taken => "taken",
-            LostReason::RenewFor => "renew_for",
-        }
-    }
-}
 
 /// `d` rounded down to whole milliseconds: what Redis keeps of a lease.
 pub(crate) fn whole_ms(d: Duration) -> Duration {
