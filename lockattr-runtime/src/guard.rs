@@ -255,6 +255,16 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
+impl crate::observe::Granted for LockGuard {
+    fn name(&self) -> &str {
+        LockGuard::name(self)
+    }
+
+    fn fencing_token(&self) -> u64 {
+        LockGuard::fencing_token(self)
+    }
+}
+
 impl LockGuard {
     pub(crate) fn new(lease: Arc<Lease>) -> LockGuard {
         LockGuard {

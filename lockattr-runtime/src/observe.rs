@@ -16,7 +16,16 @@ use std::time::{Duration, Instant};
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::{LockError, LockGuard, LockSetGuard, LostReason};
+use crate::{LockError, LostReason};
+
+/// What an acquisition's end reports of the guard it returns (the guard
+/// types live above this file and implement it).
+pub(crate) trait Granted {
+    /// The lock's name.
+    fn name(&self) -> &str;
+    /// The fencing token it was granted.
+    fn fencing_token(&self) -> u64;
+}
 
 /// The label of a lock's metrics: its name template (`"order:{order_id}"`),
 /// a kind set with `LockBuilder::kind`, or the name's part before its first
@@ -133,10 +142,10 @@ impl Acquiring {
 
     /// Records how the acquisition ended (`handed`: a release handed the
     /// lock over while this caller waited) and returns its guard.
-    pub(crate) fn finish(
+    pub(crate) fn finish<G: Granted>(
         mut self,
-        outcome: Result<(LockGuard, bool), LockError>,
-    ) -> Result<LockGuard, LockError> {
+        outcome: Result<(G, bool), LockError>,
+    ) -> Result<G, LockError> {
         let waited = self.conclude(outcome.as_ref().map(|(_, handed)| *handed));
         if let Ok((guard, true)) = &outcome {
             tracing::debug!(
@@ -154,10 +163,7 @@ impl Acquiring {
     /// [`finish`](Self::finish) for a lock set: its outcome is `acquired`
     /// (a set takes its names in one last attempt, never by a hand-over),
     /// `timeout` or `error`.
-    pub(crate) fn finish_set(
-        mut self,
-        outcome: Result<LockSetGuard, LockError>,
-    ) -> Result<LockSetGuard, LockError> {
+    pub(crate) fn finish_set<S>(mut self, outcome: Result<S, LockError>) -> Result<S, LockError> {
         self.conclude(outcome.as_ref().map(|_| false));
         outcome
     }

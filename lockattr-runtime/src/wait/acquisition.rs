@@ -11,7 +11,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Answer, Won};
 use crate::LockError;
 use crate::backend::queue::{RECHECK, may_have_run, retryable, stopped_waiting};
 use crate::backend::shared::{Backoff, FALLBACK_PAUSE, RETRY_MAX, soon_after};
@@ -21,6 +20,57 @@ use crate::layout::{MAX_EXPIRE, new_token};
 /// After Redis refused SUBSCRIBE, how long a waiter checks the name every
 /// [`FALLBACK_PAUSE`] before it tries to subscribe again.
 pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+
+/// An acquisition that succeeded.
+#[derive(Debug)]
+pub(crate) struct Won {
+    /// The grant (of a set: with its first name's fencing token).
+    pub(crate) grant: Grant,
+    /// The index of the permit taken (0 for the other kinds).
+    pub(crate) slot: usize,
+    /// Each name of a set's fencing token, in the order of its keys (empty
+    /// for one name).
+    pub(crate) fencing_tokens: Vec<u64>,
+}
+
+impl Won {
+    pub(crate) fn of(grant: Grant, slot: usize, fencing_tokens: Vec<u64>) -> Won {
+        Won {
+            grant,
+            slot,
+            fencing_tokens,
+        }
+    }
+}
+
+/// What one attempt found.
+pub(crate) enum Answer {
+    /// Taken: the fencing token (a set's first name's), the permit's index
+    /// (0 for the other kinds) and each name of a set's fencing token.
+    Taken {
+        fencing_token: u64,
+        slot: usize,
+        of_set: Vec<u64>,
+    },
+    /// Held; the first holder's lease ends in this much time, if known.
+    Busy(Option<Duration>),
+    /// Nothing written: ask again at once (a semaphore asked to look at
+    /// every permit).
+    Again,
+    /// Refused for good (nothing written by this attempt).
+    Refused(LockError),
+}
+
+impl Answer {
+    /// One name taken.
+    pub(crate) fn taken(fencing_token: u64, slot: usize) -> Answer {
+        Answer::Taken {
+            fencing_token,
+            slot,
+            of_set: Vec::new(),
+        }
+    }
+}
 
 /// What ended a sleep of the loop.
 #[derive(Debug)]

@@ -49,8 +49,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use super::acquisition::{Acquisition, Side, Woke, waiting};
-use super::{Answer, Won};
+use super::acquisition::{Acquisition, Answer, Side, Woke, Won, waiting};
 use crate::LockError;
 use crate::backend::Wake;
 

@@ -110,7 +110,8 @@ mod acquisition;
 #[cfg(test)]
 mod explore;
 
-use acquisition::{Acquisition, Side, Woke, waiting};
+pub(crate) use acquisition::Won;
+use acquisition::{Acquisition, Answer, Side, Woke, waiting};
 
 /// How long a set waits before it joins the FIFO queue of a busy name.
 const JOIN_QUEUE_AFTER: Duration = RECHECK;
@@ -128,57 +129,6 @@ pub(crate) enum Contender<'a> {
     /// indices of each group taken in one script call (one per Cluster
     /// slot).
     Set(Cow<'a, [Keys]>, Vec<Vec<usize>>),
-}
-
-/// An acquisition that succeeded.
-#[derive(Debug)]
-pub(crate) struct Won {
-    /// The grant (of a set: with its first name's fencing token).
-    pub(crate) grant: Grant,
-    /// The index of the permit taken (0 for the other kinds).
-    pub(crate) slot: usize,
-    /// Each name of a set's fencing token, in the order of its keys (empty
-    /// for one name).
-    pub(crate) fencing_tokens: Vec<u64>,
-}
-
-impl Won {
-    fn of(grant: Grant, slot: usize, fencing_tokens: Vec<u64>) -> Won {
-        Won {
-            grant,
-            slot,
-            fencing_tokens,
-        }
-    }
-}
-
-/// What one attempt found.
-enum Answer {
-    /// Taken: the fencing token (a set's first name's), the permit's index
-    /// (0 for the other kinds) and each name of a set's fencing token.
-    Taken {
-        fencing_token: u64,
-        slot: usize,
-        of_set: Vec<u64>,
-    },
-    /// Held; the first holder's lease ends in this much time, if known.
-    Busy(Option<Duration>),
-    /// Nothing written: ask again at once (a semaphore asked to look at
-    /// every permit).
-    Again,
-    /// Refused for good (nothing written by this attempt).
-    Refused(LockError),
-}
-
-impl Answer {
-    /// One name taken.
-    fn taken(fencing_token: u64, slot: usize) -> Answer {
-        Answer::Taken {
-            fencing_token,
-            slot,
-            of_set: Vec::new(),
-        }
-    }
 }
 
 /// What the loop remembers between the attempts of one acquisition.
