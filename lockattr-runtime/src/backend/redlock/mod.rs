@@ -59,24 +59,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use futures_util::future::{BoxFuture, join_all};
-use futures_util::stream::FuturesUnordered;
+use futures_util::future::join_all;
 
 use super::node_facts;
 use super::shared::{
-    Attempt, Backoff, Extend, FALLBACK_PAUSE, Grant, Owner, RETRY_MAX, Released, Renewal, Timeouts,
+    Attempt, Backoff, Extend, FALLBACK_PAUSE, Grant, Owner, RETRY_MAX, Released, Renewal,
     random_fraction, soon_after,
 };
 use super::single::SingleNode;
 use super::wake::Waiter;
-use crate::address::{Address, TlsFiles};
 use crate::layout::Keys;
 use crate::{LockError, io};
 
+mod fanout;
 pub(crate) mod set;
 
-/// The shortest default node timeout.
-const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
+pub(crate) use fanout::Redlock;
+use fanout::{Late, NodeOp};
 
 /// One acquisition of a lock on a Redlock.
 pub(crate) struct LockRequest<'a> {
@@ -92,32 +91,6 @@ pub(crate) struct LockRequest<'a> {
     pub(crate) expire: Duration,
     /// How long to wait while it is held.
     pub(crate) wait: Duration,
-}
-
-/// A request to one node that owns what it needs, so that it can finish
-/// in the background.
-trait NodeOp<T>: Future<Output = Result<T, LockError>> + Send + 'static {}
-
-impl<T, F: Future<Output = Result<T, LockError>> + Send + 'static> NodeOp<T> for F {}
-
-/// Several independent Redis masters.
-#[derive(Debug)]
-pub(crate) struct Redlock {
-    /// Shared with the tasks that open their connections.
-    nodes: Vec<Arc<SingleNode>>,
-    /// A majority: `nodes / 2 + 1`.
-    quorum: usize,
-    /// How long each node may take to answer; `None`: from the lease.
-    node_timeout: Option<Duration>,
-    /// The connect and response timeouts.
-    timeouts: Timeouts,
-    /// Nodes that have kept their data for less than `max_lease` do not vote.
-    delay_restarted: bool,
-    /// The longest lease of any lock on these nodes.
-    max_lease: Duration,
-    /// The restart marker's key, for messages.
-    marker_key: String,
-    server: String,
 }
 
 /// Why a node that granted a lock does not count toward its majority.
@@ -205,83 +178,6 @@ pub(crate) fn drift(expire: Duration) -> Duration {
 }
 
 impl Redlock {
-    /// Parses the URLs; does not connect. `prefix` is the Locker's key
-    /// prefix (the restart marker is `<prefix>node` on each node).
-    pub(crate) fn new(
-        urls: &[Address],
-        tls: &TlsFiles,
-        timeouts: Timeouts,
-        node_timeout: Option<Duration>,
-        delay_restarted: bool,
-        max_lease: Duration,
-        prefix: &str,
-    ) -> Result<Redlock, LockError> {
-        if urls.len() < 3 || urls.len().is_multiple_of(2) {
-            let hint = if urls.len() == 1 {
-                "use `Locker::new(url)` for a single server"
-            } else {
-                "a majority of an even number tolerates no more failed nodes than the odd \
-                 number below it: use 3, 5 or 7 independent masters"
-            };
-            return Err(LockError::invalid(
-                "Redlock nodes",
-                format!("{} URLs given; {hint}", urls.len()),
-            ));
-        }
-        let nodes = urls
-            .iter()
-            .map(|url| {
-                SingleNode::new(url, tls, timeouts).map(|n| Arc::new(n.track_restarts(prefix)))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        // The same spelling twice is refused at once; other spellings of one
-        // server are found by connecting (see `refuse_duplicates`).
-        let mut servers: Vec<&str> = nodes.iter().map(|n| n.server()).collect();
-        servers.sort_unstable();
-        if servers.windows(2).any(|pair| pair[0] == pair[1]) {
-            return Err(LockError::invalid(
-                "Redlock nodes",
-                "the same server is given twice; each node must be an independent master",
-            ));
-        }
-        let server = format!("redlock[{}]", servers.join(","));
-        Ok(Redlock {
-            quorum: nodes.len() / 2 + 1,
-            nodes,
-            node_timeout,
-            timeouts,
-            delay_restarted,
-            max_lease,
-            marker_key: node_facts::marker_key(prefix),
-            server,
-        })
-    }
-
-    pub(crate) fn server(&self) -> &str {
-        &self.server
-    }
-
-    /// The nodes, in the order given.
-    pub(crate) fn nodes(&self) -> impl Iterator<Item = &SingleNode> {
-        self.nodes.iter().map(|node| &**node)
-    }
-
-    /// Runs `op` on every node at once (each for at most the response
-    /// timeout); the answers in node order.
-    pub(crate) async fn on_every_node<'a, T, F>(
-        &'a self,
-        op: impl Fn(&'a SingleNode) -> F,
-    ) -> Vec<Result<T, LockError>>
-    where
-        F: Future<Output = Result<T, LockError>>,
-    {
-        self.each(0..self.nodes.len(), self.timeouts.response, op)
-            .await
-            .into_iter()
-            .map(|(_, answer)| answer)
-            .collect()
-    }
-
     /// The error for an operation that fewer than a majority answered.
     pub(crate) fn no_majority(
         &self,
@@ -290,136 +186,6 @@ impl Redlock {
         first_error: Option<LockError>,
     ) -> LockError {
         self.no_quorum(what, answered, first_error)
-    }
-
-    pub(crate) fn quorum(&self) -> usize {
-        self.quorum
-    }
-
-    /// How long each node may take for a lock with this lease: the setting,
-    /// or a hundredth of the lease, at least 10 ms and at most the response
-    /// timeout.
-    fn timeout(&self, expire: Duration) -> Duration {
-        self.node_timeout.unwrap_or_else(|| {
-            (expire / 100)
-                .max(MIN_NODE_TIMEOUT)
-                .min(self.timeouts.response)
-        })
-    }
-
-    /// Makes sure every node in `which` has a connection on this runtime
-    /// (with its facts read), and says which do.
-    ///
-    /// A missing connection is opened by a task of its own, bounded by the
-    /// connect timeout (plus the response timeout, for the facts and the
-    /// script load on it): the task goes on when this future is dropped or
-    /// stops waiting, so a slow link is connected once, not cut off again
-    /// and again. This waits until every such task is done, or, once a
-    /// majority of `which` is ready, for at most `grace` more: a node that
-    /// is down costs little when the others answer.
-    async fn ready(&self, which: &[usize], grace: Duration) -> Vec<Result<(), LockError>> {
-        let mut ready: Vec<Option<Result<(), LockError>>> = which
-            .iter()
-            .map(|&i| self.nodes[i].is_connected().then_some(Ok(())))
-            .collect();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // Not reached (lock operations run in a runtime): connect inline.
-            return ready.into_iter().map(|r| r.unwrap_or(Ok(()))).collect();
-        };
-        let mut opening: FuturesUnordered<_> = ready
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.is_none())
-            .map(|(pos, _)| {
-                let node = self.nodes[which[pos]].clone();
-                let task = runtime.spawn(async move { node.connect().await });
-                async move { (pos, task.await) }
-            })
-            .collect();
-        let give_up = Instant::now() + self.timeouts.connect + self.timeouts.response;
-        let mut until = give_up;
-        let majority = self.quorum.min(which.len());
-        while !opening.is_empty() {
-            if ready.iter().filter(|r| matches!(r, Some(Ok(())))).count() >= majority {
-                until = until.min(Instant::now() + grace);
-            }
-            tokio::select! {
-                Some((pos, joined)) = opening.next() => {
-                    ready[pos] = Some(joined.unwrap_or_else(|e| Err(LockError::Runtime {
-                        reason: format!("the task connecting to a Redlock node failed: {e}"),
-                    })));
-                }
-                () = tokio::time::sleep_until(until.into()) => break,
-            }
-        }
-        which
-            .iter()
-            .zip(ready)
-            .map(|(&i, r)| {
-                r.unwrap_or_else(|| {
-                    Err(LockError::Connection {
-                        server: self.nodes[i].server().to_owned(),
-                        source: "still connecting (it goes on in the background)".into(),
-                    })
-                })
-            })
-            .collect()
-    }
-
-    /// Runs `op` at once on the nodes in `which` that are ready (see
-    /// [`ready`](Self::ready)), each for at most `limit`.
-    async fn each<'a, T, F>(
-        &'a self,
-        which: impl Iterator<Item = usize>,
-        limit: Duration,
-        op: impl Fn(&'a SingleNode) -> F,
-    ) -> Vec<(usize, Result<T, LockError>)>
-    where
-        F: Future<Output = Result<T, LockError>>,
-    {
-        let which: Vec<usize> = which.collect();
-        let ready = self.ready(&which, limit).await;
-        self.each_ready(which.into_iter().zip(ready), limit, op)
-            .await
-    }
-
-    /// Runs `op` on the nodes that are ready, each for at most `limit`; the
-    /// others fail with their error.
-    async fn each_ready<'a, T, F>(
-        &'a self,
-        which: impl Iterator<Item = (usize, Result<(), LockError>)>,
-        limit: Duration,
-        op: impl Fn(&'a SingleNode) -> F,
-    ) -> Vec<(usize, Result<T, LockError>)>
-    where
-        F: Future<Output = Result<T, LockError>>,
-    {
-        join_all(which.map(|(i, ready)| {
-            let node: &'a SingleNode = &self.nodes[i];
-            bounded(i, node.server(), ready.map(|()| op(node)), limit)
-        }))
-        .await
-    }
-
-    /// [`each_ready`](Self::each_ready) as requests that own what they
-    /// need, answering in the order they come: an operation that a
-    /// majority has decided can leave the others to finish in the
-    /// background (see [`Late`]).
-    fn start_each<T: Send + 'static, F: NodeOp<T>>(
-        &self,
-        which: impl Iterator<Item = (usize, Result<(), LockError>)>,
-        limit: Duration,
-        op: impl Fn(Arc<SingleNode>) -> F,
-    ) -> Requests<T> {
-        which
-            .map(|(i, ready)| {
-                let node = &self.nodes[i];
-                let server = node.server().to_owned();
-                let op = ready.map(|()| op(node.clone()));
-                Box::pin(async move { bounded(i, &server, op, limit).await })
-                    as BoxFuture<'static, (usize, Result<T, LockError>)>
-            })
-            .collect()
     }
 
     /// Per node: whether it counts in a majority at all, as far as known
@@ -840,65 +606,6 @@ impl Redlock {
             .collect())
     }
 
-    /// Sends `op` to the nodes in `which` once they are ready (see
-    /// [`ready`](Self::ready)), as requests that are not cut off by the
-    /// node timeout `limit` (only by the response timeout, when longer): a
-    /// release dropped on its way to its connection would never be sent,
-    /// and leave the lock on that node until its lease ends. See
-    /// [`gather`](Self::gather) for waiting on them.
-    async fn start_uncut<T: Send + 'static, F: NodeOp<T>>(
-        &self,
-        which: &[usize],
-        limit: Duration,
-        op: impl Fn(Arc<SingleNode>) -> F,
-    ) -> Requests<T> {
-        let ready = self.ready(which, limit).await;
-        self.start_each(
-            which.iter().copied().zip(ready),
-            limit.max(self.timeouts.response),
-            op,
-        )
-    }
-
-    /// The answers of `requests` (to the nodes in `which`) that come within
-    /// `limit`, or until `decided` says the answers so far settle the
-    /// operation; a node that has not answered by then counts as a node
-    /// that did not answer within the node timeout. The requests still on
-    /// their way finish in the background.
-    async fn gather<T: Send + 'static>(
-        &self,
-        mut requests: Requests<T>,
-        which: &[usize],
-        limit: Duration,
-        mut decided: impl FnMut(usize, &Result<T, LockError>) -> bool,
-    ) -> Vec<(usize, Result<T, LockError>)> {
-        let deadline = tokio::time::Instant::now() + limit;
-        let mut answers: Vec<(usize, Result<T, LockError>)> = Vec::with_capacity(which.len());
-        let mut settled = false;
-        while let Ok(Some((i, answer))) = tokio::time::timeout_at(deadline, requests.next()).await {
-            settled = decided(i, &answer);
-            answers.push((i, answer));
-            if settled {
-                break;
-            }
-        }
-        if !settled {
-            for &i in which {
-                if !answers.iter().any(|&(j, _)| j == i) {
-                    answers.push((
-                        i,
-                        Err(LockError::Connection {
-                            server: self.nodes[i].server().to_owned(),
-                            source: format!("no answer within the node timeout ({limit:?})").into(),
-                        }),
-                    ));
-                }
-            }
-        }
-        Late(requests).detach();
-        answers
-    }
-
     /// Changes the lease everywhere; the time a majority still holds it
     /// (less the drift), or `None` when a majority does not.
     pub(crate) async fn extend(
@@ -1015,51 +722,6 @@ impl Redlock {
     }
 }
 
-/// How many nodes answered, the values they gave (`Some` or `true`), and the
-/// first failure.
-/// `op` on the node at index `i` (named `server`), cut off after `limit`;
-/// `Err` when the node was not ready.
-async fn bounded<T>(
-    i: usize,
-    server: &str,
-    op: Result<impl Future<Output = Result<T, LockError>>, LockError>,
-    limit: Duration,
-) -> (usize, Result<T, LockError>) {
-    let op = match op {
-        Ok(op) => op,
-        Err(e) => return (i, Err(e)),
-    };
-    // Cut off, the request leaves its connection in place.
-    let result = match tokio::time::timeout(limit, op).await {
-        Ok(result) => result,
-        Err(_) => Err(LockError::Connection {
-            server: server.to_owned(),
-            source: format!("no answer within the node timeout ({limit:?})").into(),
-        }),
-    };
-    (i, result)
-}
-
-/// The requests of one operation on the nodes, each answering with its
-/// node's index, in the order the answers come.
-type Requests<T> = FuturesUnordered<BoxFuture<'static, (usize, Result<T, LockError>)>>;
-
-/// The requests of an operation still on their way when a majority had
-/// decided it: the slowest nodes do not hold the caller up. Their requests
-/// must still run (a node left out would keep an acquisition's lock, or
-/// miss it, only by chance), so they are never dropped unanswered: they
-/// are waited for, or left to finish on the I/O thread
-/// ([`detach`](Late::detach)). Dropped, they are detached.
-pub(crate) struct Late<T: Send + 'static>(Requests<T>);
-
-impl<T: Send + 'static> Late<T> {
-    /// Lets the requests finish in the background; their answers are not
-    /// needed.
-    pub(crate) fn detach(self) {
-        drop(self);
-    }
-}
-
 /// The acquisition requests still on their way when a majority had
 /// granted an attempt (see [`Redlock::attempt`]).
 pub(crate) struct LateGrants {
@@ -1137,23 +799,8 @@ impl LateGrants {
     }
 }
 
-impl<T: Send + 'static> Drop for Late<T> {
-    fn drop(&mut self) {
-        let requests = std::mem::take(&mut self.0);
-        if requests.is_empty() {
-            return;
-        }
-        let finishing = io::spawn_here(async move {
-            requests.for_each(|_| async {}).await;
-        });
-        if let Err(e) = finishing {
-            // Dropped here: a request not yet sent is not sent, and an
-            // acquisition cut off gives its lock back on that node.
-            tracing::debug!(target: "lockattr", error = %e, "cannot finish the last requests of a Redlock operation in the background");
-        }
-    }
-}
-
+/// How many nodes answered, the values they gave (`Some` or `true`), and the
+/// first failure.
 fn tally<T: Found>(
     answers: Vec<(usize, Result<T, LockError>)>,
 ) -> (usize, Vec<T::Value>, Option<LockError>) {
@@ -1478,31 +1125,7 @@ impl Drop for GiveBackOnDrop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn five() -> Redlock {
-        let urls: Vec<Address> = (1..=5)
-            .map(|i| Address::of(format!("redis://10.0.0.{i}/")))
-            .collect();
-        let timeouts = Timeouts {
-            connect: Duration::from_secs(1),
-            response: Duration::from_secs(1),
-        };
-        Redlock::new(
-            &urls,
-            &TlsFiles::default(),
-            timeouts,
-            None,
-            true,
-            Duration::from_secs(60),
-            "lockattr:",
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn a_majority_is_needed() {
-        assert_eq!(five().quorum, 3);
-    }
+    use fanout::tests::five;
 
     #[test]
     fn the_lease_left_is_the_majoritys() {
@@ -1543,17 +1166,6 @@ mod tests {
     }
 
     #[test]
-    fn node_timeout_follows_the_lease_within_bounds() {
-        let r = five();
-        assert_eq!(
-            r.timeout(Duration::from_secs(10)),
-            Duration::from_millis(100)
-        );
-        assert_eq!(r.timeout(Duration::from_millis(100)), MIN_NODE_TIMEOUT);
-        assert_eq!(r.timeout(Duration::from_secs(3600)), Duration::from_secs(1));
-    }
-
-    #[test]
     fn split_pauses_grow_and_stay_bounded() {
         for splits in 1..20 {
             let pause = split_pause(splits);
@@ -1561,47 +1173,5 @@ mod tests {
                 pause <= Duration::from_millis(2 << splits.min(6)).min(Duration::from_millis(100))
             );
         }
-    }
-
-    #[test]
-    fn node_lists_are_checked() {
-        let t = Timeouts {
-            connect: Duration::from_secs(1),
-            response: Duration::from_secs(1),
-        };
-        let urls = |n: usize| {
-            (0..n)
-                .map(|i| Address::of(format!("redis://10.0.0.{i}/")))
-                .collect::<Vec<_>>()
-        };
-        for n in [0, 1, 2, 4, 6] {
-            let err = Redlock::new(
-                &urls(n),
-                &TlsFiles::default(),
-                t,
-                None,
-                true,
-                Duration::from_secs(60),
-                "lockattr:",
-            )
-            .unwrap_err()
-            .to_string();
-            assert!(err.contains(&format!("{n} URLs")), "{err}");
-        }
-        let twice = ["redis://a/", "redis://b/", "redis://a/"].map(Address::of);
-        assert!(
-            Redlock::new(
-                &twice,
-                &TlsFiles::default(),
-                t,
-                None,
-                true,
-                Duration::from_secs(60),
-                "lockattr:"
-            )
-            .unwrap_err()
-            .to_string()
-            .contains("twice")
-        );
     }
 }
