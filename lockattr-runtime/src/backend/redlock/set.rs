@@ -22,7 +22,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Redlock, Retry, Votes, drift};
+use super::acquire::Retry;
+use super::fanout::Redlock;
+use super::votes::{Votes, drift};
 use crate::backend::lockset::{self, SetGrant, Tried};
 use crate::layout::Keys;
 use crate::{LockError, io};
