@@ -263,6 +263,44 @@ pub(crate) fn soon_after(now: Instant, lease: Duration) -> Instant {
 /// cannot be opened).
 pub(crate) const FALLBACK_PAUSE: Duration = Duration::from_millis(50);
 
+/// The next check after a notice at `now` that another waiter took the
+/// name, whose lease is `lease` (see the module docs of `crate::wait`): for
+/// one name, when that lease ends (later or earlier than planned, never
+/// after `recheck`); for a set, which waits on several names, never later
+/// than planned.
+pub(crate) fn rearmed(
+    now: Instant,
+    wake_at: Instant,
+    (recheck, lease): (Instant, Duration),
+    one_name: bool,
+    polling: bool,
+) -> Instant {
+    if one_name {
+        next_check(now, recheck, Some(lease), polling)
+    } else {
+        wake_at.min(soon_after(now, lease))
+    }
+}
+
+/// When a waiter asks Redis again: at `recheck` (its deadline or a second
+/// from now), when a lease of `lease` from `now` ends, and soon when
+/// `polling`.
+pub(crate) fn next_check(
+    now: Instant,
+    recheck: Instant,
+    lease: Option<Duration>,
+    polling: bool,
+) -> Instant {
+    let mut at = recheck;
+    if let Some(lease) = lease {
+        at = at.min(soon_after(now, lease));
+    }
+    if polling {
+        at = at.min(soon_after(now, FALLBACK_PAUSE));
+    }
+    at
+}
+
 /// A script's "time left in ms, or -1 when not owned".
 pub(crate) fn left_of(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
@@ -402,5 +440,36 @@ mod tests {
         assert_eq!(*steps.last().unwrap(), RETRY_MAX);
         backoff.reset();
         assert_eq!(backoff.step, RETRY_FIRST);
+    }
+
+    #[test]
+    fn a_rearm_moves_one_names_check_to_the_new_lease_and_a_sets_only_earlier() {
+        let now = Instant::now();
+        let (soon, recheck) = (now + Duration::from_millis(50), now + RECHECK);
+        let later = Duration::from_millis(500);
+        // One name: the holder whose lease was watched is gone; the new
+        // holder's lease is what counts, even when it ends later.
+        let one = rearmed(now, soon, (recheck, later), true, false);
+        assert_eq!(one, now + later + Duration::from_millis(1));
+        // Never past the recheck.
+        let long = rearmed(now, soon, (recheck, Duration::from_secs(60)), true, false);
+        assert_eq!(long, recheck);
+        // A set: another of its names may still end first.
+        assert_eq!(rearmed(now, soon, (recheck, later), false, false), soon);
+        let earlier = rearmed(
+            now,
+            recheck,
+            (recheck, Duration::from_millis(5)),
+            false,
+            false,
+        );
+        assert_eq!(earlier, now + Duration::from_millis(6));
+    }
+
+    #[test]
+    fn a_polling_waiter_checks_soon_whatever_the_lease() {
+        let now = Instant::now();
+        let at = rearmed(now, now + RECHECK, (now + RECHECK, RECHECK), true, true);
+        assert_eq!(at, now + FALLBACK_PAUSE + Duration::from_millis(1));
     }
 }
