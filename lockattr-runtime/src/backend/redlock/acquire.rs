@@ -11,9 +11,7 @@ use futures_util::future::join_all;
 
 use super::fanout::Redlock;
 use super::votes::{LateGrants, Votes, drift};
-use crate::backend::shared::{
-    Backoff, FALLBACK_PAUSE, Grant, Owner, RETRY_MAX, random_fraction, soon_after,
-};
+use crate::backend::shared::{Backoff, Grant, Owner, RETRY_MAX, next_check, random_fraction};
 use crate::backend::wake::Waiter;
 use crate::layout::Keys;
 use crate::{LockError, io};
@@ -199,7 +197,10 @@ pub(crate) async fn acquire(
 }
 
 /// How an acquisition on a Redlock waits between its attempts (see
-/// [`acquire`]).
+/// [`acquire`]). It is a retry loop because a Redlock cannot queue its
+/// waiters (each node would hand the lock to a different one); its next
+/// check is a queued waiter's ([`next_check`]), with the pauses of split
+/// votes and outages on top.
 pub(crate) struct Retry {
     wait: Duration,
     deadline: Instant,
@@ -290,17 +291,15 @@ impl Retry {
             self.waiters = Some(waiters);
             return Ok(());
         };
-        if let Some(held) = votes.held_for {
-            wake_at = wake_at.min(soon_after(Instant::now(), held));
-        }
+        // As for a waiter queued in Redis: when the holder's lease ends, and
+        // soon when no node could subscribe it.
+        let now = Instant::now();
+        wake_at = next_check(now, wake_at, votes.held_for, waiters.is_empty());
         if votes.granted.is_empty() {
             self.splits = 0;
         } else {
             self.splits += 1;
-            wake_at = wake_at.min(Instant::now() + split_pause(self.splits));
-        }
-        if waiters.is_empty() {
-            wake_at = wake_at.min(soon_after(Instant::now(), FALLBACK_PAUSE));
+            wake_at = wake_at.min(now + split_pause(self.splits));
         }
         tokio::select! {
             () = any_notice(waiters) => Ok(()),
