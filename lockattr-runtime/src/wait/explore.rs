@@ -37,6 +37,9 @@
 //!   the fencing token it was granted (a give-back of a granted token, or a
 //!   grant Redis never made, breaks it);
 //! - fencing: each grant's fencing token is above every earlier grant's;
+//! - no lost wake-up: a process asleep while Redis holds the lock for the
+//!   token it listens with has a notice on its way (a hand-over published
+//!   before it listened is caught by the `Subscribed` that follows);
 //! - at the end: every acquisition finished, every give-back owed ran, and
 //!   Redis holds nothing and queues nobody.
 
@@ -334,6 +337,19 @@ impl World {
                 "two holders: {live:?}, first: {}",
                 self.first_holds
             ));
+        }
+        // No wake-up is lost: a process asleep while Redis holds its lock
+        // for the token it listens with has a notice on its way.
+        for (i, p) in self.processes.iter().enumerate() {
+            if let (Some(Call::Sleep { .. }), Some(token), Some((holder, ..))) =
+                (&p.call, &p.listening, &self.redis.holder)
+                && token == holder
+                && p.inbox.is_empty()
+            {
+                return Err(format!(
+                    "process {i} sleeps with no notice while it holds the lock"
+                ));
+            }
         }
         for (token, fence) in live {
             match &self.redis.holder {
