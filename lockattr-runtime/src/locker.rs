@@ -984,8 +984,8 @@ impl LockerBuilder {
         });
         self.tls.check()?;
         let label = match &self.label {
-            Some(label) => crate::inspect::check_label(label)?,
-            None => crate::inspect::default_label(),
+            Some(label) => crate::holder::check_label(label)?,
+            None => crate::holder::default_label(),
         };
         if self.master.is_some() && !matches!(self.target, Target::Sentinel { .. }) {
             return Err(LockError::invalid(
@@ -1063,7 +1063,7 @@ impl LockerBuilder {
                 max_lease,
                 fence_retention: self.fence_retention,
                 barge,
-                holder: crate::inspect::holder_record(&label).into(),
+                holder: crate::holder::holder_record(&label).into(),
                 label,
                 watchdog: Watchdog::default(),
                 local: Arc::new(LocalQueues::new(settle)),

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::backend::semaphore::{self as sem, SemaphoreSeen};
+use crate::holder::parse_holder;
 use crate::inner::Inner;
-use crate::inspect::{Forced, hold, name_of, parse_holder};
+use crate::inspect::{Forced, hold, name_of};
 use crate::layout::{Keys, SEM_PERMIT, permit_of};
 use crate::listing::glob_literal;
 use crate::listing::{Listing, foreign, glob_matches, scan_pattern};
