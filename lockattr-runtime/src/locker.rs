@@ -1393,10 +1393,10 @@ impl LockBuilder<'_> {
         keys.holder = inner.holder.clone();
         keys.barge = inner.barge;
         if let Some(permits) = self.permits {
-            crate::semaphore::check(&mut keys, permits, &inner.backend)?;
+            crate::backend::semaphore::check(&mut keys, permits, &inner.backend)?;
         }
         if let Some(mode) = self.rw {
-            crate::rwlock::check(&mut keys, mode, &inner.backend)?;
+            crate::backend::rwlock::check(&mut keys, mode, &inner.backend)?;
         }
         let token = new_token()?;
         let report = Report::new(self.name.clone(), kind);

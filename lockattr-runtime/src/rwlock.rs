@@ -2,10 +2,8 @@
 //! ([`Locker::read_lock`], [`Locker::write_lock`]). The Redis side, keys
 //! and protocol are in `backend::rwlock`.
 
-use crate::backend::Backend;
-use crate::layout::{Keys, RwKeys, RwMode};
-use crate::wait;
-use crate::{LockBuilder, LockError, Locker};
+use crate::layout::RwMode;
+use crate::{LockBuilder, Locker};
 
 impl Locker {
     /// A request to read under the read-write lock `name`: any number of
@@ -30,7 +28,7 @@ impl Locker {
     /// its counter expired `fence_retention` after the last lease.
     ///
     /// At acquire, one server (Sentinel included) and a Redis Cluster are
-    /// supported; a Redlock Locker refuses with [`LockError::InvalidInput`].
+    /// supported; a Redlock Locker refuses with [`LockError::InvalidInput`](crate::LockError::InvalidInput).
     /// A read-write lock shares no key with the lock or the semaphore of the
     /// same name, and does not exclude them (`Locker::inspect` and
     /// `force_unlock` see locks only). It is never re-entered: a
@@ -72,7 +70,7 @@ impl Locker {
     /// with every write of the name.
     ///
     /// One server (Sentinel included) and a Redis Cluster are supported; a
-    /// Redlock Locker refuses with [`LockError::InvalidInput`].
+    /// Redlock Locker refuses with [`LockError::InvalidInput`](crate::LockError::InvalidInput).
     ///
     /// [`read_lock`]: Locker::read_lock
     ///
@@ -95,12 +93,4 @@ impl Locker {
         builder.rw = Some(RwMode::Write);
         builder
     }
-}
-
-/// Checks a read-write request and makes its keys: refused on a Redlock.
-pub(crate) fn check(keys: &mut Keys, mode: RwMode, backend: &Backend) -> Result<(), LockError> {
-    let why = "count readers and hand the lock over by majority across independent masters";
-    wait::queued_only(backend, ("read-write lock", "read-write locks"), why)?;
-    RwKeys::make(keys, mode);
-    Ok(())
 }

@@ -1,10 +1,7 @@
 //! Semaphores: at most N holders of one name at once
 //! ([`Locker::semaphore`]). The Redis side is in `backend::semaphore`.
 
-use crate::backend::Backend;
-use crate::layout::{Keys, MAX_PERMITS, Permits};
-use crate::wait;
-use crate::{LockBuilder, LockError, Locker};
+use crate::{LockBuilder, Locker};
 
 impl Locker {
     /// A request for one of the `permits` permits of the semaphore `name`:
@@ -47,6 +44,10 @@ impl Locker {
     /// [`semaphores`](Locker::semaphores) and
     /// [`force_unlock_permit`](Locker::force_unlock_permit).
     ///
+    /// [`MAX_PERMITS`]: crate::MAX_PERMITS
+    /// [`LockError::InvalidInput`]: crate::LockError::InvalidInput
+    /// [`LockError::PermitsMismatch`]: crate::LockError::PermitsMismatch
+    ///
     /// ```no_run
     /// # use lockattr_runtime::Locker;
     /// # use std::time::Duration;
@@ -69,28 +70,4 @@ impl Locker {
         builder.permits = Some(permits);
         builder
     }
-}
-
-/// Checks a semaphore request and makes its keys (of the first permit:
-/// the grant names the one taken).
-pub(crate) fn check(keys: &mut Keys, permits: u32, backend: &Backend) -> Result<(), LockError> {
-    if permits == 0 {
-        return Err(LockError::invalid(
-            "permits",
-            "a semaphore of 0 permits could never be taken; use at least 1",
-        ));
-    }
-    if permits > MAX_PERMITS {
-        return Err(LockError::invalid(
-            "permits",
-            format!(
-                "{permits} is more than {MAX_PERMITS}, the most a semaphore may have; split the \
-                 work over several names"
-            ),
-        ));
-    }
-    let why = "count each permit by majority across independent masters";
-    wait::queued_only(backend, ("semaphore", "semaphores"), why)?;
-    Permits::make(keys, permits);
-    Ok(())
 }

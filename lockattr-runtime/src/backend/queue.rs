@@ -137,6 +137,26 @@ impl<'a> Queued<'a> {
     }
 }
 
+/// Refuses a kind that queues its waiters in Redis (`what`, and its
+/// plural) on a Redlock, saying what a Redlock would have to do.
+pub(crate) fn queued_only(
+    backend: &Backend,
+    (what, plural): (&'static str, &str),
+    would_have_to: &str,
+) -> Result<(), LockError> {
+    match backend {
+        Backend::Redlock(_) => Err(LockError::invalid(
+            what,
+            format!(
+                "{plural} need one server or a Redis Cluster: a Redlock Locker would have to \
+                 {would_have_to}, which is not supported; use a Locker on one server (or \
+                 Sentinel) or a Cluster for {plural}"
+            ),
+        )),
+        Backend::Single(_) | Backend::Cluster(_) => Ok(()),
+    }
+}
+
 /// An attempt's reply, as every kind but the lock writes it: `{1, fencing
 /// token(s)..., [permit index]}` when taken, `{0, ms until the first
 /// holder's lease ends}` when held, a semaphore's `{-1, recorded number of

@@ -70,8 +70,11 @@
 
 use std::time::Duration;
 
+use super::deployment::Backend;
+use super::queue::queued_only;
 use super::scripts::{Invocation, Lua, packed, rw_release_call};
 use super::shared::whole_millis;
+use crate::LockError;
 use crate::layout::Keys;
 use crate::layout::{RwKeys, RwMode};
 
@@ -110,4 +113,12 @@ pub(crate) fn acquire_invocation(
         .arg(format!("{side}:{}", packed(keys, expire, Some(queued))))
         .arg(whole_millis(wait));
     invocation
+}
+
+/// Checks a read-write request and makes its keys: refused on a Redlock.
+pub(crate) fn check(keys: &mut Keys, mode: RwMode, backend: &Backend) -> Result<(), LockError> {
+    let why = "count readers and hand the lock over by majority across independent masters";
+    queued_only(backend, ("read-write lock", "read-write locks"), why)?;
+    RwKeys::make(keys, mode);
+    Ok(())
 }

@@ -72,7 +72,7 @@
 use std::time::Duration;
 
 use super::deployment::Backend;
-use super::queue::unauthenticated;
+use super::queue::{queued_only, unauthenticated};
 use super::scripts::{Invocation, Lua, packed};
 use super::shared::Forced;
 use super::shared::whole_millis;
@@ -102,6 +102,30 @@ impl Permits {
             .collect();
         script.with_keys(self.keys(keys).chain(beyond.iter().map(String::as_str)))
     }
+}
+
+/// Checks a semaphore request and makes its keys (of the first permit:
+/// the grant names the one taken).
+pub(crate) fn check(keys: &mut Keys, permits: u32, backend: &Backend) -> Result<(), LockError> {
+    if permits == 0 {
+        return Err(LockError::invalid(
+            "permits",
+            "a semaphore of 0 permits could never be taken; use at least 1",
+        ));
+    }
+    if permits > MAX_PERMITS {
+        return Err(LockError::invalid(
+            "permits",
+            format!(
+                "{permits} is more than {MAX_PERMITS}, the most a semaphore may have; split the \
+                 work over several names"
+            ),
+        ));
+    }
+    let why = "count each permit by majority across independent masters";
+    queued_only(backend, ("semaphore", "semaphores"), why)?;
+    Permits::make(keys, permits);
+    Ok(())
 }
 
 /// Takes a permit, or queues the caller.

@@ -554,26 +554,6 @@ async fn on_redlock(
     }
 }
 
-/// Refuses a kind that queues its waiters in Redis (`what`, and its
-/// plural) on a Redlock, saying what a Redlock would have to do.
-pub(crate) fn queued_only(
-    backend: &Backend,
-    (what, plural): (&'static str, &str),
-    would_have_to: &str,
-) -> Result<(), LockError> {
-    match backend {
-        Backend::Redlock(_) => Err(LockError::invalid(
-            what,
-            format!(
-                "{plural} need one server or a Redis Cluster: a Redlock Locker would have to \
-                 {would_have_to}, which is not supported; use a Locker on one server (or \
-                 Sentinel) or a Cluster for {plural}"
-            ),
-        )),
-        Backend::Single(_) | Backend::Cluster(_) => Ok(()),
-    }
-}
-
 /// The Locker's deployment, waiting on the caller's runtime: the [`Side`]
 /// of the real acquisitions.
 struct OnRedis<'a> {
