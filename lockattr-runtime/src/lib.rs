@@ -133,6 +133,7 @@ mod lockset;
 mod lost;
 mod observe;
 mod reentry;
+mod request;
 mod rwlock;
 mod semaphore;
 mod semaphore_inspect;
@@ -159,9 +160,10 @@ pub use key::LockKey;
 pub use layout::MAX_PERMITS;
 pub use listing::Listing;
 pub use locker::{
-    DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_FENCE_RETENTION,
-    DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
-    Fairness, LockBuilder, Locker, LockerBuilder, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE,
+    DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, Fairness, Locker, LockerBuilder, MAX_EXPIRE,
+    MAX_TIMEOUT,
 };
 pub use lockset::{LockSetBuilder, LockSetGuard};
+pub use request::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockBuilder, MAX_ACQUIRE_TIMEOUT};
 pub use semaphore_inspect::{PermitInfo, SemaphoreInfo};

@@ -338,7 +338,7 @@ async fn take(
         .into_iter()
         .zip(fencing_tokens)
         .map(|(lease, fencing_token)| {
-            crate::locker::granted(
+            crate::request::granted(
                 lease,
                 Grant {
                     fencing_token,
