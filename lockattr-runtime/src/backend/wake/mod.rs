@@ -75,10 +75,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures_core::Stream;
-use redis::aio::MultiplexedConnection;
-use redis::aio::{PubSubSink, PubSubStream};
+use redis::aio::PubSubStream;
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, RedisError, RedisResult};
 use tokio::sync::{mpsc, oneshot};
 
@@ -88,6 +86,10 @@ use crate::layout::Notice as HandOver;
 use super::shared::{FALLBACK_PAUSE, RECHECK, Timeouts};
 use crate::io;
 use crate::sync::lock;
+
+mod link;
+
+use link::{Link, broken, timed_out, unsupported, with_keepalive, within};
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(2);
@@ -100,14 +102,6 @@ const PING_EVERY: Duration = Duration::from_secs(1);
 /// failures in a row (connections that could not be opened, or that were
 /// closed for not answering).
 const MAX_REOPEN_PAUSE: Duration = Duration::from_secs(2);
-
-/// TCP keepalive of the subscriber connection: the first probe after this
-/// long without traffic.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
-
-/// TCP keepalive of the subscriber connection: the pause between probes.
-#[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What a waiter hears.
 #[derive(Debug, Clone, Copy)]
@@ -179,53 +173,6 @@ struct Shared {
 impl std::fmt::Debug for Wakeups {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wakeups").finish_non_exhaustive()
-    }
-}
-
-/// The subscriber connection: how a channel is subscribed on it.
-#[derive(Clone)]
-enum Link {
-    /// One server's pub/sub connection: SUBSCRIBE.
-    Published(PubSubSink),
-    /// A Redis Cluster connection on RESP3: SSUBSCRIBE, which it sends to
-    /// the shard that serves the channel's slot (and again after a
-    /// reconnection or a move of the slot).
-    Sharded(ClusterConnection),
-    /// One server's multiplexed connection on RESP3, opened on the runtime
-    /// where its waiters wait: SUBSCRIBE. A notice arrives as a push, which
-    /// the connection's own task hands to the waiter as it reads it (see
-    /// [`Shared::pushed`]): no subscriber thread and no other task between
-    /// the release and the waiter.
-    Pushed(MultiplexedConnection),
-}
-
-impl Link {
-    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
-        match self {
-            Link::Published(sink) => sink.subscribe(channel).await,
-            Link::Sharded(connection) => connection.ssubscribe(channel).await,
-            Link::Pushed(connection) => connection.subscribe(channel).await,
-        }
-    }
-
-    async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
-        match self {
-            Link::Published(sink) => sink.unsubscribe(channel).await,
-            Link::Sharded(connection) => connection.sunsubscribe(channel).await,
-            Link::Pushed(connection) => connection.unsubscribe(channel).await,
-        }
-    }
-
-    async fn ping(&mut self) -> RedisResult<()> {
-        match self {
-            Link::Published(sink) => sink.ping::<redis::Value>().await.map(drop),
-            Link::Sharded(connection) => redis::cmd("PING").query_async(connection).await,
-            Link::Pushed(connection) => redis::cmd("PING").query_async(connection).await,
-        }
-    }
-
-    fn is_sharded(&self) -> bool {
-        matches!(self, Link::Sharded(_))
     }
 }
 
@@ -442,22 +389,6 @@ impl Drop for Waiter {
             }
         }
     }
-}
-
-/// `client` with TCP keepalive and without Nagle's delay on its sockets
-/// (`client` itself when its settings cannot be changed).
-fn with_keepalive(client: Client) -> Client {
-    use redis::io::tcp::socket2::TcpKeepalive;
-    let info = client.get_connection_info().clone();
-    let keepalive = TcpKeepalive::new().with_time(KEEPALIVE_IDLE);
-    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
-    let keepalive = keepalive.with_interval(KEEPALIVE_INTERVAL);
-    let tcp = info
-        .tcp_settings()
-        .clone()
-        .set_nodelay(true)
-        .set_keepalive(keepalive);
-    Client::open(info.set_tcp_settings(tcp)).unwrap_or(client)
 }
 
 impl Wakeups {
@@ -883,23 +814,6 @@ impl Shared {
     }
 }
 
-/// `fut`, or a timeout error after `limit`.
-async fn within<T>(
-    limit: Duration,
-    fut: impl Future<Output = Result<T, RedisError>>,
-) -> Result<T, RedisError> {
-    tokio::time::timeout(limit, fut)
-        .await
-        .unwrap_or_else(|_| Err(timed_out()))
-}
-
-fn timed_out() -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "Redis did not answer in time on the subscriber connection",
-    ))
-}
-
 /// Subscribes channel `name` until every waiter registered on it is armed
 /// (or none is left): on the current connection, or on a new one when it
 /// breaks or does not answer meanwhile. The one task of its channel at a
@@ -989,26 +903,6 @@ async fn subscribe(shared: Weak<Shared>, name: String) {
             }
         }
     }
-}
-
-/// Redis does not take the command: unknown to it (an older server, a
-/// renamed command) or refused to this user by an ACL. Not a passing
-/// state of the cluster (`CLUSTERDOWN`, `TRYAGAIN`, a failover), after
-/// which shard channels work again.
-fn unsupported(e: &RedisError) -> bool {
-    match e.kind() {
-        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
-        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => e
-            .detail()
-            .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command")),
-        _ => false,
-    }
-}
-
-/// The connection itself failed (dropped, reset, timed out), as opposed to
-/// Redis answering with an error.
-fn broken(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
 /// PINGs subscriber connection `generation` every [`PING_EVERY`] while a
