@@ -1041,17 +1041,20 @@ fn redis_restart_while_waiting_ends_the_blocking_wait() {
 // ---- 12. The acquire timeout racing a hand-off ----------------------------
 
 /// A waiter whose acquire timeout (300 ms) ends just when the release hands
-/// it the lock (50 rounds, the release swept from 25 ms before to 25 ms
-/// after the deadline): either it returns the lock, and the lock is really
-/// its own (latest fencing token, release succeeds), or it returns Timeout
-/// and then nobody holds the lock and its queue is gone within 1 s.
+/// it the lock (11 rounds, the release swept from 25 ms before to 25 ms
+/// after the deadline in steps of 5 ms): either it returns the lock, and the
+/// lock is really its own (latest fencing token, release succeeds), or it
+/// returns Timeout and then nobody holds the lock and its queue is gone
+/// within 1 s. Every order of that race in the loop is explored by
+/// `wait::explore` (the first holder's release between any two steps of the
+/// waiter, its deadline included); these rounds check it on a real server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
     let wait = Duration::from_millis(300);
     let (mut got, mut timed_out) = (0, 0);
-    for round in 0..50_u64 {
+    for round in 0..11_u64 {
         let holder = holders
             .lock("deadline")
             .expire(LONG)
@@ -1059,7 +1062,7 @@ async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {
             .await
             .unwrap();
         let start = Instant::now();
-        let release_at = start + wait - Duration::from_millis(25) + Duration::from_millis(round);
+        let release_at = start + wait - Duration::from_millis(25) + Duration::from_millis(5 * round);
         let releaser = std::thread::spawn(move || {
             sleep_until(release_at);
             holder.release_blocking()
