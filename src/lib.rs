@@ -536,9 +536,10 @@
 /// - [`NoQuorum`](LockError::NoQuorum) (Redlock),
 ///   [`Replicas`](LockError::Replicas) (with
 ///   [`min_replicas`](LockerBuilder::min_replicas)),
-///   [`PermitsMismatch`](LockError::PermitsMismatch) (`permits`), or
-///   [`Runtime`](LockError::Runtime) (the library's I/O thread is gone):
-///   nothing is held.
+///   [`PermitsMismatch`](LockError::PermitsMismatch) (`permits`),
+///   [`UnexpectedReply`](LockError::UnexpectedReply) (a reply of a shape
+///   this version does not expect), or [`Runtime`](LockError::Runtime) (the
+///   library's I/O thread is gone): nothing is held.
 /// - [`Lost`](LockError::Lost): the lock was lost while the body ran, as
 ///   `on_lost` says (see [Long work](crate#long-work-renewal-and-the-lost-signal)).
 ///

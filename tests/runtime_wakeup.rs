@@ -1062,7 +1062,8 @@ async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {
             .await
             .unwrap();
         let start = Instant::now();
-        let release_at = start + wait - Duration::from_millis(25) + Duration::from_millis(5 * round);
+        let release_at =
+            start + wait - Duration::from_millis(25) + Duration::from_millis(5 * round);
         let releaser = std::thread::spawn(move || {
             sleep_until(release_at);
             holder.release_blocking()

@@ -152,6 +152,31 @@ pub enum LockError {
         reason: String,
     },
 
+    /// Redis answered with a reply of a shape this version does not expect:
+    /// another version's script loaded under the same name, or something
+    /// between the client and Redis that rewrites replies.
+    ///
+    /// ```
+    /// # use lockattr_runtime::LockError;
+    /// let err = LockError::UnexpectedReply {
+    ///     server: "127.0.0.1:6379/0".into(),
+    ///     reply: "an attempt of order:1 with [1]".into(),
+    /// };
+    /// assert!(err.to_string().contains("127.0.0.1:6379/0"));
+    /// ```
+    #[error(
+        "Redis at {server} answered {reply}, which this version of lockattr does not expect; \
+         check that every client of these locks runs the same lockattr version and that \
+         nothing between them and Redis rewrites replies"
+    )]
+    UnexpectedReply {
+        /// The server that answered (`host:port/db`, or a Cluster's nodes),
+        /// never with a password.
+        server: String,
+        /// What was asked, and what came back.
+        reply: String,
+    },
+
     /// The library's I/O thread could not be started or has stopped.
     #[error("the lockattr I/O thread is unavailable: {reason}")]
     Runtime {

@@ -416,6 +416,7 @@ impl ClusterNodes {
             let replies = scripts::set_replies(
                 self.invoke(&invocation, &mut connection).await?,
                 group.len(),
+                &self.server,
             )?;
             Ok(group
                 .iter()
@@ -505,8 +506,9 @@ impl ClusterNodes {
                     }
                 }
                 Ok(_) => {
-                    first_error.get_or_insert_with(|| LockError::Runtime {
-                        reason: format!("{} answered a renewal batch short", self.server),
+                    first_error.get_or_insert_with(|| LockError::UnexpectedReply {
+                        server: self.server.clone(),
+                        reply: "a batch of renewals with too few values".into(),
                     });
                 }
                 Err(e) => {

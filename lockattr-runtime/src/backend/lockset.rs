@@ -207,7 +207,7 @@ pub(crate) async fn attempt(
         let reply = on
             .attempt(&invocation, &|| give_back_eval(group, token))
             .await?;
-        match Tried::from_reply(&reply, group.len())? {
+        match Tried::from_reply(&reply, group.len(), on.server())? {
             Tried::Taken(group_fences) => fences.extend(group_fences),
             busy @ Tried::Busy(_) => {
                 for group in &groups[..taken] {
@@ -222,7 +222,11 @@ pub(crate) async fn attempt(
 
 impl Tried {
     /// The answer of [`ACQUIRE_SET`] for a group of `names` names.
-    pub(crate) fn from_reply(reply: &[i64], names: usize) -> Result<Tried, LockError> {
+    pub(crate) fn from_reply(
+        reply: &[i64],
+        names: usize,
+        server: &str,
+    ) -> Result<Tried, LockError> {
         match reply.first() {
             Some(1) if reply.len() == names + 1 => Ok(Tried::Taken(
                 reply[1..]
@@ -233,12 +237,32 @@ impl Tried {
             Some(0) if reply.len() == 2 => Ok(Tried::Busy(Duration::from_millis(
                 u64::try_from(reply[1]).unwrap_or(0),
             ))),
-            _ => Err(LockError::Runtime {
-                reason: format!(
-                    "Redis answered a lock set attempt with {} values for {names} names",
-                    reply.len()
-                ),
+            _ => Err(LockError::UnexpectedReply {
+                server: server.to_owned(),
+                reply: format!("a lock set attempt of {names} names with {reply:?}"),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_of_another_shape_names_the_server_and_what_came_back() {
+        let Err(err) = Tried::from_reply(&[1, 7], 2, "127.0.0.1:6400/0") else {
+            panic!("a reply of 2 values for 2 names was taken");
+        };
+        let LockError::UnexpectedReply { server, reply } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(server, "127.0.0.1:6400/0");
+        assert!(reply.contains("[1, 7]"), "{reply}");
+        assert!(err.to_string().contains("same lockattr version"), "{err}");
+        assert!(matches!(
+            Tried::from_reply(&[1, 7, 8], 2, "s"),
+            Ok(Tried::Taken(f)) if f == [7, 8]
+        ));
     }
 }

@@ -128,6 +128,14 @@ impl<'a> Queued<'a> {
         }
     }
 
+    /// The server (or the Cluster's nodes), for errors.
+    pub(crate) fn server(self) -> &'a str {
+        match self {
+            Queued::Single(node) => node.server(),
+            Queued::Cluster(nodes) => nodes.server(),
+        }
+    }
+
     /// Where waiters hear that a release handed them the lock.
     pub(crate) fn wakeups(self) -> &'a Wakeups {
         match self {

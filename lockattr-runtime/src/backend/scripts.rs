@@ -438,17 +438,16 @@ impl redis::FromRedisValue for ReleaseReply {
 }
 
 /// The replies of a [`RELEASE_SET`] call for `names` names: one per name,
-/// or an error when Redis answered another number.
+/// or an error naming `server` when Redis answered another number.
 pub(crate) fn set_replies(
     replies: Vec<ReleaseReply>,
     names: usize,
+    server: &str,
 ) -> Result<Vec<ReleaseReply>, crate::LockError> {
     if replies.len() != names {
-        return Err(crate::LockError::Runtime {
-            reason: format!(
-                "Redis answered the release of {names} names with {} values",
-                replies.len()
-            ),
+        return Err(crate::LockError::UnexpectedReply {
+            server: server.to_owned(),
+            reply: format!("the release of {names} names with {} values", replies.len()),
         });
     }
     Ok(replies)

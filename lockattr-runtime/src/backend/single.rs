@@ -475,7 +475,7 @@ impl SingleNode {
             .await?;
         Ok(members
             .iter()
-            .zip(scripts::set_replies(replies, members.len())?)
+            .zip(scripts::set_replies(replies, members.len(), &self.server)?)
             .map(|((keys, _), reply)| self.released(keys, reply, resent).0)
             .collect())
     }
@@ -547,13 +547,9 @@ impl SingleNode {
         let invocation = scripts::renew(&leases.iter().collect::<Vec<_>>());
         let (left, _): (Vec<i64>, bool) = self.grant(&invocation, |_| true, None, None).await?;
         if left.len() != leases.len() {
-            return Err(LockError::Runtime {
-                reason: format!(
-                    "Redis at {} answered {} renewals for {} leases",
-                    self.server,
-                    left.len(),
-                    leases.len()
-                ),
+            return Err(LockError::UnexpectedReply {
+                server: self.server.clone(),
+                reply: format!("{} renewals with {} values", leases.len(), left.len()),
             });
         }
         Ok(left.into_iter().map(left_of).collect())

@@ -230,8 +230,9 @@ impl Contender<'_> {
                 Answer::taken(u64::try_from(*fence).unwrap_or(0), slot)
             }
             (Reply::Taken(_), _) => {
-                return Err(LockError::Runtime {
-                    reason: format!("Redis answered an attempt of {name} with {reply:?}"),
+                return Err(LockError::UnexpectedReply {
+                    server: on.server().to_owned(),
+                    reply: format!("an attempt of {name} with {reply:?}"),
                 });
             }
             (Reply::Mismatch(recorded), Contender::Permit(_, permits)) => {

@@ -60,7 +60,7 @@ impl Redlock {
                 let reply: Vec<i64> = node
                     .run_script_or_give_back(&invocation, &|| lockset::give_back_eval(group, token))
                     .await?;
-                Tried::from_reply(&reply, group.len())
+                Tried::from_reply(&reply, group.len(), node.server())
             })
             .await;
         let counted = self.counted();
