@@ -304,7 +304,7 @@ impl ClusterNodes {
         }
     }
 
-    /// Runs an attempt of a kind that answers as `queue::Reply` reads (a
+    /// Runs an attempt of a kind whose reply starts with 1 when taken (a
     /// side of a read-write lock, a permit, a set): a grant (see
     /// [`grant`](Self::grant)) when it answers `{1, ...}`.
     pub(crate) async fn run_script_or_give_back(
@@ -350,7 +350,9 @@ impl ClusterNodes {
         ))
     }
 
-    pub(crate) async fn try_acquire(
+    /// One attempt at the lock of `keys` for `token` (see
+    /// [`Queued::attempt`](super::queue::Queued::attempt)).
+    pub(crate) async fn attempt(
         &self,
         Owner { keys, token }: Owner<'_>,
         expire: Duration,

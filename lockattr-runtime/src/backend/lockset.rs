@@ -61,7 +61,7 @@ use std::time::{Duration, Instant};
 use super::deployment::Backend;
 use super::queue::Queued;
 use super::scripts::{Invocation, Lua, packed, script};
-use super::shared::whole_millis;
+use super::shared::{Attempt, whole_millis};
 use crate::LockError;
 use crate::layout::{Keys, slot};
 
@@ -165,13 +165,6 @@ pub(crate) struct SetGrant {
     pub(crate) token: String,
 }
 
-/// What one attempt at the whole set (or a group of it) found.
-pub(crate) enum Tried {
-    Taken(Vec<u64>),
-    /// Busy, with the longest time left seen.
-    Busy(Duration),
-}
-
 /// The groups of a set: one on a single server, one per slot on a
 /// Cluster, in slot order (the keys are sorted by slot, then by key).
 pub(crate) fn groups(backend: &Backend, keys: &[Keys]) -> Vec<Vec<usize>> {
@@ -192,24 +185,24 @@ pub(crate) fn groups(backend: &Backend, keys: &[Keys]) -> Vec<Vec<usize>> {
 }
 
 /// One attempt at every group in order, giving back the groups taken when
-/// a later one is busy.
+/// a later one is busy: taken (every name's fencing token), or busy (the
+/// longest time left seen).
 pub(crate) async fn attempt(
     on: Queued<'_>,
     groups: &[Vec<&Keys>],
     token: &str,
-    expire: Duration,
-    wait: Duration,
+    (expire, wait): (Duration, Duration),
     queue: bool,
-) -> Result<Tried, LockError> {
+) -> Result<Attempt, LockError> {
     let mut fences = Vec::new();
     for (taken, group) in groups.iter().enumerate() {
         let invocation = acquire_call(group, token, expire, wait, queue);
         let reply = on
-            .attempt(&invocation, &|| give_back_eval(group, token))
+            .run_or_give_back(&invocation, &|| give_back_eval(group, token))
             .await?;
-        match Tried::from_reply(&reply, group.len(), on.server())? {
-            Tried::Taken(group_fences) => fences.extend(group_fences),
-            busy @ Tried::Busy(_) => {
+        match answer(&reply, group.len(), on.server())? {
+            Attempt::Taken { of_set, .. } => fences.extend(of_set),
+            busy => {
                 for group in &groups[..taken] {
                     let _: i64 = on.run(&give_back_call(group, token)).await?;
                 }
@@ -217,31 +210,47 @@ pub(crate) async fn attempt(
             }
         }
     }
-    Ok(Tried::Taken(fences))
+    Ok(Attempt::Taken {
+        fencing_token: fences.first().copied().unwrap_or(0),
+        slot: 0,
+        of_set: fences,
+    })
 }
 
-impl Tried {
-    /// The answer of [`ACQUIRE_SET`] for a group of `names` names.
-    pub(crate) fn from_reply(
-        reply: &[i64],
-        names: usize,
-        server: &str,
-    ) -> Result<Tried, LockError> {
-        match reply.first() {
-            Some(1) if reply.len() == names + 1 => Ok(Tried::Taken(
-                reply[1..]
-                    .iter()
-                    .map(|&f| u64::try_from(f).unwrap_or(0))
-                    .collect(),
-            )),
-            Some(0) if reply.len() == 2 => Ok(Tried::Busy(Duration::from_millis(
-                u64::try_from(reply[1]).unwrap_or(0),
-            ))),
-            _ => Err(LockError::UnexpectedReply {
-                server: server.to_owned(),
-                reply: format!("a lock set attempt of {names} names with {reply:?}"),
-            }),
+/// Gives back whatever `token` holds or queued in every group.
+pub(crate) async fn give_back(
+    on: Queued<'_>,
+    groups: &[Vec<&Keys>],
+    token: &str,
+) -> Result<(), LockError> {
+    for group in groups {
+        let _: i64 = on.run(&give_back_call(group, token)).await?;
+    }
+    Ok(())
+}
+
+/// The answer of [`ACQUIRE_SET`] for a group of `names` names, from
+/// `server`: taken with each name's fencing token, or busy.
+pub(crate) fn answer(reply: &[i64], names: usize, server: &str) -> Result<Attempt, LockError> {
+    match reply.first() {
+        Some(1) if reply.len() == names + 1 => {
+            let of_set: Vec<u64> = reply[1..]
+                .iter()
+                .map(|&f| u64::try_from(f).unwrap_or(0))
+                .collect();
+            Ok(Attempt::Taken {
+                fencing_token: of_set.first().copied().unwrap_or(0),
+                slot: 0,
+                of_set,
+            })
         }
+        Some(0) if reply.len() == 2 => Ok(Attempt::Busy(Some(Duration::from_millis(
+            u64::try_from(reply[1]).unwrap_or(0),
+        )))),
+        _ => Err(LockError::UnexpectedReply {
+            server: server.to_owned(),
+            reply: format!("a lock set attempt of {names} names with {reply:?}"),
+        }),
     }
 }
 
@@ -251,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_reply_of_another_shape_names_the_server_and_what_came_back() {
-        let Err(err) = Tried::from_reply(&[1, 7], 2, "127.0.0.1:6400/0") else {
+        let Err(err) = answer(&[1, 7], 2, "127.0.0.1:6400/0") else {
             panic!("a reply of 2 values for 2 names was taken");
         };
         let LockError::UnexpectedReply { server, reply } = &err else {
@@ -261,8 +270,8 @@ mod tests {
         assert!(reply.contains("[1, 7]"), "{reply}");
         assert!(err.to_string().contains("same lockattr version"), "{err}");
         assert!(matches!(
-            Tried::from_reply(&[1, 7, 8], 2, "s"),
-            Ok(Tried::Taken(f)) if f == [7, 8]
+            answer(&[1, 7, 8], 2, "s"),
+            Ok(Attempt::Taken { fencing_token: 7, of_set, .. }) if of_set == [7, 8]
         ));
     }
 }

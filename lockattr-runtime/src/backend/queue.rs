@@ -71,15 +71,15 @@ impl<'a> Queued<'a> {
     /// `wait` is not zero, queues `token` for `wait` (see
     /// [`super::scripts::ACQUIRE`]); a zero `wait` leaves the queue.
     /// `queued`: an earlier attempt may have queued `token`.
-    pub(crate) async fn try_acquire(
+    pub(crate) async fn attempt(
         self,
         owner: Owner<'_>,
         expire: Duration,
         waiting: (Duration, bool),
     ) -> Result<Attempt, LockError> {
         match self {
-            Queued::Single(node) => node.try_acquire(owner, expire, waiting).await,
-            Queued::Cluster(nodes) => nodes.try_acquire(owner, expire, waiting).await,
+            Queued::Single(node) => node.attempt(owner, expire, waiting).await,
+            Queued::Cluster(nodes) => nodes.attempt(owner, expire, waiting).await,
         }
     }
 
@@ -96,7 +96,7 @@ impl<'a> Queued<'a> {
     /// or a set; when its answer will not be read (it timed out, or the
     /// caller dropped this future), `give_back()` is sent on the same
     /// connection, so that it runs after the attempt.
-    pub(crate) async fn attempt(
+    pub(crate) async fn run_or_give_back(
         self,
         invocation: &Invocation,
         give_back: &(dyn Fn() -> redis::Cmd + Sync),
@@ -162,33 +162,6 @@ pub(crate) fn queued_only(
             ),
         )),
         Backend::Single(_) | Backend::Cluster(_) => Ok(()),
-    }
-}
-
-/// An attempt's reply, as every kind but the lock writes it: `{1, fencing
-/// token(s)..., [permit index]}` when taken, `{0, ms until the first
-/// holder's lease ends}` when held, a semaphore's `{-1, recorded number of
-/// permits}` and `{-2}` (look at every permit).
-pub(crate) enum Reply<'r> {
-    /// Taken: what follows the 1.
-    Taken(&'r [i64]),
-    /// Held; the first holder's lease ends in this much time, if known.
-    Busy(Option<Duration>),
-    /// A semaphore in use with this many permits (-1: not known).
-    Mismatch(i64),
-    /// A semaphore's caller must look at every permit.
-    LookAtEvery,
-}
-
-impl Reply<'_> {
-    pub(crate) fn of(reply: &[i64]) -> Reply<'_> {
-        match reply {
-            [1, rest @ ..] => Reply::Taken(rest),
-            [-1, recorded, ..] => Reply::Mismatch(*recorded),
-            [-2, ..] => Reply::LookAtEvery,
-            [_, left, ..] => Reply::Busy(u64::try_from(*left).ok().map(Duration::from_millis)),
-            _ => Reply::Busy(None),
-        }
     }
 }
 

@@ -71,9 +71,9 @@
 use std::time::Duration;
 
 use super::deployment::Backend;
-use super::queue::queued_only;
+use super::queue::{Queued, queued_only, unauthenticated};
 use super::scripts::{Invocation, Lua, packed, rw_release_call};
-use super::shared::whole_millis;
+use super::shared::{Attempt, whole_millis};
 use crate::LockError;
 use crate::layout::Keys;
 use crate::layout::{RwKeys, RwMode};
@@ -98,6 +98,43 @@ pub(crate) fn give_back_eval(keys: &Keys, rw: &RwKeys, token: &str) -> redis::Cm
     rw_release_call(keys, rw, token, 0).eval()
 }
 
+/// One attempt of `rw`'s side of the lock of `name` for `token`, waiting
+/// up to `wait` in its queue (`queued`: an earlier attempt may have queued
+/// it): taken with the fencing token, or busy. An attempt whose answer is
+/// not read is given back on its connection.
+pub(crate) async fn attempt(
+    on: Queued<'_>,
+    (keys, rw): (&Keys, &RwKeys),
+    name: &str,
+    request: (&str, Duration, Duration, bool),
+) -> Result<Attempt, LockError> {
+    let invocation = acquire_invocation(keys, rw, request);
+    let reply = on
+        .run_or_give_back(&invocation, &|| give_back_eval(keys, rw, request.0))
+        .await
+        .map_err(unauthenticated)?;
+    match *reply {
+        [1, fence, ..] => Ok(Attempt::taken(u64::try_from(fence).unwrap_or(0), 0)),
+        [0, left, ..] => Ok(Attempt::busy_ms(left)),
+        _ => Err(LockError::UnexpectedReply {
+            server: on.server().to_owned(),
+            reply: format!("an attempt of {name} with {reply:?}"),
+        }),
+    }
+}
+
+/// Gives back whatever `token` holds or queued on `rw`'s side.
+pub(crate) async fn give_back(
+    on: Queued<'_>,
+    (keys, rw): (&Keys, &RwKeys),
+    token: &str,
+) -> Result<(), LockError> {
+    on.run(&rw_release_call(keys, rw, token, 0))
+        .await
+        .map(|_: redis::Value| ())
+}
+
+/// An [`ACQUIRE`] call of `rw`'s side.
 pub(crate) fn acquire_invocation(
     keys: &Keys,
     rw: &RwKeys,

@@ -72,10 +72,9 @@
 use std::time::Duration;
 
 use super::deployment::Backend;
-use super::queue::{queued_only, unauthenticated};
+use super::queue::{Queued, queued_only, unauthenticated};
 use super::scripts::{Invocation, Lua, packed};
-use super::shared::Forced;
-use super::shared::whole_millis;
+use super::shared::{Attempt, Forced, whole_millis};
 use crate::LockError;
 use crate::layout::{Keys, MAX_PERMITS, Permits};
 
@@ -285,6 +284,59 @@ pub(crate) async fn force_release(
     Ok(released.0)
 }
 
+/// One attempt at a permit of the semaphore `name` for `token`, waiting up
+/// to `wait` in its queue (`queued`: an earlier attempt may have queued
+/// it); with `every`, looking at every permit. Taken (with the permit's
+/// index), busy, `Again` (look at every permit: nothing was written), or
+/// refused when the semaphore is in use with another number of permits. An
+/// attempt whose answer is not read is given back on its connection.
+pub(crate) async fn attempt(
+    on: Queued<'_>,
+    (keys, permits): (&Keys, &Permits),
+    name: &str,
+    request: (&str, Duration, Duration, bool),
+    every: bool,
+) -> Result<Attempt, LockError> {
+    let invocation = acquire_invocation(permits, keys, request, every);
+    let reply = on
+        .run_or_give_back(&invocation, &|| give_back_eval(permits, keys, request.0))
+        .await
+        .map_err(unauthenticated)?;
+    match *reply {
+        [1, fence, slot, ..]
+            if permits
+                .slot(usize::try_from(slot).unwrap_or(usize::MAX))
+                .is_some() =>
+        {
+            let slot = usize::try_from(slot).unwrap_or(0);
+            Ok(Attempt::taken(u64::try_from(fence).unwrap_or(0), slot))
+        }
+        [0, left, ..] => Ok(Attempt::busy_ms(left)),
+        [-1, recorded, ..] => Ok(Attempt::Refused(LockError::PermitsMismatch {
+            name: name.to_owned(),
+            permits: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+            recorded,
+        })),
+        [-2, ..] if !every => Ok(Attempt::Again),
+        _ => Err(LockError::UnexpectedReply {
+            server: on.server().to_owned(),
+            reply: format!("an attempt at a permit of {name} with {reply:?}"),
+        }),
+    }
+}
+
+/// Gives back whatever `token` holds or queued at the semaphore.
+pub(crate) async fn give_back(
+    on: Queued<'_>,
+    (keys, permits): (&Keys, &Permits),
+    token: &str,
+) -> Result<(), LockError> {
+    on.run(&give_back_invocation(permits, keys, token))
+        .await
+        .map(|_: i64| ())
+        .map_err(unauthenticated)
+}
+
 /// An [`ACQUIRE`] call; with `every`, looking at every permit.
 pub(crate) fn acquire_invocation(
     permits: &Permits,
@@ -307,7 +359,7 @@ pub(crate) fn acquire_invocation(
     invocation
 }
 
-fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Invocation {
+fn give_back_call(permits: &Permits, keys: &Keys, token: &str) -> Invocation {
     let mut call = GIVE_BACK.with_keys(permits.keys(keys));
     call.arg(token)
         .arg(whole_millis(keys.fence_retention))
@@ -317,11 +369,11 @@ fn give_back(permits: &Permits, keys: &Keys, token: &str) -> Invocation {
 }
 
 pub(crate) fn give_back_invocation(permits: &Permits, keys: &Keys, token: &str) -> Invocation {
-    give_back(permits, keys, token)
+    give_back_call(permits, keys, token)
 }
 
 /// [`GIVE_BACK`] as EVAL with the source: runs even where the script
 /// cache was emptied (sent after a request whose answer was lost).
 pub(crate) fn give_back_eval(permits: &Permits, keys: &Keys, token: &str) -> redis::Cmd {
-    give_back(permits, keys, token).eval()
+    give_back_call(permits, keys, token).eval()
 }

@@ -103,17 +103,44 @@ impl<T: redis::FromRedisValue> redis::FromRedisValue for Acked<T> {
 /// message never arrived is noticed this long after it at most.
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
-/// The answer to one attempt to take a lock.
-#[derive(Debug, Clone, Copy)]
+/// What one attempt found: the one answer of every kind (a lock, a side of
+/// a read-write lock, a permit, a set) on every deployment. Each kind's
+/// backend file decodes its own reply into it.
+#[derive(Debug)]
 pub(crate) enum Attempt {
-    /// Taken; the lock's new fencing token.
-    Acquired { fencing_token: u64 },
-    /// Held by another owner, whose lease has this much time left
-    /// (`None` when Redis did not say).
-    Held { expires_in: Option<Duration> },
+    /// Taken: the fencing token (a set's first name's), the permit's index
+    /// (0 for the other kinds) and each name of a set's fencing token
+    /// (empty for one name).
+    Taken {
+        fencing_token: u64,
+        slot: usize,
+        of_set: Vec<u64>,
+    },
+    /// Held; the first holder's lease ends in this much time, if known.
+    Busy(Option<Duration>),
+    /// Nothing written: ask again at once (a semaphore asked to look at
+    /// every permit).
+    Again,
+    /// Refused for good (nothing written by this attempt).
+    Refused(LockError),
 }
 
 impl Attempt {
+    /// One name taken, with its fencing token and the permit's index.
+    pub(crate) fn taken(fencing_token: u64, slot: usize) -> Attempt {
+        Attempt::Taken {
+            fencing_token,
+            slot,
+            of_set: Vec::new(),
+        }
+    }
+
+    /// Held, the first holder's lease ending in `left` ms (unknown when
+    /// negative).
+    pub(crate) fn busy_ms(left: i64) -> Attempt {
+        Attempt::Busy(u64::try_from(left).ok().map(Duration::from_millis))
+    }
+
     /// Whether `scripts::ACQUIRE`'s reply is a grant.
     pub(crate) fn granted(&(taken, _): &(i64, i64)) -> bool {
         taken == 1
@@ -122,13 +149,9 @@ impl Attempt {
     /// From `scripts::ACQUIRE`'s reply.
     pub(crate) fn from_reply((taken, value): (i64, i64)) -> Attempt {
         if taken == 1 {
-            Attempt::Acquired {
-                fencing_token: u64::try_from(value).unwrap_or(0),
-            }
+            Attempt::taken(u64::try_from(value).unwrap_or(0), 0)
         } else {
-            Attempt::Held {
-                expires_in: u64::try_from(value).ok().map(Duration::from_millis),
-            }
+            Attempt::busy_ms(value)
         }
     }
 }

@@ -401,7 +401,9 @@ impl SingleNode {
         Ok((reply, resent))
     }
 
-    pub(crate) async fn try_acquire(
+    /// One attempt at the lock of `keys` for `token` (see
+    /// [`Queued::attempt`](super::queue::Queued::attempt)).
+    pub(crate) async fn attempt(
         &self,
         Owner { keys, token }: Owner<'_>,
         expire: Duration,
@@ -564,7 +566,7 @@ impl SingleNode {
         self.send(Request::Script(invocation), None).await
     }
 
-    /// Runs an attempt of a kind that answers as `queue::Reply` reads (a
+    /// Runs an attempt of a kind whose reply starts with 1 when taken (a
     /// side of a read-write lock, a permit, a set): a grant (see
     /// [`grant`](Self::grant)) when it answers `{1, ...}`. When its answer
     /// will not be read (it timed out, or the caller dropped this future),

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::LockError;
 use crate::backend::queue::{RECHECK, may_have_run, retryable, stopped_waiting};
-use crate::backend::shared::{Backoff, FALLBACK_PAUSE, RETRY_MAX, next_check, rearmed, soon_after};
+use crate::backend::shared::{
+    Attempt, Backoff, FALLBACK_PAUSE, RETRY_MAX, next_check, rearmed, soon_after,
+};
 use crate::backend::{Grant, Wake};
 use crate::layout::{MAX_EXPIRE, new_token};
 
@@ -39,35 +41,6 @@ impl Won {
             grant,
             slot,
             fencing_tokens,
-        }
-    }
-}
-
-/// What one attempt found.
-pub(crate) enum Answer {
-    /// Taken: the fencing token (a set's first name's), the permit's index
-    /// (0 for the other kinds) and each name of a set's fencing token.
-    Taken {
-        fencing_token: u64,
-        slot: usize,
-        of_set: Vec<u64>,
-    },
-    /// Held; the first holder's lease ends in this much time, if known.
-    Busy(Option<Duration>),
-    /// Nothing written: ask again at once (a semaphore asked to look at
-    /// every permit).
-    Again,
-    /// Refused for good (nothing written by this attempt).
-    Refused(LockError),
-}
-
-impl Answer {
-    /// One name taken.
-    pub(crate) fn taken(fencing_token: u64, slot: usize) -> Answer {
-        Answer::Taken {
-            fencing_token,
-            slot,
-            of_set: Vec::new(),
         }
     }
 }
@@ -98,7 +71,7 @@ pub(crate) trait Side {
         token: &str,
         left: Duration,
         queued: bool,
-    ) -> Result<Answer, LockError>;
+    ) -> Result<Attempt, LockError>;
 
     /// Gives back whatever `token` holds or queued: releases what it owns
     /// (handing it to the next waiter), or leaves the queue.
@@ -247,11 +220,11 @@ impl<'a> Acquisition<'a> {
     pub(crate) fn answered(
         &mut self,
         now: Instant,
-        answer: Result<Answer, LockError>,
+        answer: Result<Attempt, LockError>,
     ) -> Result<Next, LockError> {
         self.sending = false;
         let first_end = match answer {
-            Ok(Answer::Taken {
+            Ok(Attempt::Taken {
                 fencing_token,
                 slot,
                 of_set,
@@ -262,10 +235,10 @@ impl<'a> Acquisition<'a> {
                     (slot, of_set),
                 )));
             }
-            Ok(Answer::Busy(first_end)) => first_end,
-            Ok(Answer::Again) => return Ok(Next::Ask),
+            Ok(Attempt::Busy(first_end)) => first_end,
+            Ok(Attempt::Again) => return Ok(Next::Ask),
             // A token queued before is given back with what is owed.
-            Ok(Answer::Refused(e)) => return Err(e),
+            Ok(Attempt::Refused(e)) => return Err(e),
             Err(e) if retryable(&e) => {
                 // The request may have run: the token may be queued or even
                 // hold the name. It is given back, and the next attempt

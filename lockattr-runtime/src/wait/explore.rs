@@ -52,9 +52,10 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use super::acquisition::{Acquisition, Answer, Side, Woke, Won, waiting};
+use super::acquisition::{Acquisition, Side, Woke, Won, waiting};
 use crate::LockError;
 use crate::backend::Wake;
+use crate::backend::shared::Attempt;
 
 /// Every holder's lease: longer than any scenario, so a lease ends only
 /// where a scenario makes it (`Expire`).
@@ -103,7 +104,7 @@ enum Call {
 
 /// How a call ends.
 enum Reply {
-    Attempt(Result<Answer, LockError>),
+    Attempt(Result<Attempt, LockError>),
     GiveBack(Result<(), LockError>),
     Woke(Woke),
 }
@@ -169,7 +170,7 @@ impl World {
     }
 
     /// `acquire.lua` for `token`.
-    fn attempt(&mut self, token: &str, left: Duration, queued: bool) -> Answer {
+    fn attempt(&mut self, token: &str, left: Duration, queued: bool) -> Attempt {
         self.expire();
         let now = self.clock;
         match &mut self.redis.holder {
@@ -180,11 +181,11 @@ impl World {
                 if queued {
                     self.redis.queue.retain(|(t, _)| t != token);
                 }
-                Answer::taken(fence, 0)
+                Attempt::taken(fence, 0)
             }
             Some((holder, fence, until)) if holder == token => {
                 *until = now + LEASE;
-                Answer::taken(*fence, 0)
+                Attempt::taken(*fence, 0)
             }
             Some((_, _, until)) => {
                 let pttl = until.saturating_duration_since(now);
@@ -193,7 +194,7 @@ impl World {
                 } else if !self.redis.queue.iter().any(|(t, _)| t == token) {
                     self.redis.queue.push((token.to_owned(), now + left));
                 }
-                Answer::Busy(Some(pttl))
+                Attempt::Busy(Some(pttl))
             }
         }
     }
@@ -262,10 +263,10 @@ impl World {
                 None => 3.hash(&mut h),
             }
             match &p.ran {
-                Some(Reply::Attempt(Ok(Answer::Taken { fencing_token, .. }))) => {
+                Some(Reply::Attempt(Ok(Attempt::Taken { fencing_token, .. }))) => {
                     (0, fencing_token).hash(&mut h)
                 }
-                Some(Reply::Attempt(Ok(Answer::Busy(first_end)))) => (1, first_end).hash(&mut h),
+                Some(Reply::Attempt(Ok(Attempt::Busy(first_end)))) => (1, first_end).hash(&mut h),
                 Some(_) => 2.hash(&mut h),
                 None => 3.hash(&mut h),
             }
@@ -424,7 +425,7 @@ impl Side for Explored {
         token: &str,
         left: Duration,
         queued: bool,
-    ) -> Result<Answer, LockError> {
+    ) -> Result<Attempt, LockError> {
         let token = token.to_owned();
         match self
             .call(Call::Attempt {

@@ -88,15 +88,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::backend::lockset::{self as set_side, Tried};
-use crate::backend::queue::{
-    GIVE_BACK_FOR, Queued, RECHECK, Reply, give_back_until, unauthenticated,
-};
+use crate::backend::lockset as set_side;
+use crate::backend::queue::{GIVE_BACK_FOR, Queued, RECHECK, give_back_until};
 use crate::backend::redlock::LockRequest;
 use crate::backend::redlock::Redlock;
 use crate::backend::redlock::set::SetOnNodes;
 use crate::backend::rwlock as rw_side;
-use crate::backend::scripts;
 use crate::backend::semaphore as sem_side;
 use crate::backend::shared::{Attempt, Owner};
 use crate::backend::{Backend, Grant, Waiter};
@@ -111,7 +108,7 @@ mod acquisition;
 mod explore;
 
 pub(crate) use acquisition::Won;
-use acquisition::{Acquisition, Answer, Side, Woke, waiting};
+use acquisition::{Acquisition, Side, Woke, waiting};
 
 /// How long a set waits before it joins the FIFO queue of a busy name.
 const JOIN_QUEUE_AFTER: Duration = RECHECK;
@@ -152,27 +149,28 @@ impl Contender<'_> {
     }
 
     /// One attempt for `token`; `queued`: an earlier attempt may have
-    /// queued it. An attempt whose answer is not read is given back on its
-    /// connection (see [`Queued::attempt`]).
+    /// queued it. Each kind's backend file sends it and reads its answer.
     async fn attempt(
         &self,
         on: Queued<'_>,
         (name, token, expire, wait): (&str, &str, Duration, Duration),
         queued: bool,
         progress: &mut Progress,
-    ) -> Result<Answer, LockError> {
-        let attempt = (token, expire, wait, queued);
-        let reply = match self {
+    ) -> Result<Attempt, LockError> {
+        let request = (token, expire, wait, queued);
+        match self {
             Contender::Lock(keys) => {
-                return Ok(
-                    match on
-                        .try_acquire(Owner { keys, token }, expire, (wait, queued))
-                        .await?
-                    {
-                        Attempt::Acquired { fencing_token } => Answer::taken(fencing_token, 0),
-                        Attempt::Held { expires_in } => Answer::Busy(expires_in),
-                    },
-                );
+                on.attempt(Owner { keys, token }, expire, (wait, queued))
+                    .await
+            }
+            Contender::Rw(keys, rw) => rw_side::attempt(on, (keys, rw), name, request).await,
+            Contender::Permit(keys, permits) => {
+                // A semaphore that answered "look at every permit" is asked
+                // again at once, looking at every permit.
+                let every = std::mem::take(&mut progress.every);
+                let attempt = sem_side::attempt(on, (keys, permits), name, request, every).await?;
+                progress.every = matches!(attempt, Attempt::Again);
+                Ok(attempt)
             }
             Contender::Set(keys, groups) => {
                 let sent = Instant::now();
@@ -181,71 +179,13 @@ impl Contender<'_> {
                     .busy_since
                     .is_some_and(|since| since.elapsed() >= JOIN_QUEUE_AFTER);
                 let groups = by_group(keys, groups);
-                return Ok(
-                    match set_side::attempt(on, &groups, token, expire, wait, queue).await? {
-                        Tried::Taken(of_set) => Answer::Taken {
-                            fencing_token: of_set.first().copied().unwrap_or(0),
-                            slot: 0,
-                            of_set,
-                        },
-                        Tried::Busy(longest) => {
-                            progress.busy_since.get_or_insert(sent);
-                            Answer::Busy(Some(longest))
-                        }
-                    },
-                );
+                let attempt = set_side::attempt(on, &groups, token, (expire, wait), queue).await?;
+                if let Attempt::Busy(_) = attempt {
+                    progress.busy_since.get_or_insert(sent);
+                }
+                Ok(attempt)
             }
-            Contender::Rw(keys, rw) => {
-                let invocation = rw_side::acquire_invocation(keys, rw, attempt);
-                on.attempt(&invocation, &|| rw_side::give_back_eval(keys, rw, token))
-                    .await
-            }
-            Contender::Permit(keys, permits) => {
-                let every = progress.every;
-                let invocation = sem_side::acquire_invocation(permits, keys, attempt, every);
-                on.attempt(&invocation, &|| {
-                    sem_side::give_back_eval(permits, keys, token)
-                })
-                .await
-            }
-        };
-        let reply = reply.map_err(unauthenticated)?;
-        let looked_at_every = std::mem::take(&mut progress.every);
-        Ok(match (Reply::of(&reply), self) {
-            // Nothing was written: at once, the same request looking at
-            // every permit.
-            (Reply::LookAtEvery, Contender::Permit(..)) if !looked_at_every => {
-                progress.every = true;
-                Answer::Again
-            }
-            (Reply::Taken([fence, ..]), Contender::Rw(..)) => {
-                Answer::taken(u64::try_from(*fence).unwrap_or(0), 0)
-            }
-            (Reply::Taken([fence, slot, ..]), Contender::Permit(_, permits))
-                if permits
-                    .slot(usize::try_from(*slot).unwrap_or(usize::MAX))
-                    .is_some() =>
-            {
-                let slot = usize::try_from(*slot).unwrap_or(0);
-                Answer::taken(u64::try_from(*fence).unwrap_or(0), slot)
-            }
-            (Reply::Taken(_), _) => {
-                return Err(LockError::UnexpectedReply {
-                    server: on.server().to_owned(),
-                    reply: format!("an attempt of {name} with {reply:?}"),
-                });
-            }
-            (Reply::Mismatch(recorded), Contender::Permit(_, permits)) => {
-                Answer::Refused(LockError::PermitsMismatch {
-                    name: name.to_owned(),
-                    permits: u32::try_from(permits.len()).unwrap_or(u32::MAX),
-                    recorded,
-                })
-            }
-            (Reply::Busy(first_end), _) => Answer::Busy(first_end),
-            // Not an answer this kind is given.
-            (Reply::Mismatch(_) | Reply::LookAtEvery, _) => Answer::Busy(None),
-        })
+        }
     }
 
     /// Gives back whatever `token` holds or queued: releases what it owns
@@ -253,20 +193,12 @@ impl Contender<'_> {
     async fn give_back(&self, on: Queued<'_>, token: &str) -> Result<(), LockError> {
         match self {
             Contender::Lock(keys) => on.give_back(Owner { keys, token }).await,
-            Contender::Rw(keys, rw) => on
-                .run(&scripts::rw_release_call(keys, rw, token, 0))
-                .await
-                .map(|_: redis::Value| ()),
-            Contender::Permit(keys, permits) => on
-                .run(&sem_side::give_back_invocation(permits, keys, token))
-                .await
-                .map(|_: i64| ())
-                .map_err(unauthenticated),
+            Contender::Rw(keys, rw) => rw_side::give_back(on, (keys, rw), token).await,
+            Contender::Permit(keys, permits) => {
+                sem_side::give_back(on, (keys, permits), token).await
+            }
             Contender::Set(keys, groups) => {
-                for group in by_group(keys, groups) {
-                    let _: i64 = on.run(&set_side::give_back_call(&group, token)).await?;
-                }
-                Ok(())
+                set_side::give_back(on, &by_group(keys, groups), token).await
             }
         }
     }
@@ -579,7 +511,7 @@ impl Side for OnRedis<'_> {
         token: &str,
         left: Duration,
         queued: bool,
-    ) -> Result<Answer, LockError> {
+    ) -> Result<Attempt, LockError> {
         let attempt = (self.name, token, self.expire, left);
         let progress = &mut self.progress;
         self.contender

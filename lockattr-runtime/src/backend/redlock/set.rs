@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use super::acquire::Retry;
 use super::fanout::Redlock;
 use super::votes::{Votes, drift};
-use crate::backend::lockset::{self, SetGrant, Tried};
+use crate::backend::lockset::{self, SetGrant};
+use crate::backend::shared::Attempt;
 use crate::layout::Keys;
 use crate::{LockError, io};
 
@@ -60,15 +61,19 @@ impl Redlock {
                 let reply: Vec<i64> = node
                     .run_script_or_give_back(&invocation, &|| lockset::give_back_eval(group, token))
                     .await?;
-                Tried::from_reply(&reply, group.len(), node.server())
+                lockset::answer(&reply, group.len(), node.server())
             })
             .await;
         let counted = self.counted();
         let mut votes = Votes::default();
         for (i, answer) in answers {
             match answer {
-                Ok(Tried::Taken(counters)) => votes.grant(i, counters, self.votes(i, &counted)),
-                Ok(Tried::Busy(left)) => votes.held(Some(left)),
+                Ok(Attempt::Taken { of_set, .. }) => {
+                    votes.grant(i, of_set, self.votes(i, &counted))
+                }
+                Ok(Attempt::Busy(left)) => votes.held(left),
+                // Not an answer a set's script gives.
+                Ok(Attempt::Again | Attempt::Refused(_)) => votes.held(None),
                 Err(e) => votes.failed(e),
             }
         }

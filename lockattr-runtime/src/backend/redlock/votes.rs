@@ -176,7 +176,7 @@ impl Redlock {
         let mut requests = self.start_each(all.into_iter().zip(ready), limit, |node| {
             let (keys, token) = (keys.clone(), token.clone());
             async move {
-                node.try_acquire(
+                node.attempt(
                     Owner {
                         keys: &keys,
                         token: &token,
@@ -198,10 +198,12 @@ impl Redlock {
             && let Some((i, answer)) = requests.next().await
         {
             match answer {
-                Ok(Attempt::Acquired { fencing_token }) => {
+                Ok(Attempt::Taken { fencing_token, .. }) => {
                     votes.grant(i, fencing_token, self.votes(i, &self.counted()));
                 }
-                Ok(Attempt::Held { expires_in }) => votes.held(expires_in),
+                Ok(Attempt::Busy(expires_in)) => votes.held(expires_in),
+                // Not an answer a lock's script gives.
+                Ok(Attempt::Again | Attempt::Refused(_)) => votes.held(None),
                 Err(e) => votes.failed(e),
             }
         }
@@ -404,8 +406,9 @@ impl LateGrants {
         let settling = io::spawn_here(async move {
             let mut requests = requests;
             while let Some((i, answer)) = requests.next().await {
-                let Ok(Attempt::Acquired {
+                let Ok(Attempt::Taken {
                     fencing_token: counter,
+                    ..
                 }) = answer
                 else {
                     continue;
@@ -438,7 +441,7 @@ impl LateGrants {
     pub(crate) async fn granted(mut self) -> Vec<usize> {
         let mut granted = Vec::new();
         while let Some((i, answer)) = self.requests.0.next().await {
-            if matches!(answer, Ok(Attempt::Acquired { .. })) {
+            if matches!(answer, Ok(Attempt::Taken { .. })) {
                 granted.push(i);
             }
         }
