@@ -11,6 +11,7 @@ pub use crate::{LockError, LockGuard, LockKey, Locker};
 
 use crate::backend::Extend;
 use crate::guard::Lease;
+use crate::lost::Standing;
 use crate::{DEFAULT_EXPIRE, LockBuilder, LostReason, io, observe, reentry, watchdog};
 
 pub mod set;
@@ -183,9 +184,9 @@ struct Reentry {
 impl Reentry {
     fn start(lease: Arc<Lease>, options: Options) -> Result<Reentry, LockError> {
         let entered = Instant::now();
-        let valid_until = match lease.state.check() {
-            Ok(reason) => return Err(lease.lost_error(reason)),
-            Err(until) => until,
+        let valid_until = match lease.state.standing() {
+            Standing::Lost(reason) => return Err(lease.lost_error(reason)),
+            Standing::Held { until } => until,
         };
         let hold = options.hold_at_least.filter(|hold| !hold.is_zero());
         if let Some(hold) = hold {
@@ -215,9 +216,9 @@ impl Reentry {
     /// The nested call's `Held`, once the lease is raised (`raised`).
     fn finish(mut self, raised: bool, on_thread: bool) -> Result<Held, LockError> {
         if raised {
-            self.valid_until = match self.lease.state.check() {
-                Ok(reason) => return Err(self.lease.lost_error(reason)),
-                Err(until) => until,
+            self.valid_until = match self.lease.state.standing() {
+                Standing::Lost(reason) => return Err(self.lease.lost_error(reason)),
+                Standing::Held { until } => until,
             };
         }
         if let Some(hold) = self.hold {

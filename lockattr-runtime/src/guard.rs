@@ -119,7 +119,11 @@ impl Lease {
     /// the lease surely holds, or now when it is not known to.
     fn add(&self) -> Extend {
         Extend::Add {
-            held_until: self.state.check().err().unwrap_or_else(Instant::now),
+            held_until: self
+                .state
+                .standing()
+                .held_until()
+                .unwrap_or_else(Instant::now),
         }
     }
 
@@ -140,7 +144,7 @@ impl Lease {
             let left = left.min(self.locker.max_lease);
             return self.extend(left, Extend::Hold).await;
         }
-        let in_lease = self.state.check().is_err();
+        let in_lease = self.state.standing().held_until().is_some();
         let turn = lock(&self.turn).take();
         let backend = &self.locker.backend;
         let released = crate::local::release(
@@ -389,7 +393,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.lease.state.check().is_ok()
+        self.lease.state.standing().lost().is_some()
     }
 
     /// Resolves once the lock is lost (see [`is_lost`](Self::is_lost)), to a
@@ -484,7 +488,7 @@ impl LockGuard {
 
     /// The loss, if the lock is lost by now.
     pub(crate) fn lost_now(&self) -> Option<LockError> {
-        let reason = self.lease.state.check().ok()?;
+        let reason = self.lease.state.standing().lost()?;
         Some(self.lease.lost_error(reason))
     }
 
@@ -496,7 +500,7 @@ impl LockGuard {
     /// The loss, if the lock is lost by now, after a body that ran to its
     /// end (see [`Lease::lost_in_body`]).
     pub(crate) fn lost_in_body(&self) -> Option<LockError> {
-        let reason = self.lease.state.check().ok()?;
+        let reason = self.lease.state.standing().lost()?;
         Some(self.lease.lost_in_body(reason))
     }
 
@@ -625,7 +629,10 @@ impl Leases {
             let Some(first) = free.first() else {
                 return Ok(());
             };
-            let in_lease: Vec<bool> = free.iter().map(|l| l.state.check().is_err()).collect();
+            let in_lease: Vec<bool> = free
+                .iter()
+                .map(|l| l.state.standing().held_until().is_some())
+                .collect();
             let members: Vec<(&Keys, u64)> =
                 free.iter().map(|l| (&l.keys, l.fencing_token)).collect();
             let names = free.iter().map(|l| l.name.as_str()).collect::<Vec<_>>();

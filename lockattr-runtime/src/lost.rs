@@ -28,6 +28,33 @@ use crate::LostReason;
 use crate::observe::Report;
 use crate::sync::lock;
 
+/// Where a lease stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Held until at least `until`.
+    Held { until: Instant },
+    /// Lost, for this reason.
+    Lost(LostReason),
+}
+
+impl Standing {
+    /// The reason, once lost.
+    pub(crate) fn lost(self) -> Option<LostReason> {
+        match self {
+            Standing::Lost(reason) => Some(reason),
+            Standing::Held { .. } => None,
+        }
+    }
+
+    /// Until when it holds at least, while held.
+    pub(crate) fn held_until(self) -> Option<Instant> {
+        match self {
+            Standing::Held { until } => Some(until),
+            Standing::Lost(_) => None,
+        }
+    }
+}
+
 /// `d` rounded down to whole milliseconds: what Redis keeps of a lease.
 pub(crate) fn whole_ms(d: Duration) -> Duration {
     d - Duration::from_nanos(u64::from(d.subsec_nanos() % 1_000_000))
@@ -157,11 +184,17 @@ impl LeaseState {
         self.notify.notify_waiters();
     }
 
-    /// Why the lock is lost, or `Err(valid_until)`: held until at least then.
-    pub(crate) fn check(&self) -> Result<LostReason, Instant> {
+    /// Where the lease stands now: held until at least a moment, or lost
+    /// and why.
+    pub(crate) fn standing(&self) -> Standing {
         let mut inner = self.lock();
         self.expired(&mut inner);
-        inner.lost.ok_or(inner.valid_until)
+        match inner.lost {
+            Some(reason) => Standing::Lost(reason),
+            None => Standing::Held {
+                until: inner.valid_until,
+            },
+        }
     }
 
     /// When the lock was granted (at the latest).
@@ -183,9 +216,9 @@ impl LeaseState {
             // Registered before checking, so a loss between the check and the
             // wait is not missed.
             notified.as_mut().enable();
-            let until = match self.check() {
-                Ok(reason) => return reason,
-                Err(until) => until,
+            let until = match self.standing() {
+                Standing::Lost(reason) => return reason,
+                Standing::Held { until } => until,
             };
             tokio::select! {
                 () = notified => {}
@@ -249,6 +282,11 @@ mod tests {
         let sent = Instant::now();
         let state = LeaseState::new(sent, false, report());
         state.confirmed(sent, Duration::from_micros(10_900_700));
-        assert_eq!(state.check(), Err(sent + Duration::from_millis(10_900)));
+        assert_eq!(
+            state.standing(),
+            Standing::Held {
+                until: sent + Duration::from_millis(10_900)
+            }
+        );
     }
 }

@@ -235,7 +235,7 @@ async fn run(shared: Arc<Shared>, backend: Weak<Backend>) {
         };
         // A lease already lost by time is not renewed: the guard has said so.
         due.retain(|(id, lease, _)| {
-            let lost = lease.state().check().is_ok();
+            let lost = lease.state().standing().lost().is_some();
             if lost {
                 lock(&shared.state).entries.remove(id);
             }

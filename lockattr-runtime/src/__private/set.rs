@@ -99,7 +99,7 @@ fn reenter(
         let mut members = Vec::with_capacity(held);
         for (_, lease) in found {
             let Some(lease) = lease else { continue };
-            if let Ok(reason) = lease.state.check() {
+            if let Some(reason) = lease.state.standing().lost() {
                 return Some(Err(lease.lost_error(reason)));
             }
             members.push(crate::LockGuard::nested(lease));
