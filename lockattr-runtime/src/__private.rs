@@ -9,10 +9,8 @@ use tracing::Instrument;
 
 pub use crate::{LockError, LockGuard, LockKey, Locker};
 
-use crate::backend::Extend;
 use crate::guard::Lease;
-use crate::lost::Standing;
-use crate::{DEFAULT_EXPIRE, LockBuilder, LostReason, io, observe, reentry, watchdog};
+use crate::{DEFAULT_EXPIRE, LockBuilder, LostReason, observe, reentry};
 
 pub mod set;
 
@@ -71,13 +69,24 @@ pub struct Options {
     pub kind: &'static str,
 }
 
+impl Options {
+    /// What a nested call asks of the lease it re-enters.
+    fn nested(&self) -> reentry::Nested {
+        reentry::Nested {
+            expire: self.expire,
+            renew: self.renew && self.renew_for.is_none(),
+            hold_at_least: self.hold_at_least,
+        }
+    }
+}
+
 /// The lock of an annotated function's call: its guard and, for a nested
 /// call that asked for `renew` on a lease its outer call does not renew,
 /// that renewal.
 #[derive(Debug)]
 pub struct Held {
     // Dropped first: the renewal stops before the guard goes.
-    renewing: Option<Renewing>,
+    renewing: Option<reentry::Renewing>,
     guard: LockGuard,
     /// A sync call with `reentrant`: its body counts itself inside the
     /// lease on its thread ([`enter_hold`]), so nested calls re-enter.
@@ -112,187 +121,25 @@ impl Held {
     }
 }
 
-/// A nested call's `renew` on a lease its outer call does not renew: the
-/// lease's own entry in its Locker's watchdog, left when this is dropped
-/// (when the nested body ends, however it ends), so the lease is the outer
-/// call's again afterwards.
-struct Renewing {
-    lease: Arc<Lease>,
-    id: u64,
-}
-
-impl Renewing {
-    /// Renews `lease`, held until at least `valid_until`, as if it had been
-    /// taken with `renew`: to its `expire`, every `expire / 3`, the first
-    /// time when no more than `expire - expire / 3` is left.
-    fn start(lease: &Arc<Lease>, valid_until: Instant) -> Renewing {
-        let period = watchdog::period(lease.expire);
-        let now = Instant::now();
-        let due = valid_until
-            .checked_sub(lease.expire.saturating_sub(period))
-            .map_or(now, |due| due.max(now));
-        let locker = &lease.locker;
-        let id = locker
-            .watchdog
-            .watch(&locker.backend, lease, due, Some(period));
-        Renewing {
-            lease: lease.clone(),
-            id,
-        }
-    }
-}
-
-impl Drop for Renewing {
-    fn drop(&mut self) {
-        self.lease.locker.watchdog.unwatch(self.id);
-    }
-}
-
-impl std::fmt::Debug for Renewing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Renewing")
-            .field("name", &self.lease.name)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A reentry: the caller holds `lease`, unless it was lost meanwhile.
-/// The nested call's own `expire`, `renew` and `hold_at_least` still count,
-/// as they would for a lock of its own:
-/// - an `expire` written on the nested call, longer than the lease has
-///   left, raises the lease to `expire`, in one round trip (none when
-///   enough is left, or when the nested call sets no `expire`);
-/// - `renew` on a lease that is not renewed keeps it renewed while the
-///   nested call's [`Held`] lives, that is while its body runs;
-/// - `hold_at_least` keeps the lock that long after the nested call
-///   entered, when the outermost call releases it; the hold already there
-///   is never shortened. It must fit in the nested call's `expire` (10 s
-///   if not given), as for a lock of its own, and the lease is raised to it
-///   when it has less left, so the hold lasts even if the process stops.
-///
-/// [`Reentry::start`] checks, [`Reentry::raise_to`] says whether the lease
-/// must be raised first (async or blocking, by the caller), and
-/// [`Reentry::finish`] makes the nested call's `Held`.
-struct Reentry {
-    lease: Arc<Lease>,
-    options: Options,
-    entered: Instant,
-    hold: Option<Duration>,
-    valid_until: Instant,
-}
-
-impl Reentry {
-    fn start(lease: Arc<Lease>, options: Options) -> Result<Reentry, LockError> {
-        let entered = Instant::now();
-        let valid_until = match lease.state.standing() {
-            Standing::Lost(reason) => return Err(lease.lost_error(reason)),
-            Standing::Held { until } => until,
-        };
-        let hold = options.hold_at_least.filter(|hold| !hold.is_zero());
-        if let Some(hold) = hold {
-            crate::hold::check(hold, options.expire.unwrap_or(DEFAULT_EXPIRE))?;
-        }
-        Ok(Reentry {
-            lease,
-            options,
-            entered,
-            hold,
-            valid_until,
-        })
-    }
-
-    /// The lease to set first, checked, when it has less left than the
-    /// nested call's `expire` (or hold) asks for.
-    fn raise_to(&self) -> Result<Option<Duration>, LockError> {
-        match self.options.expire.max(self.hold) {
-            Some(expire) if self.valid_until.saturating_duration_since(Instant::now()) < expire => {
-                check_expire(&self.lease, expire)?;
-                Ok(Some(expire))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// The nested call's `Held`, once the lease is raised (`raised`).
-    fn finish(mut self, raised: bool, on_thread: bool) -> Result<Held, LockError> {
-        if raised {
-            self.valid_until = match self.lease.state.standing() {
-                Standing::Lost(reason) => return Err(self.lease.lost_error(reason)),
-                Standing::Held { until } => until,
-            };
-        }
-        if let Some(hold) = self.hold {
-            self.lease.hold.at_least_until(self.entered, hold);
-        }
-        let options = self.options;
-        let renewing = (options.renew && options.renew_for.is_none() && !self.lease.renew)
-            .then(|| Renewing::start(&self.lease, self.valid_until));
-        Ok(Held {
-            renewing,
-            guard: LockGuard::nested(self.lease),
-            on_thread,
-        })
-    }
-}
-
+/// A nested call: the guard of the lease the caller holds, as its
+/// options ask ([`reentry::reenter`]).
 async fn reenter(lease: Arc<Lease>, options: Options) -> Result<Held, LockError> {
-    let reentry = Reentry::start(lease, options)?;
-    let raise_to = reentry.raise_to()?;
-    if let Some(expire) = raise_to {
-        raise(&reentry.lease, expire).await?;
-    }
-    reentry.finish(raise_to.is_some(), false)
+    let (guard, renewing) = reentry::reenter(lease, options.nested()).await?;
+    Ok(Held {
+        renewing,
+        guard,
+        on_thread: false,
+    })
 }
 
 /// [`reenter`] for a sync call, on a lease its thread holds.
 fn reenter_blocking(lease: Arc<Lease>, options: Options) -> Result<Held, LockError> {
-    let reentry = Reentry::start(lease, options)?;
-    let raise_to = reentry.raise_to()?;
-    if let Some(expire) = raise_to {
-        raise_blocking(&reentry.lease, expire)?;
-    }
-    reentry.finish(raise_to.is_some(), true)
-}
-
-/// A nested call's `expire` is checked as a lock's own would be
-/// (`LockBuilder`), though it only matters when it raises the lease.
-fn check_expire(lease: &Lease, expire: Duration) -> Result<(), LockError> {
-    let max_lease = lease.locker.max_lease;
-    let reason = if expire.is_zero() {
-        "a lease of zero would free the lock at once; use at least a millisecond".to_owned()
-    } else if expire > max_lease {
-        format!(
-            "{expire:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit right?"
-        )
-    } else {
-        return Ok(());
-    };
-    Err(LockError::invalid("expire", reason))
-}
-
-/// Sets the time `lease` has left to `expire`. Only called when the guard
-/// counts less than `expire` left: the guard's count is a lower bound, so
-/// this can take off at most the little it does not count (how long the
-/// request that set the lease took), never time the guard relies on. A lock
-/// found no longer owned is reported as lost.
-async fn raise(lease: &Arc<Lease>, expire: Duration) -> Result<(), LockError> {
-    let raised = lease.clone();
-    let outcome = io::run_here(async move { raised.extend(expire, Extend::Set).await }).await;
-    raised_or_lost(lease, outcome)
-}
-
-/// [`raise`] for a sync call.
-fn raise_blocking(lease: &Arc<Lease>, expire: Duration) -> Result<(), LockError> {
-    let raised = lease.clone();
-    let outcome = io::run_blocking(async move { raised.extend(expire, Extend::Set).await });
-    raised_or_lost(lease, outcome)
-}
-
-fn raised_or_lost(lease: &Lease, outcome: Result<(), LockError>) -> Result<(), LockError> {
-    match outcome {
-        Err(LockError::NotOwned { .. }) => Err(lease.lost_error(LostReason::Taken)),
-        other => other,
-    }
+    let (guard, renewing) = reentry::reenter_blocking(lease, options.nested())?;
+    Ok(Held {
+        renewing,
+        guard,
+        on_thread: true,
+    })
 }
 
 /// Acquires for an async function. When the call chain already holds the
