@@ -117,9 +117,18 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         Some(renew_for) => quote!(::core::option::Option::Some(#renew_for)),
         None => quote!(::core::option::Option::None),
     };
+    // What the generated code calls: `__private`, or for a set
+    // (`name = [..]`) `__private::set`, which offers the same functions for
+    // a `LockSetGuard`.
+    let runtime = |span: Span| match plan.set {
+        true => quote_spanned!(span=> ::lockattr::__private::set),
+        false => quote_spanned!(span=> ::lockattr::__private),
+    };
+    let rt = runtime(Span::call_site());
+    let rt_at_return = runtime(plan.return_span);
     let (renew, reentrant, kind) = (plan.renew, plan.reentrant, &plan.kind);
     let options = quote! {
-        ::lockattr::__private::Options {
+        #rt::Options {
             expire: #expire,
             wait: #acquire_time,
             renew: #renew,
@@ -136,9 +145,9 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         quote!(::core::convert::AsRef::<str>::as_ref(&#name_var))
     };
     let acquire = if is_async {
-        quote!(::lockattr::__private::acquire(#locker_var, #name_arg, #options).await)
+        quote!(#rt::acquire(#locker_var, #name_arg, #options).await)
     } else {
-        quote!(::lockattr::__private::acquire_blocking(#locker_var, #name_arg, #options))
+        quote!(#rt::acquire_blocking(#locker_var, #name_arg, #options))
     };
     // `permits` and `mode` never come together (see `crate::rwmode::check`).
     let acquire = match (&plan.permits, plan.mode) {
@@ -159,7 +168,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
             // make clippy call the `*` needless.
             let typed = quote_spanned! {syn::spanned::Spanned::span(expr)=>
                 #[allow(clippy::explicit_auto_deref)]
-                let #locker_var: &::lockattr::__private::Locker = #expr;
+                let #locker_var: &#rt::Locker = #expr;
             };
             quote! {
                 #typed
@@ -168,7 +177,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
             }
         }
         None => quote! {
-            let #acquired_var = match ::lockattr::__private::default_locker() {
+            let #acquired_var = match #rt::default_locker() {
                 ::core::result::Result::Ok(#locker_var) => {
                     let #name_var = #name;
                     #acquire
@@ -183,14 +192,14 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     // wrong return type once however many calls there are.
     let fail = |body: TokenStream| {
         quote_spanned!(plan.return_span=>
-            return ::lockattr::__private::lock_failed(#error_var, #body)
+            return #rt_at_return::lock_failed(#error_var, #body)
         )
     };
     let fail_no_body = fail(quote!(::core::option::Option::None));
     let bind_guard = plan
         .guard
         .as_ref()
-        .map(|user| quote!(let #user: &::lockattr::__private::LockGuard = #guard_var.guard();));
+        .map(|user| quote!(let #user: &#rt::LockGuard = #guard_var.guard();));
 
     let prelude = quote! {
         #acquired
@@ -210,9 +219,9 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     // reentry scope (`body_or_lost` also drops it when the lock is lost).
     let run_body = |runner: TokenStream| {
         quote! {
-            let #result_var = ::lockattr::__private::#runner(
+            let #result_var = #rt::#runner(
                 &#guard_var,
-                ::lockattr::__private::typed_body::<#output, _>(async move #block),
+                #rt::typed_body::<#output, _>(async move #block),
             ).await;
         }
     };
@@ -223,7 +232,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
                 #prelude
                 #run
                 #[allow(unreachable_code)]
-                ::lockattr::__private::release(#guard_var).await;
+                #rt::release(#guard_var).await;
                 #result_var
             }
         }
@@ -233,7 +242,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
                 #prelude
                 #run
                 #[allow(unreachable_code)]
-                ::lockattr::__private::release(#guard_var).await;
+                #rt::release(#guard_var).await;
                 match #result_var {
                     ::core::result::Result::Ok(#result_var) => #result_var,
                     ::core::result::Result::Err(#error_var) => #fail_no_body,
@@ -246,7 +255,7 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
                 #prelude
                 #run
                 #[allow(unreachable_code)]
-                match ::lockattr::__private::release_checked(#guard_var).await {
+                match #rt::release_checked(#guard_var).await {
                     ::core::option::Option::None => #result_var,
                     ::core::option::Option::Some(#error_var) => #fail_lost,
                 }
@@ -259,8 +268,8 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         // the `hold` span is left first.
         (false, OnLost::Ignore) => quote! {
             #prelude
-            let #hold_var = ::lockattr::__private::enter_hold(&#guard_var);
-            let #result_var = ::lockattr::__private::call::<#output, _>(move || #block);
+            let #hold_var = #rt::enter_hold(&#guard_var);
+            let #result_var = #rt::call::<#output, _>(move || #block);
             ::core::mem::drop(#hold_var);
             #result_var
         },
@@ -268,10 +277,10 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
         // (`validate` refuses `"abort"` on a sync function).
         (false, OnLost::Error | OnLost::Abort) => quote! {
             #prelude
-            let #hold_var = ::lockattr::__private::enter_hold(&#guard_var);
-            let #result_var = ::lockattr::__private::call::<#output, _>(move || #block);
+            let #hold_var = #rt::enter_hold(&#guard_var);
+            let #result_var = #rt::call::<#output, _>(move || #block);
             ::core::mem::drop(#hold_var);
-            match ::lockattr::__private::release_checked_blocking(#guard_var) {
+            match #rt::release_checked_blocking(#guard_var) {
                 ::core::option::Option::None => #result_var,
                 ::core::option::Option::Some(#error_var) => #fail_lost,
             }
@@ -284,12 +293,6 @@ pub(crate) fn expand(plan: Plan, item: ItemFn) -> TokenStream {
     let (outer, inner): (Vec<_>, Vec<_>) = attrs
         .into_iter()
         .partition(|a| matches!(a.style, syn::AttrStyle::Outer));
-    let body = if plan.set {
-        // The same calls, into `__private::set` (see `crate::set`).
-        crate::set::reroute(body)
-    } else {
-        body
-    };
     quote! {
         #(#outer)*
         #vis #sig {

@@ -9,12 +9,12 @@
 //! empty array, a capture naming no argument, a literal given twice, a set
 //! inside the set, `hold_at_least` (not supported on a set).
 //!
-//! The expansion is the single lock's ([`crate::expand`]), with every
-//! `::lockattr::__private::` path read as `::lockattr::__private::set::`
-//! ([`reroute`]): that module offers the same functions for a
-//! `LockSetGuard`.
+//! The expansion is the single lock's ([`crate::expand`]), calling
+//! `::lockattr::__private::set` instead of `::lockattr::__private`: that
+//! module offers the same functions for a `LockSetGuard`. The user's body
+//! is never rewritten.
 
-use proc_macro2::{Group, Ident, TokenStream, TokenTree};
+use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprArray, ExprLit, Lit, LitStr};
@@ -61,8 +61,9 @@ pub(crate) fn names(
                 seen.push(text.clone());
                 templates.push(text);
                 match format(lit) {
-                    Ok(tokens) => names
-                        .push(quote_spanned!(lit.span()=> ::lockattr::__private::name_of(#tokens))),
+                    Ok(tokens) => names.push(
+                        quote_spanned!(lit.span()=> ::lockattr::__private::set::name_of(#tokens)),
+                    ),
                     Err(e) => push(e),
                 }
             }
@@ -73,7 +74,7 @@ pub(crate) fn names(
             expr => {
                 templates.push(expr.to_token_stream().to_string());
                 let span = expr.span();
-                names.push(quote_spanned!(span=> ::lockattr::__private::key_of(&(#expr))));
+                names.push(quote_spanned!(span=> ::lockattr::__private::set::key_of(&(#expr))));
             }
         }
     }
@@ -111,56 +112,9 @@ pub(crate) fn permits_refused(permits: &crate::semaphore::PermitsArg) -> syn::Er
     )
 }
 
-/// `tokens` with every `__private ::` path segment read as
-/// `__private :: set ::`: the set's functions, of the same names.
-pub(crate) fn reroute(tokens: TokenStream) -> TokenStream {
-    let mut out = Vec::new();
-    let mut iter = tokens.into_iter().peekable();
-    while let Some(tree) = iter.next() {
-        match tree {
-            TokenTree::Group(group) => {
-                let mut rerouted = Group::new(group.delimiter(), reroute(group.stream()));
-                rerouted.set_span(group.span());
-                out.push(TokenTree::Group(rerouted));
-            }
-            TokenTree::Ident(ident) if ident == "__private" => {
-                let span = ident.span();
-                out.push(TokenTree::Ident(ident));
-                // `::` is two `:` puncts.
-                let mut colons = Vec::new();
-                while colons.len() < 2
-                    && matches!(iter.peek(), Some(TokenTree::Punct(p)) if p.as_char() == ':')
-                {
-                    colons.extend(iter.next());
-                }
-                let path = colons.len() == 2;
-                out.extend(colons);
-                if path {
-                    out.push(TokenTree::Ident(Ident::new("set", span)));
-                    out.extend(quote_spanned!(span=> ::));
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out.into_iter().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_into_the_private_module_are_rerouted() {
-        let out = reroute(quote!(::lockattr::__private::acquire(a, {
-            ::lockattr::__private::Options {}
-        })));
-        let text = out.to_string().replace(' ', "");
-        assert_eq!(
-            text,
-            "::lockattr::__private::set::acquire(a,{::lockattr::__private::set::Options{}})"
-        );
-    }
 
     #[test]
     fn a_set_names_every_element() {

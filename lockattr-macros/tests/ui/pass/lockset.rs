@@ -66,8 +66,28 @@ impl Bank {
     }
 }
 
+/// A body is the user's, never rewritten: its own `__private` paths stay
+/// as written.
+mod __private {
+    pub(crate) fn answer() -> u32 {
+        42
+    }
+}
+
+#[redis_lock(name = ["ledger:a", "ledger:b"])]
+fn own_private_path() -> Result<u32, LockError> {
+    Ok(__private::answer())
+}
+
+#[redis_lock(name = ["ledger:a", "ledger:b"])]
+async fn own_private_path_async() -> Result<u32, LockError> {
+    Ok(__private::answer())
+}
+
 fn main() {
     let _ = (
+        own_private_path,
+        own_private_path_async,
         transfer,
         move_balance,
         nightly,
