@@ -607,6 +607,8 @@ pub use lockattr_runtime::MAX_PERMITS;
 pub use lockattr_runtime::redis;
 
 #[doc(hidden)]
+pub use lockattr_runtime::__layout;
+#[doc(hidden)]
 pub use lockattr_runtime::__private;
 
 /// The README's Rust snippets, compiled as doctests so that they keep

@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod keys;
 pub mod proxy;
 pub mod sentinel;
 
@@ -250,11 +251,7 @@ pub fn free_port() -> u16 {
 
 // ---- Helpers added for the attribute behaviour tests (tests/attr_*.rs, tests/exclusion*.rs). ----
 
-/// The Redis key holding the lock `name` under the default prefix
-/// (`lockattr:{name}`); for plain names, without `}` or `\`.
-pub fn lock_key(name: &str) -> String {
-    format!("lockattr:{{{name}}}")
-}
+pub use keys::lock_key;
 
 impl RedisServer {
     /// True when `key` exists, checked over a fresh connection.
