@@ -1,10 +1,6 @@
-//! The keyspace audit of the test support (`tests/support/audit.rs`): a key
-//! left without a TTL fails the test that stops its server, unless it is a
-//! documented exception or a key the test allowed.
-
-// `support` and `tls` each include `support/audit.rs`, standard library
-// only, so that a test crate can use either alone.
-#![allow(clippy::duplicate_mod)]
+//! The keyspace audit of the test support (`lockattr_test_support::audit`):
+//! a key left without a TTL fails the test that stops its server, unless it
+//! is a documented exception or a key the test allowed.
 
 mod support;
 #[path = "support/tls.rs"]

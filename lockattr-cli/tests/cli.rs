@@ -101,7 +101,8 @@ fn wait_for_waiters(server: &RedisServer, name: &str, n: u64) {
     assert!(
         eventually(Duration::from_secs(10), || {
             lockattr(server, &["show", name, "--json"]).json()["waiters"] == n
-        }),
+        })
+        .is_some(),
         "{name} never had {n} waiter(s): {:?}",
         lockattr(server, &["show", name, "--json"])
     );
@@ -670,7 +671,8 @@ fn ls_and_show_report_a_semaphores_permits_holders_and_waiters() {
     assert!(
         eventually(Duration::from_secs(10), || {
             lockattr(&server, &["show", "gpu", "--json"]).json()["waiters"] == 1
-        }),
+        })
+        .is_some(),
         "the waiter never queued"
     );
 
@@ -751,7 +753,8 @@ fn ls_and_show_report_a_semaphores_permits_holders_and_waiters() {
             &["show", "gpu"]
         )
         .code
-            == 1),
+            == 1)
+        .is_some(),
         "the semaphore is free again: show exits 1"
     );
 }
@@ -763,9 +766,12 @@ fn unlock_frees_the_permit_named_by_its_fencing_token() {
     let first = take_permit(&stuck, "pool", 2);
     let second = take_permit(&stuck, "pool", 2);
     let waiter = queue_permit_waiter(&locker(&server, "next-worker"), "pool", 2);
-    assert!(eventually(Duration::from_secs(10), || {
-        lockattr(&server, &["show", "pool", "--json"]).json()["waiters"] == 1
-    }));
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            lockattr(&server, &["show", "pool", "--json"]).json()["waiters"] == 1
+        })
+        .is_some()
+    );
 
     // Two held: which one must be said.
     let run = lockattr(&server, &["unlock", "pool", "--force"]);

@@ -86,9 +86,12 @@ fn unlock_frees_the_writer_by_its_token_and_the_waiting_writer_gets_it() {
             .acquire_blocking();
         let _ = send.send(guard);
     });
-    assert!(eventually(Duration::from_secs(10), || {
-        json(&server, &["show", "ledger", "--json"])["waiters"] == 1
-    }));
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            json(&server, &["show", "ledger", "--json"])["waiters"] == 1
+        })
+        .is_some()
+    );
 
     let items = json(&server, &["ls", "--json"]);
     assert_eq!(items[0]["kind"], "read-write");

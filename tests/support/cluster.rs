@@ -330,7 +330,7 @@ impl Cluster {
     pub fn wait_master(&self, i: usize, within: Duration) {
         let ok = super::eventually(within, || {
             self.role_of(i).as_deref() == Some("master")
-                && self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                && self.nodes.iter().filter(|n| n.has_process()).all(|n| {
                     n.raw("CLUSTER INFO")
                         .is_ok_and(|info| info.contains("cluster_state:ok"))
                 })
@@ -387,21 +387,7 @@ impl Drop for ReplicatedCluster {
                 continue;
             }
             let node = &mut self.cluster.nodes[i];
-            let running = matches!(node.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
-            if node.audited || !running {
-                continue;
-            }
-            node.audited = true;
-            let server = format!("redis-server on port {} (a replica)", node.port);
-            match audit_replica(node.port) {
-                Ok(found) => {
-                    let keys = super::audit::unexpected(found, &node.allowed.patterns());
-                    if !keys.is_empty() {
-                        findings.push(super::audit::report(&server, &keys));
-                    }
-                }
-                Err(why) => findings.push(super::audit::refused(&server, &why)),
-            }
+            findings.extend(node.final_audit_by("a replica", audit_replica));
         }
         if !findings.is_empty() {
             panic!("{}", findings.join("\n\n"));

@@ -291,9 +291,7 @@ impl SentinelSet {
             new_master.to_string(),
         ]);
         let server = &mut self.servers[old];
-        server.kill();
-        server.extra = extra;
-        server.spawn();
+        server.restart_with(extra);
         let port = server.port;
         self.wait_replica_online(port);
     }

@@ -13,17 +13,16 @@
 //!   and no correctly set-up client trusts.
 //!
 //! Before a server is killed at the end of its test, the keyspace audit
-//! (`audit.rs`, through `redis-cli`) fails the test when a key has no TTL,
-//! as for the plain servers of `mod.rs`.
+//! (`lockattr_test_support::audit`, through `redis-cli`) fails the test
+//! when a key has no TTL, as for the plain servers of `mod.rs`.
 //!
-//! Standard library only (no crate of the workspace, no dev-dependency), so
-//! that any test crate can include it:
-//! `#[path = "../../tests/support/tls.rs"] mod tls;` (with `audit.rs` next to it).
+//! Standard library and the workspace's test support only, so that a test
+//! file can include it without `mod support`:
+//! `#[path = "support/tls.rs"] mod tls;`.
 
 #![allow(dead_code)] // each test file uses a part of this module
 
-#[path = "audit.rs"]
-pub mod audit;
+pub use lockattr_test_support::audit;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

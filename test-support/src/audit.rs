@@ -20,10 +20,6 @@
 //! TLS-only server, through `redis-cli` (see `tls.rs`); both read the same
 //! lines ([`parse_lines`]).
 //!
-//! Any test crate with `redis` among its dev-dependencies can include it:
-//! `#[path = "../../tests/support/audit.rs"] mod audit;`.
-
-#![allow(dead_code)] // each test crate uses a part of this module
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -295,6 +291,7 @@ pub fn unexpected(found: Vec<UntimedKey>, allowed: &[String]) -> Vec<UntimedKey>
 pub struct Allowed(Mutex<Vec<String>>);
 
 impl Allowed {
+    /// Allows the keys matching `pattern` (Redis glob).
     pub fn add(&self, pattern: &str) {
         self.0
             .lock()
@@ -302,6 +299,7 @@ impl Allowed {
             .push(pattern.to_owned());
     }
 
+    /// The patterns allowed so far.
     pub fn patterns(&self) -> Vec<String> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -349,7 +347,7 @@ pub fn report(server: &str, keys: &[UntimedKey]) -> String {
          holder's value without its fencing token) when the test ended.\n\
          lockattr promises that every key it writes expires and that every holder's value \
          carries its fencing token; the only keys that may stay forever are the documented \
-         exceptions (EXCEPTIONS in tests/support/audit.rs: {}).\n",
+         exceptions (EXCEPTIONS in test-support/src/audit.rs: {}).\n",
         keys.len(),
         EXCEPTIONS
             .iter()
@@ -381,6 +379,6 @@ pub fn report(server: &str, keys: &[UntimedKey]) -> String {
 pub fn refused(server: &str, why: &str) -> String {
     format!(
         "keyspace audit: {server} is up but could not be audited ({why}); the audit checks \
-         that no key is left without a TTL and must see every server (see tests/support/audit.rs)"
+         that no key is left without a TTL and must see every server (see test-support/src/audit.rs)"
     )
 }
