@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker, redis_lock};
 use support::RedisServer;
+use support::asserts::assert_timeout;
 
 #[derive(Debug)]
 enum AppError {
@@ -62,18 +63,6 @@ fn hold(locker: &Locker, name: &str) -> LockGuard {
         .acquire_timeout(Duration::ZERO)
         .acquire_blocking()
         .unwrap()
-}
-
-fn assert_timeout(e: &LockError, name: &str, waited: Duration) {
-    match e {
-        LockError::Timeout { name: n, waited: w } => {
-            assert_eq!(n, name);
-            assert_eq!(*w, waited);
-        }
-        other => panic!("expected Timeout for {name}, got {other:?}"),
-    }
-    assert!(e.is_timeout());
-    assert!(e.to_string().contains(name), "{e}");
 }
 
 #[test]

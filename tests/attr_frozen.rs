@@ -10,15 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::lockers::quick_locker;
 use support::{RedisServer, lock_key};
-
-fn quick_locker(server: &RedisServer) -> Locker {
-    Locker::builder(server.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap()
-}
 
 #[redis_lock(name = "frozen:{id}", expire = 30, acquire_time = 1, locker = locker)]
 fn sync_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {

@@ -14,15 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::asserts::lost_reason;
 use support::{RedisServer, eventually, lock_key};
-
-/// The reason of a `LockError::Lost`; `None` for any other error.
-fn lost_reason(e: &LockError) -> Option<LostReason> {
-    match e {
-        LockError::Lost { reason, .. } => Some(*reason),
-        _ => None,
-    }
-}
 
 /// Asserts that `key` stays absent for `span`.
 fn stays_gone(server: &RedisServer, key: &str, span: Duration) {

@@ -18,19 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::asserts::lost_reason;
 use support::{RedisServer, eventually, lock_key, stranger_takes};
 
 /// The guard is lost by then, counted from the call.
 const LOST_BY: Duration = Duration::from_secs(4);
 /// The cap of the functions here.
 const CAP: Duration = Duration::from_millis(1500);
-
-fn lost_reason(e: &LockError) -> Option<LostReason> {
-    match e {
-        LockError::Lost { reason, .. } => Some(*reason),
-        _ => None,
-    }
-}
 
 /// The key of `name` is gone within 2 s (the lease ran out, or the release).
 fn freed(server: &RedisServer, name: &str) -> bool {

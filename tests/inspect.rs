@@ -8,11 +8,8 @@ mod support;
 use std::time::{Duration, Instant, SystemTime};
 
 use lockattr::{LockError, Locker};
+use support::lockers::labelled;
 use support::{RedisServer, lock_key};
-
-fn labelled(server: &RedisServer, label: &str) -> Locker {
-    Locker::builder(server.url()).label(label).build().unwrap()
-}
 
 #[tokio::test]
 async fn a_free_lock_has_no_info() {

@@ -10,12 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use lockattr::{LockGuard, LockInfo, LockKind, Locker};
 use support::RedisServer;
+use support::lockers::labelled;
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn labelled(server: &RedisServer, label: &str) -> Locker {
-    Locker::builder(server.url()).label(label).build().unwrap()
-}
 
 async fn write(locker: &Locker, name: &str) -> LockGuard {
     locker

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, LockGuard, Locker, LostReason};
+use lockattr::{LockError, LockGuard, LostReason};
+use support::asserts::assert_lost;
+use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
 /// The lease of the short-lived guards here.
@@ -20,25 +22,6 @@ const LEASE: Duration = Duration::from_millis(300);
 const LONG: Duration = Duration::from_secs(30);
 /// Generous bound for a loss due within one lease or one renewal period.
 const NOTICE: Duration = Duration::from_secs(2);
-
-fn setup() -> (RedisServer, Locker) {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
-    (server, locker)
-}
-
-/// The reason of a [`LockError::Lost`] for lock `name`; panics on any other error.
-fn lost_reason(err: &LockError, name: &str) -> LostReason {
-    match err {
-        LockError::Lost {
-            name: n, reason, ..
-        } => {
-            assert_eq!(n, name);
-            *reason
-        }
-        other => panic!("expected Lost, got {other:?}"),
-    }
-}
 
 /// Deletes the lock `name` from outside.
 fn delete(server: &RedisServer, name: &str) {
@@ -81,7 +64,7 @@ async fn unrenewed_guard_is_lost_when_its_lease_ends() {
         at < LEASE + Duration::from_secs(1),
         "lost only after {at:?}"
     );
-    assert_eq!(lost_reason(&lost, "short"), LostReason::Expired);
+    assert_eq!(assert_lost(&lost, "short"), LostReason::Expired);
     assert!(guard.is_lost());
     tokio::time::sleep((start + 2 * LEASE).saturating_duration_since(Instant::now())).await;
     assert!(guard.is_lost());
@@ -111,7 +94,7 @@ fn lost_blocking_returns_when_the_lease_ends() {
         at >= LEASE && at < NOTICE,
         "lost_blocking returned after {at:?}"
     );
-    assert_eq!(lost_reason(&lost, "short"), LostReason::Expired);
+    assert_eq!(assert_lost(&lost, "short"), LostReason::Expired);
     assert!(eventually(NOTICE, || !server.exists(&lock_key("short"))).is_some());
     assert!(guard.release_blocking().unwrap_err().is_not_owned());
 }
@@ -164,7 +147,7 @@ async fn extended_guard(extend: impl AsyncFnOnce(LockGuard) -> LockGuard) {
         at >= Duration::from_millis(1_100),
         "lost at {at:?}: the extension was not counted"
     );
-    assert_eq!(lost_reason(&lost, "ext"), LostReason::Expired);
+    assert_eq!(assert_lost(&lost, "ext"), LostReason::Expired);
 }
 
 #[tokio::test]
@@ -211,7 +194,7 @@ async fn renewal_notices_an_outside_delete_and_the_loss_sticks() {
     let lost = tokio::time::timeout(NOTICE, guard.lost())
         .await
         .expect("the delete was not noticed within 2 s");
-    assert_eq!(lost_reason(&lost, "del"), LostReason::Taken);
+    assert_eq!(assert_lost(&lost, "del"), LostReason::Taken);
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg(&token)
@@ -224,7 +207,7 @@ async fn renewal_notices_an_outside_delete_and_the_loss_sticks() {
     let again = tokio::time::timeout(Duration::from_millis(100), guard.lost())
         .await
         .expect("lost() of a lost guard did not answer at once");
-    assert_eq!(lost_reason(&again, "del"), LostReason::Taken);
+    assert_eq!(assert_lost(&again, "del"), LostReason::Taken);
     drop(guard);
 }
 
@@ -241,7 +224,7 @@ fn lost_blocking_notices_an_outside_delete() {
         .unwrap();
     delete(&server, "del");
     let lost = guard.lost_blocking(NOTICE).expect("not noticed within 2 s");
-    assert_eq!(lost_reason(&lost, "del"), LostReason::Taken);
+    assert_eq!(assert_lost(&lost, "del"), LostReason::Taken);
     let start = Instant::now();
     assert!(guard.lost_blocking(Duration::from_secs(5)).is_some());
     assert!(start.elapsed() < Duration::from_secs(1));
@@ -269,7 +252,7 @@ fn extend_and_reacquire_finding_the_lock_gone_mark_it_lost() {
     for (guard, name) in [(&extended, "e"), (&reacquired, "r")] {
         assert!(guard.is_lost());
         let lost = guard.lost_blocking(Duration::ZERO).expect("lost");
-        assert_eq!(lost_reason(&lost, name), LostReason::Taken);
+        assert_eq!(assert_lost(&lost, name), LostReason::Taken);
         assert!(!server.exists(&lock_key(name)), "the lock was recreated");
     }
 }
@@ -319,7 +302,7 @@ async fn select_on_lost_stops_work_when_the_lock_is_taken() {
         .unwrap();
     let deleter = delete_later(server.url(), "job", Duration::from_millis(300));
     let lost = race(&guard).await;
-    assert_eq!(lost_reason(&lost, "job"), LostReason::Taken);
+    assert_eq!(assert_lost(&lost, "job"), LostReason::Taken);
     deleter.join().unwrap();
     assert!(guard.release().await.unwrap_err().is_not_owned());
 }
@@ -330,7 +313,7 @@ async fn select_on_lost_stops_work_when_the_lease_ends() {
     let (_server, locker) = setup();
     let guard = locker.lock("job").expire(LEASE).acquire().await.unwrap();
     let lost = race(&guard).await;
-    assert_eq!(lost_reason(&lost, "job"), LostReason::Expired);
+    assert_eq!(assert_lost(&lost, "job"), LostReason::Expired);
 }
 
 /// The blocking pattern: `lost_blocking` as the pause between steps ends the
@@ -358,7 +341,7 @@ fn lost_blocking_as_a_pause_ends_a_poll_loop() {
         }
     };
     deleter.join().unwrap();
-    assert_eq!(lost_reason(&lost, "poller"), LostReason::Taken);
+    assert_eq!(assert_lost(&lost, "poller"), LostReason::Taken);
     assert!(polls >= 3, "lost after {polls} polls, before the delete");
     assert!(
         eventually(Duration::from_millis(300), || server
@@ -380,7 +363,7 @@ fn lost_error_names_the_lock_and_advises_fencing() {
         .acquire_blocking()
         .unwrap();
     let err = guard.lost_blocking(NOTICE).expect("not lost");
-    assert_eq!(lost_reason(&err, "report:2024"), LostReason::Expired);
+    assert_eq!(assert_lost(&err, "report:2024"), LostReason::Expired);
     let msg = err.to_string();
     assert!(msg.contains("`report:2024`"), "{msg}");
     assert!(msg.contains(&LostReason::Expired.to_string()), "{msg}");

@@ -12,6 +12,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker, LostReason};
+use support::asserts::assert_lost;
+use support::lockers::locker;
 use support::{
     RedisServer, child_test, current_thread, eventually, lock_key, multi_thread, wait_child,
 };
@@ -27,10 +29,6 @@ const NOTICE: Duration = Duration::from_secs(2);
 const CHILD_URL: &str = "LOCKATTR_LEASE_CHILD_URL";
 /// What the child prints before its fencing token.
 const TOKEN: &str = "LOCKATTR_CHILD_FENCING_TOKEN";
-
-fn locker(server: &RedisServer) -> Locker {
-    Locker::new(server.url()).unwrap()
-}
 
 fn renewed_blocking(locker: &Locker, name: &str) -> LockGuard {
     let request = locker.lock(name).expire(LEASE).renew(true);
@@ -49,19 +47,6 @@ fn script_calls(server: &RedisServer) -> u64 {
         .iter()
         .filter_map(|c| calls.get(*c))
         .sum()
-}
-
-/// The reason of a [`LockError::Lost`]; panics on any other error.
-fn lost_reason(err: &LockError, name: &str) -> LostReason {
-    match err {
-        LockError::Lost {
-            name: n, reason, ..
-        } => {
-            assert_eq!(n, name);
-            *reason
-        }
-        other => panic!("expected Lost, got {other:?}"),
-    }
 }
 
 // ---- 1. Held through a long body ----------------------------------------
@@ -294,7 +279,7 @@ async fn renewal_never_touches_a_stolen_lock() {
     let lost = tokio::time::timeout(NOTICE, guard.lost())
         .await
         .expect("not lost within 2 s");
-    assert_eq!(lost_reason(&lost, "stolen"), LostReason::Taken);
+    assert_eq!(assert_lost(&lost, "stolen"), LostReason::Taken);
     tokio::time::sleep(Duration::from_millis(500)).await; // 5 renewal periods
     assert_eq!(server.get(&key).as_deref(), Some("another-owner"));
     let pttl = server.pttl(&key);
@@ -318,7 +303,7 @@ fn renewal_never_recreates_a_deleted_lock() {
         .query(&mut server.client())
         .unwrap();
     let lost = guard.lost_blocking(NOTICE).expect("not lost within 2 s");
-    assert_eq!(lost_reason(&lost, "deleted"), LostReason::Taken);
+    assert_eq!(assert_lost(&lost, "deleted"), LostReason::Taken);
     assert!(eventually(Duration::from_millis(500), || server.exists(&key)).is_none());
     assert!(guard.release_blocking().unwrap_err().is_not_owned());
 }
@@ -379,7 +364,7 @@ fn redis_restart_loses_the_lock_and_renewal_does_not_recreate_it() {
     let lost = guard
         .lost_blocking(Duration::from_secs(5))
         .expect("not lost within 5 s");
-    assert_eq!(lost_reason(&lost, "restart"), LostReason::Taken);
+    assert_eq!(assert_lost(&lost, "restart"), LostReason::Taken);
     assert!(eventually(Duration::from_secs(1), || server.exists(&key)).is_none());
     let lost_token = guard.fencing_token();
     assert!(guard.release_blocking().unwrap_err().is_not_owned());
@@ -418,7 +403,7 @@ async fn frozen_redis_makes_a_renewed_guard_lost_unrenewed() {
     let lost = tokio::time::timeout(Duration::from_millis(2_600), guard.lost()).await;
     let after = frozen_at.elapsed();
     let lost = lost.expect("not lost within the lease + 2 s of the freeze");
-    assert_eq!(lost_reason(&lost, "frozen"), LostReason::Unrenewed);
+    assert_eq!(assert_lost(&lost, "frozen"), LostReason::Unrenewed);
     assert!(
         after >= Duration::from_millis(200),
         "lost {after:?} after the freeze"

@@ -8,12 +8,8 @@ mod support;
 
 use std::time::Duration;
 
-use lockattr::Locker;
 use support::RedisServer;
-
-fn labelled(server: &RedisServer, label: &str) -> Locker {
-    Locker::builder(server.url()).label(label).build().unwrap()
-}
+use support::lockers::labelled;
 
 /// Runs `args` (a command) on the server, with a TTL set afterwards on `key`.
 fn foreign(server: &RedisServer, key: &[u8], command: &[&[u8]]) {

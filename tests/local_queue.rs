@@ -8,10 +8,11 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, LockGuard, Locker};
+use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
 use support::proxy::Proxy;
-use support::{RedisServer, eventually, lock_key};
+use support::waiters::{queue_len, spawn_waiter};
+use support::{RedisServer, eventually, keys, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -26,14 +27,6 @@ fn calls(con: &mut redis::Connection, command: &str) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
-}
-
-/// The number of tokens queued in Redis for the lock `name`.
-fn queued(con: &mut redis::Connection, name: &str) -> u64 {
-    redis::cmd("LLEN")
-        .arg(format!("{}:queue", lock_key(name)))
-        .query(con)
-        .expect("LLEN")
 }
 
 /// `tasks` tasks of `locker` each run `rounds` critical sections on the
@@ -54,7 +47,7 @@ async fn critical_sections(
         std::thread::spawn(move || {
             let mut longest = 0;
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                longest = longest.max(queued(&mut watch, name));
+                longest = longest.max(queue_len(&mut watch, &keys::lock(name).queue) as u64);
                 std::thread::sleep(Duration::from_millis(1));
             }
             longest
@@ -106,23 +99,6 @@ async fn critical_sections(
     let total: Option<u64> = redis::cmd("GET").arg(&counter).query(&mut con).unwrap();
     let order = order.lock().unwrap().clone();
     (order, total.unwrap_or(0), longest)
-}
-
-/// A task of `locker` that waits up to [`LONG`] for the lock `name`, for a
-/// lease of [`LONG`].
-fn spawn_waiter(
-    locker: &Locker,
-    name: &'static str,
-) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
-    let locker = locker.clone();
-    tokio::spawn(async move {
-        locker
-            .lock(name)
-            .expire(LONG)
-            .acquire_timeout(LONG)
-            .acquire()
-            .await
-    })
 }
 
 /// Every fencing token larger than the one before it.
@@ -191,14 +167,18 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
     let mut con = server.client();
     let name = "turns";
     let first = a.lock(name).expire(LONG).acquire().await.unwrap();
-    let local = spawn_waiter(&a, name);
+    let local = spawn_waiter(&a, name, LONG, LONG);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(queued(&mut con, name), 0, "the task of the holder's Locker");
-    let other = spawn_waiter(&b, name);
+    assert_eq!(
+        queue_len(&mut con, &keys::lock(name).queue),
+        0,
+        "the task of the holder's Locker"
+    );
+    let other = spawn_waiter(&b, name, LONG, LONG);
     assert!(
-        eventually(Duration::from_secs(5), || queued(
+        eventually(Duration::from_secs(5), || queue_len(
             &mut server.client(),
-            name
+            &keys::lock(name).queue
         ) == 1)
         .is_some(),
         "the other Locker's waiter never queued in Redis"
@@ -208,6 +188,7 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
         .await
         .expect("the other Locker's waiter was not served first")
         .unwrap()
+        .0
         .unwrap();
     let other_token = other_guard.fencing_token();
     assert!(
@@ -215,12 +196,13 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
         "the local task went before the other Locker's"
     );
     // The local task now waits in Redis, behind nobody.
-    assert_eq!(queued(&mut con, name), 1);
+    assert_eq!(queue_len(&mut con, &keys::lock(name).queue), 1);
     other_guard.release().await.unwrap();
     let local_guard = tokio::time::timeout(Duration::from_secs(5), local)
         .await
         .expect("the local task was never served")
         .unwrap()
+        .0
         .unwrap();
     assert!(local_guard.fencing_token() > other_token);
     local_guard.release().await.unwrap();
@@ -236,7 +218,7 @@ async fn local_waiters_that_give_up_leave_nothing_behind() {
     let locker = Locker::new(server.url()).unwrap();
     let name = "given-up";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
-    let dropped = spawn_waiter(&locker, name);
+    let dropped = spawn_waiter(&locker, name, LONG, LONG);
     let started = Instant::now();
     let timed_out = locker
         .lock(name)
@@ -302,7 +284,7 @@ async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
     let locker = Locker::new(proxy.url()).unwrap();
     let name = "left";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
-    let successor = spawn_waiter(&locker, name);
+    let successor = spawn_waiter(&locker, name, LONG, LONG);
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set_delay(Duration::from_millis(400));
     let releasing = tokio::spawn(held.release());
@@ -334,11 +316,15 @@ async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
         .acquire()
         .await
         .unwrap();
-    let waiter = spawn_waiter(&locker, name);
+    let waiter = spawn_waiter(&locker, name, LONG, LONG);
     let mut con = server.client();
     let until = Instant::now() + Duration::from_millis(1_500);
     while Instant::now() < until {
-        assert_eq!(queued(&mut con, name), 0, "the waiter went to Redis");
+        assert_eq!(
+            queue_len(&mut con, &keys::lock(name).queue),
+            0,
+            "the waiter went to Redis"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(!waiter.is_finished(), "the waiter took a renewed lock");
@@ -348,6 +334,7 @@ async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
         .await
         .expect("the waiter was not handed the lock")
         .unwrap()
+        .0
         .unwrap();
     assert!(next.fencing_token() > fence);
     next.release().await.unwrap();
@@ -364,7 +351,7 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
     let name = "dropped-release";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
     let fence = held.fencing_token();
-    let successor = spawn_waiter(&locker, name);
+    let successor = spawn_waiter(&locker, name, LONG, LONG);
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set_delay(Duration::from_millis(300));
     let released = tokio::time::timeout(Duration::from_millis(100), held.release()).await;
@@ -374,6 +361,7 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
         .await
         .expect("the task waiting in the process never got the lock")
         .unwrap()
+        .0
         .unwrap();
     assert!(next.fencing_token() > fence);
     next.release().await.unwrap();
@@ -397,17 +385,7 @@ async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
     let name = "named-late";
     for round in 0..3 {
         let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
-        let successor = {
-            let locker = locker.clone();
-            tokio::spawn(async move {
-                locker
-                    .lock(name)
-                    .expire(LONG)
-                    .acquire_timeout(Duration::from_millis(250))
-                    .acquire()
-                    .await
-            })
-        };
+        let successor = spawn_waiter(&locker, name, LONG, Duration::from_millis(250));
         tokio::time::sleep(Duration::from_millis(50)).await;
         // The release names the successor, and reaches Redis only after
         // the successor's acquire time has ended.
@@ -416,7 +394,7 @@ async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
         tokio::time::sleep(Duration::from_millis(400)).await;
         server.thaw();
         releasing.await.unwrap().expect("release");
-        match successor.await.unwrap() {
+        match successor.await.unwrap().0 {
             Ok(guard) => {
                 // Whatever the releaser does in the background has run.
                 tokio::time::sleep(Duration::from_millis(300)).await;

@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockSetGuard, Locker, redis_lock};
+use support::lockers::owners;
 use support::{RedisServer, eventually, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -26,11 +27,6 @@ fn fresh(nodes: &[RedisServer]) -> Locker {
         .delay_restarted_nodes(false)
         .build()
         .unwrap()
-}
-
-/// The owner of `name` on each node.
-fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
-    nodes.iter().map(|n| n.owner(&lock_key(name))).collect()
 }
 
 fn free_everywhere(nodes: &[RedisServer], names: &[&str]) -> bool {

@@ -12,14 +12,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker};
+use support::lockers::locker;
 use support::{RedisServer, child_test, eventually, lock_key};
 use tokio::task::JoinHandle;
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn locker(server: &RedisServer) -> Locker {
-    Locker::new(server.url()).unwrap()
-}
 
 #[tokio::test]
 async fn a_set_is_taken_whole_and_released_whole() {

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use lockattr::{LockError, LockKey, Locker, redis_lock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::lockers::locker;
 use support::{RedisServer, eventually, lock_key};
 
 /// A metric's name and its labels, sorted.
@@ -126,10 +127,6 @@ fn no_full_names(names: &[&str]) {
             "the full name {name:?} is a label: {labels:?}"
         );
     }
-}
-
-fn locker(server: &RedisServer) -> Locker {
-    Locker::new(server.url()).unwrap()
 }
 
 const ACQUISITIONS: &str = "lockattr_acquisitions_total";

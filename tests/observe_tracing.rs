@@ -20,6 +20,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::lockers::locker;
 use support::{RedisServer, eventually, lock_key};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -187,10 +188,6 @@ fn waited_ms(span: &Seen) -> u64 {
         .unwrap_or_else(|| panic!("no waited_ms in {span:#?}"))
         .parse()
         .expect("waited_ms is a number")
-}
-
-fn locker(server: &RedisServer) -> Locker {
-    Locker::new(server.url()).unwrap()
 }
 
 // ---- The acquire span ------------------------------------------------------

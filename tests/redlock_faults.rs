@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use lockattr::{LockError, Locker};
+use support::lockers::{owners, urls};
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, lock_key};
 
@@ -53,10 +54,6 @@ fn start_with(n: usize, extra: &[&str]) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start_with(extra)).collect()
 }
 
-fn urls(nodes: &[RedisServer]) -> Vec<String> {
-    nodes.iter().map(RedisServer::url).collect()
-}
-
 /// URLs of the `locker` user of [`NO_INFO_USER`] or [`LOCK_KEYS_ONLY_USER`].
 fn user_urls(nodes: &[RedisServer]) -> Vec<String> {
     nodes
@@ -82,11 +79,6 @@ fn careful(urls: Vec<String>, max_lease: Duration) -> Locker {
         .max_lease(max_lease)
         .build()
         .unwrap()
-}
-
-/// The owner token stored for `name` on each node.
-fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
-    nodes.iter().map(|n| n.owner(&lock_key(name))).collect()
 }
 
 /// The drift allowance of a Redlock lease: 1% plus 2 ms.

@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
+use support::lockers::owners;
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, lock_key};
 
@@ -36,10 +37,6 @@ fn slow_of_five(slow: usize) -> (Vec<RedisServer>, Vec<Proxy>, Locker) {
         .build()
         .unwrap();
     (nodes, proxies, locker)
-}
-
-fn owners(nodes: &[RedisServer], name: &str) -> Vec<Option<String>> {
-    nodes.iter().map(|n| n.owner(&lock_key(name))).collect()
 }
 
 /// Waits at most `within` until every node shows `owner` for `name` (`None`:

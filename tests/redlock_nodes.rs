@@ -9,14 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::lockers::urls;
 use support::{RedisServer, lock_key};
 
 fn nodes(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
-}
-
-fn urls(nodes: &[RedisServer]) -> Vec<String> {
-    nodes.iter().map(RedisServer::url).collect()
 }
 
 /// A Redlock Locker over fresh servers: they are "young", so restarted-node

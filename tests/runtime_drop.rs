@@ -5,17 +5,11 @@ mod support;
 
 use std::time::Duration;
 
-use lockattr::Locker;
-use support::{RedisServer, eventually};
+use support::eventually;
+use support::lockers::setup;
 
 /// Long enough that only a release (never the lease) can free the lock in these tests.
 const LONG: Duration = Duration::from_secs(30);
-
-fn setup() -> (RedisServer, Locker) {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
-    (server, locker)
-}
 
 #[test]
 fn dropped_blocking_guard_is_released_before_drop_returns() {

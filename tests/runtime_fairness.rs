@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use lockattr::{Fairness, LockError, LockGuard, Locker};
 use support::proxy::Proxy;
-use support::{RedisServer, eventually, lock_key};
+use support::waiters::{queue_len, queued, spawn_waiter};
+use support::{RedisServer, keys, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
 const PATIENT: Duration = Duration::from_secs(20);
@@ -25,29 +26,6 @@ fn bounded(server: &RedisServer, time: Duration) -> Locker {
         .fairness(Fairness::Bounded(time))
         .build()
         .unwrap()
-}
-
-fn queued(server: &RedisServer, name: &str) -> usize {
-    redis::cmd("LLEN")
-        .arg(format!("{}:queue", lock_key(name)))
-        .query(&mut server.client())
-        .expect("LLEN")
-}
-
-fn spawn_waiter(
-    locker: &Locker,
-    name: &str,
-) -> tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)> {
-    let (locker, name) = (locker.clone(), name.to_owned());
-    tokio::spawn(async move {
-        let outcome = locker
-            .lock(&name)
-            .expire(LONG)
-            .acquire_timeout(PATIENT)
-            .acquire()
-            .await;
-        (outcome, Instant::now())
-    })
 }
 
 /// Releases `holder` and at once asks for the lock again without waiting.
@@ -80,9 +58,9 @@ async fn waiter_behind_silent_notices(
     let proxy = Proxy::start(server.port);
     proxy.stall_matching(b"SUBSCRIBE");
     let waiters = Locker::new(proxy.url()).unwrap();
-    let waiter = spawn_waiter(&waiters, name);
+    let waiter = spawn_waiter(&waiters, name, LONG, PATIENT);
     assert!(
-        eventually(Duration::from_secs(5), || queued(server, name) == 1).is_some(),
+        queued(server, &keys::lock(name).queue, 1),
         "the waiter never queued"
     );
     (proxy, waiter)
@@ -123,7 +101,11 @@ async fn bounded_lets_the_releaser_back_in_until_the_oldest_waiter_waited_the_bo
     let holder = release_and_take_back(&locker, holder, "slice")
         .await
         .expect("the releaser could not take the lock back within the bound");
-    assert_eq!(queued(&server, "slice"), 1, "the waiter lost its place");
+    assert_eq!(
+        queue_len(&mut server.client(), &keys::lock("slice").queue),
+        1,
+        "the waiter lost its place"
+    );
     // Past the bound (and between the waiter's once-a-second checks).
     tokio::time::sleep_until((queued_at + Duration::from_millis(1_500)).into()).await;
     assert!(
@@ -151,10 +133,10 @@ async fn bounded_release_with_nobody_barging_reaches_the_oldest_waiter_at_once()
     // The second waiter of another Locker, so that it queues in Redis too.
     let others = bounded(&server, Duration::from_secs(1));
     let holder = holders.lock("try").expire(LONG).acquire().await.unwrap();
-    let first = spawn_waiter(&waiters, "try");
-    assert!(eventually(Duration::from_secs(5), || queued(&server, "try") == 1).is_some());
-    let second = spawn_waiter(&others, "try");
-    assert!(eventually(Duration::from_secs(5), || queued(&server, "try") == 2).is_some());
+    let first = spawn_waiter(&waiters, "try", LONG, PATIENT);
+    assert!(queued(&server, &keys::lock("try").queue, 1));
+    let second = spawn_waiter(&others, "try", LONG, PATIENT);
+    assert!(queued(&server, &keys::lock("try").queue, 2));
     // Subscribed by now (a SUBSCRIBE on loopback), and well before the
     // first waiter's next check.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -171,14 +153,14 @@ async fn bounded_release_with_nobody_barging_reaches_the_oldest_waiter_at_once()
         "the oldest waiter took the free lock {late:?} after the release"
     );
     // The second waiter is still queued, and gets it next.
-    assert_eq!(queued(&server, "try"), 1);
+    assert_eq!(queue_len(&mut server.client(), &keys::lock("try").queue), 1);
     guard.release().await.unwrap();
     let (outcome, _) = tokio::time::timeout(Duration::from_secs(10), second)
         .await
         .expect("the second waiter hangs")
         .unwrap();
     outcome.unwrap().release().await.unwrap();
-    assert!(!server.exists(&format!("{}:queue", lock_key("try"))));
+    assert!(!server.exists(&keys::lock("try").queue));
 }
 
 #[test]

@@ -9,8 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::RedisServer;
+use support::lockers::quick_locker;
 use support::proxy::Proxy;
+use support::waiters::queued;
+use support::{RedisServer, keys};
 
 /// Acquire timeout used while Redis is unavailable.
 const WAIT: Duration = Duration::from_secs(1);
@@ -19,14 +21,6 @@ const WAIT: Duration = Duration::from_secs(1);
 const BOUND: Duration = Duration::from_secs(4);
 /// Upper bound used to detect a hang (the test fails instead of blocking).
 const HANG: Duration = Duration::from_secs(15);
-
-fn quick_locker(server: &RedisServer) -> Locker {
-    Locker::builder(server.url())
-        .connect_timeout(Duration::from_millis(300))
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap()
-}
 
 /// Runs `f` on its own thread; fails the test if it does not return within `HANG`.
 fn no_hang<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -514,18 +508,6 @@ const LONG: Duration = Duration::from_secs(30);
 /// A waiter's acquire time that outlasts every outage below.
 const PATIENT: Duration = Duration::from_secs(20);
 
-/// Waits until `name` has `n` tokens queued (or 5 s).
-fn queued(server: &RedisServer, name: &str, n: usize) -> bool {
-    support::eventually(Duration::from_secs(5), || {
-        let len: usize = redis::cmd("LLEN")
-            .arg(format!("{}:queue", support::lock_key(name)))
-            .query(&mut server.client())
-            .unwrap_or(0);
-        len == n
-    })
-    .is_some()
-}
-
 /// Kills the server, keeps it down for `down`, and starts it again (empty)
 /// on the same port; the moment it answers again.
 fn bounce(server: &mut RedisServer, down: Duration) -> Instant {
@@ -557,7 +539,10 @@ async fn waiter_rides_out_a_redis_restart() {
             .await;
         (outcome, Instant::now())
     });
-    assert!(queued(&server, "bounce", 1), "the waiter never queued");
+    assert!(
+        queued(&server, &keys::lock("bounce").queue, 1),
+        "the waiter never queued"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let back = bounce(&mut server, Duration::from_millis(300));
     let (outcome, returned_at) = no_hang_async("the waiter", waiter).await.unwrap();
@@ -696,7 +681,10 @@ async fn waiter_whose_acquire_time_ends_while_redis_is_down_gets_a_connection_er
                 .await
         }
     });
-    assert!(queued(&server, "down", 1), "the waiter never queued");
+    assert!(
+        queued(&server, &keys::lock("down").queue, 1),
+        "the waiter never queued"
+    );
     server.kill();
     let err = no_hang_async("a queued waiter", waiter)
         .await
@@ -748,7 +736,7 @@ async fn waiter_gets_a_lock_of_its_own_after_a_frozen_server_thaws() {
         .unwrap_or_else(|e| panic!("the waiter gave up over a freeze: {e:?}"));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let fence: u64 = server
-        .get(&format!("{}:fence", support::lock_key("thaw")))
+        .get(&keys::lock("thaw").fence)
         .unwrap()
         .parse()
         .unwrap();
@@ -806,7 +794,7 @@ async fn late_answer_of_an_abandoned_attempt_never_frees_the_retry_lock() {
         "the late give-back of the first attempt freed the retry's lock"
     );
     let fence: u64 = server
-        .get(&format!("{}:fence", support::lock_key("late")))
+        .get(&keys::lock("late").fence)
         .unwrap()
         .parse()
         .unwrap();

@@ -6,15 +6,9 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker};
-use support::RedisServer;
+use support::lockers::setup;
 
 const KEY: &str = "lockattr:{r}";
-
-fn setup() -> (RedisServer, Locker) {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
-    (server, locker)
-}
 
 fn assert_not_owned(err: &LockError, name: &str) {
     match err {

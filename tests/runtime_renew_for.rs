@@ -13,26 +13,15 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker, LostReason};
-use support::{RedisServer, eventually, lock_key, stranger_takes};
+use lockattr::{LockError, LostReason};
+use support::asserts::lost_reason;
+use support::lockers::setup;
+use support::{eventually, lock_key, stranger_takes};
 
 const LEASE: Duration = Duration::from_secs(1);
 const CAP: Duration = Duration::from_millis(1500);
 /// The guard is lost by then (the cap plus a lease, plus slack).
 const LOST_BY: Duration = Duration::from_secs(4);
-
-fn setup() -> (RedisServer, Locker) {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
-    (server, locker)
-}
-
-fn lost_reason(err: &LockError) -> LostReason {
-    match err {
-        LockError::Lost { reason, .. } => *reason,
-        other => panic!("expected Lost, got {other:?}"),
-    }
-}
 
 /// Renewed past the first lease (held at 1.3 s, with time left in Redis),
 /// then lost with `RenewFor` after the cap and within a lease of it; the
@@ -63,7 +52,7 @@ async fn renewal_stops_at_the_cap_and_the_guard_is_lost() {
         .await
         .expect("not lost within 4 s of the 1.5 s cap");
     let at = start.elapsed();
-    assert_eq!(lost_reason(&lost), LostReason::RenewFor, "{lost}");
+    assert_eq!(lost_reason(&lost), Some(LostReason::RenewFor), "{lost}");
     assert!(lost.to_string().contains("renew_for"), "{lost}");
     assert!(
         at >= CAP,
@@ -103,7 +92,7 @@ fn blocking_renewal_stops_at_the_cap() {
     let lost = guard
         .lost_blocking(LOST_BY)
         .expect("not lost within 4 s of the cap");
-    assert_eq!(lost_reason(&lost), LostReason::RenewFor);
+    assert_eq!(lost_reason(&lost), Some(LostReason::RenewFor));
     assert!(start.elapsed() >= CAP);
     assert!(
         eventually(Duration::from_secs(2), || !server
@@ -176,7 +165,7 @@ async fn extend_after_the_cap_is_not_capped() {
     let lost = tokio::time::timeout(LOST_BY, guard.lost())
         .await
         .expect("the extended lease runs out: renewal stayed stopped");
-    assert_eq!(lost_reason(&lost), LostReason::RenewFor);
+    assert_eq!(lost_reason(&lost), Some(LostReason::RenewFor));
 }
 
 /// The message of an `InvalidInput`; panics on anything else.

@@ -7,29 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
-use support::RedisServer;
+use support::asserts::assert_timeout;
+use support::lockers::setup;
 
 /// Generous slack on top of the acquire timeout for an answer to arrive.
 const SLACK: Duration = Duration::from_secs(3);
-
-fn setup() -> (RedisServer, Locker) {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
-    (server, locker)
-}
-
-fn assert_timeout(err: &LockError, name: &str, wait: Duration) {
-    match err {
-        LockError::Timeout { name: n, waited } => {
-            assert_eq!(n, name);
-            assert_eq!(*waited, wait);
-        }
-        other => panic!("expected Timeout, got {other:?}"),
-    }
-    let msg = err.to_string();
-    assert!(msg.contains(name), "the message names the lock: {msg}");
-}
 
 #[tokio::test]
 async fn timeout_carries_name_and_wait_async() {

@@ -17,8 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockattr::{LockError, LockGuard, Locker};
+use support::asserts::assert_timeout;
 use support::proxy::Proxy;
-use support::{RedisServer, child_test, eventually, lock_key, wait_child};
+use support::waiters::{queue_tokens, spawn_waiter};
+use support::{RedisServer, child_test, eventually, keys, lock_key, wait_child};
 
 /// A lease long enough that expiry never rescues a waiter in these tests.
 const LONG: Duration = Duration::from_secs(30);
@@ -36,24 +38,6 @@ const ACQUIRED: &str = "LOCKATTR_CHILD_ACQUIRED";
 
 fn locker(server: &RedisServer) -> Locker {
     Locker::new(server.url()).unwrap()
-}
-
-fn queue_key(name: &str) -> String {
-    format!("{}:queue", lock_key(name))
-}
-
-fn waiters_key(name: &str) -> String {
-    format!("{}:waiters", lock_key(name))
-}
-
-/// The tokens queued for `name`, oldest first.
-fn queued(server: &RedisServer, name: &str) -> Vec<String> {
-    redis::cmd("LRANGE")
-        .arg(queue_key(name))
-        .arg(0)
-        .arg(-1)
-        .query(&mut server.client())
-        .expect("LRANGE")
 }
 
 /// Lock scripts that ran to completion since the server started: EVAL and
@@ -91,10 +75,14 @@ fn assert_woken(after_release: Duration, runs: u64, token: u64, holders_token: u
 
 /// The lock's keys other than its fencing counter that exist now.
 fn lock_state_keys(server: &RedisServer, name: &str) -> Vec<String> {
-    [lock_key(name), queue_key(name), waiters_key(name)]
-        .into_iter()
-        .filter(|k| server.exists(k))
-        .collect()
+    [
+        lock_key(name),
+        keys::lock(name).queue,
+        keys::lock(name).waiters,
+    ]
+    .into_iter()
+    .filter(|k| server.exists(k))
+    .collect()
 }
 
 fn unix_millis() -> u128 {
@@ -138,27 +126,6 @@ fn sleep_until(at: Instant) {
     if at > now {
         std::thread::sleep(at - now);
     }
-}
-
-/// Waits on `name` in a task of its own; the task's output carries the
-/// moment the acquisition returned.
-fn spawn_waiter(
-    locker: &Locker,
-    name: &str,
-    expire: Duration,
-    wait: Duration,
-) -> tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)> {
-    let locker = locker.clone();
-    let name = name.to_owned();
-    tokio::spawn(async move {
-        let outcome = locker
-            .lock(&name)
-            .expire(expire)
-            .acquire_timeout(wait)
-            .acquire()
-            .await;
-        (outcome, Instant::now())
-    })
 }
 
 // ---- 1. Wake-up on release, across Lockers -------------------------------
@@ -418,14 +385,22 @@ async fn waiter_behind_a_vanished_new_holder_takes_the_lock_at_its_expiry() {
     let holder = holders.lock("relay").expire(LONG).acquire().await.unwrap();
     let a = spawn_waiter(&a_locker, "relay", Duration::from_secs(1), PATIENT);
     assert!(
-        until(Duration::from_secs(3), || queued(&server, "relay").len()
+        until(Duration::from_secs(3), || queue_tokens(
+            &server,
+            &keys::lock("relay").queue
+        )
+        .len()
             == 1)
         .await,
         "A never queued"
     );
     let b = spawn_waiter(&b_locker, "relay", LONG, PATIENT);
     assert!(
-        until(Duration::from_secs(3), || queued(&server, "relay").len()
+        until(Duration::from_secs(3), || queue_tokens(
+            &server,
+            &keys::lock("relay").queue
+        )
+        .len()
             == 2)
         .await,
         "B never queued"
@@ -451,16 +426,6 @@ async fn waiter_behind_a_vanished_new_holder_takes_the_lock_at_its_expiry() {
 
 // ---- 4. The acquire timeout ----------------------------------------------
 
-fn assert_timeout(outcome: Result<LockGuard, LockError>, name: &str, wait: Duration) {
-    match outcome {
-        Err(LockError::Timeout { name: n, waited }) => {
-            assert_eq!(n, name);
-            assert_eq!(waited, wait);
-        }
-        other => panic!("expected Timeout, got {other:?}"),
-    }
-}
-
 /// A waiter whose acquire timeout (500 ms) ends while the lock is held gives
 /// up after it, not before and not much later (< 1 s), and is out of the
 /// queue when it returns.
@@ -478,15 +443,18 @@ async fn acquire_timeout_ends_the_wait() {
         .acquire()
         .await;
     let elapsed = start.elapsed();
-    assert_timeout(outcome, "busy", wait);
+    assert_timeout(&outcome.expect_err("a timeout"), "busy", wait);
     assert!(elapsed >= wait, "gave up after {elapsed:?}");
     assert!(
         elapsed < Duration::from_secs(1),
         "gave up after {elapsed:?}"
     );
-    assert!(!server.exists(&queue_key("busy")), "left in the queue");
     assert!(
-        !server.exists(&waiters_key("busy")),
+        !server.exists(&keys::lock("busy").queue),
+        "left in the queue"
+    );
+    assert!(
+        !server.exists(&keys::lock("busy").waiters),
         "left among the waiters"
     );
     holder.release().await.unwrap();
@@ -511,15 +479,18 @@ fn acquire_timeout_ends_the_blocking_wait() {
         .acquire_timeout(wait)
         .acquire_blocking();
     let elapsed = start.elapsed();
-    assert_timeout(outcome, "busy b", wait);
+    assert_timeout(&outcome.expect_err("a timeout"), "busy b", wait);
     assert!(elapsed >= wait, "gave up after {elapsed:?}");
     assert!(
         elapsed < Duration::from_secs(1),
         "gave up after {elapsed:?}"
     );
-    assert!(!server.exists(&queue_key("busy b")), "left in the queue");
     assert!(
-        !server.exists(&waiters_key("busy b")),
+        !server.exists(&keys::lock("busy b").queue),
+        "left in the queue"
+    );
+    assert!(
+        !server.exists(&keys::lock("busy b").waiters),
         "left among the waiters"
     );
     holder.release_blocking().unwrap();
@@ -544,12 +515,12 @@ async fn zero_acquire_timeout_makes_one_attempt_and_never_queues() {
         .acquire()
         .await;
     let elapsed = start.elapsed();
-    assert_timeout(outcome, "once", Duration::ZERO);
+    assert_timeout(&outcome.expect_err("a timeout"), "once", Duration::ZERO);
     assert!(elapsed < Duration::from_millis(200), "took {elapsed:?}");
     assert_eq!(script_runs(&server) - before, 1, "one attempt");
-    assert!(!server.exists(&queue_key("once")), "queued");
+    assert!(!server.exists(&keys::lock("once").queue), "queued");
     assert!(
-        !server.exists(&waiters_key("once")),
+        !server.exists(&keys::lock("once").waiters),
         "registered as a waiter"
     );
 
@@ -565,12 +536,12 @@ async fn zero_acquire_timeout_makes_one_attempt_and_never_queues() {
     .await
     .unwrap();
     let elapsed = start.elapsed();
-    assert_timeout(outcome, "once", Duration::ZERO);
+    assert_timeout(&outcome.expect_err("a timeout"), "once", Duration::ZERO);
     assert!(elapsed < Duration::from_millis(200), "took {elapsed:?}");
     assert_eq!(script_runs(&server) - before, 1, "one attempt");
-    assert!(!server.exists(&queue_key("once")), "queued");
+    assert!(!server.exists(&keys::lock("once").queue), "queued");
     assert!(
-        !server.exists(&waiters_key("once")),
+        !server.exists(&keys::lock("once").waiters),
         "registered as a waiter"
     );
 
@@ -667,17 +638,17 @@ async fn waiters_get_the_lock_in_arrival_order() {
         let start = Instant::now();
         queued_in_time.push(
             until(Duration::from_secs(2), || {
-                queued(&server, "fifo").len() == i + 1
+                queue_tokens(&server, &keys::lock("fifo").queue).len() == i + 1
             })
             .await,
         );
         tokio::time::sleep(Duration::from_millis(100).saturating_sub(start.elapsed())).await;
     }
-    let queue = queued(&server, "fifo");
-    let waiters_ttl = server.pttl(&waiters_key("fifo"));
-    let queue_ttl = server.pttl(&queue_key("fifo"));
+    let queue = queue_tokens(&server, &keys::lock("fifo").queue);
+    let waiters_ttl = server.pttl(&keys::lock("fifo").waiters);
+    let queue_ttl = server.pttl(&keys::lock("fifo").queue);
     let registered: usize = redis::cmd("HLEN")
-        .arg(waiters_key("fifo"))
+        .arg(keys::lock("fifo").waiters)
         .query(&mut server.client())
         .unwrap();
     holder.release().await.unwrap();
@@ -691,7 +662,7 @@ async fn waiters_get_the_lock_in_arrival_order() {
         registered,
         5,
         "one entry per waiter in {}",
-        waiters_key("fifo")
+        keys::lock("fifo").waiters
     );
     assert!(queue_ttl > 0, "the queue has no TTL: {queue_ttl}");
     assert!(
@@ -792,11 +763,16 @@ async fn waiter_survives_its_subscriber_connection_being_killed() {
         let holder = holders.lock(&name).expire(LONG).acquire().await.unwrap();
         let waiter = spawn_waiter(&waiters, &name, LONG, PATIENT);
         assert!(
-            until(Duration::from_secs(3), || queued(&server, &name).len() == 1
+            until(Duration::from_secs(3), || queue_tokens(
+                &server,
+                &keys::lock(&name).queue
+            )
+            .len()
+                == 1
                 && server.pubsub_clients() == 1)
             .await,
             "the waiter never queued and subscribed (queue {:?}, {} pub/sub connections)",
-            queued(&server, &name),
+            queue_tokens(&server, &keys::lock(&name).queue),
             server.pubsub_clients()
         );
         let killed: u64 = redis::cmd("CLIENT")
@@ -840,15 +816,27 @@ async fn cancelled_waiter_does_not_hold_up_the_queue() {
         let holder = holders.lock(&name).expire(LONG).acquire().await.unwrap();
         let a = spawn_waiter(&a_locker, &name, LONG, PATIENT);
         assert!(
-            until(Duration::from_secs(3), || queued(&server, &name).len() == 1).await,
+            until(Duration::from_secs(3), || queue_tokens(
+                &server,
+                &keys::lock(&name).queue
+            )
+            .len()
+                == 1)
+            .await,
             "A never queued"
         );
         let b = spawn_waiter(&b_locker, &name, LONG, PATIENT);
         assert!(
-            until(Duration::from_secs(3), || queued(&server, &name).len() == 2).await,
+            until(Duration::from_secs(3), || queue_tokens(
+                &server,
+                &keys::lock(&name).queue
+            )
+            .len()
+                == 2)
+            .await,
             "B never queued"
         );
-        let tokens = queued(&server, &name);
+        let tokens = queue_tokens(&server, &keys::lock(&name).queue);
         let (a_token, b_token) = (tokens[0].clone(), tokens[1].clone());
         a.abort();
         assert!(a.await.unwrap_err().is_cancelled());
@@ -902,7 +890,7 @@ async fn crashed_waiter_costs_at_most_its_own_lease() {
     .spawn()
     .expect("spawn child test process");
     let child_queued = until(Duration::from_secs(20), || {
-        queued(&server, "crash").len() == 1
+        queue_tokens(&server, &keys::lock("crash").queue).len() == 1
     })
     .await;
     if !child_queued {
@@ -916,12 +904,16 @@ async fn crashed_waiter_costs_at_most_its_own_lease() {
     }
     let b = spawn_waiter(&b_locker, "crash", LONG, PATIENT);
     assert!(
-        until(Duration::from_secs(3), || queued(&server, "crash").len()
+        until(Duration::from_secs(3), || queue_tokens(
+            &server,
+            &keys::lock("crash").queue
+        )
+        .len()
             == 2)
         .await,
         "B never queued"
     );
-    let b_token = queued(&server, "crash")[1].clone();
+    let b_token = queue_tokens(&server, &keys::lock("crash").queue)[1].clone();
     child.kill().unwrap();
     let output = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -983,7 +975,7 @@ async fn redis_restart_while_waiting_ends_the_wait() {
         .unwrap();
     let waiter = spawn_waiter(&waiters, "restart", LONG, PATIENT);
     until(Duration::from_secs(3), || {
-        queued(&server, "restart").len() == 1
+        queue_tokens(&server, &keys::lock("restart").queue).len() == 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1020,7 +1012,7 @@ fn redis_restart_while_waiting_ends_the_blocking_wait() {
         (outcome, Instant::now())
     });
     eventually(Duration::from_secs(3), || {
-        queued(&server, "restart b").len() == 1
+        queue_tokens(&server, &keys::lock("restart b").queue).len() == 1
     });
     std::thread::sleep(Duration::from_millis(300));
     assert!(!waiter.is_finished());
@@ -1241,7 +1233,12 @@ async fn waiter_behind_a_proxy(
     let waiters = Locker::new(proxy.url()).unwrap();
     let waiter = spawn_waiter(&waiters, name, LONG, PATIENT);
     assert!(
-        until(Duration::from_secs(5), || queued(server, name).len() == 1
+        until(Duration::from_secs(5), || queue_tokens(
+            server,
+            &keys::lock(name).queue
+        )
+        .len()
+            == 1
             && channel_subscribers(server, name) == 1)
         .await,
         "the waiter never queued and subscribed"
@@ -1291,7 +1288,7 @@ async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiter.is_finished(), "the waiter did not wait");
     assert!(
-        queued(&server, "own").is_empty(),
+        queue_tokens(&server, &keys::lock("own").queue).is_empty(),
         "the waiter queued in Redis"
     );
     assert_eq!(
@@ -1426,7 +1423,13 @@ async fn waiter_that_may_not_subscribe_still_gets_the_lock_soon() {
     let waiters = Locker::new(format!("redis://nosub:secret@127.0.0.1:{}/", server.port)).unwrap();
     let waiter = spawn_waiter(&waiters, "acl", LONG, PATIENT);
     assert!(
-        until(Duration::from_secs(5), || queued(&server, "acl").len() == 1).await,
+        until(Duration::from_secs(5), || queue_tokens(
+            &server,
+            &keys::lock("acl").queue
+        )
+        .len()
+            == 1)
+        .await,
         "the waiter never queued"
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;

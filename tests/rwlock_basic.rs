@@ -12,22 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker};
-use support::{RedisServer, eventually};
+use support::waiters::queued;
+use support::{RedisServer, keys};
 
 const LONG: Duration = Duration::from_secs(30);
-
-/// Waits until `n` waiters are queued on read-write lock `name`.
-fn queued(server: &RedisServer, name: &str, n: i64) -> bool {
-    let key = format!("lockattr:{{{name}}}:rw:queue");
-    eventually(Duration::from_secs(5), || {
-        redis::cmd("LLEN")
-            .arg(&key)
-            .query::<i64>(&mut server.client())
-            .unwrap()
-            == n
-    })
-    .is_some()
-}
 
 async fn read(locker: &Locker, name: &str) -> LockGuard {
     locker
@@ -173,12 +161,21 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
     let mut readers = Vec::new();
     for n in 1..=3 {
         readers.push(spawn_waiter(&waiters, "h", true));
-        assert!(queued(&server, "h", n), "reader {n} did not queue");
+        assert!(
+            queued(&server, &keys::rw("h").queue, n),
+            "reader {n} did not queue"
+        );
     }
     let second_writer = spawn_waiter(&waiters, "h", false);
-    assert!(queued(&server, "h", 4), "the second writer did not queue");
+    assert!(
+        queued(&server, &keys::rw("h").queue, 4),
+        "the second writer did not queue"
+    );
     let late_reader = spawn_waiter(&waiters, "h", true);
-    assert!(queued(&server, "h", 5), "the late reader did not queue");
+    assert!(
+        queued(&server, &keys::rw("h").queue, 5),
+        "the late reader did not queue"
+    );
     // A newcomer reader does not pass the queued writer.
     let newcomer = locker
         .read_lock("h")
@@ -411,10 +408,13 @@ async fn a_dropped_waiting_future_leaves_the_queue() {
     let locker = Locker::new(server.url()).unwrap();
     let reader = read(&locker, "d").await;
     let waiting = spawn_waiter(&locker, "d", false);
-    assert!(queued(&server, "d", 1));
+    assert!(queued(&server, &keys::rw("d").queue, 1));
     waiting.abort();
     // Its entry gone, readers are admitted again at once.
-    assert!(queued(&server, "d", 0), "the aborted writer stayed queued");
+    assert!(
+        queued(&server, &keys::rw("d").queue, 0),
+        "the aborted writer stayed queued"
+    );
     let other = locker
         .read_lock("d")
         .acquire_timeout(Duration::ZERO)

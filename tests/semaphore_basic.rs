@@ -10,24 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::{RedisServer, eventually};
+use support::waiters::queued;
+use support::{RedisServer, eventually, keys};
 
 /// The permit keys of semaphore `name` under the default prefix.
 fn permit_keys(server: &RedisServer, name: &str) -> Vec<String> {
-    server.keys(&format!("lockattr:{{{name}}}:sem:permit:*"))
-}
-
-/// Waits until `n` waiters are queued on semaphore `name`.
-fn queued(server: &RedisServer, name: &str, n: i64) -> bool {
-    let key = format!("lockattr:{{{name}}}:sem:queue");
-    eventually(Duration::from_secs(5), || {
-        redis::cmd("LLEN")
-            .arg(&key)
-            .query::<i64>(&mut server.client())
-            .unwrap()
-            == n
-    })
-    .is_some()
+    server.keys(&keys::permit_keys(name))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -145,7 +133,10 @@ async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
             (Instant::now(), guard)
         })
     };
-    assert!(queued(&server, "q", 1), "the first waiter did not queue");
+    assert!(
+        queued(&server, &keys::sem("q").queue, 1),
+        "the first waiter did not queue"
+    );
     let second = {
         let locker = waiters.clone();
         tokio::spawn(async move {
@@ -159,7 +150,10 @@ async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
             (Instant::now(), guard)
         })
     };
-    assert!(queued(&server, "q", 2), "the second waiter did not queue");
+    assert!(
+        queued(&server, &keys::sem("q").queue, 2),
+        "the second waiter did not queue"
+    );
     // A newcomer does not pass them.
     let newcomer = locker
         .semaphore("q", 2)
@@ -212,7 +206,7 @@ async fn a_permit_whose_lease_ran_out_goes_to_the_oldest_waiter_not_a_newcomer()
                 .unwrap()
         })
     };
-    assert!(queued(&server, "e", 1));
+    assert!(queued(&server, &keys::sem("e").queue, 1));
     // Newcomers keep trying through the expiry: none may pass the waiter.
     let mut passed = 0;
     while taken.elapsed() < Duration::from_millis(1_500) {
@@ -384,7 +378,7 @@ fn blocking_acquire_and_release() {
                 .map(|g| (Instant::now(), g))
         })
     };
-    assert!(queued(&server, "b", 1));
+    assert!(queued(&server, &keys::sem("b").queue, 1));
     let released = Instant::now();
     a.release_blocking().unwrap();
     let (at, c) = waiter.join().unwrap().unwrap();
@@ -440,14 +434,14 @@ async fn a_waiter_that_stops_waiting_does_not_get_the_permit() {
         (Instant::now(), guard)
     };
     let gone = tokio::spawn(wait(locker.clone()));
-    assert!(queued(&server, "c", 1));
+    assert!(queued(&server, &keys::sem("c").queue, 1));
     let next = tokio::spawn(wait(locker.clone()));
-    assert!(queued(&server, "c", 2));
+    assert!(queued(&server, &keys::sem("c").queue, 2));
     // The first waiter's caller goes away: it leaves the queue.
     gone.abort();
     assert!(gone.await.unwrap_err().is_cancelled());
     assert!(
-        queued(&server, "c", 1),
+        queued(&server, &keys::sem("c").queue, 1),
         "the cancelled waiter stayed queued"
     );
     let released = Instant::now();

@@ -8,26 +8,11 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use lockattr::{LockError, Locker};
+use lockattr::LockError;
 use support::cluster::Cluster;
-use support::{RedisServer, eventually};
-
-fn labelled(server: &RedisServer, label: &str) -> Locker {
-    Locker::builder(server.url()).label(label).build().unwrap()
-}
-
-/// Waits until `n` callers are queued on semaphore `name`.
-fn queued(server: &RedisServer, name: &str, n: i64) -> bool {
-    let key = format!("lockattr:{{{name}}}:sem:queue");
-    eventually(Duration::from_secs(5), || {
-        redis::cmd("LLEN")
-            .arg(&key)
-            .query::<i64>(&mut server.client())
-            .unwrap()
-            == n
-    })
-    .is_some()
-}
+use support::lockers::labelled;
+use support::waiters::queued;
+use support::{RedisServer, keys};
 
 #[tokio::test]
 async fn an_unused_semaphore_has_no_info() {
@@ -100,7 +85,7 @@ async fn each_permit_names_its_holder_and_token_and_the_waiters_show() {
                 .await
         }
     });
-    assert!(queued(&server, "gpu", 1));
+    assert!(queued(&server, &keys::sem("gpu").queue, 1));
     let info = ops.inspect_semaphore_blocking("gpu").unwrap().unwrap();
     assert_eq!(info.holders.len(), 3);
     assert_eq!(info.waiters, 1);
@@ -159,7 +144,7 @@ async fn a_forced_permit_goes_to_the_oldest_waiter_and_its_holder_turns_lost() {
                 .await
         }
     });
-    assert!(queued(&server, "slots", 1));
+    assert!(queued(&server, &keys::sem("slots").queue, 1));
     let info = ops.inspect_semaphore("slots").await.unwrap().unwrap();
     let token = info.holders[0].fencing_token;
     assert_eq!(token, stuck.fencing_token());

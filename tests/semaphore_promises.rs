@@ -16,7 +16,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::{RedisServer, child_test, eventually, wait_child};
+use support::waiters::queued;
+use support::{RedisServer, child_test, eventually, keys, wait_child};
 
 /// Where the lock server is, for a child.
 const LOCK_URL: &str = "LOCKATTR_SEMP_LOCK_URL";
@@ -26,23 +27,6 @@ const NAME: &str = "LOCKATTR_SEMP_NAME";
 const GOT: &str = "LOCKATTR_SEMP_GOT";
 /// The lease a waiting child asks for: far longer than the tests run.
 const DEAD_LEASE: Duration = Duration::from_secs(120);
-
-fn key(name: &str, suffix: &str) -> String {
-    format!("lockattr:{{{name}}}:sem:{suffix}")
-}
-
-/// Waits until `n` callers are queued on semaphore `name`.
-fn queued(server: &RedisServer, name: &str, n: i64) -> bool {
-    let queue = key(name, "queue");
-    eventually(Duration::from_secs(10), || {
-        redis::cmd("LLEN")
-            .arg(&queue)
-            .query::<i64>(&mut server.client())
-            .unwrap()
-            == n
-    })
-    .is_some()
-}
 
 /// Queues for a permit of the 1-permit semaphore `$NAME` (a lease of
 /// [`DEAD_LEASE`]) and says so if it ever gets it; killed while queued.
@@ -72,7 +56,7 @@ fn queue_a_dead_waiter(server: &RedisServer, name: &str) {
     let mut child = child_test("child_waiter", &[(LOCK_URL, url.as_str()), (NAME, name)])
         .spawn()
         .expect("spawn child test process");
-    let in_queue = queued(server, name, 1);
+    let in_queue = queued(server, &keys::sem(name).queue, 1);
     // SIGKILL: no give-back, no Drop.
     child.kill().unwrap();
     let output = wait_child(child, Duration::from_secs(10));
@@ -83,7 +67,10 @@ fn queue_a_dead_waiter(server: &RedisServer, name: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(!stdout.contains(GOT), "the child got a permit: {stdout}");
-    assert!(queued(server, name, 1), "the killed waiter left the queue");
+    assert!(
+        queued(server, &keys::sem(name).queue, 1),
+        "the killed waiter left the queue"
+    );
 }
 
 /// Listens on semaphore `name`'s channel for hand-over notices.
@@ -92,7 +79,7 @@ fn listen(server: &RedisServer, name: &str) -> redis::Connection {
     con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     con.send_packed_command(
         &redis::cmd("SUBSCRIBE")
-            .arg(key(name, "wake"))
+            .arg(keys::sem(name).channel)
             .get_packed_command(),
     )
     .unwrap();
@@ -145,7 +132,7 @@ async fn force_the_dead_waiters_permit(server: &RedisServer, name: &str, handed:
     // The handed permit records the semaphore's number of permits: with the
     // record gone (as after its expiry), another number is refused.
     let _: () = redis::cmd("DEL")
-        .arg(key(name, "permits"))
+        .arg(keys::permits_record(name))
         .query(&mut server.client())
         .unwrap();
     let other = ops
@@ -216,7 +203,7 @@ async fn a_permit_handed_to_a_killed_waiter_by_a_newcomer_can_be_forced_free() {
     std::mem::forget(crashed);
     queue_a_dead_waiter(&server, name);
     let mut notices = listen(&server, name);
-    let permit = key(name, "permit:0");
+    let permit = keys::permit_key(name, 0);
     assert!(
         eventually(Duration::from_secs(5), || !server.exists(&permit)).is_some(),
         "the crashed holder's lease did not run out"
@@ -323,17 +310,23 @@ async fn a_holder_beyond_a_smaller_number_is_seen() {
     let second = renewed(&locker, name, 5).await;
     let third = renewed(&locker, name, 5).await;
     let fourth = renewed(&locker, name, 5).await;
-    assert!(server.exists(&key(name, "permit:3")));
+    assert!(server.exists(&keys::permit_key(name, 3)));
     for guard in [first, second, third] {
         guard.release().await.unwrap();
     }
     tokio::time::sleep(PAST_RETENTION).await;
     assert!(!fourth.is_lost());
-    assert_eq!(server.keys(&key(name, "permit:*")), [key(name, "permit:3")]);
+    assert_eq!(
+        server.keys(&keys::permit_keys(name)),
+        [keys::permit_key(name, 3)]
+    );
     refused(&locker, name, 3, 5).await;
     refused(&locker, name, 1, 5).await;
     refused(&locker, name, 8, 5).await;
-    assert_eq!(server.keys(&key(name, "permit:*")), [key(name, "permit:3")]);
+    assert_eq!(
+        server.keys(&keys::permit_keys(name)),
+        [keys::permit_key(name, 3)]
+    );
     let info = locker.inspect_semaphore(name).await.unwrap().unwrap();
     assert_eq!((info.permits, info.holders.len()), (5, 1), "{info:?}");
     let same = locker
@@ -369,7 +362,7 @@ async fn the_number_of_permits_survives_a_hand_over() {
                 .unwrap()
         }
     });
-    assert!(queued(&server, name, 1));
+    assert!(queued(&server, &keys::sem(name).queue, 1));
     let first = holders.remove(0);
     first.release().await.unwrap();
     let waiter = tokio::time::timeout(Duration::from_secs(1), waiter)
@@ -407,7 +400,7 @@ async fn a_release_never_shortens_the_counter_under_other_holders() {
         .await
         .unwrap();
     short.release().await.unwrap();
-    let ttl = server.pttl(&key("shared", "fence"));
+    let ttl = server.pttl(&keys::sem("shared").fence);
     assert!(
         ttl > 19_000,
         "the counter runs out under the other holder: PTTL {ttl}"

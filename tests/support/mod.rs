@@ -5,10 +5,13 @@
 
 #![allow(dead_code)] // each test file uses a part of this module
 
+pub mod asserts;
 pub mod cluster;
 pub mod keys;
+pub mod lockers;
 pub mod proxy;
 pub mod sentinel;
+pub mod waiters;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
