@@ -10,7 +10,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{Locker, redis_lock};
-use support::{BodyError as Error, RedisServer, child_test, wait_child};
+use support::children::{run_children, start_together};
+use support::{BodyError as Error, RedisServer};
 
 const CHILDREN: usize = 4;
 const ITERATIONS: usize = 30;
@@ -44,25 +45,7 @@ fn child_worker() {
         .get_connection()
         .unwrap();
     // Start together, so that the processes really contend.
-    let _: u64 = redis::cmd("INCR")
-        .arg("started")
-        .query(&mut counter)
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let started: u64 = redis::cmd("GET")
-            .arg("started")
-            .query(&mut counter)
-            .unwrap();
-        if started >= CHILDREN as u64 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the other children never started"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    start_together(&url, CHILDREN);
     for _ in 0..ITERATIONS {
         bump(&locker, &mut counter).unwrap();
     }
@@ -76,28 +59,13 @@ fn processes_lose_no_update() {
     server.allow_untimed("counter");
     server.allow_untimed("started");
     let url = server.url();
-    let children: Vec<_> = (0..CHILDREN)
-        .map(|_| {
-            child_test("child_worker", &[(CHILD_URL, url.as_str())])
-                .spawn()
-                .expect("spawn child test process")
-        })
-        .collect();
-    for child in children {
-        let pid = child.id();
-        let output = wait_child(child, Duration::from_secs(60));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success(),
-            "child {pid} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-            output.status
-        );
-        assert!(
-            stdout.contains(&format!("{DONE} {pid}")),
-            "child {pid} did not run the worker loop\nstdout:\n{stdout}\nstderr:\n{stderr}"
-        );
-    }
+    run_children(
+        "child_worker",
+        CHILDREN,
+        &[(CHILD_URL, url.as_str())],
+        DONE,
+        Duration::from_secs(60),
+    );
     let total: u64 = server.get("counter").unwrap().parse().unwrap();
     assert_eq!(total, (CHILDREN * ITERATIONS) as u64, "updates were lost");
     assert!(server.held_locks().is_empty());

@@ -11,7 +11,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::Locker;
-use support::{RedisServer, child_test, wait_child};
+use support::RedisServer;
+use support::children::{CHILD_INDEX, run_children, start_together};
 
 const CHILDREN: usize = 4;
 const TASKS: usize = 2;
@@ -20,8 +21,6 @@ const ROUNDS: usize = 15;
 const CHILD_URL: &str = "LOCKATTR_SET_CHILD_URL";
 /// The store server's URL.
 const CHILD_STORE: &str = "LOCKATTR_SET_CHILD_STORE";
-/// Which child this is (its tasks' order of names).
-const CHILD_INDEX: &str = "LOCKATTR_SET_CHILD_INDEX";
 /// Printed when a child's tasks are done.
 const DONE: &str = "LOCKATTR_SET_CHILD_DONE";
 
@@ -74,33 +73,12 @@ fn child_worker() {
         return;
     };
     let index: usize = index.parse().unwrap();
+    // Start together, so that the processes really contend.
+    start_together(&store_url, CHILDREN);
     let rt = support::multi_thread();
     rt.block_on(async {
         let locker = Locker::new(&url).unwrap();
         let store = redis::Client::open(store_url.as_str()).unwrap();
-        let mut start = store.get_multiplexed_async_connection().await.unwrap();
-        // Start together, so that the processes really contend.
-        let _: i64 = redis::cmd("INCR")
-            .arg("started")
-            .query_async(&mut start)
-            .await
-            .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let started: i64 = redis::cmd("GET")
-                .arg("started")
-                .query_async(&mut start)
-                .await
-                .unwrap();
-            if started >= CHILDREN as i64 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the others never started"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
         let mut tasks = Vec::new();
         for t in 0..TASKS {
             let locker = locker.clone();
@@ -139,36 +117,13 @@ fn opposite_orders_in_processes_neither_deadlock_nor_overlap() {
     let store = RedisServer::start();
     store.allow_untimed("*");
     let (url, store_url) = (server.url(), store.url());
-    let children: Vec<_> = (0..CHILDREN)
-        .map(|i| {
-            let index = i.to_string();
-            child_test(
-                "child_worker",
-                &[
-                    (CHILD_URL, url.as_str()),
-                    (CHILD_STORE, store_url.as_str()),
-                    (CHILD_INDEX, index.as_str()),
-                ],
-            )
-            .spawn()
-            .expect("spawn child test process")
-        })
-        .collect();
-    for child in children {
-        let pid = child.id();
-        let output = wait_child(child, Duration::from_secs(90));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success(),
-            "child {pid} failed (a deadlock ends in a timeout): {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-            output.status
-        );
-        assert!(
-            stdout.contains(&format!("{DONE} {pid}")),
-            "child {pid} did not run the worker\nstdout:\n{stdout}\nstderr:\n{stderr}"
-        );
-    }
+    run_children(
+        "child_worker",
+        CHILDREN,
+        &[(CHILD_URL, url.as_str()), (CHILD_STORE, store_url.as_str())],
+        DONE,
+        Duration::from_secs(90),
+    );
     assert_eq!(store.get("overlaps"), None, "two holders of a name at once");
     let total = (CHILDREN * TASKS * ROUNDS).to_string();
     assert_eq!(

@@ -12,10 +12,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
+use support::children::{read_until, run_children};
 use support::{RedisServer, child_test, wait_child};
 
 const CHILDREN: usize = 4;
@@ -89,30 +89,16 @@ fn processes_share_reads_and_exclude_writes() {
     let store = RedisServer::start();
     store.allow_untimed("*");
     let (lock_url, store_url) = (locks.url(), store.url());
-    let children: Vec<_> = (0..CHILDREN)
-        .map(|_| {
-            child_test(
-                "child_worker",
-                &[
-                    (LOCK_URL, lock_url.as_str()),
-                    (STORE_URL, store_url.as_str()),
-                ],
-            )
-            .spawn()
-            .expect("spawn child test process")
-        })
-        .collect();
-    for child in children {
-        let pid = child.id();
-        let output = wait_child(child, Duration::from_secs(120));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success() && stdout.contains(&format!("{DONE} {pid}")),
-            "child {pid} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-            output.status
-        );
-    }
+    run_children(
+        "child_worker",
+        CHILDREN,
+        &[
+            (LOCK_URL, lock_url.as_str()),
+            (STORE_URL, store_url.as_str()),
+        ],
+        DONE,
+        Duration::from_secs(120),
+    );
     assert_eq!(store.get("breaches"), None, "a writer was not alone");
     let most: i64 = store.get("most").unwrap().parse().unwrap();
     assert!(most >= 2, "readers of different processes never overlapped");
@@ -120,17 +106,6 @@ fn processes_share_reads_and_exclude_writes() {
     assert_eq!(store.get("writers").as_deref(), Some("0"));
     assert!(locks.keys("lockattr:{catalog}:rw:read:*").is_empty());
     assert!(!locks.exists("lockattr:{catalog}:rw:write"));
-}
-
-/// Reads the child's output until it says it holds its read sides.
-fn wait_until_holding(child: &mut std::process::Child) {
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for line in lines {
-        if line.unwrap().contains(HOLDING) {
-            return;
-        }
-    }
-    panic!("the child ended before holding the read side");
 }
 
 /// Takes the read side with a 2 s lease, says so, and sleeps until killed.
@@ -160,7 +135,7 @@ fn a_killed_readers_share_is_free_when_its_lease_ends() {
     let mut child = child_test("child_reader", &[(LOCK_URL, url.as_str())])
         .spawn()
         .expect("spawn child test process");
-    wait_until_holding(&mut child);
+    read_until(&mut child, HOLDING);
     let held = Instant::now();
     // SIGKILL: no release, no Drop.
     child.kill().unwrap();
@@ -230,7 +205,7 @@ fn killed_readers_of_many_names_leave_no_key_behind() {
     )
     .spawn()
     .expect("spawn child test process");
-    wait_until_holding(&mut child);
+    read_until(&mut child, HOLDING);
     // SIGKILL: no release, no Drop.
     child.kill().unwrap();
     let _ = wait_child(child, Duration::from_secs(10));

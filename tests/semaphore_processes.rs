@@ -9,10 +9,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
 use lockattr::{Locker, redis_lock};
+use support::children::{read_until, run_children};
 use support::{BodyError as Error, RedisServer, child_test, wait_child};
 
 const CHILDREN: usize = 4;
@@ -66,30 +66,16 @@ fn processes_never_exceed_the_permits() {
     store.allow_untimed("inside");
     store.allow_untimed("most");
     let (lock_url, store_url) = (locks.url(), store.url());
-    let children: Vec<_> = (0..CHILDREN)
-        .map(|_| {
-            child_test(
-                "child_worker",
-                &[
-                    (LOCK_URL, lock_url.as_str()),
-                    (STORE_URL, store_url.as_str()),
-                ],
-            )
-            .spawn()
-            .expect("spawn child test process")
-        })
-        .collect();
-    for child in children {
-        let pid = child.id();
-        let output = wait_child(child, Duration::from_secs(120));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success() && stdout.contains(&format!("{DONE} {pid}")),
-            "child {pid} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-            output.status
-        );
-    }
+    run_children(
+        "child_worker",
+        CHILDREN,
+        &[
+            (LOCK_URL, lock_url.as_str()),
+            (STORE_URL, store_url.as_str()),
+        ],
+        DONE,
+        Duration::from_secs(120),
+    );
     let most: i64 = store.get("most").unwrap().parse().unwrap();
     assert!(most <= 2, "{most} processes held one of 2 permits at once");
     assert_eq!(most, 2, "never 2 holders at once: not a semaphore of 2");
@@ -120,17 +106,7 @@ fn a_killed_holders_permit_is_free_when_its_lease_ends() {
     let mut child = child_test("child_holder", &[(LOCK_URL, url.as_str())])
         .spawn()
         .expect("spawn child test process");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let held_fence: u64 = loop {
-        let line = lines
-            .next()
-            .expect("the child ended before holding its permit")
-            .unwrap();
-        // libtest may have written `test child_holder ... ` before it.
-        if let Some((_, fence)) = line.split_once(&format!("{HOLDING} ")) {
-            break fence.trim().parse().unwrap();
-        }
-    };
+    let held_fence: u64 = read_until(&mut child, HOLDING).parse().unwrap();
     let held = Instant::now();
     // SIGKILL: no release, no Drop.
     child.kill().unwrap();
