@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker, redis_lock};
-use support::RedisServer;
 use support::asserts::assert_timeout;
+use support::lockers::setup;
 
 #[derive(Debug)]
 enum AppError {
@@ -67,8 +67,7 @@ fn hold(locker: &Locker, name: &str) -> LockGuard {
 
 #[test]
 fn sync_call_times_out_after_acquire_time_without_running() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // Another Locker (another process, in effect) holds the lock.
     let holder = hold(&Locker::new(server.url()).unwrap(), "busy:1");
     let runs = AtomicU32::new(0);
@@ -100,8 +99,7 @@ fn sync_call_times_out_after_acquire_time_without_running() {
 
 #[tokio::test]
 async fn async_call_times_out_into_the_app_error() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let holder = hold(&Locker::new(server.url()).unwrap(), "busy:1");
     let runs = AtomicU32::new(0);
 
@@ -133,8 +131,7 @@ async fn async_call_times_out_into_the_app_error() {
 
 #[test]
 fn acquire_time_zero_tries_once_sync() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let holder = hold(&locker, "busy:7");
     let runs = AtomicU32::new(0);
     let start = Instant::now();
@@ -156,8 +153,7 @@ fn acquire_time_zero_tries_once_sync() {
 
 #[tokio::test]
 async fn acquire_time_zero_tries_once_async() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let holder = hold(&locker, "busy:7");
     let runs = AtomicU32::new(0);
     let start = Instant::now();
@@ -177,8 +173,7 @@ async fn acquire_time_zero_tries_once_async() {
 /// whole acquire_time (10 s) nor the holder's lease (30 s).
 #[tokio::test]
 async fn a_lock_freed_during_the_wait_is_taken() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let holder = hold(&locker, "busy:9");
     let runs = AtomicU32::new(0);
     let release_at = Instant::now() + Duration::from_millis(300);
@@ -205,8 +200,7 @@ async fn a_lock_freed_during_the_wait_is_taken() {
 /// end, and a waiting call then gets it.
 #[test]
 fn an_expired_lease_lets_the_waiting_call_in() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // An owner that vanished: its lock is just a key with a 500 ms TTL.
     let _: () = redis::cmd("SET")
         .arg(support::lock_key("busy:11"))

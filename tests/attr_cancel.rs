@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
 #[redis_lock(name = "cancel:{id}", expire = 30, acquire_time = 10, locker = locker)]
@@ -45,15 +46,13 @@ async fn cancel_mid_body(server: &RedisServer, locker: &Locker) {
 
 #[tokio::test]
 async fn future_dropped_mid_body_frees_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     cancel_mid_body(&server, &locker).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn future_dropped_mid_body_frees_the_lock_multi_thread() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     cancel_mid_body(&server, &locker).await;
 }
 
@@ -61,8 +60,7 @@ async fn future_dropped_mid_body_frees_the_lock_multi_thread() {
 /// polls with blocking sleeps while the task runs on a worker.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborted_task_frees_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let entered = Arc::new(AtomicU32::new(0));
     let task = {
         let (locker, entered) = (locker.clone(), entered.clone());
@@ -88,8 +86,7 @@ async fn aborted_task_frees_the_lock() {
 /// abandoned call must neither run its body nor sit on the lock.
 #[tokio::test]
 async fn future_dropped_while_waiting_never_runs_and_never_keeps_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let holder = locker
         .lock("cancel:3")
         .expire(Duration::from_secs(30))

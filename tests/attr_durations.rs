@@ -8,6 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, lock_key};
 
 fn pttl_of(server: &RedisServer, name: &str) -> Result<i64, LockError> {
@@ -72,8 +73,7 @@ fn assert_lease(pttl: i64, expire_ms: i64, what: &str) {
 
 #[tokio::test]
 async fn expire_forms_set_the_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert_lease(expire_1500ms(&locker, &server).unwrap(), 1500, "\"1500ms\"");
     assert_lease(expire_2(&locker, &server).unwrap(), 2000, "2");
     assert_lease(expire_1_25(&locker, &server).await.unwrap(), 1250, "1.25");
@@ -145,8 +145,7 @@ fn assert_waited(result: Result<(), LockError>, took: Duration, expected: Durati
 
 #[tokio::test]
 async fn acquire_time_forms_set_the_wait() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let _held = Locker::new(server.url())
         .unwrap()
         .lock("w")
@@ -190,8 +189,7 @@ fn outlives_its_lease(locker: &Locker, other: &Locker) -> Result<bool, LockError
 
 #[test]
 fn a_short_lease_expires_on_its_own() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let other = Locker::new(server.url()).unwrap();
     let lost = outlives_its_lease(&locker, &other).expect_err("a lost lock reported Ok");
     assert!(

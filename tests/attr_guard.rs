@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, lock_key};
 
 #[redis_lock(name = "fenced:{id}", expire = "3s", locker = locker, guard = g)]
@@ -42,8 +43,7 @@ impl Doc {
 
 #[tokio::test]
 async fn guard_names_the_lock_and_fencing_tokens_increase() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let other = Locker::new(server.url()).unwrap();
     let mut last = 0;
     for round in 0..3 {
@@ -113,8 +113,7 @@ async fn extends_its_lease_async(
 
 #[tokio::test]
 async fn the_guard_can_extend_the_lease_from_the_body() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (before, after) = extends_its_lease(&locker, &server).unwrap();
     assert!(
         before > 0 && before <= 2_000,

@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, lock_key};
 
 /// What the body saw of its own lock.
@@ -61,8 +62,7 @@ fn assert_held(seen: &Seen, name: &str) {
 
 #[test]
 fn sync_body_runs_under_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let seen = sync_body(&locker, &server).unwrap();
     assert_held(&seen, "held:sync");
     assert!(
@@ -73,8 +73,7 @@ fn sync_body_runs_under_the_lock() {
 
 #[tokio::test]
 async fn async_body_runs_under_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let seen = async_body(&locker, &server).await.unwrap();
     assert_held(&seen, "held:async");
     assert!(
@@ -99,8 +98,7 @@ fn checked_by_another_locker(locker: &Locker, other: &Locker) -> Result<LockErro
 
 #[test]
 fn another_locker_sees_the_lock_held() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let other = Locker::new(server.url()).unwrap();
     let e = checked_by_another_locker(&locker, &other).unwrap();
     assert!(e.is_timeout(), "{e:?}");
@@ -128,8 +126,7 @@ async fn named_x_async(locker: &Locker, runs: &mut u32) -> Result<(), LockError>
 
 #[test]
 fn name_literal_is_the_same_lock_as_locker_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let mut runs = 0;
 
     // Held through `locker.lock("x")`: the attribute's lock is busy.
@@ -148,8 +145,7 @@ fn name_literal_is_the_same_lock_as_locker_lock() {
 
 #[tokio::test]
 async fn name_literal_is_the_same_lock_as_locker_lock_async() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let mut runs = 0;
 
     let guard = locker.lock("x").acquire().await.unwrap();

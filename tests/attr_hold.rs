@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, current_thread, eventually, lock_key};
 
 /// The hold of the functions below; their lease is 30 s.
@@ -125,8 +126,7 @@ fn assert_kept_for_the_hold(server: &RedisServer, locker: &Locker, name: &str, s
 
 #[test]
 fn async_value_keeps_the_lock_for_the_hold() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let rt = current_thread();
     let start = Instant::now();
     let out = rt.block_on(job(&locker, "hold:value", Exit::Value));
@@ -141,8 +141,7 @@ fn async_value_keeps_the_lock_for_the_hold() {
 
 #[test]
 fn async_question_mark_keeps_the_lock_for_the_hold() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let out = current_thread().block_on(job(&locker, "hold:qm", Exit::QuestionMark));
     assert!(
@@ -154,8 +153,7 @@ fn async_question_mark_keeps_the_lock_for_the_hold() {
 
 #[test]
 fn async_panic_keeps_the_lock_for_the_hold() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let rt = current_thread();
     let start = Instant::now();
     let payload = catch_unwind(AssertUnwindSafe(|| {
@@ -168,8 +166,7 @@ fn async_panic_keeps_the_lock_for_the_hold() {
 
 #[test]
 fn dropped_future_keeps_the_lock_for_the_hold_not_the_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let out = current_thread().block_on(async {
         tokio::time::timeout(
@@ -184,8 +181,7 @@ fn dropped_future_keeps_the_lock_for_the_hold_not_the_lease() {
 
 #[test]
 fn sync_value_keeps_the_lock_for_the_hold() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let out = job_sync(&locker, "hold:sync", Exit::Value);
     assert!(matches!(out, Ok(1)), "{out:?}");
@@ -199,8 +195,7 @@ fn sync_value_keeps_the_lock_for_the_hold() {
 
 #[test]
 fn sync_question_mark_keeps_the_lock_for_the_hold() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let out = job_sync(&locker, "hold:sync-qm", Exit::QuestionMark);
     assert!(
@@ -212,8 +207,7 @@ fn sync_question_mark_keeps_the_lock_for_the_hold() {
 
 #[test]
 fn sync_panic_keeps_the_lock_for_the_hold() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let payload = catch_unwind(AssertUnwindSafe(|| {
         job_sync(&locker, "hold:sync-panic", Exit::Panic)
@@ -248,8 +242,7 @@ fn waiter(locker: &Locker, name: &str) -> Result<(), LockError> {
 /// it: right after the call, the lock is the waiter's, handed over by the
 /// release with the waiter's 20 s lease; without a waiter, the key is gone.
 fn assert_released_as_usual(call: impl Fn(&Locker, &str, &AtomicU32) -> Result<(), LockError>) {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let entered = Arc::new(AtomicU32::new(0));
     let key = lock_key("hold:long");
 
@@ -296,8 +289,7 @@ async fn renewed(locker: &Locker, name: &str, body: Duration) -> Result<(), Lock
 
 #[test]
 fn renewal_runs_with_the_body_and_stops_at_the_release() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let rt = current_thread();
     // Renewed once (at 1 s, back to 3 s); released at 1.4 s within the
     // hold: what remains of the hold is left, not the renewed lease.
@@ -363,8 +355,7 @@ async fn outer_plain(locker: &Locker) -> Result<(), LockError> {
 
 #[test]
 fn a_nested_call_never_shortens_the_hold() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let rt = current_thread();
     let key = lock_key("hold:nested");
     type Call = for<'a> fn(
@@ -407,8 +398,7 @@ async fn loses_its_lock(locker: &Locker, server: &RedisServer) -> Result<(), Loc
 
 #[test]
 fn a_lost_lock_is_left_to_its_new_owner() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // The release finds the lock taken: the call says it was lost.
     let lost = current_thread()
         .block_on(loses_its_lock(&locker, &server))

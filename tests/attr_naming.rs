@@ -11,6 +11,7 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 
 use lockattr::{LockError, LockKey, Locker, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, lock_key};
 
 /// The lock keys held (from outside) while a body runs.
@@ -39,8 +40,7 @@ async fn many_captures(
 
 #[test]
 fn format_string_captures_arguments() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert_eq!(order(&locker, &server, 7).unwrap(), [lock_key("order:7")]);
     assert_eq!(order(&locker, &server, 8).unwrap(), [lock_key("order:8")]);
     assert!(held(&server).is_empty());
@@ -48,8 +48,7 @@ fn format_string_captures_arguments() {
 
 #[tokio::test]
 async fn format_string_with_several_captures_and_specs() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let keys = many_captures(&locker, &server, "acme", "ann".into(), 42)
         .await
         .unwrap();
@@ -100,8 +99,7 @@ fn by_const(locker: &Locker, server: &RedisServer) -> Result<Vec<String>, LockEr
 
 #[tokio::test]
 async fn expression_names() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let user = User {
         email: "Ann@Example.com".into(),
     };
@@ -234,8 +232,7 @@ fn pay_invoice(
 
 #[tokio::test]
 async fn derive_lock_key_on_the_first_argument() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let seat = Seat {
         row: 5,
         number: 12,
@@ -277,8 +274,7 @@ async fn by_str(
 
 #[tokio::test]
 async fn integer_and_string_first_arguments() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert_eq!(by_integer(42, &locker, &server).unwrap(), [lock_key("42")]);
     assert_eq!(
         by_str("job:cleanup", &locker, &server).await.unwrap(),
@@ -366,8 +362,7 @@ async fn in_slot(
 
 #[tokio::test]
 async fn different_argument_values_are_different_locks_held_together() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let barrier = tokio::sync::Barrier::new(2);
     let both = tokio::time::timeout(Duration::from_secs(10), async {
         tokio::join!(in_slot(&locker, 1, &barrier), in_slot(&locker, 2, &barrier))
@@ -393,8 +388,7 @@ fn sync_in_row(
 
 #[test]
 fn different_argument_values_are_different_locks_sync_threads() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let barrier = Barrier::new(3);
     std::thread::scope(|s| {
         let a = s.spawn(|| sync_in_row(&locker, 1, &barrier, &server));
@@ -418,8 +412,7 @@ fn nested(locker: &Locker, id: u32, depth: u32) -> Result<Option<LockError>, Loc
 
 #[test]
 fn the_same_value_is_the_same_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     match nested(&locker, 1, 1).unwrap() {
         Some(LockError::Timeout { name, .. }) => assert_eq!(name, "nest:1"),
         other => panic!("a nested call on the same lock gave {other:?}"),

@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
 #[redis_lock(name = "panic:sync", expire = 30, acquire_time = 0, locker = locker)]
@@ -33,8 +34,7 @@ fn message(payload: &(dyn std::any::Any + Send)) -> String {
 
 #[test]
 fn sync_panic_reaches_the_caller_and_frees_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     for _ in 0..2 {
         let payload = catch_unwind(AssertUnwindSafe(|| sync_panics(&locker, &server)))
             .expect_err("the panic must reach the caller");
@@ -55,8 +55,7 @@ fn sync_panic_reaches_the_caller_and_frees_the_lock() {
 
 #[tokio::test]
 async fn async_panic_reaches_the_caller_and_frees_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     for _ in 0..2 {
         let (tx, rx) = std::sync::mpsc::channel();
         let join = tokio::spawn(async_panics(locker.clone(), tx)).await;
@@ -76,8 +75,7 @@ async fn async_panic_reaches_the_caller_and_frees_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_panic_on_multi_thread_runtime_frees_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (tx, _rx) = std::sync::mpsc::channel();
     let err = tokio::spawn(async_panics(locker.clone(), tx))
         .await

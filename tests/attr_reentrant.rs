@@ -30,6 +30,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, lock_key};
 use tokio::sync::Notify;
 
@@ -60,8 +61,7 @@ fn transfer(
 /// the outer call still holds the lock and frees it when it returns.
 #[test]
 fn sync_calls_do_not_reenter() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (inner, held) = transfer(&locker, &server, 1).unwrap();
     assert!(matches!(inner, Err(LockError::Timeout { .. })), "{inner:?}");
     assert!(held, "the nested call released the outer lock");
@@ -105,8 +105,7 @@ async fn audit_async(
 /// threads at every await).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_calls_reenter() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (outer, inner, held) = transfer_async(&locker, &server, 1).await.unwrap();
     assert_eq!(outer, inner, "the nested call took a lock of its own");
     assert!(held, "the nested call released the outer lock");
@@ -136,8 +135,7 @@ async fn hold_until(
 /// function waits; it gets the lock (a new lease) once the first returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_task_waits() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let notify = || Arc::new(Notify::new());
     let (a_in, a_go, b_in, b_go) = (notify(), notify(), notify(), notify());
     let a = tokio::spawn(hold_until(locker.clone(), 2, a_in.clone(), a_go.clone()));
@@ -184,8 +182,7 @@ async fn spawns_from_body(
 /// it times out, while a call awaited in the body re-enters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_spawned_from_the_body_does_not_reenter() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (outer, nested, spawned) = spawns_from_body(locker, 3).await.unwrap();
     assert_eq!(outer, nested);
     assert!(
@@ -214,8 +211,7 @@ async fn calls_sync(locker: &Locker, id: u32) -> Result<(u64, Result<u64, LockEr
 /// fn called from an async body does not: it waits, and times out.
 #[tokio::test]
 async fn join_branches_reenter_and_sync_calls_do_not() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let [outer, a, b] = joined(&locker, 4).await.unwrap();
     assert_eq!((outer, outer), (a, b));
     let (_, inner) = calls_sync(&locker, 4).await.unwrap();
@@ -257,8 +253,7 @@ async fn calls_stranger_async(
 /// out without running; the outer call completes and releases.
 #[tokio::test]
 async fn reentrant_false_times_out_inside() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let ran = AtomicU32::new(0);
     let e = calls_stranger(&locker, 5, &ran).unwrap();
     assert!(matches!(e, LockError::Timeout { .. }), "{e:?}");
@@ -366,8 +361,7 @@ async fn counted_async(locker: &Locker, id: u32, ran: &AtomicU32) -> Result<u64,
 /// the body sleeps 500 ms) returns `Err(Lost)` without running its body.
 #[tokio::test]
 async fn a_lost_lock_is_not_reentered() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let ran = AtomicU32::new(0);
     let expired = |inner: &Result<u64, LockError>| {
         matches!(
@@ -411,8 +405,7 @@ async fn counts_async(locker: &Locker, server: &RedisServer, id: u32) -> Result<
 /// the server between before and after it.
 #[tokio::test]
 async fn reentry_makes_no_round_trip() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert!(
         counts_async(&locker, &server, 8).await.unwrap(),
         "async nested call reached Redis"
@@ -503,8 +496,7 @@ fn bump_around(
 /// and times out, and no increment is lost.
 #[test]
 fn sync_calls_from_a_thread_pool_do_not_enter() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(3)
         .build()
@@ -610,8 +602,7 @@ async fn short_lease_calls_default(
 /// asking for less than is left changes nothing and sends nothing.
 #[tokio::test]
 async fn a_nested_expire_longer_than_what_is_left_raises_the_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (before, inside, lost) = short_lease_calls_long(&locker, &server, 10).await.unwrap();
     assert!((0..=1000).contains(&before), "PTTL {before} before");
     assert!(
@@ -683,8 +674,7 @@ async fn unrenewed_outside(
 /// outer's again: not renewed, it runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nested_renew_keeps_the_lease_alive_while_it_runs() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (inside, ran_out) = unrenewed_outside(&locker, &server, 12, false)
         .await
         .unwrap();
@@ -784,8 +774,7 @@ fn recurse(
 /// call; the same four levels deep, by recursion.
 #[test]
 fn sync_reentrant_calls_reenter_on_the_same_thread() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let seen = transfer_here(&locker, &server, 30).unwrap();
     assert_eq!(
         seen.inner, seen.outer,
@@ -864,8 +853,7 @@ fn hold_here(
 /// and gets a new lease once the first returns.
 #[test]
 fn another_thread_does_not_reenter_a_sync_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (outer, spawned, nested) = spawns_a_thread(&locker, 31).unwrap();
     assert!(
         matches!(spawned, Err(LockError::Timeout { .. })),
@@ -990,8 +978,7 @@ fn panics_after_nesting(locker: &Locker, id: u32) -> Result<(), AppError> {
 /// later call there waits for a stranger's lock like anyone else.
 #[test]
 fn only_the_outermost_exit_releases_a_sync_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let problems = survives_nested_exits(&locker, &server, 33).unwrap();
     assert!(problems.is_empty(), "{problems:#?}");
     assert!(
@@ -1042,8 +1029,7 @@ async fn async_outer(locker: &Locker, id: u32) -> Result<Result<u64, AppError>, 
 /// sync call either. Each nested call waits and times out.
 #[tokio::test]
 async fn sync_reentry_needs_both_calls_to_ask() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let inner = plain_outer(&locker, 35).unwrap();
     assert!(
         matches!(inner, Err(AppError::Lock(LockError::Timeout { .. }))),
@@ -1097,8 +1083,7 @@ fn counted_here(locker: &Locker, id: u32, ran: &AtomicU32) -> Result<u64, LockEr
 /// re-entered (nor taken anew): `Err(Lost)`, the body does not run.
 #[test]
 fn a_nested_sync_call_keeps_its_options_and_a_lost_lock_is_not_reentered() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (before, inside) = short_sync_lease_calls_long(&locker, &server, 36).unwrap();
     assert!((0..=1000).contains(&before), "PTTL {before} before");
     assert!(
@@ -1169,8 +1154,7 @@ fn single_then_pair_here(locker: &Locker, id: u32) -> Result<Result<u64, LockErr
 /// nothing.
 #[test]
 fn sync_sets_reenter_on_the_same_thread() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (forty, single, subset, outside) = set_outer_here(&locker).unwrap();
     assert_eq!(single.unwrap(), forty);
     assert_eq!(subset.unwrap(), forty);
@@ -1236,8 +1220,7 @@ fn bump_around_here(
 /// critical sections overlap. Items on other threads never get in.
 #[test]
 fn sync_reentry_from_a_work_stealing_pool_enters_on_the_waiting_thread_only() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(3)
         .build()

@@ -10,7 +10,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
-use support::{RedisServer, lock_key};
+use support::lock_key;
+use support::lockers::setup;
 
 /// An application error that can carry a lock failure.
 #[derive(Debug, PartialEq)]
@@ -110,8 +111,7 @@ const EXITS: [Exit; 4] = [
 
 #[test]
 fn sync_releases_on_every_exit() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let mut entered = 0;
     // Twice round: with acquire_time = 0, the second round only runs if
     // every exit of the first one gave the lock back.
@@ -131,8 +131,7 @@ fn sync_releases_on_every_exit() {
 
 #[tokio::test]
 async fn async_releases_on_every_exit() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let mut entered = 0;
     for round in 0..2 {
         for exit in EXITS {
@@ -150,8 +149,7 @@ async fn async_releases_on_every_exit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_releases_on_every_exit_multi_thread() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let mut entered = 0;
     for exit in EXITS {
         let result = async_exit(&locker, exit, &mut entered).await;
@@ -174,8 +172,7 @@ fn returns_its_own_lock_error(locker: &Locker) -> Result<(), LockError> {
 
 #[test]
 fn a_lock_error_made_by_the_body_is_returned_unchanged() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     for _ in 0..2 {
         match returns_its_own_lock_error(&locker) {
             Err(LockError::NotOwned { name }) => assert_eq!(name, "made by the body"),

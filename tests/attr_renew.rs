@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
 use support::asserts::lost_reason;
+use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
 /// Asserts that `key` stays absent for `span`.
@@ -88,8 +89,7 @@ fn renewed_sync(locker: &Locker, server: &RedisServer) -> Result<Vec<Seen>, Lock
 /// the lock is freed when the call returns and stays free.
 #[tokio::test]
 async fn renewed_async_body_outlives_its_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let seen = renewed_async(&locker, &server).await.unwrap();
     assert_held_throughout(&seen);
     assert!(!server.exists(&lock_key("renew:async")));
@@ -99,8 +99,7 @@ async fn renewed_async_body_outlives_its_lease() {
 /// The same for a sync body.
 #[test]
 fn renewed_sync_body_outlives_its_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let seen = renewed_sync(&locker, &server).unwrap();
     assert_held_throughout(&seen);
     assert!(!server.exists(&lock_key("renew:sync")));
@@ -178,8 +177,7 @@ fn assert_freed(server: &RedisServer, id: &str) {
 /// spawned task), a task aborted mid-body, a future dropped by `timeout`.
 #[test]
 fn renewal_stops_on_every_way_out() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let runtime = support::multi_thread();
     let (server, locker, runtime) = (&server, &locker, &runtime);
     std::thread::scope(|s| {
@@ -250,8 +248,7 @@ async fn abortable_renewed(
 /// about a renewal period (100 ms; bound 2 s) and the call says `Taken`.
 #[tokio::test]
 async fn abort_on_a_deleted_renewed_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (entered, after) = (AtomicBool::new(false), AtomicBool::new(false));
     let deleter = async {
         while !entered.load(Ordering::SeqCst) {
@@ -291,8 +288,7 @@ async fn abortable_expiring(
 /// then (not before; bound 2 s) and the call says `Expired`.
 #[tokio::test]
 async fn abort_when_the_lease_runs_out() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (entered, after) = (AtomicBool::new(false), AtomicBool::new(false));
     let start = Instant::now();
     let err = abortable_expiring(&locker, &entered, &after)
@@ -418,8 +414,7 @@ fn error_mode_cases(mut call: impl FnMut(Duration, Plan, &AtomicBool) -> Result<
 /// `on_lost = "error"` on a sync fn.
 #[test]
 fn error_mode_sync_reports_the_loss_after_the_body() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     error_mode_cases(|lease, plan, finished| {
         error_mode_sync(&locker, &server, lease, plan, finished)
     });
@@ -429,8 +424,7 @@ fn error_mode_sync_reports_the_loss_after_the_body() {
 /// `on_lost = "error"` on an async fn.
 #[test]
 fn error_mode_async_reports_the_loss_after_the_body() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let runtime = support::current_thread();
     error_mode_cases(|lease, plan, finished| {
         runtime.block_on(error_mode_async(&locker, &server, lease, plan, finished))
@@ -539,8 +533,7 @@ fn assert_lost(outcome: Result<(bool, bool), LockError>, reason: LostReason, exp
 /// body ran on.
 #[tokio::test]
 async fn by_default_a_lost_lock_is_returned_as_an_error() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert_lost(
         outlives_sync(&locker, &server, false),
         LostReason::Expired,
@@ -569,8 +562,7 @@ async fn by_default_a_lost_lock_is_returned_as_an_error() {
 /// then (the loss is only a WARN event and `is_lost()`).
 #[tokio::test]
 async fn on_lost_ignore_returns_the_body_result() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert_eq!(
         ignores_sync(&locker, &server, false).unwrap(),
         (false, true)
@@ -651,8 +643,7 @@ async fn body_selects_on_lost() {
 /// `g.lost_blocking(..)` in a sync body, likewise.
 #[test]
 fn sync_body_waits_on_lost_blocking() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let entered = AtomicBool::new(false);
     let quick = watches_sync(&locker, Duration::from_millis(700), &entered);
     assert_eq!(quick.unwrap(), None, "renewed past its 300 ms lease");

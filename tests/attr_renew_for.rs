@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
 use support::asserts::lost_reason;
+use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key, stranger_takes};
 
 /// The guard is lost by then, counted from the call.
@@ -52,8 +53,7 @@ async fn capped_abort(
 /// the key is gone and another Locker takes the lock.
 #[tokio::test]
 async fn abort_body_is_dropped_after_the_cap() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (pttl, after) = (std::sync::Mutex::new(None), AtomicBool::new(false));
     let start = Instant::now();
     let err = capped_abort(&locker, &server, &pttl, &after)
@@ -88,8 +88,7 @@ fn capped_error_sync(locker: &Locker, work: Duration) -> Result<u32, LockError> 
 /// says `Err(Lost(RenewFor))`; the key is gone, a stranger takes the lock.
 #[tokio::test]
 async fn error_async_body_finishes_then_reports_the_cap() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let err = capped_error_async(&locker, Duration::from_secs(3))
         .await
@@ -106,8 +105,7 @@ async fn error_async_body_finishes_then_reports_the_cap() {
 /// The same for a sync body.
 #[test]
 fn error_sync_body_finishes_then_reports_the_cap() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let err = capped_error_sync(&locker, Duration::from_secs(3)).expect_err("lost after the cap");
     assert!(start.elapsed() >= Duration::from_secs(3));
@@ -120,8 +118,7 @@ fn error_sync_body_finishes_then_reports_the_cap() {
 /// the lock is released at once, sync and async.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_shorter_than_the_cap_is_unaffected() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let work = Duration::from_millis(1200);
     assert_eq!(capped_error_async(&locker, work).await.unwrap(), 7);
     assert!(!server.exists(&lock_key("cap:error:async")));
@@ -149,8 +146,7 @@ fn capped_plain(
 /// the lock is free for others meanwhile, and its result stands.
 #[test]
 fn on_lost_ignore_the_body_sees_the_loss_and_its_result_stands() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (taken, lost) = capped_plain(&locker, &server).unwrap();
     let lost = lost.expect("lost within 4 s");
     assert_eq!(lost_reason(&lost), Some(LostReason::RenewFor), "{lost:?}");
@@ -174,8 +170,7 @@ async fn capped_inner(locker: &Locker) -> Result<(), LockError> {
 /// the lock is lost by the outer cap, and the whole chain stops.
 #[tokio::test]
 async fn a_nested_renew_for_changes_nothing() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let err = capped_outer(&locker)
         .await

@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::Locker;
+use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
 const RETENTION: Duration = Duration::from_millis(300);
@@ -118,8 +119,7 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
 /// expiring within a minute.
 #[tokio::test]
 async fn by_default_a_counter_goes_within_a_minute_of_the_release() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let guard = locker
         .lock("job")
         .expire(Duration::from_secs(3600))

@@ -13,6 +13,7 @@ use std::time::Duration;
 use fenced::{FencedStore, Write};
 use lockattr::{LockError, Locker, LostReason, redis_lock};
 use support::RedisServer;
+use support::lockers::setup;
 
 /// A lease the "paused" holder outlives.
 const SHORT: Duration = Duration::from_millis(200);
@@ -120,8 +121,7 @@ async fn report(locker: &Locker, pause: Duration) -> Result<(), LockError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_body_that_outlived_its_lease_reports_it() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     report(&locker, Duration::ZERO).await.unwrap();
     match report(&locker, PAUSE).await {
         Err(LockError::Lost { name, reason, .. }) => {

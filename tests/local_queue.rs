@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
+use support::lockers::setup;
 use support::proxy::Proxy;
 use support::waiters::{queue_len, spawn_waiter};
 use support::{RedisServer, eventually, keys, lock_key};
@@ -110,8 +111,7 @@ fn increasing(order: &[u64]) -> bool {
 async fn the_tasks_of_one_locker_keep_no_entry_in_redis_and_one_call_per_hand_over() {
     const TASKS: usize = 16;
     const ROUNDS: usize = 20;
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let mut stats = server.client();
     let before = calls(&mut stats, "evalsha");
     let (order, total, longest) = critical_sections(
@@ -214,8 +214,7 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
 /// frees the lock for anyone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_waiters_that_give_up_leave_nothing_behind() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let name = "given-up";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
     let dropped = spawn_waiter(&locker, name, LONG, LONG);
@@ -249,8 +248,7 @@ async fn local_waiters_that_give_up_leave_nothing_behind() {
 /// another process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_never_releases_holds_local_waiters_only_for_its_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let name = "forgotten";
     let lease = Duration::from_millis(600);
     let held = locker.lock(name).expire(lease).acquire().await.unwrap();
@@ -306,8 +304,7 @@ async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
 /// take its first lease's end for a holder that never releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let name = "renewed";
     let held = locker
         .lock(name)
@@ -379,8 +376,7 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
 /// that is its own, which nobody else can take.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let other = Locker::new(server.url()).unwrap();
     let name = "named-late";
     for round in 0..3 {
@@ -435,8 +431,7 @@ async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
 /// free lock at once, with one entry in Redis again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_holder_strands_no_later_task() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let name = "stale-turn";
     let stale = locker
         .lock(name)
@@ -488,8 +483,7 @@ async fn a_stale_holder_strands_no_later_task() {
 /// task's lease, not for their whole acquire time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_whose_runtime_stopped_strands_nobody_past_its_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let name = "undriven";
     let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
     let lease = Duration::from_millis(500);

@@ -10,6 +10,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, LockSetGuard, Locker, redis_lock};
+use support::lockers::setup;
 use support::{RedisServer, lock_key};
 
 fn account(id: u32) -> String {
@@ -40,8 +41,7 @@ fn transfer_sync(
 
 #[test]
 fn a_sync_function_holds_every_name_and_releases_them() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (held, a, b) = transfer_sync(&locker, &server, 1, 2, false).unwrap();
     assert!(held, "the body ran without both names");
     assert!(a > 0 && b > 0);
@@ -65,8 +65,7 @@ fn panics_inside(locker: &Locker, from: u32, to: u32) -> Result<(), LockError> {
 
 #[test]
 fn a_panic_releases_every_name() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         panics_inside(&locker, 3, 4)
     }));
@@ -96,8 +95,7 @@ async fn transfer(
 
 #[tokio::test]
 async fn an_async_function_with_lock_key_names() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (held, count) = transfer(&locker, &server, &Account(5), &Account(6))
         .await
         .unwrap();
@@ -120,8 +118,7 @@ async fn sleeps_inside(locker: &Locker, from: u32, to: u32) -> Result<(), LockEr
 
 #[tokio::test]
 async fn a_dropped_future_releases_every_name() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let call = sleeps_inside(&locker, 8, 9);
     assert!(
         tokio::time::timeout(Duration::from_millis(300), call)
@@ -170,8 +167,7 @@ async fn outer(
 
 #[tokio::test]
 async fn nested_calls_inside_the_set_go_straight_in_and_outside_is_refused() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (ten, single, subset, outside) = outer(&locker).await.unwrap();
     // Straight in, with the outer lease's token (no acquisition).
     assert_eq!(single.unwrap(), ten);
@@ -195,8 +191,7 @@ async fn single_then_pair(locker: &Locker, id: u32) -> Result<Result<u64, LockEr
 
 #[tokio::test]
 async fn a_set_nested_in_a_single_lock_that_reaches_outside_is_refused() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let inner = single_then_pair(&locker, 20).await.unwrap();
     assert!(
         matches!(inner, Err(LockError::InvalidInput { .. })),
@@ -231,8 +226,7 @@ async fn aborted(locker: &Locker, server: &RedisServer, a: u32, b: u32) -> Resul
 
 #[tokio::test]
 async fn on_lost_abort_stops_the_body_when_one_name_is_lost() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = std::time::Instant::now();
     let err = aborted(&locker, &server, 1, 2).await.unwrap_err();
     assert!(
@@ -258,8 +252,7 @@ async fn renewed(locker: &Locker, server: &RedisServer) -> Result<(bool, bool), 
 
 #[tokio::test]
 async fn renew_keeps_every_name_past_its_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (lost, held) = renewed(&locker, &server).await.unwrap();
     assert!(!lost);
     assert!(held, "a name expired under renewal");

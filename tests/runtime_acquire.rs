@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use redis::Commands;
+use support::lockers::setup;
 use support::{RedisServer, lock_key};
 
 /// What changed in `INFO commandstats` between two snapshots (INFO itself left out).
@@ -29,8 +30,7 @@ fn calls_between(
 
 #[test]
 fn acquiring_a_free_lock_is_one_round_trip() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // Warm up: connection handshake, script cache, and the name's fencing
     // counter (its very first token is seeded from the server's clock).
     locker
@@ -76,8 +76,7 @@ fn acquiring_a_free_lock_is_one_round_trip() {
 
 #[test]
 fn acquiring_a_free_lock_after_waiting_leaves_the_queue() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let other = Locker::new(server.url()).unwrap();
     let holder = other
         .lock("q")
@@ -101,8 +100,7 @@ fn acquiring_a_free_lock_after_waiting_leaves_the_queue() {
 
 #[test]
 fn zero_acquire_timeout_makes_exactly_one_attempt() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let holder = locker
         .lock("x")
         .expire(Duration::from_secs(30))
@@ -150,8 +148,7 @@ fn zero_acquire_timeout_makes_exactly_one_attempt() {
 
 #[tokio::test]
 async fn zero_acquire_timeout_async() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let holder = locker.lock("x").acquire().await.unwrap();
     let start = Instant::now();
     let err = locker
@@ -167,8 +164,7 @@ async fn zero_acquire_timeout_async() {
 
 #[tokio::test]
 async fn fencing_tokens_strictly_increase_per_name_across_lockers() {
-    let server = RedisServer::start();
-    let a = Locker::new(server.url()).unwrap();
+    let (server, a) = setup();
     let b = Locker::new(server.url()).unwrap();
     let mut last = 0;
     for i in 0..10 {
@@ -203,8 +199,7 @@ async fn fencing_tokens_strictly_increase_per_name_across_lockers() {
 /// without persistence, an eviction).
 #[tokio::test]
 async fn fencing_tokens_increase_after_redis_lost_the_counter() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let first = locker.lock("fenced").acquire().await.unwrap();
     let before = first.fencing_token();
     first.release().await.unwrap();
@@ -232,8 +227,7 @@ async fn fencing_tokens_increase_after_redis_lost_the_counter() {
 
 #[tokio::test]
 async fn fencing_token_increases_after_the_key_expired() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let first = locker
         .lock("lapse")
         .expire(Duration::from_millis(100))
@@ -270,8 +264,7 @@ async fn fencing_token_increases_after_the_key_expired() {
 
 #[test]
 fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
-    let server = RedisServer::start();
-    let a = Locker::new(server.url()).unwrap();
+    let (server, a) = setup();
     let b = a.clone();
     let mut seen = HashSet::new();
     for i in 0..20 {
@@ -296,8 +289,7 @@ fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
 
 #[tokio::test]
 async fn a_held_lock_is_exclusive() {
-    let server = RedisServer::start();
-    let a = Locker::new(server.url()).unwrap();
+    let (server, a) = setup();
     let b = Locker::new(server.url()).unwrap();
     let guard = a.lock("mine").acquire().await.unwrap();
     for locker in [&a, &b] {

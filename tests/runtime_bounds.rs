@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT};
-use support::{RedisServer, lock_key};
+use support::lock_key;
+use support::lockers::setup;
 
 fn assert_invalid(err: &LockError, what: &str) {
     match err {
@@ -21,8 +22,7 @@ fn assert_invalid(err: &LockError, what: &str) {
 /// the next caller found it held. Now it is refused before anything is sent.
 #[tokio::test]
 async fn an_absurd_acquire_timeout_is_refused_and_queues_nothing() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let holder = locker
         .lock("q")
         .expire(Duration::from_secs(30))
@@ -64,8 +64,7 @@ async fn an_absurd_acquire_timeout_is_refused_and_queues_nothing() {
 /// ("as long as allowed"); both queue with a bounded time to live.
 #[tokio::test]
 async fn the_longest_acquire_timeouts_are_accepted() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     for (name, wait) in [("w1", MAX_ACQUIRE_TIMEOUT), ("w2", Duration::MAX)] {
         let holder = locker
             .lock(name)
@@ -94,8 +93,7 @@ async fn the_longest_acquire_timeouts_are_accepted() {
 /// leave more than it on the lease, is refused and changes nothing.
 #[tokio::test]
 async fn an_extension_beyond_the_max_lease_is_refused() {
-    let server = RedisServer::start();
-    let default = Locker::new(server.url()).unwrap();
+    let (server, default) = setup();
     let guard = default
         .lock("x")
         .expire(Duration::from_secs(10))
@@ -148,8 +146,7 @@ async fn an_extension_beyond_the_max_lease_is_refused() {
 /// milliseconds.
 #[tokio::test]
 async fn leases_and_extensions_under_a_millisecond_are_refused() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let err = locker
         .lock("tiny")
         .expire(Duration::from_micros(999))

@@ -14,6 +14,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{Fairness, LockError, LockGuard, Locker};
+use support::lockers::setup;
 use support::proxy::Proxy;
 use support::waiters::{queue_len, queued, spawn_waiter};
 use support::{RedisServer, keys, lock_key};
@@ -70,8 +71,7 @@ async fn waiter_behind_silent_notices(
 /// finds the lock handed to the waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_hands_the_lock_to_the_waiter_before_the_releaser_can_take_it_back() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let holder = locker.lock("fifo").expire(LONG).acquire().await.unwrap();
     let (_proxy, waiter) = waiter_behind_silent_notices(&server, "fifo").await;
     assert!(

@@ -11,6 +11,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
+use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -70,8 +71,7 @@ fn held<'a>(locker: &'a Locker, name: &str) -> lockattr::LockBuilder<'a> {
 
 #[tokio::test]
 async fn release_within_the_hold_keeps_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     let guard = held(&locker, "b:release").acquire().await.unwrap();
     guard
@@ -83,8 +83,7 @@ async fn release_within_the_hold_keeps_the_lock() {
 
 #[tokio::test]
 async fn dropped_async_guard_keeps_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let start = Instant::now();
     drop(held(&locker, "b:drop").acquire().await.unwrap());
     assert_kept_for_the_hold(&server, &locker, "b:drop", start).await;
@@ -92,8 +91,7 @@ async fn dropped_async_guard_keeps_the_lock() {
 
 #[test]
 fn blocking_release_and_drop_keep_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let rt = support::current_thread();
     for (name, release) in [("b:blocking-release", true), ("b:blocking-drop", false)] {
         let start = Instant::now();
@@ -115,8 +113,7 @@ fn blocking_release_and_drop_keep_the_lock() {
 
 #[tokio::test]
 async fn release_after_the_hold_deletes_the_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let guard = locker
         .lock("b:after")
         .expire(LEASE)
@@ -131,8 +128,7 @@ async fn release_after_the_hold_deletes_the_lock() {
 
 #[tokio::test]
 async fn no_hold_and_a_zero_hold_release_at_once() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     for hold in [None, Some(Duration::ZERO)] {
         let mut request = locker.lock("b:none").expire(LEASE);
         if let Some(hold) = hold {
@@ -145,8 +141,7 @@ async fn no_hold_and_a_zero_hold_release_at_once() {
 
 #[tokio::test]
 async fn a_hold_longer_than_the_lease_is_refused() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let refused = locker
         .lock("b:long")
         .expire(Duration::from_secs(5))
@@ -175,8 +170,7 @@ async fn a_hold_longer_than_the_lease_is_refused() {
 
 #[tokio::test]
 async fn a_guard_that_lost_its_lock_leaves_it_alone() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let guard = held(&locker, "b:lost").acquire().await.unwrap();
     let key = lock_key("b:lost");
     let _: () = redis::cmd("SET")
@@ -197,8 +191,7 @@ async fn a_guard_that_lost_its_lock_leaves_it_alone() {
 
 #[tokio::test]
 async fn renewal_stops_and_the_rest_of_the_hold_is_left() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let key = lock_key("b:renew");
     // Renewed every 300 ms back to 900 ms; the hold outlives the lease.
     let guard = locker
@@ -261,8 +254,7 @@ async fn waiter_takes_it_when_the_hold_ends(first: &Locker, second: &Locker, nam
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_waiter_gets_the_lock_when_the_hold_ends() {
-    let server = RedisServer::start();
-    let first = Locker::new(server.url()).unwrap();
+    let (server, first) = setup();
     let second = Locker::new(server.url()).unwrap();
     waiter_takes_it_when_the_hold_ends(&first, &second, "b:waiter").await;
 }

@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::Locker;
+use support::lockers::setup;
 use support::{RedisServer, current_thread, eventually, lock_key, multi_thread};
 
 /// A Locker that waits long for answers, so that dropping a future, not a
@@ -64,8 +65,7 @@ fn aborted_task_with_an_attempt_in_flight_gives_the_lock_back() {
 /// then frees the lock instead of handing it to the departed waiter.
 #[test]
 fn aborted_waiting_task_leaves_the_queue() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let rt = multi_thread();
     rt.block_on(async {
         let holder = locker
@@ -142,8 +142,7 @@ fn aborted_release_in_a_task_still_releases() {
 /// task and released through the I/O thread.
 #[test]
 fn guard_held_when_its_runtime_shuts_down_is_released() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let rt = multi_thread();
     rt.block_on(async {
         let (taken, wait) = tokio::sync::oneshot::channel();
@@ -177,8 +176,7 @@ fn guard_held_when_its_runtime_shuts_down_is_released() {
 /// outside.)
 #[test]
 fn runtime_after_runtime_in_tasks_keeps_no_dead_connections() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let base = server.client_count();
     for round in 0..5 {
         let rt = if round % 2 == 0 {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use lockattr::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX, LockError, LockGuard, Locker,
 };
+use support::lockers::setup;
 use support::{RedisServer, free_port};
 
 /// Static assertions: a Locker is shared freely between threads and tasks,
@@ -192,8 +193,7 @@ fn wrong_password_is_a_clear_error_without_the_password() {
 #[test]
 fn default_expire_is_ten_seconds() {
     assert_eq!(DEFAULT_EXPIRE, Duration::from_secs(10));
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let guard = locker.lock("x").acquire_blocking().unwrap();
     assert_eq!(guard.expire(), Duration::from_secs(10));
     let pttl = server.pttl("lockattr:{x}");
@@ -203,8 +203,7 @@ fn default_expire_is_ten_seconds() {
 
 #[test]
 fn expire_sets_the_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let guard = locker
         .lock("x")
         .expire(Duration::from_secs(90))
@@ -219,8 +218,7 @@ fn expire_sets_the_lease() {
 #[test]
 fn default_acquire_timeout_is_ten_seconds() {
     assert_eq!(DEFAULT_ACQUIRE_TIMEOUT, Duration::from_secs(10));
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let holder = locker
         .lock("busy")
         .expire(Duration::from_secs(60))
@@ -244,8 +242,7 @@ fn default_acquire_timeout_is_ten_seconds() {
 #[test]
 fn default_prefix_and_key_layout() {
     assert_eq!(DEFAULT_PREFIX, "lockattr:");
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert_eq!(locker.prefix(), "lockattr:");
     let guard = locker.lock("x").acquire_blocking().unwrap();
     // The value: the owner token, then the holder record.

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, MAX_EXPIRE};
-use support::RedisServer;
+use support::lockers::setup;
 
 /// Static assertion: the error can cross threads and be boxed as `dyn Error`.
 const _: fn() = || {
@@ -52,8 +52,7 @@ fn names() -> Vec<String> {
 
 #[tokio::test]
 async fn every_name_is_its_own_lock() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let names = names();
     assert_eq!(
         names.iter().collect::<HashSet<_>>().len(),
@@ -119,8 +118,7 @@ async fn every_name_is_its_own_lock() {
 
 #[test]
 fn braces_in_names_stay_inside_the_hash_tag() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     for name in ["a}b", "}x", "{", "}"] {
         let guard = locker.lock(name).acquire_blocking().unwrap();
         let keys = server.keys("*");
@@ -172,8 +170,7 @@ async fn empty_name_is_refused() {
 
 #[tokio::test]
 async fn zero_or_too_long_expire_is_refused() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let err = locker
         .lock("x")
         .expire(Duration::ZERO)

@@ -7,6 +7,7 @@ use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use lockattr::Locker;
+use support::lockers::setup;
 use support::{RedisServer, current_thread, multi_thread};
 
 /// The URL of the server owned by `static_locker_survives_runtime_after_runtime`.
@@ -80,8 +81,7 @@ fn static_locker_survives_runtime_after_runtime() {
 
 #[test]
 fn two_runtimes_at_once_on_two_threads() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let threads: Vec<_> = [true, false]
         .into_iter()
         .map(|current| {
@@ -116,8 +116,7 @@ fn two_runtimes_at_once_on_two_threads() {
 
 #[test]
 fn plain_threads_without_runtime() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let threads: Vec<_> = (0..4)
         .map(|i| {
             let locker = locker.clone();
@@ -148,8 +147,7 @@ fn plain_threads_without_runtime() {
 
 #[tokio::test]
 async fn acquire_blocking_inside_an_async_task_current_thread() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // Blocks this runtime's only thread, but must not deadlock.
     let guard = locker.lock("sync-in-async").acquire_blocking().unwrap();
     assert!(server.exists("lockattr:{sync-in-async}"));
@@ -174,8 +172,7 @@ async fn acquire_blocking_inside_an_async_task_current_thread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_blocking_inside_spawned_tasks_multi_thread() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let tasks: Vec<_> = (0..4)
         .map(|_| {
             let locker = locker.clone();
@@ -225,8 +222,7 @@ fn block_on<F: Future>(fut: F) -> F::Output {
 
 #[test]
 fn async_api_works_on_a_non_tokio_executor() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     std::thread::spawn(move || {
         block_on(async {
             locker.ping().await.unwrap();

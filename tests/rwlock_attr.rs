@@ -11,6 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker, redis_lock};
+use support::lockers::setup;
 use support::{BodyError as Error, RedisServer, eventually};
 
 /// The keys held on read-write lock `name`: the writer's and each reader's.
@@ -69,8 +70,7 @@ async fn read_together(locker: &Locker, together: &tokio::sync::Barrier) -> Resu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_async_reads_overlap() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let together = tokio::sync::Barrier::new(2);
     let (a, b) = tokio::join!(
         read_together(&locker, &together),
@@ -130,8 +130,7 @@ async fn write_doc(locker: &Locker, inside: &Inside, pause: Duration) -> Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_async_write_excludes_a_read_and_another_write() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let inside = Arc::new(Inside::default());
 
     let first = {
@@ -273,8 +272,7 @@ fn write_token_sync(locker: &Locker, id: u64) -> Result<u64, Error> {
 
 #[tokio::test]
 async fn the_guard_gives_the_fencing_token() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let first = write_token(&locker, 1).await.unwrap();
     let second = write_token(&locker, 1).await.unwrap();
     assert!(
@@ -331,8 +329,7 @@ impl From<std::num::ParseIntError> for AppError {
 
 #[tokio::test]
 async fn a_value_and_question_mark_give_the_hold_back() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // `acquire_time = 0`: each call only gets in if the previous one's hold
     // was given back; a write would not get in past a reader's hold.
     for round in 0..2 {
@@ -371,8 +368,7 @@ fn read_and_panic(locker: &Locker) -> Result<(), Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_gives_the_hold_back() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let task = {
         let locker = locker.clone();
         tokio::spawn(async move { write_and_panic(&locker).await })
@@ -422,8 +418,7 @@ async fn write_once(locker: &Locker) -> Result<(), Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_future_gives_the_hold_back() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let entered = AtomicBool::new(false);
     {
         let reading = read_forever(&locker, &entered);
@@ -470,8 +465,7 @@ async fn nested_read(locker: &Locker) -> Result<(), Error> {
 
 #[tokio::test]
 async fn a_writers_nested_read_of_its_own_name_waits() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let nested = write_then_read(&locker).await.unwrap();
     assert!(
         matches!(&nested, Err(Error::Lock(e)) if e.is_timeout()),
@@ -495,8 +489,7 @@ async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error
 
 #[tokio::test]
 async fn a_lock_inside_a_read_hold_of_the_same_name_is_taken() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let took_lock = read_then_lock(&locker, &server).await.unwrap();
     assert!(took_lock, "the lock re-entered the read hold");
     assert!(!server.exists("lockattr:{mixed}"));
@@ -518,8 +511,7 @@ async fn write_at_once(locker: &Locker) -> Result<(), Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_at_least_keeps_a_writer_after_its_body() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let locker_sync = locker.clone();
     tokio::task::spawn_blocking(move || write_and_hold(&locker_sync))
         .await
@@ -549,8 +541,7 @@ async fn read_long(locker: &Locker) -> Result<bool, Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_keeps_a_reader_past_its_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     assert!(read_long(&locker).await.unwrap(), "the reader was lost");
     assert!(holds(&server, "renewed").is_empty());
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker};
+use support::lockers::setup;
 use support::waiters::queued;
 use support::{RedisServer, keys};
 
@@ -152,8 +153,7 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hand_overs_admit_all_leading_readers_then_the_writer() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // The waiters' own Locker, as in another process: releases reach them
     // through pub/sub.
     let waiters = Locker::new(server.url()).unwrap();
@@ -242,8 +242,7 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
 
 #[tokio::test]
 async fn fencing_writers_increase_and_readers_see_the_last_write() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let fresh = read(&locker, "f").await;
     assert_eq!(fresh.fencing_token(), 0, "no write yet");
     fresh.release().await.unwrap();
@@ -267,8 +266,7 @@ async fn fencing_writers_increase_and_readers_see_the_last_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_timeouts_are_honoured_both_ways() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let writer = write(&locker, "t").await;
     let asked = Instant::now();
     let reader = locker
@@ -319,8 +317,7 @@ async fn acquire_timeouts_are_honoured_both_ways() {
 
 #[test]
 fn sync_acquire_blocking_works() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let a = locker.read_lock("s").acquire_blocking().unwrap();
     let b = locker.read_lock("s").acquire_blocking().unwrap();
     let refused = locker
@@ -346,8 +343,7 @@ fn sync_acquire_blocking_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // Renewed: held past several leases.
     let renewed = locker
         .read_lock("l")
@@ -404,8 +400,7 @@ async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_waiting_future_leaves_the_queue() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let reader = read(&locker, "d").await;
     let waiting = spawn_waiter(&locker, "d", false);
     assert!(queued(&server, &keys::rw("d").queue, 1));
@@ -451,8 +446,7 @@ async fn a_redlock_refuses_read_write_locks() {
 
 #[tokio::test]
 async fn a_lock_a_semaphore_and_a_read_write_lock_of_one_name_are_independent() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let lock = locker.lock("x").acquire().await.unwrap();
     let permit = locker.semaphore("x", 1).acquire().await.unwrap();
     let writer = locker
@@ -476,8 +470,7 @@ async fn a_lock_a_semaphore_and_a_read_write_lock_of_one_name_are_independent() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readers_hold_at_least_keeps_a_writer_out_until_then() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let reader = locker
         .read_lock("hold")
         .expire(LONG)
@@ -498,8 +491,7 @@ async fn a_readers_hold_at_least_keeps_a_writer_out_until_then() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_reader_releases_its_share() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let panicking = {
         let locker = locker.clone();
         tokio::spawn(async move {
@@ -526,8 +518,7 @@ async fn a_panicking_reader_releases_its_share() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_reading_its_own_name_waits_for_itself() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let writer = write(&locker, "own").await;
     // Not re-entered: the read side waits for the writer, here until its
     // acquire timeout.

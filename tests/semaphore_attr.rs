@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockattr::{LockGuard, Locker, redis_lock};
+use support::lockers::setup;
 use support::{BodyError as Error, RedisServer};
 
 /// The permits of `slots`, from a constant.
@@ -116,8 +117,7 @@ fn sync_functions_have_at_most_the_permits_inside() {
 
 #[tokio::test]
 async fn a_nested_call_takes_a_permit_of_its_own() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let (held, third_refused) = outer(&locker, &server).await.unwrap();
     assert_eq!(held, 2, "the nested call re-entered the outer permit");
     assert!(third_refused, "a third holder got in");
@@ -139,8 +139,7 @@ async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error
 
 #[tokio::test]
 async fn a_lock_inside_a_semaphore_of_the_same_name_is_taken() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let took_lock = permit_then_lock(&locker, &server).await.unwrap();
     assert!(took_lock, "the lock re-entered the semaphore's permit");
     assert!(!server.exists("lockattr:{mixed}"));

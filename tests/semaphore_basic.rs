@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
+use support::lockers::setup;
 use support::waiters::queued;
 use support::{RedisServer, eventually, keys};
 
@@ -66,8 +67,7 @@ async fn never_more_than_three_holders_among_sixteen_contenders() {
 
 #[tokio::test]
 async fn holders_have_their_own_tokens_and_increasing_fences() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let a = locker.semaphore("s", 2).acquire().await.unwrap();
     let b = locker.semaphore("s", 2).acquire().await.unwrap();
     assert!(b.fencing_token() > a.fencing_token());
@@ -102,8 +102,7 @@ async fn holders_have_their_own_tokens_and_increasing_fences() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // The waiters' own Locker, as in another process: the release reaches
     // them through pub/sub.
     let waiters = Locker::new(server.url()).unwrap();
@@ -183,8 +182,7 @@ async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_whose_lease_ran_out_goes_to_the_oldest_waiter_not_a_newcomer() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     // A holder that never releases (as if its process had died).
     let crashed = locker
         .semaphore("e", 1)
@@ -232,8 +230,7 @@ async fn a_permit_whose_lease_ran_out_goes_to_the_oldest_waiter_not_a_newcomer()
 
 #[tokio::test]
 async fn another_number_of_permits_is_refused() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let held = locker.semaphore("m", 3).acquire().await.unwrap();
     let other = locker
         .semaphore("m", 4)
@@ -285,8 +282,7 @@ async fn another_number_of_permits_is_refused() {
 
 #[tokio::test]
 async fn a_lock_and_a_semaphore_of_one_name_do_not_clash() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let lock = locker.lock("gpu").acquire().await.unwrap();
     let permit = locker
         .semaphore("gpu", 1)
@@ -304,8 +300,7 @@ async fn a_lock_and_a_semaphore_of_one_name_do_not_clash() {
 
 #[tokio::test]
 async fn renewal_keeps_a_permit_past_its_lease() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let guard = locker
         .semaphore("r", 2)
         .expire(Duration::from_millis(600))
@@ -332,8 +327,7 @@ async fn renewal_keeps_a_permit_past_its_lease() {
 
 #[tokio::test]
 async fn a_deleted_permit_is_reported_lost_and_only_its_holder_is() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     fn renewed(locker: &Locker) -> lockattr::LockBuilder<'_> {
         locker
             .semaphore("l", 2)
@@ -364,8 +358,7 @@ async fn a_deleted_permit_is_reported_lost_and_only_its_holder_is() {
 
 #[test]
 fn blocking_acquire_and_release() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let a = locker.semaphore("b", 2).acquire_blocking().unwrap();
     let b = locker.semaphore("b", 2).acquire_blocking().unwrap();
     let waiter = {
@@ -414,8 +407,7 @@ async fn a_redlock_refuses_semaphores() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_stops_waiting_does_not_get_the_permit() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let long = Duration::from_secs(30);
     let holder = locker
         .semaphore("c", 1)
@@ -457,8 +449,7 @@ async fn a_waiter_that_stops_waiting_does_not_get_the_permit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_at_least_keeps_a_released_permit_until_the_hold_ends() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     let guard = locker
         .semaphore("h", 1)
         .expire(Duration::from_secs(10))

@@ -16,6 +16,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
+use support::lockers::setup;
 use support::waiters::queued;
 use support::{RedisServer, child_test, eventually, keys, wait_child};
 
@@ -172,8 +173,7 @@ async fn force_the_dead_waiters_permit(server: &RedisServer, name: &str, handed:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_released_to_a_killed_waiter_can_be_forced_free() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let name = "released";
     let holder = locker
         .semaphore(name, 1)
@@ -190,8 +190,7 @@ async fn a_permit_released_to_a_killed_waiter_can_be_forced_free() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_handed_to_a_killed_waiter_by_a_newcomer_can_be_forced_free() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (server, locker) = setup();
     let name = "expired";
     // A holder that never releases: its lease runs out.
     let crashed = locker

@@ -1,7 +1,7 @@
 //! Smoke test: one async and one sync annotated function against a private redis-server.
 mod support;
 use lockattr::{LockError, Locker, redis_lock};
-use support::RedisServer;
+use support::lockers::setup;
 
 #[redis_lock(name = "order:{id}", expire = 30, acquire_time = 0, locker = locker)]
 async fn pay(locker: &Locker, id: u64) -> Result<u64, LockError> {
@@ -15,8 +15,7 @@ fn sync_pay(locker: &Locker, id: u64) -> Result<u64, LockError> {
 
 #[tokio::test]
 async fn smoke() {
-    let server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (_server, locker) = setup();
     assert_eq!(pay(&locker, 4).await.unwrap(), 8);
     let g = locker.lock("x").acquire().await.unwrap();
     assert!(
