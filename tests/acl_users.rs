@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::RedisServer;
+use support::{RedisServer, lock_key};
 
 /// The README's rule set for a Locker with the default prefix (the
 /// `+@all -@dangerous` part aside: this user may run nothing else).
@@ -124,7 +124,7 @@ async fn every_operation(server: &RedisServer, url: &str) {
     held.release()
         .await
         .unwrap_or_else(|e| panic!("release within the hold: {e}; refused: {}", refused(server)));
-    let left = server.pttl("lockattr:{acl:report}");
+    let left = server.pttl(&lock_key("acl:report"));
     assert!(
         left > 0 && left <= 2_000,
         "PTTL {left} ms after a release within the hold"

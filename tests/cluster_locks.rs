@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
 use support::cluster::Cluster;
-use support::{RedisServer, lock_key};
+use support::{RedisServer, keys, lock_key};
 
 #[tokio::test]
 async fn locks_on_every_master_exclude_and_release() {
@@ -342,7 +342,7 @@ async fn a_waiter_rides_out_a_master_restart() {
             (outcome, Instant::now())
         }
     });
-    let queue = format!("{}:queue", lock_key(&name));
+    let queue = keys::lock(&name).queue;
     let queued = support::eventually(Duration::from_secs(5), || cluster.nodes[1].exists(&queue));
     assert!(queued.is_some(), "the waiter never queued");
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use lockattr::{LockError, LockGuard, Locker};
 use support::cluster::Cluster;
-use support::{eventually, lock_key};
+use support::{eventually, keys, lock_key};
 use tokio::task::JoinHandle;
 
 /// The channel of lock `name`'s notices.
 fn channel(name: &str) -> String {
-    format!("{}:wake", lock_key(name))
+    keys::lock(name).channel
 }
 
 /// Subscribers of `channel` on `node`, as `PUBSUB <numsub> <channel>`

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lockattr::Locker;
 use support::lockers::setup;
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, eventually, keys, lock_key};
 
 const RETENTION: Duration = Duration::from_millis(300);
 
@@ -87,7 +87,7 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
         };
         assert!(
             eventually(Duration::from_secs(5), || server
-                .exists(&format!("lockattr:{{{name}}}:queue")))
+                .exists(&keys::lock(&name).queue))
             .is_some()
         );
         holder.release().await.unwrap();
@@ -126,11 +126,11 @@ async fn by_default_a_counter_goes_within_a_minute_of_the_release() {
         .acquire()
         .await
         .unwrap();
-    let ttl = server.pttl("lockattr:{job}:fence");
+    let ttl = server.pttl(&keys::lock("job").fence);
     assert!((3_600_000..=3_660_000).contains(&ttl), "held: PTTL {ttl}");
     guard.release().await.unwrap();
     assert_eq!(server.keys("lockattr:*"), vec!["lockattr:{job}:fence"]);
-    let ttl = server.pttl("lockattr:{job}:fence");
+    let ttl = server.pttl(&keys::lock("job").fence);
     assert!((1..=60_000).contains(&ttl), "released: PTTL {ttl}");
 }
 
@@ -152,7 +152,7 @@ async fn tokens_keep_increasing_across_the_counters_expiry() {
         // ...then the counter expires.
         assert!(
             eventually(Duration::from_secs(10), || !server
-                .exists("lockattr:{t}:fence"))
+                .exists(&keys::lock("t").fence))
             .is_some(),
             "the counter did not expire"
         );
@@ -232,7 +232,7 @@ async fn a_renewed_lock_keeps_its_counter_and_its_token() {
     // Five leases plus the retention later, the watchdog still holds it.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert!(!guard.is_lost());
-    let fence = server.pttl("lockattr:{renewed}:fence");
+    let fence = server.pttl(&keys::lock("renewed").fence);
     assert!(
         fence > 300,
         "the counter runs out under its holder: PTTL {fence}"
@@ -264,7 +264,7 @@ async fn a_retaken_lock_keeps_its_counter_for_its_whole_lease() {
         .acquire()
         .await
         .unwrap();
-    let fence = server.pttl("lockattr:{again}:fence");
+    let fence = server.pttl(&keys::lock("again").fence);
     assert!(
         fence >= 3_000,
         "the counter expires before the lease ends: PTTL {fence}"
@@ -285,7 +285,7 @@ async fn the_operator_finds_a_holder_by_its_own_token_without_the_counter() {
     let guard = locker.lock("gone").acquire().await.unwrap();
     let mut con = server.client();
     let _: () = redis::cmd("DEL")
-        .arg("lockattr:{gone}:fence")
+        .arg(&keys::lock("gone").fence)
         .query(&mut con)
         .unwrap();
     let seen = locker.inspect("gone").await.unwrap().unwrap();

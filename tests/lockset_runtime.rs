@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker};
 use support::lockers::locker;
-use support::{RedisServer, child_test, eventually, lock_key};
+use support::{RedisServer, child_test, eventually, keys, lock_key};
 use tokio::task::JoinHandle;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -73,7 +73,7 @@ async fn a_set_is_released_in_one_call() {
         }
     });
     eventually(Duration::from_secs(5), || {
-        server.exists("lockattr:{one:3}:queue")
+        server.exists(&keys::lock("one:3").queue)
     })
     .expect("the waiter queued");
     // Subscribed, and done with the one attempt it makes then, so that
@@ -81,7 +81,7 @@ async fn a_set_is_released_in_one_call() {
     eventually(Duration::from_secs(5), || {
         let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
-            .arg("lockattr:{one:3}:wake")
+            .arg(&keys::lock("one:3").channel)
             .query(&mut server.client())
             .unwrap();
         listeners == 1
@@ -257,7 +257,7 @@ async fn duplicates_are_taken_once_and_an_empty_set_is_refused() {
 async fn a_foreign_fence_counter_refuses_the_set_before_anything_is_written() {
     let server = RedisServer::start();
     let locker = locker(&server);
-    let fence_b = format!("{}:fence", lock_key("f:b"));
+    let fence_b = keys::lock("f:b").fence;
     server.allow_untimed(&fence_b);
     let _: () = redis::cmd("SET")
         .arg(&fence_b)
@@ -581,7 +581,7 @@ fn child_set_waiter() {
 /// The entries of the waiters hash of `name` (default prefix).
 fn waiter_entries(server: &RedisServer, name: &str) -> HashMap<String, String> {
     redis::cmd("HGETALL")
-        .arg(format!("{}:waiters", lock_key(name)))
+        .arg(keys::lock(name).waiters)
         .query(&mut server.client())
         .unwrap()
 }
@@ -721,7 +721,7 @@ fn a_set_is_not_starved_by_single_name_hand_overs() {
     }
     assert!(
         eventually(Duration::from_secs(2), || !server
-            .exists(&format!("{}:queue", lock_key("q:a"))))
+            .exists(&keys::lock("q:a").queue))
         .is_some()
     );
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use lockattr::{LockError, LockKey, Locker, redis_lock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::lockers::locker;
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, eventually, keys, lock_key};
 
 /// A metric's name and its labels, sorted.
 type Series = (String, Vec<(String, String)>);
@@ -449,7 +449,7 @@ async fn a_hand_over_is_counted_and_a_waiter_gauged() {
             .acquire()
             .await
     });
-    let queue = format!("{}:queue", lock_key("relay:1"));
+    let queue = keys::lock("relay:1").queue;
     let ready = eventually(Duration::from_secs(5), || {
         server.exists(&queue) && server.pubsub_clients() == 1
     });

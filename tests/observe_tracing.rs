@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
 use support::lockers::locker;
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, eventually, keys, lock_key};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
@@ -277,7 +277,7 @@ async fn a_waiter_handed_the_lock_shows_handed_over() {
     });
     // Queued and subscribed to release notices, then a moment more: the
     // waiter has asked once more since it subscribed, and sleeps.
-    let queue = format!("{}:queue", lock_key("traced:relay"));
+    let queue = keys::lock("traced:relay").queue;
     let ready = eventually(Duration::from_secs(5), || {
         server.exists(&queue) && server.pubsub_clients() == 1
     });
@@ -780,7 +780,7 @@ async fn a_forced_permit_release_is_a_warning_event() {
         .await
         .unwrap();
     let key = server
-        .keys("lockattr:{traced-sem}:sem:permit:*")
+        .keys(&keys::permit_keys("traced-sem"))
         .pop()
         .expect("a permit key");
     let token = server.owner(&key).expect("held");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockattr::Locker;
 use support::lockers::owners;
 use support::proxy::Proxy;
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, eventually, keys, lock_key};
 
 /// One way, on the two slow links: a round trip there costs 600 ms.
 const SLOW: Duration = Duration::from_millis(300);
@@ -162,7 +162,7 @@ async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
 async fn late_nodes_are_brought_to_the_acquisitions_fencing_token() {
     let (nodes, proxies, locker) = slow_of_five(2);
     let name = "settled";
-    let fence_key = format!("{}:fence", lock_key(name));
+    let fence_key = keys::lock(name).fence;
     locker
         .lock(name)
         .acquire()

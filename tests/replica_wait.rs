@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
 use support::proxy::Proxy;
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, eventually, keys, lock_key};
 
 /// A master and one replica in sync with it.
 struct Pair {
@@ -256,8 +256,7 @@ async fn a_hand_over_counts_only_once_the_replica_has_it() {
     });
     // The waiter is queued.
     let queued = eventually(Duration::from_secs(5), || {
-        pair.master
-            .exists(&format!("{}:queue", lock_key("r-handed")))
+        pair.master.exists(&keys::lock("r-handed").queue)
     });
     assert!(queued.is_some());
     pair.replica.freeze();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, Locker};
 use redis::Commands;
 use support::lockers::setup;
-use support::{RedisServer, lock_key};
+use support::{RedisServer, keys, lock_key};
 
 /// What changed in `INFO commandstats` between two snapshots (INFO itself left out).
 fn calls_between(
@@ -91,9 +91,9 @@ fn acquiring_a_free_lock_after_waiting_leaves_the_queue() {
         .acquire_timeout(Duration::from_secs(5))
         .acquire_blocking()
         .unwrap();
-    assert!(!server.exists("lockattr:{q}:queue"));
-    assert!(!server.exists("lockattr:{q}:waiters"));
-    assert!(server.owner("lockattr:{q}").is_some());
+    assert!(!server.exists(&keys::lock("q").queue));
+    assert!(!server.exists(&keys::lock("q").waiters));
+    assert!(server.owner(&lock_key("q")).is_some());
     drop(holder);
     guard.release_blocking().unwrap();
 }
@@ -133,7 +133,7 @@ fn zero_acquire_timeout_makes_exactly_one_attempt() {
     );
     assert!(!diff.iter().any(|(n, _)| n == "eval"), "{diff:?}");
     // The holder is untouched.
-    let pttl = server.pttl("lockattr:{x}");
+    let pttl = server.pttl(&lock_key("x"));
     assert!(pttl > 25_000, "PTTL {pttl}");
     holder.release_blocking().unwrap();
 
@@ -213,7 +213,7 @@ async fn fencing_tokens_increase_after_redis_lost_the_counter() {
     // The counter is lost, as after a restart without persistence.
     server
         .client()
-        .del::<_, ()>(format!("{}:fence", lock_key("fenced")))
+        .del::<_, ()>(keys::lock("fenced").fence)
         .unwrap();
     std::thread::sleep(Duration::from_millis(2));
     let after = locker.lock("fenced").acquire().await.unwrap();
@@ -234,10 +234,10 @@ async fn fencing_token_increases_after_the_key_expired() {
         .acquire()
         .await
         .unwrap();
-    let first_token = server.get("lockattr:{lapse}").unwrap();
+    let first_token = server.get(&lock_key("lapse")).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        !server.exists("lockattr:{lapse}"),
+        !server.exists(&lock_key("lapse")),
         "the lease should be over"
     );
 
@@ -249,14 +249,14 @@ async fn fencing_token_increases_after_the_key_expired() {
         .await
         .unwrap();
     assert!(second.fencing_token() > first.fencing_token());
-    let second_token = server.get("lockattr:{lapse}").unwrap();
+    let second_token = server.get(&lock_key("lapse")).unwrap();
     assert_ne!(first_token, second_token);
 
     // The first guard's drop (its lease is over) leaves the new owner alone.
     drop(first);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        server.get("lockattr:{lapse}").as_deref(),
+        server.get(&lock_key("lapse")).as_deref(),
         Some(second_token.as_str())
     );
     second.release().await.unwrap();
@@ -272,7 +272,7 @@ fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
         let guard = locker.lock("tok").acquire_blocking().unwrap();
         // The owner token: the first line of the value (the holder record
         // follows).
-        let token = server.owner("lockattr:{tok}").expect("token stored");
+        let token = server.owner(&lock_key("tok")).expect("token stored");
         assert_eq!(token.len(), 32, "{token}");
         assert!(
             token
@@ -319,9 +319,9 @@ async fn a_held_lock_is_exclusive() {
 fn an_acquisition_failing_with_a_redis_error_leaves_no_lock() {
     let server = RedisServer::start();
     // Planted by the test, without a TTL (see support::audit).
-    server.allow_untimed("lockattr:{x}:fence");
+    server.allow_untimed(&keys::lock("x").fence);
     let _: () = redis::cmd("SET")
-        .arg("lockattr:{x}:fence")
+        .arg(&keys::lock("x").fence)
         .arg("not a number")
         .query(&mut server.client())
         .unwrap();
@@ -332,11 +332,11 @@ fn an_acquisition_failing_with_a_redis_error_leaves_no_lock() {
         .acquire_blocking()
         .unwrap_err();
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
-    let left = support::eventually(Duration::from_secs(2), || !server.exists("lockattr:{x}"));
+    let left = support::eventually(Duration::from_secs(2), || !server.exists(&lock_key("x")));
     assert!(
         left.is_some(),
         "a failed acquisition left the lock held: key {:?} with PTTL {} ms",
-        server.get("lockattr:{x}"),
-        server.pttl("lockattr:{x}")
+        server.get(&lock_key("x")),
+        server.pttl(&lock_key("x"))
     );
 }

@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT};
-use support::lock_key;
 use support::lockers::setup;
+use support::{keys, lock_key};
 
 fn assert_invalid(err: &LockError, what: &str) {
     match err {
@@ -77,7 +77,7 @@ async fn the_longest_acquire_timeouts_are_accepted() {
         let waiter = other.lock(name).acquire_timeout(wait).acquire();
         let watch = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let ttl = server.pttl(&format!("lockattr:{{{name}}}:queue"));
+            let ttl = server.pttl(&keys::lock(name).queue);
             assert!(
                 ttl > 0 && u128::try_from(ttl).unwrap() <= MAX_ACQUIRE_TIMEOUT.as_millis(),
                 "queue PTTL {ttl}"

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, default_locker, init, set_default};
-use support::RedisServer;
+use support::{RedisServer, lock_key};
 
 #[test]
 fn default_locker_lifecycle() {
@@ -39,7 +39,7 @@ fn default_locker_lifecycle() {
         .expire(Duration::from_secs(30))
         .acquire_blocking()
         .unwrap();
-    assert!(server.exists("lockattr:{default}"));
+    assert!(server.exists(&lock_key("default")));
     guard.release_blocking().unwrap();
 
     // Second configuration attempts fail and change nothing.

@@ -5,8 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::eventually;
 use support::lockers::setup;
+use support::{eventually, lock_key};
 
 /// Long enough that only a release (never the lease) can free the lock in these tests.
 const LONG: Duration = Duration::from_secs(30);
@@ -15,9 +15,9 @@ const LONG: Duration = Duration::from_secs(30);
 fn dropped_blocking_guard_is_released_before_drop_returns() {
     let (server, locker) = setup();
     let guard = locker.lock("d").expire(LONG).acquire_blocking().unwrap();
-    assert!(server.exists("lockattr:{d}"));
+    assert!(server.exists(&lock_key("d")));
     drop(guard);
-    assert!(!server.exists("lockattr:{d}"));
+    assert!(!server.exists(&lock_key("d")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -25,16 +25,16 @@ async fn dropped_blocking_guard_inside_a_runtime_is_released() {
     let (server, locker) = setup();
     let guard = locker.lock("d").expire(LONG).acquire_blocking().unwrap();
     drop(guard);
-    assert!(!server.exists("lockattr:{d}"));
+    assert!(!server.exists(&lock_key("d")));
 }
 
 #[tokio::test]
 async fn dropped_async_guard_is_released_soon() {
     let (server, locker) = setup();
     let guard = locker.lock("d").expire(LONG).acquire().await.unwrap();
-    assert!(server.exists("lockattr:{d}"));
+    assert!(server.exists(&lock_key("d")));
     drop(guard);
-    let freed = eventually(Duration::from_secs(2), || !server.exists("lockattr:{d}"));
+    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(
         freed.is_some(),
         "still held 2 s after the drop (expire 30 s)"
@@ -61,7 +61,7 @@ async fn dropped_async_guard_in_a_spawned_task_is_released() {
     })
     .await
     .unwrap();
-    let freed = eventually(Duration::from_secs(2), || !server.exists("lockattr:{d}"));
+    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(freed.is_some(), "still held 2 s after the drop");
 }
 
@@ -78,7 +78,7 @@ fn dropped_async_guard_in_a_thread_without_runtime_is_released() {
     // The runtime that acquired it is gone; the guard dies in a plain thread.
     drop(rt);
     std::thread::spawn(move || drop(guard)).join().unwrap();
-    let freed = eventually(Duration::from_secs(2), || !server.exists("lockattr:{d}"));
+    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(freed.is_some(), "still held 2 s after the drop");
 }
 
@@ -101,7 +101,7 @@ async fn dropped_acquire_future_waiting_on_a_held_lock_leaves_no_lock() {
     // The abandoned request may take the lock a moment later, but must give it back.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // (Blocking this test's runtime thread is fine: the locks' I/O runs on the library's thread.)
-    let freed = eventually(Duration::from_secs(2), || !server.exists("lockattr:{d}"));
+    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(
         freed.is_some(),
         "a lock was left behind by a dropped future"
@@ -115,7 +115,7 @@ async fn dropped_acquire_future_waiting_on_a_held_lock_leaves_no_lock() {
     // And it stays ours: nothing else comes back for it.
     tokio::time::sleep(Duration::from_millis(200)).await;
     guard.release().await.unwrap();
-    assert!(!server.exists("lockattr:{d}"));
+    assert!(!server.exists(&lock_key("d")));
 }
 
 #[tokio::test]
@@ -130,7 +130,7 @@ async fn dropped_acquire_future_on_a_free_lock_leaves_no_lock() {
             () = std::future::ready(()) => {}
         }
     }
-    let freed = eventually(Duration::from_secs(2), || !server.exists("lockattr:{d}"));
+    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(
         freed.is_some(),
         "a lock was left behind by a dropped future"
@@ -159,6 +159,6 @@ async fn dropped_release_future_still_releases() {
             () = std::future::ready(()) => {}
         }
     }
-    let freed = eventually(Duration::from_secs(2), || !server.exists("lockattr:{d}"));
+    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(freed.is_some(), "a cancelled release left the lock held");
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockattr::Locker;
 use support::lockers::setup;
-use support::{RedisServer, current_thread, eventually, lock_key, multi_thread};
+use support::{RedisServer, current_thread, eventually, keys, lock_key, multi_thread};
 
 /// A Locker that waits long for answers, so that dropping a future, not a
 /// timeout, is what ends a request sent to a frozen server.
@@ -85,7 +85,7 @@ fn aborted_waiting_task_leaves_the_queue() {
                     .await
             }
         });
-        let queue = format!("{}:queue", lock_key("queue"));
+        let queue = keys::lock("queue").queue;
         let queued = eventually(Duration::from_secs(2), || server.exists(&queue));
         assert!(queued.is_some(), "the waiter never queued");
         waiter.abort();

@@ -8,7 +8,7 @@ use lockattr::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX, LockError, LockGuard, Locker,
 };
 use support::lockers::setup;
-use support::{RedisServer, free_port};
+use support::{RedisServer, free_port, keys, lock_key};
 
 /// Static assertions: a Locker is shared freely between threads and tasks,
 /// and a guard can be held across `.await` in a spawned task.
@@ -196,7 +196,7 @@ fn default_expire_is_ten_seconds() {
     let (server, locker) = setup();
     let guard = locker.lock("x").acquire_blocking().unwrap();
     assert_eq!(guard.expire(), Duration::from_secs(10));
-    let pttl = server.pttl("lockattr:{x}");
+    let pttl = server.pttl(&lock_key("x"));
     assert!((8_000..=10_000).contains(&pttl), "PTTL {pttl}");
     guard.release_blocking().unwrap();
 }
@@ -210,7 +210,7 @@ fn expire_sets_the_lease() {
         .acquire_blocking()
         .unwrap();
     assert_eq!(guard.expire(), Duration::from_secs(90));
-    let pttl = server.pttl("lockattr:{x}");
+    let pttl = server.pttl(&lock_key("x"));
     assert!((88_000..=90_000).contains(&pttl), "PTTL {pttl}");
     guard.release_blocking().unwrap();
 }
@@ -247,7 +247,7 @@ fn default_prefix_and_key_layout() {
     let guard = locker.lock("x").acquire_blocking().unwrap();
     // The value: the owner token, then the holder record.
     let token = server
-        .owner("lockattr:{x}")
+        .owner(&lock_key("x"))
         .expect("the lock key holds the token");
     assert_eq!(token.len(), 32, "{token}");
     assert!(
@@ -255,7 +255,7 @@ fn default_prefix_and_key_layout() {
         "token {token}"
     );
     let fence: u64 = server
-        .get("lockattr:{x}:fence")
+        .get(&keys::lock("x").fence)
         .expect("fence counter")
         .parse()
         .unwrap();
@@ -263,7 +263,7 @@ fn default_prefix_and_key_layout() {
     // The fencing counter expires the fence retention (60 s) after the lease
     // (10 s); a new one starts from the server's clock, so tokens keep
     // increasing across its expiry.
-    let ttl = server.pttl("lockattr:{x}:fence");
+    let ttl = server.pttl(&keys::lock("x").fence);
     assert!((60_000..=70_000).contains(&ttl), "fence PTTL {ttl}");
     assert_eq!(
         server.keys("*"),
@@ -272,7 +272,7 @@ fn default_prefix_and_key_layout() {
     guard.release_blocking().unwrap();
     assert_eq!(server.keys("*"), vec!["lockattr:{x}:fence".to_owned()]);
     // Released: the counter goes within the retention.
-    let ttl = server.pttl("lockattr:{x}:fence");
+    let ttl = server.pttl(&keys::lock("x").fence);
     assert!((1..=60_000).contains(&ttl), "fence PTTL {ttl}");
 }
 
@@ -367,13 +367,13 @@ fn database_number_and_unix_socket_urls_are_honoured() {
     let locker = Locker::new(format!("redis://127.0.0.1:{}/3", server.port)).unwrap();
     assert!(format!("{locker:?}").contains("/3"), "{locker:?}");
     let guard = locker.lock("db").acquire_blocking().unwrap();
-    assert!(!server.exists("lockattr:{db}"));
+    assert!(!server.exists(&lock_key("db")));
     let mut db3 = redis::Client::open(format!("redis://127.0.0.1:{}/3", server.port))
         .unwrap()
         .get_connection()
         .unwrap();
     let token: Option<String> = redis::cmd("GET")
-        .arg("lockattr:{db}")
+        .arg(&lock_key("db"))
         .query(&mut db3)
         .unwrap();
     // The owner token is the value's first line (the holder record follows).
@@ -386,7 +386,7 @@ fn database_number_and_unix_socket_urls_are_honoured() {
     // A Unix socket reaches the same server.
     let unix = Locker::new(format!("unix://{}", socket.display())).unwrap();
     let guard = unix.lock("sock").acquire_blocking().unwrap();
-    assert!(server.exists("lockattr:{sock}"));
+    assert!(server.exists(&lock_key("sock")));
     guard.release_blocking().unwrap();
     drop(server);
     let _ = std::fs::remove_file(&socket);

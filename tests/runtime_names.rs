@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, MAX_EXPIRE};
+use support::lock_key;
 use support::lockers::setup;
 
 /// Static assertion: the error can cross threads and be boxed as `dyn Error`.
@@ -211,7 +212,7 @@ async fn zero_or_too_long_expire_is_refused() {
         .acquire()
         .await
         .unwrap();
-    assert!(server.pttl("lockattr:{long}") > 29 * 24 * 3600 * 1000);
+    assert!(server.pttl(&lock_key("long")) > 29 * 24 * 3600 * 1000);
     long.release().await.unwrap();
 }
 

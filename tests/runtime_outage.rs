@@ -12,7 +12,7 @@ use lockattr::{LockError, Locker};
 use support::lockers::quick_locker;
 use support::proxy::Proxy;
 use support::waiters::queued;
-use support::{RedisServer, keys};
+use support::{RedisServer, keys, lock_key};
 
 /// Acquire timeout used while Redis is unavailable.
 const WAIT: Duration = Duration::from_secs(1);
@@ -223,7 +223,7 @@ async fn restart_in_the_middle_of_a_hold() {
         "unexpected {err:?}"
     );
     assert!(
-        !server.exists("lockattr:{m3}"),
+        !server.exists(&lock_key("m3")),
         "extend revived a lost lock"
     );
     drop(c);
@@ -435,7 +435,7 @@ fn failed_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
         Err(e) => panic!(
             "the lock of a failed acquisition is still held after thaw ({e}); \
              PTTL {} ms, after {:?}",
-            server.pttl("lockattr:{phantom}"),
+            server.pttl(&lock_key("phantom")),
             start.elapsed()
         ),
     }
@@ -466,7 +466,7 @@ async fn failed_async_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
         Ok(guard) => guard.release().await.unwrap(),
         Err(e) => panic!(
             "the lock of a failed acquisition is still held after thaw ({e}); PTTL {} ms",
-            server.pttl("lockattr:{phantom}")
+            server.pttl(&lock_key("phantom"))
         ),
     }
 }
@@ -491,12 +491,12 @@ fn failed_first_acquire_on_a_frozen_server_leaves_no_lock_after_thaw() {
     server.thaw();
 
     let freed = support::eventually(Duration::from_secs(3), || {
-        !server.exists("lockattr:{phantom}")
+        !server.exists(&lock_key("phantom"))
     });
     assert!(
         freed.is_some(),
         "the failed acquisition still holds the lock after thaw: PTTL {} ms",
-        server.pttl("lockattr:{phantom}")
+        server.pttl(&lock_key("phantom"))
     );
     warm.release_blocking().unwrap();
 }

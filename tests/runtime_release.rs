@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use lockattr::{LockError, Locker};
 use support::lockers::setup;
+use support::{keys, lock_key};
 
 const KEY: &str = "lockattr:{r}";
 
@@ -126,7 +127,7 @@ async fn release_never_deletes_another_owners_lock() {
         .await
         .unwrap();
     let token = server.get(KEY).unwrap();
-    let token2 = server.get("lockattr:{r2}").unwrap();
+    let token2 = server.get(&lock_key("r2")).unwrap();
 
     assert_not_owned(&stale.release().await.unwrap_err(), "r");
     let err = tokio::task::spawn_blocking(move || stale_blocking.release_blocking())
@@ -136,7 +137,7 @@ async fn release_never_deletes_another_owners_lock() {
     assert_not_owned(&err, "r2");
 
     assert_eq!(server.get(KEY), Some(token));
-    assert_eq!(server.get("lockattr:{r2}"), Some(token2));
+    assert_eq!(server.get(&lock_key("r2")), Some(token2));
     assert!(server.pttl(KEY) > 25_000);
     // The owner still owns it.
     owner.release().await.unwrap();
@@ -201,7 +202,7 @@ async fn reacquire_resets_the_lease_to_expire() {
     assert!((4_000..=5_000).contains(&pttl), "PTTL {pttl}");
     // Same fencing token: reacquire is not a new acquisition.
     assert_eq!(
-        server.get("lockattr:{r}:fence"),
+        server.get(&keys::lock("r").fence),
         Some(guard.fencing_token().to_string())
     );
     guard.release().await.unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockattr::Locker;
 use support::lockers::setup;
-use support::{RedisServer, current_thread, multi_thread};
+use support::{RedisServer, current_thread, lock_key, multi_thread};
 
 /// The URL of the server owned by `static_locker_survives_runtime_after_runtime`.
 static URL: OnceLock<String> = OnceLock::new();
@@ -65,7 +65,7 @@ fn static_locker_survives_runtime_after_runtime() {
         exercise(&LOCKER, "seq").await;
         kept.release().await.unwrap();
     });
-    assert!(!server.exists("lockattr:{kept}"));
+    assert!(!server.exists(&lock_key("kept")));
     drop(b);
 
     // Runtime C, like a second #[tokio::test] in the same process.
@@ -150,7 +150,7 @@ async fn acquire_blocking_inside_an_async_task_current_thread() {
     let (server, locker) = setup();
     // Blocks this runtime's only thread, but must not deadlock.
     let guard = locker.lock("sync-in-async").acquire_blocking().unwrap();
-    assert!(server.exists("lockattr:{sync-in-async}"));
+    assert!(server.exists(&lock_key("sync-in-async")));
     guard.extend_blocking(Duration::from_secs(1)).unwrap();
     // Held by ourselves: a blocking attempt in the same task times out, no deadlock.
     let err = locker
@@ -167,7 +167,7 @@ async fn acquire_blocking_inside_an_async_task_current_thread() {
     guard.release().await.unwrap();
     // A blocking guard dropped on the runtime thread.
     drop(locker.lock("sync-in-async").acquire_blocking().unwrap());
-    assert!(!server.exists("lockattr:{sync-in-async}"));
+    assert!(!server.exists(&lock_key("sync-in-async")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +196,7 @@ async fn acquire_blocking_inside_spawned_tasks_multi_thread() {
             .expect("no deadlock")
             .unwrap();
     }
-    assert!(!server.exists("lockattr:{blocking-in-task}"));
+    assert!(!server.exists(&lock_key("blocking-in-task")));
 }
 
 /// A minimal executor that is not tokio: polls on the calling thread, parks between wakes.
@@ -247,7 +247,7 @@ fn async_api_works_on_a_non_tokio_executor() {
             drop(locker.lock("exec").acquire().await.unwrap());
         });
         let freed =
-            support::eventually(Duration::from_secs(2), || !server.exists("lockattr:{exec}"));
+            support::eventually(Duration::from_secs(2), || !server.exists(&lock_key("exec")));
         assert!(freed.is_some(), "the dropped guard was not released");
     })
     .join()

@@ -1071,7 +1071,7 @@ async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {
             Ok(guard) => {
                 got += 1;
                 let fence: u64 = server
-                    .get(&format!("{}:fence", lock_key("deadline")))
+                    .get(&keys::lock("deadline").fence)
                     .unwrap()
                     .parse()
                     .unwrap();
@@ -1140,7 +1140,7 @@ async fn contended_run_leaves_only_fence_keys() {
     for task in tasks {
         task.await.unwrap();
     }
-    let fence_only = || server.keys("lockattr:*") == vec![format!("{}:fence", lock_key("leak"))];
+    let fence_only = || server.keys("lockattr:*") == vec![keys::lock("leak").fence];
     assert!(
         eventually(Duration::from_secs(2), fence_only).is_some(),
         "after the contended run: {:?}",
@@ -1191,7 +1191,7 @@ const SUBSCRIBE_COMMAND: &[u8] = b"$9\r\nSUBSCRIBE\r\n";
 fn channel_subscribers(server: &RedisServer, name: &str) -> usize {
     let counts: Vec<(String, usize)> = redis::cmd("PUBSUB")
         .arg("NUMSUB")
-        .arg(format!("{}:wake", lock_key(name)))
+        .arg(keys::lock(name).channel)
         .query(&mut server.client())
         .expect("PUBSUB NUMSUB");
     counts.first().map_or(0, |(_, n)| *n)

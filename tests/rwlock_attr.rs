@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker, redis_lock};
 use support::lockers::setup;
-use support::{BodyError as Error, RedisServer, eventually};
+use support::{BodyError as Error, RedisServer, eventually, keys, lock_key};
 
 /// The keys held on read-write lock `name`: the writer's and each reader's.
 fn holds(server: &RedisServer, name: &str) -> Vec<String> {
-    let mut keys = server.keys(&format!("lockattr:{{{name}}}:rw:write"));
-    keys.extend(server.keys(&format!("lockattr:{{{name}}}:rw:read:*")));
+    let mut keys = server.keys(&keys::rw(name).lock);
+    keys.extend(server.keys(&keys::reader_keys(name)));
     keys
 }
 
@@ -484,7 +484,7 @@ async fn read_then_lock(locker: &Locker, server: &RedisServer) -> Result<bool, E
 /// Whether the plain lock's own key is held.
 #[redis_lock(name = "mixed", locker = locker)]
 async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
-    Ok(server.exists("lockattr:{mixed}"))
+    Ok(server.exists(&lock_key("mixed")))
 }
 
 #[tokio::test]
@@ -492,7 +492,7 @@ async fn a_lock_inside_a_read_hold_of_the_same_name_is_taken() {
     let (server, locker) = setup();
     let took_lock = read_then_lock(&locker, &server).await.unwrap();
     assert!(took_lock, "the lock re-entered the read hold");
-    assert!(!server.exists("lockattr:{mixed}"));
+    assert!(!server.exists(&lock_key("mixed")));
     assert!(holds(&server, "mixed").is_empty());
 }
 
@@ -517,7 +517,7 @@ async fn hold_at_least_keeps_a_writer_after_its_body() {
         .await
         .unwrap()
         .unwrap();
-    let pttl = server.pttl("lockattr:{held}:rw:write");
+    let pttl = server.pttl(&keys::rw("held").lock);
     assert!(
         pttl > 0 && pttl <= 500,
         "the writer's key is not kept for the rest of the hold: PTTL {pttl}"

@@ -110,8 +110,8 @@ async fn readers_overlap_and_a_writer_excludes_everyone() {
         "readers never overlapped"
     );
     // Nothing held is left; every key left expires.
-    assert!(server.keys("lockattr:{doc}:rw:read:*").is_empty());
-    assert!(!server.exists("lockattr:{doc}:rw:write"));
+    assert!(server.keys(&keys::reader_keys("doc")).is_empty());
+    assert!(!server.exists(&keys::rw("doc").lock));
     for key in server.keys("lockattr:*") {
         assert!(server.pttl(&key) > 0, "{key} has no expiry");
     }
@@ -141,7 +141,7 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
     let guard = tokio::time::timeout(Duration::from_secs(2), write(&writer, "feed"))
         .await
         .expect("the writer was starved by readers for 2 s (expire 30 s)");
-    assert!(server.keys("lockattr:{feed}:rw:read:*").is_empty());
+    assert!(server.keys(&keys::reader_keys("feed")).is_empty());
     let waited = asked.elapsed();
     guard.release().await.unwrap();
     stop.store(true, Ordering::SeqCst);
@@ -200,7 +200,7 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
         assert!(woken < Duration::from_millis(800), "woken after {woken:?}");
         guards.push(guard);
     }
-    assert_eq!(server.keys("lockattr:{h}:rw:read:*").len(), 3);
+    assert_eq!(server.keys(&keys::reader_keys("h")).len(), 3);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         !second_writer.is_finished(),
@@ -312,7 +312,7 @@ async fn acquire_timeouts_are_honoured_both_ways() {
     for guard in [a, b, c] {
         guard.release().await.unwrap();
     }
-    assert!(server.keys("lockattr:{t}:rw:read:*").is_empty());
+    assert!(server.keys(&keys::reader_keys("t")).is_empty());
 }
 
 #[test]
@@ -336,9 +336,9 @@ fn sync_acquire_blocking_works() {
         .acquire_timeout(Duration::from_secs(5))
         .acquire_blocking()
         .unwrap();
-    assert!(server.exists("lockattr:{s}:rw:write"));
+    assert!(server.exists(&keys::rw("s").lock));
     w.release_blocking().unwrap();
-    assert!(!server.exists("lockattr:{s}:rw:write"));
+    assert!(!server.exists(&keys::rw("s").lock));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,11 +359,11 @@ async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
         .acquire()
         .await
         .unwrap();
-    assert_eq!(server.keys("lockattr:{l}:rw:read:*").len(), 2);
+    assert_eq!(server.keys(&keys::reader_keys("l")).len(), 2);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!renewed.is_lost());
     assert!(short.is_lost(), "a reader's lease outlived its expiry");
-    let keys = server.keys("lockattr:{l}:rw:read:*");
+    let keys = server.keys(&keys::reader_keys("l"));
     assert_eq!(keys.len(), 1, "{keys:?}");
     // A writer is kept out by the renewed reader alone.
     let writer = locker
@@ -392,7 +392,7 @@ async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
         .await
         .unwrap();
     reader.extend(Duration::from_secs(10)).await.unwrap();
-    let key = server.keys("lockattr:{l}:rw:read:*").pop().unwrap();
+    let key = server.keys(&keys::reader_keys("l")).pop().unwrap();
     assert!(server.pttl(&key) > 5_000, "{}", server.pttl(&key));
     reader.release().await.unwrap();
     drop(short);
@@ -418,7 +418,7 @@ async fn a_dropped_waiting_future_leaves_the_queue() {
         .unwrap();
     other.release().await.unwrap();
     reader.release().await.unwrap();
-    assert!(!server.exists("lockattr:{d}:rw:write"));
+    assert!(!server.exists(&keys::rw("d").lock));
 }
 
 #[tokio::test]

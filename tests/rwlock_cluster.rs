@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
-use support::RedisServer;
 use support::cluster::Cluster;
+use support::{RedisServer, keys};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_write_lock_on_a_cluster() {
@@ -78,7 +78,7 @@ async fn a_read_write_lock_on_a_cluster() {
     let b = locker.read_lock("index").acquire().await.unwrap();
     let holding: Vec<usize> = nodes
         .iter()
-        .map(|n| n.keys("lockattr:{index}:rw:read:*").len())
+        .map(|n| n.keys(&keys::reader_keys("index")).len())
         .collect();
     assert_eq!(holding.iter().filter(|&&n| n > 0).count(), 1, "{holding:?}");
     assert!(holding.contains(&2), "{holding:?}");

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::Locker;
 use support::children::{read_until, run_children};
-use support::{RedisServer, child_test, wait_child};
+use support::{RedisServer, child_test, keys, wait_child};
 
 const CHILDREN: usize = 4;
 const ITERATIONS: usize = 24;
@@ -104,8 +104,8 @@ fn processes_share_reads_and_exclude_writes() {
     assert!(most >= 2, "readers of different processes never overlapped");
     assert_eq!(store.get("readers").as_deref(), Some("0"));
     assert_eq!(store.get("writers").as_deref(), Some("0"));
-    assert!(locks.keys("lockattr:{catalog}:rw:read:*").is_empty());
-    assert!(!locks.exists("lockattr:{catalog}:rw:write"));
+    assert!(locks.keys(&keys::reader_keys("catalog")).is_empty());
+    assert!(!locks.exists(&keys::rw("catalog").lock));
 }
 
 /// Takes the read side with a 2 s lease, says so, and sleeps until killed.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lockattr::{LockGuard, Locker, redis_lock};
 use support::lockers::setup;
-use support::{BodyError as Error, RedisServer};
+use support::{BodyError as Error, RedisServer, keys, lock_key};
 
 /// The permits of `slots`, from a constant.
 const SLOTS: u32 = 3;
@@ -49,7 +49,7 @@ async fn outer(locker: &Locker, server: &RedisServer) -> Result<(usize, bool), E
 /// How many permits are held, and whether a third call found none.
 #[redis_lock(name = "nested", permits = 2, acquire_time = 0, locker = locker)]
 async fn inner(locker: &Locker, server: &RedisServer) -> Result<(usize, bool), Error> {
-    let held = server.keys("lockattr:{nested}:sem:permit:*").len();
+    let held = server.keys(&keys::permit_keys("nested")).len();
     let third = matches!(innermost(locker).await, Err(Error::Lock(e)) if e.is_timeout());
     Ok((held, third))
 }
@@ -81,7 +81,7 @@ async fn async_functions_have_at_most_the_permits_inside() {
         2,
         "not at most, or never, 2 inside"
     );
-    assert!(server.keys("lockattr:{async-pool}:sem:permit:*").is_empty());
+    assert!(server.keys(&keys::permit_keys("async-pool")).is_empty());
 }
 
 #[test]
@@ -112,7 +112,7 @@ fn sync_functions_have_at_most_the_permits_inside() {
     fences.sort_unstable();
     fences.dedup();
     assert_eq!(fences.len(), n, "two holders shared a fencing token");
-    assert!(server.keys("lockattr:{sync-pool}:sem:permit:*").is_empty());
+    assert!(server.keys(&keys::permit_keys("sync-pool")).is_empty());
 }
 
 #[tokio::test]
@@ -121,7 +121,7 @@ async fn a_nested_call_takes_a_permit_of_its_own() {
     let (held, third_refused) = outer(&locker, &server).await.unwrap();
     assert_eq!(held, 2, "the nested call re-entered the outer permit");
     assert!(third_refused, "a third holder got in");
-    assert!(server.keys("lockattr:{nested}:sem:permit:*").is_empty());
+    assert!(server.keys(&keys::permit_keys("nested")).is_empty());
 }
 
 /// A lock of the same name inside a semaphore's body is a lock of its own,
@@ -134,7 +134,7 @@ async fn permit_then_lock(locker: &Locker, server: &RedisServer) -> Result<bool,
 /// Whether the plain lock's own key is held.
 #[redis_lock(name = "mixed", locker = locker)]
 async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
-    Ok(server.exists("lockattr:{mixed}"))
+    Ok(server.exists(&lock_key("mixed")))
 }
 
 #[tokio::test]
@@ -142,5 +142,5 @@ async fn a_lock_inside_a_semaphore_of_the_same_name_is_taken() {
     let (server, locker) = setup();
     let took_lock = permit_then_lock(&locker, &server).await.unwrap();
     assert!(took_lock, "the lock re-entered the semaphore's permit");
-    assert!(!server.exists("lockattr:{mixed}"));
+    assert!(!server.exists(&lock_key("mixed")));
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, Locker};
 use support::lockers::setup;
 use support::waiters::queued;
-use support::{RedisServer, eventually, keys};
+use support::{RedisServer, eventually, keys, lock_key};
 
 /// The permit keys of semaphore `name` under the default prefix.
 fn permit_keys(server: &RedisServer, name: &str) -> Vec<String> {
@@ -290,12 +290,12 @@ async fn a_lock_and_a_semaphore_of_one_name_do_not_clash() {
         .acquire()
         .await
         .unwrap();
-    assert!(server.exists("lockattr:{gpu}"));
-    assert!(server.exists("lockattr:{gpu}:sem:permit:0"));
+    assert!(server.exists(&lock_key("gpu")));
+    assert!(server.exists(&keys::permit_key("gpu", 0)));
     lock.release().await.unwrap();
-    assert!(server.exists("lockattr:{gpu}:sem:permit:0"));
+    assert!(server.exists(&keys::permit_key("gpu", 0)));
     permit.release().await.unwrap();
-    assert!(!server.exists("lockattr:{gpu}:sem:permit:0"));
+    assert!(!server.exists(&keys::permit_key("gpu", 0)));
 }
 
 #[tokio::test]

@@ -66,7 +66,7 @@ async fn each_permit_names_its_holder_and_token_and_the_waiters_show() {
         assert!(who.since >= before, "{who:?}");
     }
     // No owner token in what is returned.
-    for key in server.keys("lockattr:{gpu}:sem:permit:*") {
+    for key in server.keys(&keys::permit_keys("gpu")) {
         let value = server.get(&key).unwrap();
         let token = value.lines().next().unwrap();
         assert_eq!(token.len(), 32, "{value:?}");
@@ -190,7 +190,7 @@ async fn a_forced_permit_with_nobody_waiting_is_freed() {
     let token = guard.fencing_token();
     assert!(ops.force_unlock_permit("pool", token).await.unwrap());
     assert_eq!(ops.inspect_semaphore("pool").await.unwrap(), None);
-    assert!(server.keys("lockattr:{pool}:sem:permit:*").is_empty());
+    assert!(server.keys(&keys::permit_keys("pool")).is_empty());
     assert!(matches!(
         guard.release().await,
         Err(LockError::NotOwned { .. })
@@ -209,14 +209,14 @@ async fn a_permit_outliving_its_record_is_still_found() {
     let _first = workers.semaphore("old", 4).acquire().await.unwrap();
     let second = workers.semaphore("old", 4).acquire().await.unwrap();
     let _: () = redis::cmd("DEL")
-        .arg("lockattr:{old}:sem:permits")
+        .arg(&keys::permits_record("old"))
         .query(&mut server.client())
         .unwrap();
     let info = ops.inspect_semaphore("old").await.unwrap().unwrap();
     assert_eq!(info.holders.len(), 2, "{info:?}");
     assert_eq!(info.permits, 4);
     // Values as an older version wrote them: no number recorded.
-    for key in server.keys("lockattr:{old}:sem:permit:*") {
+    for key in server.keys(&keys::permit_keys("old")) {
         let value = server.get(&key).unwrap();
         let (older, _) = value.rsplit_once('\n').unwrap();
         let _: () = redis::cmd("SET")

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{Locker, redis_lock};
 use support::children::{read_until, run_children};
-use support::{BodyError as Error, RedisServer, child_test, wait_child};
+use support::{BodyError as Error, RedisServer, child_test, keys, wait_child};
 
 const CHILDREN: usize = 4;
 const ITERATIONS: usize = 25;
@@ -80,7 +80,7 @@ fn processes_never_exceed_the_permits() {
     assert!(most <= 2, "{most} processes held one of 2 permits at once");
     assert_eq!(most, 2, "never 2 holders at once: not a semaphore of 2");
     assert_eq!(store.get("inside").as_deref(), Some("0"));
-    assert!(locks.keys("lockattr:{pool}:sem:permit:*").is_empty());
+    assert!(locks.keys(&keys::permit_keys("pool")).is_empty());
 }
 
 /// Takes a permit with a 2 s lease, says so, and sleeps until killed.

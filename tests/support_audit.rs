@@ -8,9 +8,9 @@ mod tls;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use support::RedisServer;
 use support::audit::{self, UntimedKey};
 use support::cluster::Cluster;
+use support::{RedisServer, lock_key};
 use tls::TlsServer;
 
 fn set(server: &RedisServer, db: u32, key: &str, value: &str) {
@@ -57,7 +57,7 @@ fn untimed_keys_of_every_database_are_reported_with_their_type() {
         .query(&mut con)
         .unwrap();
     let () = redis::cmd("SET")
-        .arg("lockattr:{timed}")
+        .arg(&lock_key("timed"))
         .arg("v")
         .arg("PX")
         .arg(60_000)
