@@ -285,7 +285,7 @@ async fn the_operator_finds_a_holder_by_its_own_token_without_the_counter() {
     let guard = locker.lock("gone").acquire().await.unwrap();
     let mut con = server.client();
     let _: () = redis::cmd("DEL")
-        .arg(&keys::lock("gone").fence)
+        .arg(keys::lock("gone").fence)
         .query(&mut con)
         .unwrap();
     let seen = locker.inspect("gone").await.unwrap().unwrap();

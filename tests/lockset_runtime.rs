@@ -81,7 +81,7 @@ async fn a_set_is_released_in_one_call() {
     eventually(Duration::from_secs(5), || {
         let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
-            .arg(&keys::lock("one:3").channel)
+            .arg(keys::lock("one:3").channel)
             .query(&mut server.client())
             .unwrap();
         listeners == 1

@@ -321,7 +321,7 @@ fn an_acquisition_failing_with_a_redis_error_leaves_no_lock() {
     // Planted by the test, without a TTL (see support::audit).
     server.allow_untimed(&keys::lock("x").fence);
     let _: () = redis::cmd("SET")
-        .arg(&keys::lock("x").fence)
+        .arg(keys::lock("x").fence)
         .arg("not a number")
         .query(&mut server.client())
         .unwrap();

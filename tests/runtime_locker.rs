@@ -373,7 +373,7 @@ fn database_number_and_unix_socket_urls_are_honoured() {
         .get_connection()
         .unwrap();
     let token: Option<String> = redis::cmd("GET")
-        .arg(&lock_key("db"))
+        .arg(lock_key("db"))
         .query(&mut db3)
         .unwrap();
     // The owner token is the value's first line (the holder record follows).

@@ -209,7 +209,7 @@ async fn a_permit_outliving_its_record_is_still_found() {
     let _first = workers.semaphore("old", 4).acquire().await.unwrap();
     let second = workers.semaphore("old", 4).acquire().await.unwrap();
     let _: () = redis::cmd("DEL")
-        .arg(&keys::permits_record("old"))
+        .arg(keys::permits_record("old"))
         .query(&mut server.client())
         .unwrap();
     let info = ops.inspect_semaphore("old").await.unwrap().unwrap();

@@ -57,7 +57,7 @@ fn untimed_keys_of_every_database_are_reported_with_their_type() {
         .query(&mut con)
         .unwrap();
     let () = redis::cmd("SET")
-        .arg(&lock_key("timed"))
+        .arg(lock_key("timed"))
         .arg("v")
         .arg("PX")
         .arg(60_000)
