@@ -384,7 +384,7 @@ impl<'a> Acquisition<'a> {
     /// Replays exactly: pauses without jitter (the explorer's).
     #[cfg(test)]
     pub(crate) fn without_jitter(mut self) -> Acquisition<'a> {
-        self.retry = std::mem::replace(&mut self.retry, Backoff::new(RETRY_MAX)).without_jitter();
+        self.retry = Backoff::new(RETRY_MAX).without_jitter();
         self
     }
 
