@@ -563,7 +563,7 @@ async fn zero_acquire_timeout_makes_one_attempt_and_never_queues() {
 /// the lease is 30 s so expiry cannot rescue it; every waiter gets the lock
 /// within 2 s. The loop's side of this race (a hand-over before the waiter
 /// listens, during its attempt, while it sleeps) is checked in every order
-/// by the explorer (`wait::explore`, "no lost wake-up"); these rounds keep
+/// by the explorer (`wait::tests`, "no lost wake-up"); these rounds keep
 /// what only a server shows: the subscription's timing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_racing_a_new_waiter_loses_no_wake_up() {
@@ -1038,7 +1038,7 @@ fn redis_restart_while_waiting_ends_the_blocking_wait() {
 /// lock is really its own (latest fencing token, release succeeds), or it
 /// returns Timeout and then nobody holds the lock and its queue is gone
 /// within 1 s. Every order of that race in the loop is explored by
-/// `wait::explore` (the first holder's release between any two steps of the
+/// `wait::tests` (the first holder's release between any two steps of the
 /// waiter, its deadline included); these rounds check it on a real server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {

@@ -12,6 +12,7 @@ pub mod keys;
 pub mod lockers;
 pub mod proxy;
 pub mod sentinel;
+pub mod takes;
 pub mod waiters;
 
 use std::process::{Command, Stdio};

@@ -66,7 +66,7 @@
 //! semaphores, sets) do not use it.
 
 #[cfg(test)]
-mod explore;
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,7 +5,7 @@
 //!
 //! The value decides; the side does the I/O. The real side is the Locker's
 //! deployment with the wake-ups of the caller's runtime (`super::OnRedis`);
-//! the explorer's side (`super::explore`) is a scripted Redis whose answers
+//! the explorer's side (`super::tests`) is a scripted Redis whose answers
 //! come, or are lost, in every order it chooses, on a clock of its own. So
 //! the loop the explorer checks is the loop that runs.
 

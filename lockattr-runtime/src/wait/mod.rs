@@ -53,9 +53,9 @@
 //!   by a channel; one whose acquire time ends while the release is on its
 //!   way waits for that release's answer (at most a release call) instead
 //!   of trying its token again on its own (see [`crate::local`], which the
-//!   explorer in `local::explore` checks in every order of those steps).
+//!   explorer in `local::tests` checks in every order of those steps).
 //!
-//! The explorer in `explore` runs [`waiting`] itself, on a scripted Redis,
+//! The explorer in `tests` runs [`waiting`] itself, on a scripted Redis,
 //! in every order of its requests, answers (lost, late), notices, deadlines
 //! and drops, and checks this rule after every step.
 //!
@@ -105,7 +105,7 @@ use crate::{LockError, io};
 
 mod acquisition;
 #[cfg(test)]
-mod explore;
+mod tests;
 
 pub(crate) use acquisition::Won;
 use acquisition::{Acquisition, Side, Woke, waiting};

@@ -28,7 +28,7 @@
 //! The search is a depth-first enumeration of every schedule (stateless:
 //! each schedule replays from the start, following a prefix of choices),
 //! with budgets on the faults (lost answers, dropped futures), as
-//! `local::explore` does for the process-local queue.
+//! `local::tests` does for the process-local queue.
 //!
 //! The oracles, after every step:
 //! - exclusion: at most one holder (a process whose loop returned a grant,
@@ -865,7 +865,7 @@ fn explore(scenario: Scenario) -> Result<Coverage, String> {
 }
 
 #[cfg(test)]
-mod tests {
+mod explore {
     use super::*;
 
     fn explored(scenario: Scenario) -> Coverage {

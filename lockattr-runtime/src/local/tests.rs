@@ -832,7 +832,7 @@ fn explore(scenario: Scenario) -> Result<Explored, String> {
 }
 
 #[cfg(test)]
-mod tests {
+mod explore {
     use super::*;
 
     fn explored(scenario: Scenario) -> Explored {
