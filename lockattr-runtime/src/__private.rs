@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 pub use crate::{LockError, LockGuard, LockKey, Locker};
 
-use crate::guard::Lease;
+use crate::lease::Lease;
 use crate::{DEFAULT_EXPIRE, LockBuilder, LostReason, observe, reentry};
 
 pub mod set;

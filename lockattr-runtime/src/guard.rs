@@ -1,216 +1,11 @@
 //! [`LockGuard`]: a held lock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::shared::Owner;
-use crate::backend::{Extend, Released};
-use crate::hold::Hold;
-use crate::inner::Inner;
-use crate::layout::Keys;
-use crate::local::Turn;
-use crate::lost::{LeaseState, whole_ms};
-use crate::sync::lock;
-use crate::{LockError, LostReason, io};
-
-/// What a held lock is: who holds it, under which keys, for how long.
-pub(crate) struct Lease {
-    pub(crate) locker: Arc<Inner>,
-    pub(crate) name: String,
-    pub(crate) keys: Keys,
-    pub(crate) token: String,
-    pub(crate) expire: Duration,
-    pub(crate) fencing_token: u64,
-    /// Whether the watchdog renews it.
-    pub(crate) renew: bool,
-    /// The cap on renewal (`renew_for`), and the time it ends: set when the
-    /// lock is granted. No renewal is sent from then on.
-    pub(crate) renew_for: Option<Duration>,
-    pub(crate) renew_until: Option<Instant>,
-    /// Until when it surely holds, and whether it was lost.
-    pub(crate) state: LeaseState,
-    /// Its entry in the Locker's watchdog, while watched.
-    pub(crate) watch: Mutex<Option<u64>>,
-    /// How long a release keeps the lock after it was taken.
-    pub(crate) hold: Hold,
-    /// Its task's turn at the name in this process (a lock on one server
-    /// or a Cluster): its release names the next task waiting here.
-    pub(crate) turn: Mutex<Option<Turn>>,
-}
-
-impl crate::watchdog::Renewable for Lease {
-    fn keys(&self) -> &Keys {
-        &self.keys
-    }
-    fn token(&self) -> &str {
-        &self.token
-    }
-    fn expire(&self) -> Duration {
-        self.expire
-    }
-    fn renew_for(&self) -> Option<Duration> {
-        self.renew_for
-    }
-    fn renew_until(&self) -> Option<Instant> {
-        self.renew_until
-    }
-    fn state(&self) -> &LeaseState {
-        &self.state
-    }
-    fn confirmed(&self, sent: Instant, left: Duration) {
-        self.state.confirmed(sent, left);
-        // The tasks of this process waiting for it wait that much longer
-        // before they go to Redis on their own.
-        if let Some(turn) = lock(&self.turn).as_mut() {
-            turn.held(sent, left);
-        }
-    }
-}
-
-impl Lease {
-    /// Who the backend's requests are for.
-    fn owner(&self) -> Owner<'_> {
-        Owner {
-            keys: &self.keys,
-            token: &self.token,
-        }
-    }
-
-    fn not_owned(&self) -> LockError {
-        LockError::NotOwned {
-            name: self.name.clone(),
-        }
-    }
-
-    pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
-        LockError::Lost {
-            name: self.name.clone(),
-            reason,
-            lost_after: self
-                .state
-                .lost_times()
-                .map(|(taken, at)| whole_ms(at.saturating_duration_since(taken))),
-            ran_on: None,
-        }
-    }
-
-    /// [`lost_error`](Self::lost_error) for a body that ran to its end:
-    /// with how long it ran on after the loss.
-    pub(crate) fn lost_in_body(&self, reason: LostReason) -> LockError {
-        let mut error = self.lost_error(reason);
-        if let LockError::Lost { ran_on, .. } = &mut error {
-            *ran_on = self
-                .state
-                .lost_times()
-                .map(|(_, at)| whole_ms(at.elapsed()));
-        }
-        error
-    }
-
-    /// Leaves the watchdog: no renewal starts after this returns.
-    fn unwatch(&self) {
-        let id = lock(&self.watch).take();
-        if let Some(id) = id {
-            self.locker.watchdog.unwatch(id);
-        }
-    }
-
-    /// An addition to the lease, sent now (see [`Extend::Add`]): until when
-    /// the lease surely holds, or now when it is not known to.
-    fn add(&self) -> Extend {
-        Extend::Add {
-            held_until: self
-                .state
-                .standing()
-                .held_until()
-                .unwrap_or_else(Instant::now),
-        }
-    }
-
-    /// Releases the lock. A release whose answer was lost with its
-    /// connection is sent again; when the re-send finds the lock no longer
-    /// this token's (and its fence counter still near this fencing token:
-    /// not started again after Redis lost the lock), the first try may have
-    /// released it, or the lease may have run out first. It counts as
-    /// released when the first try was sent while the lease surely held
-    /// (not lost, before `valid_until`): the work under the lock then
-    /// finished inside its lease, which is what exclusion needs. Otherwise
-    /// it is [`LockError::NotOwned`].
-    ///
-    /// Within its `hold_at_least`, a release keeps the lock instead: its
-    /// time left becomes what remains of the hold (see [`crate::hold`]).
-    async fn release(&self) -> Result<(), LockError> {
-        if let Some(left) = self.hold.left() {
-            let left = left.min(self.locker.max_lease);
-            return self.extend(left, Extend::Hold).await;
-        }
-        let in_lease = self.state.standing().held_until().is_some();
-        let turn = lock(&self.turn).take();
-        let backend = &self.locker.backend;
-        let released = crate::local::release(
-            backend,
-            (self.owner(), self.fencing_token),
-            (&self.name, self.expire),
-            turn,
-            backend.replicas().wanted(),
-        )
-        .await?;
-        self.released(released, in_lease)
-    }
-
-    /// What a release that found `released` means for this lease;
-    /// `in_lease`: the release was sent while the lease surely held.
-    fn released(&self, released: Released, in_lease: bool) -> Result<(), LockError> {
-        match released {
-            Released::Done => Ok(()),
-            Released::Unsure if in_lease => Ok(()),
-            Released::Unsure | Released::NotOwned => {
-                self.state.taken();
-                Err(self.not_owned())
-            }
-        }
-    }
-
-    pub(crate) async fn extend(&self, by: Duration, how: Extend) -> Result<(), LockError> {
-        // Redis counts whole milliseconds: `by` is rounded down, never up.
-        if by < Duration::from_millis(1) {
-            return Err(LockError::invalid(
-                "lease extension",
-                "it must be at least a millisecond (Redis counts whole milliseconds)",
-            ));
-        }
-        let max_lease = self.locker.max_lease;
-        if by > max_lease {
-            return Err(LockError::invalid(
-                "lease extension",
-                format!(
-                    "{by:?} is longer than the Locker's max_lease ({max_lease:?}); is the unit \
-                     right? For long work, renew a short lease instead"
-                ),
-            ));
-        }
-        let sent = Instant::now();
-        match self
-            .locker
-            .backend
-            .extend(
-                self.owner(),
-                (by, how),
-                (&self.name, self.expire, max_lease),
-            )
-            .await?
-        {
-            Some(left) => {
-                crate::watchdog::Renewable::confirmed(self, sent, left);
-                Ok(())
-            }
-            None => {
-                self.state.taken();
-                Err(self.not_owned())
-            }
-        }
-    }
-}
+use crate::backend::Extend;
+use crate::lease::Lease;
+use crate::{LockError, io};
 
 /// A held lock. Dropping it releases the lock.
 ///
@@ -250,10 +45,10 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The owner token is a capability (it can delete the lock): not shown.
         f.debug_struct("LockGuard")
-            .field("name", &self.lease.name)
-            .field("fencing_token", &self.lease.fencing_token)
-            .field("expire", &self.lease.expire)
-            .field("renewed", &self.lease.renew)
+            .field("name", &self.lease.name())
+            .field("fencing_token", &self.lease.fencing_token())
+            .field("expire", &self.lease.expire())
+            .field("renewed", &self.lease.renews())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }
@@ -312,7 +107,7 @@ impl LockGuard {
     pub(crate) fn take(&mut self) -> Option<Arc<Lease>> {
         let lease = std::mem::take(&mut self.held).then(|| self.lease.clone())?;
         lease.unwatch();
-        lease.state.report().released();
+        lease.state().report().released();
         Some(lease)
     }
 
@@ -325,7 +120,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.lease.name
+        self.lease.name()
     }
 
     /// The lease this guard was acquired with.
@@ -338,7 +133,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn expire(&self) -> Duration {
-        self.lease.expire
+        self.lease.expire()
     }
 
     /// This acquisition's fencing token: it strictly increases with every
@@ -367,7 +162,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> u64 {
-        self.lease.fencing_token
+        self.lease.fencing_token()
     }
 
     /// True once the lock may no longer be this guard's: its lease ran out
@@ -393,7 +188,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.lease.state.standing().lost().is_some()
+        self.lease.state().standing().lost().is_some()
     }
 
     /// Resolves once the lock is lost (see [`is_lost`](Self::is_lost)), to a
@@ -414,7 +209,7 @@ impl LockGuard {
     ///
     /// `#[redis_lock(on_lost = "abort")]` does this for a whole function.
     pub async fn lost(&self) -> LockError {
-        let reason = self.lease.state.lost().await;
+        let reason = self.lease.state().lost().await;
         self.lease.lost_error(reason)
     }
 
@@ -436,7 +231,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn lost_blocking(&self, timeout: Duration) -> Option<LockError> {
-        let reason = self.lease.state.lost_blocking(timeout)?;
+        let reason = self.lease.state().lost_blocking(timeout)?;
         Some(self.lease.lost_error(reason))
     }
 
@@ -450,7 +245,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_renewed(&self) -> bool {
-        self.lease.renew
+        self.lease.renews()
     }
 
     /// Releases the lock. [`LockError::NotOwned`] when the lease had run out
@@ -488,19 +283,19 @@ impl LockGuard {
 
     /// The loss, if the lock is lost by now.
     pub(crate) fn lost_now(&self) -> Option<LockError> {
-        let reason = self.lease.state.standing().lost()?;
+        let reason = self.lease.state().standing().lost()?;
         Some(self.lease.lost_error(reason))
     }
 
     /// When the lock was granted (at the latest).
     pub(crate) fn taken_at(&self) -> Instant {
-        self.lease.state.taken_at()
+        self.lease.state().taken_at()
     }
 
     /// The loss, if the lock is lost by now, after a body that ran to its
     /// end (see [`Lease::lost_in_body`]).
     pub(crate) fn lost_in_body(&self) -> Option<LockError> {
-        let reason = self.lease.state.standing().lost()?;
+        let reason = self.lease.state().standing().lost()?;
         Some(self.lease.lost_in_body(reason))
     }
 
@@ -513,9 +308,9 @@ impl LockGuard {
             && let Err(e) = release_here(Leases::One(lease.clone())).await
         {
             if lost {
-                tracing::debug!(target: "lockattr", lock = %lease.name, error = %e, "#[redis_lock] released a lock it had lost");
+                tracing::debug!(target: "lockattr", lock = %lease.name(), error = %e, "#[redis_lock] released a lock it had lost");
             } else {
-                tracing::warn!(target: "lockattr", lock = %lease.name, error = %e, "#[redis_lock] could not release its lock");
+                tracing::warn!(target: "lockattr", lock = %lease.name(), error = %e, "#[redis_lock] could not release its lock");
             }
         }
     }
@@ -586,7 +381,7 @@ impl LockGuard {
     /// ```
     pub async fn reacquire(&self) -> Result<(), LockError> {
         let lease = self.lease.clone();
-        io::run_here(async move { lease.extend(lease.expire, Extend::Set).await }).await
+        io::run_here(async move { lease.extend(lease.expire(), Extend::Set).await }).await
     }
 
     /// [`reacquire`](Self::reacquire) for synchronous code.
@@ -599,7 +394,7 @@ impl LockGuard {
     /// ```
     pub fn reacquire_blocking(&self) -> Result<(), LockError> {
         let lease = self.lease.clone();
-        io::run_blocking(async move { lease.extend(lease.expire, Extend::Set).await })
+        io::run_blocking(async move { lease.extend(lease.expire(), Extend::Set).await })
     }
 }
 
@@ -623,23 +418,24 @@ impl Leases {
             Leases::One(lease) => return lease.release().await,
             Leases::Set(leases) => leases,
         };
-        let (holding, free): (Vec<_>, Vec<_>) =
-            leases.iter().partition(|lease| lease.hold.left().is_some());
+        let (holding, free): (Vec<_>, Vec<_>) = leases
+            .iter()
+            .partition(|lease| lease.hold().left().is_some());
         let together = async {
             let Some(first) = free.first() else {
                 return Ok(());
             };
             let in_lease: Vec<bool> = free
                 .iter()
-                .map(|l| l.state.standing().held_until().is_some())
+                .map(|l| l.state().standing().held_until().is_some())
                 .collect();
-            let members: Vec<(&Keys, u64)> =
-                free.iter().map(|l| (&l.keys, l.fencing_token)).collect();
-            let names = free.iter().map(|l| l.name.as_str()).collect::<Vec<_>>();
+            let members: Vec<(&crate::layout::Keys, u64)> =
+                free.iter().map(|l| (l.keys(), l.fencing_token())).collect();
+            let names = free.iter().map(|l| l.name()).collect::<Vec<_>>();
             let released = first
-                .locker
+                .locker()
                 .backend
-                .release_set(&first.token, &members, (&names.join(", "), first.expire))
+                .release_set(first.token(), &members, (&names.join(", "), first.expire()))
                 .await?;
             free.iter()
                 .zip(in_lease)
@@ -658,10 +454,10 @@ impl Leases {
     /// The names, for a log line.
     fn names(&self) -> String {
         match self {
-            Leases::One(lease) => lease.name.clone(),
+            Leases::One(lease) => lease.name().to_owned(),
             Leases::Set(leases) => leases
                 .iter()
-                .map(|l| l.name.as_str())
+                .map(|l| l.name())
                 .collect::<Vec<_>>()
                 .join(", "),
         }

@@ -23,8 +23,6 @@ use crate::sync::lock;
 /// The hold of one lease.
 #[derive(Debug)]
 pub(crate) struct Hold {
-    /// How long the lock is kept after it was taken (zero: no hold).
-    at_least: Duration,
     /// When the hold of the acquisition ends: known once granted, counted
     /// only once the guard reached its caller (see [`start`](Self::start)).
     granted_end: Option<Instant>,
@@ -34,24 +32,18 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// A hold of `at_least` (zero: none), not yet counting.
-    pub(crate) fn new(at_least: Duration) -> Hold {
+    /// A hold of `at_least` (zero: none) of a lock taken by a request sent
+    /// at `sent`, not yet counting.
+    pub(crate) fn new(at_least: Duration, sent: Instant) -> Hold {
+        let granted_end = (!at_least.is_zero()).then(|| sent.checked_add(at_least).unwrap_or(sent));
         Hold {
-            at_least,
-            granted_end: None,
+            granted_end,
             end: Mutex::new(None),
         }
     }
 
     fn end(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
         lock(&self.end)
-    }
-
-    /// The lock was taken by a request sent at `sent`.
-    pub(crate) fn granted(&mut self, sent: Instant) {
-        if !self.at_least.is_zero() {
-            self.granted_end = Some(sent.checked_add(self.at_least).unwrap_or(sent));
-        }
     }
 
     /// The guard reached its caller: from now on a release keeps the lock
@@ -124,8 +116,7 @@ mod tests {
     #[test]
     fn counts_only_once_started() {
         let sent = Instant::now();
-        let mut hold = Hold::new(Duration::from_secs(60));
-        hold.granted(sent);
+        let hold = Hold::new(Duration::from_secs(60), sent);
         assert_eq!(hold.left(), None, "not started: released at once");
         hold.start();
         let left = hold.left().unwrap();
@@ -134,8 +125,7 @@ mod tests {
 
     #[test]
     fn no_hold_keeps_nothing() {
-        let mut hold = Hold::new(Duration::ZERO);
-        hold.granted(Instant::now());
+        let hold = Hold::new(Duration::ZERO, Instant::now());
         hold.start();
         assert_eq!(hold.left(), None);
         hold.at_least_until(Instant::now(), Duration::ZERO);
@@ -144,8 +134,10 @@ mod tests {
 
     #[test]
     fn a_passed_hold_keeps_nothing() {
-        let mut hold = Hold::new(Duration::from_millis(1));
-        hold.granted(Instant::now() - Duration::from_secs(1));
+        let hold = Hold::new(
+            Duration::from_millis(1),
+            Instant::now() - Duration::from_secs(1),
+        );
         hold.start();
         assert_eq!(hold.left(), None);
     }
@@ -153,15 +145,14 @@ mod tests {
     #[test]
     fn nested_calls_only_lengthen_it() {
         let now = Instant::now();
-        let mut hold = Hold::new(Duration::from_secs(60));
-        hold.granted(now);
+        let hold = Hold::new(Duration::from_secs(60), now);
         hold.start();
         hold.at_least_until(now, Duration::from_secs(1));
         assert!(hold.left().unwrap() > Duration::from_secs(59));
         hold.at_least_until(now, Duration::from_secs(120));
         assert!(hold.left().unwrap() > Duration::from_secs(119));
         // A nested hold on a lease without one starts one.
-        let plain = Hold::new(Duration::ZERO);
+        let plain = Hold::new(Duration::ZERO, now);
         plain.at_least_until(now, Duration::from_secs(5));
         assert!(plain.left().unwrap() > Duration::from_secs(4));
     }

@@ -126,6 +126,7 @@ mod inspect;
 mod io;
 mod key;
 mod layout;
+mod lease;
 mod listing;
 mod local;
 mod locker;

@@ -11,8 +11,9 @@ use tracing::Instrument;
 use crate::backend::Backend;
 use crate::backend::Grant;
 use crate::backend::lockset as set;
-use crate::guard::Lease;
+use crate::guard::LockGuard;
 use crate::layout::{Keys, slot};
+use crate::lease::{Lease, Taken, Terms};
 use crate::locker::setters;
 use crate::observe::{Acquiring, Kind};
 use crate::wait::{self, Contender, Won};
@@ -186,14 +187,14 @@ impl LockSetBuilder<'_> {
     pub async fn acquire(self) -> Result<LockSetGuard, LockError> {
         let (acquiring, prepared) = self.start();
         let outcome = match prepared {
-            Ok((request, leases)) => {
+            Ok((request, members)) => {
                 let span = acquiring.span().clone();
                 if io::can_run_here() {
-                    take(request, leases, io::CallerGone::never())
+                    take(request, members, io::CallerGone::never())
                         .instrument(span)
                         .await
                 } else {
-                    io::run_watched(|gone| take(request, leases, gone).instrument(span)).await
+                    io::run_watched(|gone| take(request, members, gone).instrument(span)).await
                 }
             }
             Err(e) => Err(e),
@@ -212,9 +213,9 @@ impl LockSetBuilder<'_> {
     /// ```
     pub fn acquire_blocking(self) -> Result<LockSetGuard, LockError> {
         let (acquiring, prepared) = self.start();
-        let outcome = prepared.and_then(|(request, leases)| {
+        let outcome = prepared.and_then(|(request, members)| {
             let span = acquiring.span().clone();
-            io::run_blocking(take(request, leases, io::CallerGone::never()).instrument(span))
+            io::run_blocking(take(request, members, io::CallerGone::never()).instrument(span))
         });
         let mut guard = acquiring.finish_set(outcome)?;
         for member in &mut guard.members {
@@ -226,21 +227,21 @@ impl LockSetBuilder<'_> {
     /// Opens the set's `acquire` span (its `lock` lists the names in the
     /// order they are taken in, or as given when the request is refused)
     /// and checks the request; the set counts as waiting from here.
-    fn start(mut self) -> (Acquiring, Result<(SetRequest, Vec<Lease>), LockError>) {
+    fn start(mut self) -> (Acquiring, Result<(SetRequest, Vec<Terms>), LockError>) {
         let kind = Kind::of_set(self.kind.take(), &self.names);
         let given = self.names.clone();
         match self.prepare(kind.clone()) {
-            Ok((request, leases)) => (
+            Ok((request, members)) => (
                 Acquiring::start(&request.names.join(", "), kind),
-                Ok((request, leases)),
+                Ok((request, members)),
             ),
             Err(e) => (Acquiring::start(&given.join(", "), kind), Err(e)),
         }
     }
 
-    /// Checks the request: every name's lease (as a single lock's), in the
+    /// Checks the request: every name's terms (as a single lock's), in the
     /// order the names are taken in, and the request for the backend.
-    fn prepare(self, kind: Kind) -> Result<(SetRequest, Vec<Lease>), LockError> {
+    fn prepare(self, kind: Kind) -> Result<(SetRequest, Vec<Terms>), LockError> {
         let LockSetBuilder {
             locker,
             names,
@@ -262,7 +263,7 @@ impl LockSetBuilder<'_> {
                 unique.push(name);
             }
         }
-        let mut leases = Vec::with_capacity(unique.len());
+        let mut members = Vec::with_capacity(unique.len());
         let mut wait = Duration::ZERO;
         for name in &unique {
             let mut builder = locker
@@ -275,22 +276,22 @@ impl LockSetBuilder<'_> {
             if let Some(renew_for) = renew_for {
                 builder = builder.renew_for(renew_for);
             }
-            let (lease, w) = builder.checked(kind.clone())?;
+            let (terms, w) = builder.checked(kind.clone())?;
             wait = w;
-            leases.push(lease);
+            members.push(terms);
         }
         // The fixed order: by slot, then by key.
-        leases.sort_by(|a, b| {
+        members.sort_by(|a, b| {
             (slot(&a.keys.lock), &a.keys.lock).cmp(&(slot(&b.keys.lock), &b.keys.lock))
         });
         let request = SetRequest {
             backend: locker.inner.backend.clone(),
-            names: leases.iter().map(|l| l.name.clone()).collect(),
+            names: members.iter().map(|l| l.name.clone()).collect(),
             token: crate::layout::new_token()?,
             expire,
             wait,
         };
-        Ok((request, leases))
+        Ok((request, members))
     }
 }
 
@@ -308,10 +309,10 @@ struct SetRequest {
 /// Drop.
 async fn take(
     request: SetRequest,
-    leases: Vec<Lease>,
+    members: Vec<Terms>,
     gone: io::CallerGone,
 ) -> Result<LockSetGuard, LockError> {
-    let keys: Vec<Keys> = leases.iter().map(|l| l.keys.clone()).collect();
+    let keys: Vec<Keys> = members.iter().map(|l| l.keys.clone()).collect();
     let groups = set::groups(&request.backend, &keys);
     let contender = Contender::Set(Cow::Owned(keys), groups);
     let won = wait::acquire(
@@ -332,19 +333,17 @@ async fn take(
         fencing_tokens,
         ..
     } = won;
-    let members = leases
+    let members = members
         .into_iter()
         .zip(fencing_tokens)
-        .map(|(lease, fencing_token)| {
-            crate::request::granted(
-                lease,
-                Grant {
-                    fencing_token,
-                    sent,
-                    handed: false,
-                    token: token.clone(),
-                },
-            )
+        .map(|(terms, fencing_token)| {
+            let grant = Grant {
+                fencing_token,
+                sent,
+                handed: false,
+                token: token.clone(),
+            };
+            LockGuard::new(Lease::from_grant(terms, Taken::of(grant)))
         })
         .collect();
     Ok(LockSetGuard { members })

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::guard::{self, Lease, Leases};
+use crate::guard::{self, Leases};
+use crate::lease::Lease;
 use crate::{LockError, LockGuard};
 
 /// Several locks held at once (see [`Locker::lock_all`](crate::Locker::lock_all) and

@@ -88,7 +88,10 @@ struct Inner {
 }
 
 impl LeaseState {
-    pub(crate) fn new(valid_until: Instant, renewed: bool, report: Report) -> LeaseState {
+    /// The state of a lease just granted: held until at least
+    /// `valid_until`.
+    pub(crate) fn granted(valid_until: Instant, renewed: bool, mut report: Report) -> LeaseState {
+        report.granted();
         LeaseState {
             inner: Mutex::new(Inner {
                 valid_until,
@@ -102,16 +105,6 @@ impl LeaseState {
             renewed,
             report,
         }
-    }
-
-    /// The lease was granted: held until at least `valid_until`.
-    pub(crate) fn granted(&mut self, valid_until: Instant) {
-        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
-        inner.valid_until = valid_until;
-        inner.lost = None;
-        inner.taken = Instant::now();
-        inner.lost_at = None;
-        self.report.granted();
     }
 
     /// Who holds the lease, for what is reported about it.
@@ -280,7 +273,7 @@ mod tests {
     #[test]
     fn a_confirmed_lease_is_trusted_in_whole_milliseconds() {
         let sent = Instant::now();
-        let state = LeaseState::new(sent, false, report());
+        let state = LeaseState::granted(sent, false, report());
         state.confirmed(sent, Duration::from_micros(10_900_700));
         assert_eq!(
             state.standing(),

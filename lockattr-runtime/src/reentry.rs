@@ -31,9 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::Extend;
-use crate::guard::Lease;
 use crate::inner::Inner;
 use crate::layout::KindKeys;
+use crate::lease::Lease;
 use crate::lost::Standing;
 use crate::{DEFAULT_EXPIRE, LockError, LockGuard, LostReason, io, watchdog};
 
@@ -64,10 +64,10 @@ tokio::task_local! {
 /// The same lock: same server, same key prefix, same name. Two Lockers on
 /// one Redis with one prefix share locks, so they share reentry too.
 fn same(lease: &Lease, locker: &Inner, name: &str) -> bool {
-    lease.name == name
-        && matches!(lease.keys.kind, KindKeys::Lock)
-        && lease.locker.prefix == locker.prefix
-        && lease.locker.backend.server() == locker.backend.server()
+    lease.name() == name
+        && matches!(lease.keys().kind, KindKeys::Lock)
+        && lease.locker().prefix == locker.prefix
+        && lease.locker().backend.server() == locker.backend.server()
 }
 
 impl Chain {
@@ -207,12 +207,12 @@ impl Renewing {
     /// taken with `renew`: to its `expire`, every `expire / 3`, the first
     /// time when no more than `expire - expire / 3` is left.
     fn start(lease: &Arc<Lease>, valid_until: Instant) -> Renewing {
-        let period = watchdog::period(lease.expire);
+        let period = watchdog::period(lease.expire());
         let now = Instant::now();
         let due = valid_until
-            .checked_sub(lease.expire.saturating_sub(period))
+            .checked_sub(lease.expire().saturating_sub(period))
             .map_or(now, |due| due.max(now));
-        let locker = &lease.locker;
+        let locker = &lease.locker();
         let id = locker
             .watchdog
             .watch(&locker.backend, lease, due, Some(period));
@@ -225,14 +225,14 @@ impl Renewing {
 
 impl Drop for Renewing {
     fn drop(&mut self) {
-        self.lease.locker.watchdog.unwatch(self.id);
+        self.lease.locker().watchdog.unwatch(self.id);
     }
 }
 
 impl std::fmt::Debug for Renewing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Renewing")
-            .field("name", &self.lease.name)
+            .field("name", &self.lease.name())
             .finish_non_exhaustive()
     }
 }
@@ -265,7 +265,7 @@ struct Reentry {
 impl Reentry {
     fn start(lease: Arc<Lease>, options: Nested) -> Result<Reentry, LockError> {
         let entered = Instant::now();
-        let valid_until = match lease.state.standing() {
+        let valid_until = match lease.state().standing() {
             Standing::Lost(reason) => return Err(lease.lost_error(reason)),
             Standing::Held { until } => until,
         };
@@ -298,15 +298,15 @@ impl Reentry {
     /// lease that is not renewed, once the lease is raised (`raised`).
     fn finish(mut self, raised: bool) -> Result<(LockGuard, Option<Renewing>), LockError> {
         if raised {
-            self.valid_until = match self.lease.state.standing() {
+            self.valid_until = match self.lease.state().standing() {
                 Standing::Lost(reason) => return Err(self.lease.lost_error(reason)),
                 Standing::Held { until } => until,
             };
         }
         if let Some(hold) = self.hold {
-            self.lease.hold.at_least_until(self.entered, hold);
+            self.lease.hold().at_least_until(self.entered, hold);
         }
-        let renewing = (self.options.renew && !self.lease.renew)
+        let renewing = (self.options.renew && !self.lease.renews())
             .then(|| Renewing::start(&self.lease, self.valid_until));
         Ok((LockGuard::nested(self.lease), renewing))
     }
@@ -342,7 +342,7 @@ pub(crate) fn reenter_blocking(
 /// A nested call's `expire` is checked as a lock's own would be
 /// (`LockBuilder`), though it only matters when it raises the lease.
 fn check_expire(lease: &Lease, expire: Duration) -> Result<(), LockError> {
-    let max_lease = lease.locker.max_lease;
+    let max_lease = lease.locker().max_lease;
     let reason = if expire.is_zero() {
         "a lease of zero would free the lock at once; use at least a millisecond".to_owned()
     } else if expire > max_lease {

@@ -3,22 +3,18 @@
 //! here ([`granted`]), for each name of a lock set too.
 
 use std::borrow::Cow;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::backend::Grant;
-use crate::guard::{Lease, LockGuard};
-use crate::hold::{self, Hold};
+use crate::guard::LockGuard;
+use crate::hold::{self};
 use crate::layout::Keys;
 use crate::layout::{MAX_EXPIRE, new_token};
+use crate::lease::{Lease, Terms};
 use crate::locker::setters;
-use crate::lost::{LeaseState, whole_ms};
 use crate::observe::{Acquiring, Kind, Report};
-use crate::sync::lock;
 use crate::wait;
-use crate::watchdog;
 use crate::{LockError, Locker, io};
 
 /// Default lease of a lock: 10 seconds.
@@ -293,7 +289,7 @@ impl LockBuilder<'_> {
         };
         let outcome = outcome.await;
         let guard = acquiring.finish(outcome)?;
-        guard.lease().hold.start();
+        guard.lease().hold().start();
         Ok(guard)
     }
 
@@ -315,12 +311,12 @@ impl LockBuilder<'_> {
         });
         let mut guard = acquiring.finish(outcome)?;
         guard.set_blocking();
-        guard.lease().hold.start();
+        guard.lease().hold().start();
         Ok(guard)
     }
 
     /// Checks the request; the lease to try for and how long to wait.
-    pub(crate) fn checked(self, kind: Kind) -> Result<(Lease, Duration), LockError> {
+    pub(crate) fn checked(self, kind: Kind) -> Result<(Terms, Duration), LockError> {
         if self.name.is_empty() {
             return Err(LockError::invalid(
                 "lock name",
@@ -373,24 +369,18 @@ impl LockBuilder<'_> {
         if let Some(mode) = self.rw {
             crate::backend::rwlock::check(&mut keys, mode, &inner.backend)?;
         }
-        let token = new_token()?;
-        let report = Report::new(self.name.clone(), kind);
-        let lease = Lease {
+        let terms = Terms {
             locker: self.locker.inner.clone(),
-            name: self.name,
+            name: self.name.clone(),
             keys,
-            token,
+            token: new_token()?,
             expire: self.expire,
-            fencing_token: 0,
             renew,
             renew_for: self.renew_for,
-            renew_until: None,
-            state: LeaseState::new(Instant::now(), renew, report),
-            watch: std::sync::Mutex::new(None),
-            hold: Hold::new(self.hold_at_least),
-            turn: std::sync::Mutex::new(None),
+            hold_at_least: self.hold_at_least,
+            report: Report::new(self.name, kind),
         };
-        Ok((lease, wait))
+        Ok((terms, wait))
     }
 }
 
@@ -428,70 +418,16 @@ fn check_renew_for(renew: Option<bool>, renew_for: Option<Duration>) -> Result<b
     Ok(true)
 }
 
-/// Takes the lock for `lease`, waiting up to `wait`, with the acquisition
+/// Takes the lock for `terms`, waiting up to `wait`, with the acquisition
 /// loop of the Locker's deployment: on the caller's runtime, or on the I/O
 /// thread. True with the guard when a release handed the lock over.
 async fn acquire(
-    (mut lease, wait): (Lease, Duration),
+    (terms, wait): (Terms, Duration),
     gone: io::CallerGone,
 ) -> Result<(LockGuard, bool), LockError> {
-    let grant = wait::take(&mut lease, wait, gone).await?;
-    let handed = grant.handed;
-    Ok((granted(lease, grant), handed))
-}
-
-/// The guard of a lease just taken by a request sent at `sent` (or handed
-/// over by a release that ran after `sent`), entered in the watchdog when it
-/// is renewed.
-///
-/// A lease handed over started at the release, which may be long after
-/// `sent`: its `valid_until` counted from `sent` is safe but short. When it
-/// would cut more than a tenth of the lease, the watchdog reads the lease's
-/// time left once to make it exact (a renewed lease is renewed at once
-/// instead), in the background: the hand-over itself stays a single message.
-pub(crate) fn granted(mut lease: Lease, grant: Grant) -> LockGuard {
-    let Grant {
-        fencing_token,
-        sent,
-        handed,
-        token,
-    } = grant;
-    lease.fencing_token = fencing_token;
-    lease.token = token;
-    lease.hold.granted(sent);
-    let trusted = trusted(lease.expire, lease.locker.backend.drift(lease.expire));
-    lease.state.granted(sent + trusted);
-    lease.renew_until = lease
-        .renew_for
-        .and_then(|renew_for| Instant::now().checked_add(renew_for));
-    let (renew, expire) = (lease.renew, lease.expire);
-    let lease = Arc::new(lease);
-    let locker = lease.locker.clone();
-    let watch = if renew {
-        let period = watchdog::period(expire);
-        Some(
-            locker
-                .watchdog
-                .watch(&locker.backend, &lease, sent + period, Some(period)),
-        )
-    } else if handed && sent.elapsed() > expire / 10 {
-        Some(
-            locker
-                .watchdog
-                .watch(&locker.backend, &lease, Instant::now(), None),
-        )
-    } else {
-        None
-    };
-    *lock(&lease.watch) = watch;
-    LockGuard::new(lease)
-}
-
-/// How long a lease of `expire` is trusted from when its request was sent:
-/// what Redis keeps of it (whole milliseconds, rounded down), less the
-/// drift allowance, rounded down to whole milliseconds.
-fn trusted(expire: Duration, drift: Duration) -> Duration {
-    whole_ms(whole_ms(expire).saturating_sub(drift))
+    let taken = wait::take(&terms, wait, gone).await?;
+    let handed = taken.grant.handed;
+    Ok((LockGuard::new(Lease::from_grant(terms, taken)), handed))
 }
 
 #[cfg(test)]
@@ -505,16 +441,5 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn a_lease_is_trusted_in_whole_milliseconds() {
-        let us = Duration::from_micros;
-        // Redis keeps 1 ms of a 1.9 ms lease.
-        assert_eq!(trusted(us(1_900), Duration::ZERO), us(1_000));
-        assert_eq!(trusted(us(10_000_999), Duration::ZERO), us(10_000_000));
-        // The drift comes off what Redis keeps; the rest is rounded down.
-        assert_eq!(trusted(us(1_000_900), us(12_300)), us(987_000));
-        assert_eq!(trusted(us(1_000), us(3_000)), Duration::ZERO);
     }
 }

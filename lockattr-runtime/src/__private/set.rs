@@ -9,8 +9,8 @@ pub use super::{Options, call, default_locker, key_of, lock_failed, typed_body};
 pub use crate::{LockError, LockKey, Locker};
 
 use super::{Entered, in_hold, released_or_lost};
-use crate::guard::Lease;
 use crate::inner::Inner;
+use crate::lease::Lease;
 use crate::{DEFAULT_EXPIRE, LockSetGuard, reentry};
 
 /// One name of a set written as a format string: a `&'static str` or a
@@ -99,7 +99,7 @@ fn reenter(
         let mut members = Vec::with_capacity(held);
         for (_, lease) in found {
             let Some(lease) = lease else { continue };
-            if let Some(reason) = lease.state.standing().lost() {
+            if let Some(reason) = lease.state().standing().lost() {
                 return Some(Err(lease.lost_error(reason)));
             }
             members.push(crate::LockGuard::nested(lease));

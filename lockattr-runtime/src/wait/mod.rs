@@ -97,10 +97,9 @@ use crate::backend::rwlock as rw_side;
 use crate::backend::semaphore as sem_side;
 use crate::backend::shared::{Attempt, Owner};
 use crate::backend::{Backend, Grant, Waiter};
-use crate::guard::Lease;
 use crate::layout::{Keys, KindKeys, MAX_EXPIRE, Permits, RwKeys};
+use crate::lease::{Taken, Terms};
 use crate::local::{Entered, How, Waited};
-use crate::sync::lock;
 use crate::{LockError, io};
 
 mod acquisition;
@@ -243,74 +242,78 @@ pub(crate) struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// The request of `lease`, waiting up to `wait`.
-    pub(crate) fn of(lease: &'a Lease, wait: Duration) -> Request<'a> {
+    /// The request of `terms`, waiting up to `wait`.
+    pub(crate) fn of(terms: &'a Terms, wait: Duration) -> Request<'a> {
         Request {
-            backend: &lease.locker.backend,
-            name: &lease.name,
-            token: lease.token.clone(),
-            expire: lease.expire,
+            backend: &terms.locker.backend,
+            name: &terms.name,
+            token: terms.token.clone(),
+            expire: terms.expire,
             wait,
             queued: false,
         }
     }
 }
 
-/// Takes `lease` (of one name, any kind) for its lease, waiting up to
-/// `wait`: the grant, with the lease now keyed by the key it holds (a
-/// reader's own key, the permit taken).
+/// Takes the lock of `terms` (one name, any kind), waiting up to `wait`:
+/// the grant, with the key it holds (a reader's own key, the permit taken).
 pub(crate) async fn take(
-    lease: &mut Lease,
+    terms: &Terms,
     wait: Duration,
     gone: io::CallerGone,
-) -> Result<Grant, LockError> {
-    match lease.keys.kind.clone() {
-        KindKeys::Lock => take_lock(lease, wait, gone).await,
+) -> Result<Taken, LockError> {
+    match &terms.keys.kind {
+        KindKeys::Lock => take_lock(terms, wait, gone).await,
         KindKeys::Rw(rw) => {
-            let contender = Contender::Rw(Cow::Borrowed(&lease.keys), Cow::Borrowed(&rw));
-            let won = acquire(contender, Request::of(lease, wait), gone).await?;
-            lease.keys.lock = rw.holder_key(&won.grant.token);
-            Ok(won.grant)
+            let contender = Contender::Rw(Cow::Borrowed(&terms.keys), Cow::Borrowed(rw));
+            let won = acquire(contender, Request::of(terms, wait), gone).await?;
+            let mut keys = terms.keys.clone();
+            keys.lock = rw.holder_key(&won.grant.token);
+            Ok(Taken {
+                keys: Some(keys),
+                ..Taken::of(won.grant)
+            })
         }
         KindKeys::Permit(count) => {
-            // The permits' keys, made again from the name (the lease's keys
+            // The permits' keys, made again from the name (the terms' keys
             // name the first permit).
-            let (prefix, retention) = (&lease.locker.prefix, lease.keys.fence_retention);
-            let mut keys = Keys::new(prefix, &lease.name, retention);
-            keys.holder = lease.keys.holder.clone();
-            let permits = Permits::make(&mut keys, count);
+            let (prefix, retention) = (&terms.locker.prefix, terms.keys.fence_retention);
+            let mut keys = Keys::new(prefix, &terms.name, retention);
+            keys.holder = terms.keys.holder.clone();
+            let permits = Permits::make(&mut keys, *count);
             let contender = Contender::Permit(Cow::Borrowed(&keys), Cow::Borrowed(&permits));
-            let won = acquire(contender, Request::of(lease, wait), gone).await?;
+            let won = acquire(contender, Request::of(terms, wait), gone).await?;
             if let Some(slot) = permits.slot(won.slot) {
                 keys.lock = slot.to_owned();
             }
-            lease.keys = keys;
-            Ok(won.grant)
+            Ok(Taken {
+                keys: Some(keys),
+                ..Taken::of(won.grant)
+            })
         }
     }
 }
 
-/// Takes the lock of `lease`, waiting up to `wait`. On one server or a
+/// Takes the lock of `terms`, waiting up to `wait`. On one server or a
 /// Cluster, a task of this Locker whose lock another task of it holds or
 /// waits for waits in this process (see [`crate::local`]) until the turn
 /// comes to it; then the lease keeps the turn, and its release passes it on.
 async fn take_lock(
-    lease: &mut Lease,
+    terms: &Terms,
     wait: Duration,
     mut gone: io::CallerGone,
-) -> Result<Grant, LockError> {
-    let contender = Contender::Lock(Cow::Borrowed(&lease.keys));
-    let queues = Queued::of(&lease.locker.backend).is_some() && !wait.is_zero();
+) -> Result<Taken, LockError> {
+    let contender = Contender::Lock(Cow::Borrowed(&terms.keys));
+    let queues = Queued::of(&terms.locker.backend).is_some() && !wait.is_zero();
     if !queues {
-        return Ok(acquire(contender, Request::of(lease, wait), gone)
-            .await?
-            .grant);
+        let won = acquire(contender, Request::of(terms, wait), gone).await?;
+        return Ok(Taken::of(won.grant));
     }
     let now = Instant::now();
     let deadline = now.checked_add(wait).unwrap_or(now + MAX_EXPIRE);
-    let local = lease.locker.local.clone();
-    let mut request = Request::of(lease, wait);
-    let (turn, how) = match local.enter(&lease.keys, &request.token, lease.expire, deadline) {
+    let local = terms.locker.local.clone();
+    let mut request = Request::of(terms, wait);
+    let (turn, how) = match local.enter(&terms.keys, &request.token, terms.expire, deadline) {
         Entered::Turn(turn) => (Some(turn), How::Ask { queued: false }),
         Entered::Wait(mut here) => match here.wait(&mut gone).await? {
             // Claimed: what the token got is this acquisition's to use or
@@ -331,7 +334,7 @@ async fn take_lock(
             // time: the releaser gives the token back; never try it again.
             Waited::Abandoned => {
                 return Err(LockError::Timeout {
-                    name: lease.name.clone(),
+                    name: terms.name.clone(),
                     waited: wait,
                 });
             }
@@ -363,11 +366,13 @@ async fn take_lock(
             }
         }
     };
-    if let Some(turn) = turn {
-        turn.held(grant.sent, lease.expire);
-        *lock(&lease.turn) = Some(turn);
+    if let Some(turn) = &turn {
+        turn.held(grant.sent, terms.expire);
     }
-    Ok(grant)
+    Ok(Taken {
+        turn,
+        ..Taken::of(grant)
+    })
 }
 
 /// Takes what `contender` waits for, with the loop of the Locker's
