@@ -40,7 +40,7 @@ async fn nested(mins: u64) -> Result<(), LockError> {
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     let _ = units;
     let _ = seconds;
     let _ = float;

@@ -38,7 +38,7 @@ impl Worker {
     }
 }
 
-fn main() {
+pub fn main() {
     let _ = (train(), train_blocking());
     let _ = job;
     let _ = (Worker::export, Worker::export_blocking);

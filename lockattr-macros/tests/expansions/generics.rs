@@ -84,7 +84,7 @@ fn mutable(mut n: u32) -> Result<u32, LockError> {
     Ok(n)
 }
 
-fn main() {
+pub fn main() {
     let _ = generic::<u32>;
     let _ = generic_async::<String>;
     let _ = where_clause::<u8, 3>;

@@ -57,7 +57,7 @@ async fn drop_table(table: &Table) -> Result<u64, LockError> {
     Ok(table.id)
 }
 
-fn main() {
+pub fn main() {
     let _ = (read_catalog(), write_catalog(), rebuild(1));
     let _ = scan;
     let _ = (Table::rows, Table::truncate, drop_table);

@@ -44,7 +44,7 @@ async fn impl_trait_argument(key: impl LockKey + Send) -> Result<String, LockErr
     Ok(key.lock_key())
 }
 
-fn main() {
+pub fn main() {
     let _ = outer_attributes;
     let _ = inner_attributes;
     let _ = inner_attributes_async;

@@ -43,7 +43,7 @@ impl Worker for Job {
     }
 }
 
-fn main() {
+pub fn main() {
     let _ = <Job as Worker>::run;
     let _ = <Job as Worker>::run_async;
     let _ = <Job as Worker>::run_send;

@@ -29,7 +29,7 @@ fn instrument_sync_inside(order_id: u64) -> Result<u64, LockError> {
 
 fn assert_send<T: Send>(_: T) {}
 
-fn main() {
+pub fn main() {
     if false {
         assert_send(instrument_outside(1));
         assert_send(instrument_inside(1));

@@ -58,7 +58,7 @@ async fn guard_only_async() -> Result<u64, LockError> {
     Ok(g.fencing_token())
 }
 
-fn main() {
+pub fn main() {
     let _ = Repo::own;
     let _ = Repo::shared;
     let _ = static_locker;

@@ -49,7 +49,7 @@ async fn nested() -> Result<bool, LockError> {
     Ok(g.is_lost())
 }
 
-fn main() {
+pub fn main() {
     let _ = seconds;
     let _ = float;
     let _ = units;

@@ -113,7 +113,7 @@ async fn panics_async() -> Result<(), AppError> {
     unimplemented!()
 }
 
-fn main() {
+pub fn main() {
     let _ = question_mark;
     let _ = question_mark_async;
     let _ = early_return;

@@ -115,7 +115,7 @@ fn no_arguments() -> Result<(), LockError> {
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     let _ = literal;
     let _ = escaped_braces;
     let _ = format_string;

@@ -86,6 +86,8 @@ fn reentrant_true(n: u64) -> Result<u64, AppError> {
     Ok(reentrant_true(n - 1)? + "1".parse::<u64>()?)
 }
 
+// The `?` of a nested call in a checked body, kept as users write it.
+#[allow(clippy::needless_question_mark)]
 #[redis_lock(name = "r", reentrant = true, on_lost = "error", guard = g)]
 fn reentrant_true_checked() -> Result<impl Display, AppError> {
     if g.is_lost() {
@@ -211,7 +213,7 @@ impl Account {
     }
 }
 
-fn main() {
+pub fn main() {
     let _ = renew;
     let _ = renew_async;
     let _ = renew_true;

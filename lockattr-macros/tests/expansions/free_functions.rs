@@ -70,7 +70,7 @@ pub(crate) async fn unit_value() -> Result<(), LockError> {
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     if false {
         let _future = pay(1, 2);
         let _ = pay_blocking(1, 2);

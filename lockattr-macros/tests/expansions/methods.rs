@@ -65,7 +65,7 @@ impl Account {
     }
 }
 
-fn main() {
+pub fn main() {
     let _ = Account::balance;
     let _ = Account::balance_async;
     let _ = Account::withdraw;

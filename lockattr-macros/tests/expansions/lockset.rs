@@ -84,7 +84,7 @@ async fn own_private_path_async() -> Result<u32, LockError> {
     Ok(__private::answer())
 }
 
-fn main() {
+pub fn main() {
     let _ = (
         own_private_path,
         own_private_path_async,

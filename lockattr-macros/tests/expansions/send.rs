@@ -59,7 +59,7 @@ impl Service {
 
 fn assert_send<T: Send>(_: T) {}
 
-fn main() {
+pub fn main() {
     if false {
         assert_send(by_format(1));
         assert_send(by_key(User { id: 1 }));

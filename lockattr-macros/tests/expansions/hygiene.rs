@@ -86,7 +86,7 @@ async fn derived(key: Key) -> LockResult<u32> {
     ::core::result::Result::Ok(key.out)
 }
 
-fn main() {
+pub fn main() {
     let _ = shadowing;
     let _ = shadowing_async;
     let _ = guard_is_the_only_visible_name;

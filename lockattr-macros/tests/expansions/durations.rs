@@ -47,7 +47,7 @@ async fn expression_async() -> Result<(), LockError> {
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     let _ = integer;
     let _ = float;
     let _ = units;
