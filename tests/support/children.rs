@@ -2,10 +2,11 @@
 //! (`--exact <worker>`), the worker doing nothing unless started so.
 
 use std::io::{BufRead, BufReader};
+use std::panic::Location;
 use std::process::Child;
 use std::time::Duration;
 
-use super::{child_test, wait_child};
+use super::{child_test_of, wait_child};
 
 /// The index of a child among those [`run_children`] started (`0`..),
 /// in its environment.
@@ -14,6 +15,7 @@ pub const CHILD_INDEX: &str = "LOCKATTR_CHILD_INDEX";
 /// Runs `count` children, each the test `worker` of this binary with
 /// `envs` (and [`CHILD_INDEX`]), and asserts that each one exited
 /// successfully within `within` and printed `<done> <its pid>`.
+#[track_caller]
 pub fn run_children(
     worker: &str,
     count: usize,
@@ -21,12 +23,13 @@ pub fn run_children(
     done: &str,
     within: Duration,
 ) {
+    let caller = Location::caller();
     let children: Vec<Child> = (0..count)
         .map(|i| {
             let index = i.to_string();
             let mut envs = envs.to_vec();
             envs.push((CHILD_INDEX, &index));
-            child_test(worker, &envs)
+            child_test_of(caller, worker, &envs)
                 .spawn()
                 .expect("spawn child test process")
         })

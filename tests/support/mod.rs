@@ -15,6 +15,7 @@ pub mod sentinel;
 pub mod takes;
 pub mod waiters;
 
+use std::panic::Location;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -22,14 +23,31 @@ pub use keys::lock_key;
 #[allow(unused_imports)] // each test file uses a part of them
 pub use lockattr_test_support::{RedisServer, audit, eventually, free_port, wait_child};
 
-/// A command that runs the test `test` of this very test binary in a child
-/// process (libtest and nextest both accept `--exact`), with `envs` set.
-/// The child's stdout and stderr are piped.
+/// A command that runs the test `test` of the calling test file in a child
+/// process of this very test binary (libtest and nextest both accept
+/// `--exact`), with `envs` set. The child's stdout and stderr are piped.
+#[track_caller]
 pub fn child_test(test: &str, envs: &[(&str, &str)]) -> Command {
+    child_test_of(Location::caller(), test, envs)
+}
+
+/// [`child_test`] for the test file of `caller`: in the suite's one binary
+/// (`tests/integration.rs`) a test's full name starts with its file's
+/// module (`runtime_wakeup::child_waiter`); in a binary of its own it is
+/// the bare name.
+pub fn child_test_of(caller: &Location<'_>, test: &str, envs: &[(&str, &str)]) -> Command {
     let exe = std::env::current_exe().expect("current test binary");
+    let name = match module_path!().strip_prefix("integration::") {
+        Some(_) => {
+            let file = std::path::Path::new(caller.file());
+            let module = file.file_stem().and_then(|s| s.to_str());
+            format!("{}::{test}", module.expect("a test file's name"))
+        }
+        None => test.to_owned(),
+    };
     let mut command = Command::new(exe);
     command
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &name, "--nocapture", "--test-threads=1"])
         .envs(envs.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
