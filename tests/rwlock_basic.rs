@@ -8,35 +8,19 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker};
+use support::kinds::{
+    LONG, RwCensus, assert_all_expire, assert_gives_up, assert_refused_by_redlock,
+    assert_timed_out, assert_within, assert_woken, del, free_now, held_at_least, joined, leased,
+    lost_within, read_long, redlock_of_three, renewing, short_retention, spawn_stamped, within,
+    within_blocking, write_long,
+};
 use support::lockers::setup;
 use support::waiters::queued;
 use support::{RedisServer, keys};
-
-const LONG: Duration = Duration::from_secs(30);
-
-async fn read(locker: &Locker, name: &str) -> LockGuard {
-    locker
-        .read_lock(name)
-        .expire(LONG)
-        .acquire_timeout(LONG)
-        .acquire()
-        .await
-        .unwrap()
-}
-
-async fn write(locker: &Locker, name: &str) -> LockGuard {
-    locker
-        .write_lock(name)
-        .expire(LONG)
-        .acquire_timeout(LONG)
-        .acquire()
-        .await
-        .unwrap()
-}
 
 /// A waiter on its own task: when it got in, and its guard.
 fn spawn_waiter(
@@ -44,55 +28,37 @@ fn spawn_waiter(
     name: &'static str,
     reading: bool,
 ) -> tokio::task::JoinHandle<(Instant, LockGuard)> {
-    let locker = locker.clone();
-    tokio::spawn(async move {
-        let guard = if reading {
-            read(&locker, name).await
+    spawn_stamped(locker, move |locker| async move {
+        if reading {
+            read_long(&locker, name).await
         } else {
-            write(&locker, name).await
-        };
-        (Instant::now(), guard)
+            write_long(&locker, name).await
+        }
     })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readers_overlap_and_a_writer_excludes_everyone() {
     let server = RedisServer::start();
-    let readers = Arc::new(AtomicUsize::new(0));
-    let writers = Arc::new(AtomicUsize::new(0));
-    let most_readers = Arc::new(AtomicUsize::new(0));
-    let broken = Arc::new(AtomicBool::new(false));
+    let census = RwCensus::default();
     let mut tasks = Vec::new();
     for t in 0..12 {
         let url = server.url();
-        let (readers, writers, most_readers, broken) = (
-            readers.clone(),
-            writers.clone(),
-            most_readers.clone(),
-            broken.clone(),
-        );
+        let census = census.clone();
         tasks.push(tokio::spawn(async move {
             let locker = Locker::new(&url).unwrap();
             for i in 0..8 {
                 if (t + i) % 4 == 0 {
-                    let guard = write(&locker, "doc").await;
-                    if writers.fetch_add(1, Ordering::SeqCst) != 0
-                        || readers.load(Ordering::SeqCst) != 0
-                    {
-                        broken.store(true, Ordering::SeqCst);
-                    }
+                    let guard = write_long(&locker, "doc").await;
+                    census.writer_in();
                     tokio::time::sleep(Duration::from_millis(3)).await;
-                    writers.fetch_sub(1, Ordering::SeqCst);
+                    census.writer_out();
                     guard.release().await.unwrap();
                 } else {
-                    let guard = read(&locker, "doc").await;
-                    let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
-                    most_readers.fetch_max(now, Ordering::SeqCst);
-                    if writers.load(Ordering::SeqCst) != 0 {
-                        broken.store(true, Ordering::SeqCst);
-                    }
+                    let guard = read_long(&locker, "doc").await;
+                    census.reader_in();
                     tokio::time::sleep(Duration::from_millis(10)).await;
-                    readers.fetch_sub(1, Ordering::SeqCst);
+                    census.reader_out();
                     guard.release().await.unwrap();
                 }
             }
@@ -102,19 +68,14 @@ async fn readers_overlap_and_a_writer_excludes_everyone() {
         task.await.unwrap();
     }
     assert!(
-        !broken.load(Ordering::SeqCst),
+        !census.broken(),
         "a writer was inside with another writer or a reader"
     );
-    assert!(
-        most_readers.load(Ordering::SeqCst) >= 2,
-        "readers never overlapped"
-    );
+    assert!(census.most_readers() >= 2, "readers never overlapped");
     // Nothing held is left; every key left expires.
     assert!(server.keys(&keys::reader_keys("doc")).is_empty());
     assert!(!server.exists(&keys::rw("doc").lock));
-    for key in server.keys("lockattr:*") {
-        assert!(server.pttl(&key) > 0, "{key} has no expiry");
-    }
+    assert_all_expire(&server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -129,7 +90,7 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
             // Overlapping readers: the lock is never free of readers while
             // they run, unless a writer holds it back.
             while !stop.load(Ordering::SeqCst) {
-                let guard = read(&locker, "feed").await;
+                let guard = read_long(&locker, "feed").await;
                 tokio::time::sleep(Duration::from_millis(40)).await;
                 guard.release().await.unwrap();
             }
@@ -138,7 +99,7 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let writer = Locker::new(server.url()).unwrap();
     let asked = Instant::now();
-    let guard = tokio::time::timeout(Duration::from_secs(2), write(&writer, "feed"))
+    let guard = tokio::time::timeout(Duration::from_secs(2), write_long(&writer, "feed"))
         .await
         .expect("the writer was starved by readers for 2 s (expire 30 s)");
     assert!(server.keys(&keys::reader_keys("feed")).is_empty());
@@ -157,7 +118,7 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
     // The waiters' own Locker, as in another process: releases reach them
     // through pub/sub.
     let waiters = Locker::new(server.url()).unwrap();
-    let first_writer = write(&locker, "h").await;
+    let first_writer = write_long(&locker, "h").await;
     let mut readers = Vec::new();
     for n in 1..=3 {
         readers.push(spawn_waiter(&waiters, "h", true));
@@ -177,27 +138,21 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
         "the late reader did not queue"
     );
     // A newcomer reader does not pass the queued writer.
-    let newcomer = locker
-        .read_lock("h")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(
-        matches!(newcomer, Err(LockError::Timeout { .. })),
-        "{newcomer:?}"
-    );
+    let newcomer = within(locker.read_lock("h"), Duration::ZERO).await;
+    assert_timed_out(&newcomer);
 
     let released = Instant::now();
     first_writer.release().await.unwrap();
     let mut guards = Vec::new();
     for reader in readers {
-        let (at, guard) = tokio::time::timeout(Duration::from_secs(2), reader)
-            .await
-            .expect("a waiting reader was not admitted within 2 s of the writer's release")
-            .unwrap();
+        let (at, guard) = joined(
+            reader,
+            Duration::from_secs(2),
+            "a waiting reader was not admitted within 2 s of the writer's release",
+        )
+        .await;
         // Sooner than the once-a-second recheck: woken by the release.
-        let woken = at.duration_since(released);
-        assert!(woken < Duration::from_millis(800), "woken after {woken:?}");
+        assert_woken(at, released);
         guards.push(guard);
     }
     assert_eq!(server.keys(&keys::reader_keys("h")).len(), 3);
@@ -223,43 +178,42 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
     );
     let released = Instant::now();
     last.release().await.unwrap();
-    let (at, writer) = tokio::time::timeout(Duration::from_secs(2), second_writer)
-        .await
-        .expect("the writer was not handed the lock within 2 s")
-        .unwrap();
-    let woken = at.duration_since(released);
-    assert!(woken < Duration::from_millis(800), "woken after {woken:?}");
+    let wait = Duration::from_secs(2);
+    let (at, writer) = joined(
+        second_writer,
+        wait,
+        "the writer was not handed the lock within 2 s",
+    )
+    .await;
+    assert_woken(at, released);
     assert!(!late_reader.is_finished());
     let released = Instant::now();
     writer.release().await.unwrap();
-    let (at, reader) = tokio::time::timeout(Duration::from_secs(2), late_reader)
-        .await
-        .expect("the late reader was not admitted")
-        .unwrap();
-    assert!(at.duration_since(released) < Duration::from_millis(800));
+    let (at, reader) = joined(late_reader, wait, "the late reader was not admitted").await;
+    assert_woken(at, released);
     reader.release().await.unwrap();
 }
 
 #[tokio::test]
 async fn fencing_writers_increase_and_readers_see_the_last_write() {
     let (_server, locker) = setup();
-    let fresh = read(&locker, "f").await;
+    let fresh = read_long(&locker, "f").await;
     assert_eq!(fresh.fencing_token(), 0, "no write yet");
     fresh.release().await.unwrap();
-    let first = write(&locker, "f").await;
+    let first = write_long(&locker, "f").await;
     let t1 = first.fencing_token();
     assert!(t1 > 0);
     first.release().await.unwrap();
-    let a = read(&locker, "f").await;
-    let b = read(&locker, "f").await;
+    let a = read_long(&locker, "f").await;
+    let b = read_long(&locker, "f").await;
     assert_eq!((a.fencing_token(), b.fencing_token()), (t1, t1));
     a.release().await.unwrap();
     b.release().await.unwrap();
-    let second = write(&locker, "f").await;
+    let second = write_long(&locker, "f").await;
     let t2 = second.fencing_token();
     assert!(t2 > t1, "{t2} after {t1}");
     second.release().await.unwrap();
-    let c = read(&locker, "f").await;
+    let c = read_long(&locker, "f").await;
     assert_eq!(c.fencing_token(), t2);
     c.release().await.unwrap();
 }
@@ -267,48 +221,16 @@ async fn fencing_writers_increase_and_readers_see_the_last_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_timeouts_are_honoured_both_ways() {
     let (server, locker) = setup();
-    let writer = write(&locker, "t").await;
-    let asked = Instant::now();
-    let reader = locker
-        .read_lock("t")
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await;
-    let waited = asked.elapsed();
-    assert!(
-        matches!(reader, Err(LockError::Timeout { .. })),
-        "{reader:?}"
-    );
-    assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
-        "{waited:?}"
-    );
+    let (wait, most) = (Duration::from_millis(300), Duration::from_secs(2));
+    let writer = write_long(&locker, "t").await;
+    assert_gives_up(locker.read_lock("t"), wait, most).await;
     writer.release().await.unwrap();
 
-    let a = read(&locker, "t").await;
-    let b = read(&locker, "t").await;
-    let asked = Instant::now();
-    let writer = locker
-        .write_lock("t")
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await;
-    let waited = asked.elapsed();
-    assert!(
-        matches!(writer, Err(LockError::Timeout { .. })),
-        "{writer:?}"
-    );
-    assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
-        "{waited:?}"
-    );
+    let a = read_long(&locker, "t").await;
+    let b = read_long(&locker, "t").await;
+    assert_gives_up(locker.write_lock("t"), wait, most).await;
     // The writer that gave up left the queue: readers come in again.
-    let c = locker
-        .read_lock("t")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let c = free_now(locker.read_lock("t")).await;
     for guard in [a, b, c] {
         guard.release().await.unwrap();
     }
@@ -320,22 +242,12 @@ fn sync_acquire_blocking_works() {
     let (server, locker) = setup();
     let a = locker.read_lock("s").acquire_blocking().unwrap();
     let b = locker.read_lock("s").acquire_blocking().unwrap();
-    let refused = locker
-        .write_lock("s")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking();
-    assert!(
-        matches!(refused, Err(LockError::Timeout { .. })),
-        "{refused:?}"
-    );
+    let refused = within_blocking(locker.write_lock("s"), Duration::ZERO);
+    assert_timed_out(&refused);
     a.release_blocking().unwrap();
     // Dropping a guard releases it.
     drop(b);
-    let w = locker
-        .write_lock("s")
-        .acquire_timeout(Duration::from_secs(5))
-        .acquire_blocking()
-        .unwrap();
+    let w = within_blocking(locker.write_lock("s"), Duration::from_secs(5)).unwrap();
     assert!(server.exists(&keys::rw("s").lock));
     w.release_blocking().unwrap();
     assert!(!server.exists(&keys::rw("s").lock));
@@ -345,20 +257,9 @@ fn sync_acquire_blocking_works() {
 async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
     let (server, locker) = setup();
     // Renewed: held past several leases.
-    let renewed = locker
-        .read_lock("l")
-        .expire(Duration::from_millis(400))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let renewed = renewing(locker.read_lock("l"), Duration::from_millis(400)).await;
     // Not renewed: frees its share when its lease ends (as a crash would).
-    let short = locker
-        .read_lock("l")
-        .expire(Duration::from_millis(400))
-        .acquire()
-        .await
-        .unwrap();
+    let short = leased(locker.read_lock("l"), Duration::from_millis(400)).await;
     assert_eq!(server.keys(&keys::reader_keys("l")).len(), 2);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!renewed.is_lost());
@@ -366,31 +267,19 @@ async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
     let keys = server.keys(&keys::reader_keys("l"));
     assert_eq!(keys.len(), 1, "{keys:?}");
     // A writer is kept out by the renewed reader alone.
-    let writer = locker
-        .write_lock("l")
-        .acquire_timeout(Duration::from_millis(200))
-        .acquire()
-        .await;
-    assert!(
-        matches!(writer, Err(LockError::Timeout { .. })),
-        "{writer:?}"
-    );
+    let writer = within(locker.write_lock("l"), Duration::from_millis(200)).await;
+    assert_timed_out(&writer);
     // The renewed reader's key taken away: its lost signal fires.
-    let _: () = redis::cmd("DEL")
-        .arg(&keys[0])
-        .query(&mut server.client())
-        .unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(3), renewed.lost())
-        .await
-        .expect("no lost signal within 3 s");
+    del(&server, &keys[0]);
+    let lost = lost_within(
+        &renewed,
+        Duration::from_secs(3),
+        "no lost signal within 3 s",
+    )
+    .await;
     assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
     // Extension works on a reader's own key.
-    let reader = locker
-        .read_lock("l")
-        .expire(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap();
+    let reader = leased(locker.read_lock("l"), Duration::from_secs(2)).await;
     reader.extend(Duration::from_secs(10)).await.unwrap();
     let key = server.keys(&keys::reader_keys("l")).pop().unwrap();
     assert!(server.pttl(&key) > 5_000, "{}", server.pttl(&key));
@@ -401,7 +290,7 @@ async fn a_readers_lease_is_its_own_renewed_and_lost_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_waiting_future_leaves_the_queue() {
     let (server, locker) = setup();
-    let reader = read(&locker, "d").await;
+    let reader = read_long(&locker, "d").await;
     let waiting = spawn_waiter(&locker, "d", false);
     assert!(queued(&server, &keys::rw("d").queue, 1));
     waiting.abort();
@@ -410,12 +299,7 @@ async fn a_dropped_waiting_future_leaves_the_queue() {
         queued(&server, &keys::rw("d").queue, 0),
         "the aborted writer stayed queued"
     );
-    let other = locker
-        .read_lock("d")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let other = free_now(locker.read_lock("d")).await;
     other.release().await.unwrap();
     reader.release().await.unwrap();
     assert!(!server.exists(&keys::rw("d").lock));
@@ -423,25 +307,13 @@ async fn a_dropped_waiting_future_leaves_the_queue() {
 
 #[tokio::test]
 async fn a_redlock_refuses_read_write_locks() {
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let locker = Locker::redlock(servers.iter().map(RedisServer::url)).unwrap();
+    let (servers, locker) = redlock_of_three();
     for e in [
         locker.read_lock("x").acquire().await.unwrap_err(),
         locker.write_lock("x").acquire().await.unwrap_err(),
     ] {
-        assert!(
-            matches!(
-                e,
-                LockError::InvalidInput {
-                    what: "read-write lock",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("Redlock"), "{e}");
+        assert_refused_by_redlock(&e, "read-write lock", &servers);
     }
-    assert!(servers.iter().all(|s| s.keys("*").is_empty()));
 }
 
 #[tokio::test]
@@ -449,20 +321,10 @@ async fn a_lock_a_semaphore_and_a_read_write_lock_of_one_name_are_independent() 
     let (_server, locker) = setup();
     let lock = locker.lock("x").acquire().await.unwrap();
     let permit = locker.semaphore("x", 1).acquire().await.unwrap();
-    let writer = locker
-        .write_lock("x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let writer = free_now(locker.write_lock("x")).await;
     // And the other way round: the writer does not keep the lock out.
     lock.release().await.unwrap();
-    let again = locker
-        .lock("x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let again = free_now(locker.lock("x")).await;
     for guard in [again, permit, writer] {
         guard.release().await.unwrap();
     }
@@ -471,16 +333,10 @@ async fn a_lock_a_semaphore_and_a_read_write_lock_of_one_name_are_independent() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readers_hold_at_least_keeps_a_writer_out_until_then() {
     let (_server, locker) = setup();
-    let reader = locker
-        .read_lock("hold")
-        .expire(LONG)
-        .hold_at_least(Duration::from_millis(800))
-        .acquire()
-        .await
-        .unwrap();
+    let reader = held_at_least(locker.read_lock("hold"), LONG, Duration::from_millis(800)).await;
     let taken = Instant::now();
     reader.release().await.unwrap();
-    let writer = write(&locker, "hold").await;
+    let writer = write_long(&locker, "hold").await;
     let waited = taken.elapsed();
     assert!(
         waited >= Duration::from_millis(750) && waited < Duration::from_secs(3),
@@ -495,42 +351,28 @@ async fn a_panicking_reader_releases_its_share() {
     let panicking = {
         let locker = locker.clone();
         tokio::spawn(async move {
-            let _guard = read(&locker, "p").await;
+            let _guard = read_long(&locker, "p").await;
             panic!("the reader fails");
         })
     };
     assert!(panicking.await.is_err());
     let asked = Instant::now();
-    let writer = locker
-        .write_lock("p")
-        .acquire_timeout(Duration::from_secs(5))
-        .acquire()
+    let writer = within(locker.write_lock("p"), Duration::from_secs(5))
         .await
         .unwrap();
     // Released on the way out, not at the 30 s lease's end.
-    assert!(
-        asked.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        asked.elapsed()
-    );
+    assert_within(asked, Duration::from_secs(2));
     writer.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_reading_its_own_name_waits_for_itself() {
     let (_server, locker) = setup();
-    let writer = write(&locker, "own").await;
+    let writer = write_long(&locker, "own").await;
     // Not re-entered: the read side waits for the writer, here until its
     // acquire timeout.
-    let nested = locker
-        .read_lock("own")
-        .acquire_timeout(Duration::from_millis(200))
-        .acquire()
-        .await;
-    assert!(
-        matches!(nested, Err(LockError::Timeout { .. })),
-        "{nested:?}"
-    );
+    let nested = within(locker.read_lock("own"), Duration::from_millis(200)).await;
+    assert_timed_out(&nested);
     writer.release().await.unwrap();
 }
 
@@ -540,27 +382,15 @@ async fn a_writer_reading_its_own_name_waits_for_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_released_within_its_hold_leaves_no_key_behind() {
     let server = RedisServer::start();
-    let locker = Locker::builder(server.url())
-        .fence_retention(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let locker = short_retention(&server.url());
     for n in 0..20 {
-        let reader = locker
-            .read_lock(format!("report:{n}"))
-            .expire(Duration::from_millis(600))
-            .hold_at_least(Duration::from_millis(400))
-            .acquire()
-            .await
-            .unwrap();
+        let (expire, hold) = (Duration::from_millis(600), Duration::from_millis(400));
+        let reader = held_at_least(locker.read_lock(format!("report:{n}")), expire, hold).await;
         reader.release().await.unwrap();
     }
     // The holds keep the readers' shares: a writer waits for them.
-    let busy = locker
-        .write_lock("report:0")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    let busy = within(locker.write_lock("report:0"), Duration::ZERO).await;
+    assert_timed_out(&busy);
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let left = server.keys("lockattr:*");
     assert!(left.is_empty(), "keys stay after the holds: {left:?}");
@@ -571,10 +401,7 @@ async fn a_reader_released_within_its_hold_leaves_no_key_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandoned_readers_and_writers_leave_no_key_behind() {
     let server = RedisServer::start();
-    let locker = Locker::builder(server.url())
-        .fence_retention(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let locker = short_retention(&server.url());
     let mut guards = Vec::new();
     for n in 0..20 {
         let name = format!("page:{n}");
@@ -583,12 +410,7 @@ async fn abandoned_readers_and_writers_leave_no_key_behind() {
         } else {
             locker.write_lock(&name)
         };
-        guards.push(
-            side.expire(Duration::from_millis(300))
-                .acquire()
-                .await
-                .unwrap(),
-        );
+        guards.push(leased(side, Duration::from_millis(300)).await);
     }
     // As a crashed holder would: no release, no Drop.
     std::mem::forget(guards);

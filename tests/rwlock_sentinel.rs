@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
+use support::kinds::{assert_woken, joined, spawn_stamped, within};
 use support::sentinel::SentinelSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,25 +23,23 @@ async fn a_read_write_lock_through_sentinel() {
         2,
         "the readers are not on the master"
     );
-    let writer = tokio::spawn(async move {
-        let guard = other
-            .write_lock("catalog")
-            .acquire_timeout(Duration::from_secs(30))
-            .acquire()
+    let writer = spawn_stamped(&other, |other| async move {
+        within(other.write_lock("catalog"), Duration::from_secs(30))
             .await
-            .unwrap();
-        (Instant::now(), guard)
+            .unwrap()
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!writer.is_finished(), "the writer entered with readers");
     a.release().await.unwrap();
     b.release().await.unwrap();
     let released = Instant::now();
-    let (at, guard) = tokio::time::timeout(Duration::from_secs(2), writer)
-        .await
-        .expect("the writer was not handed the lock")
-        .unwrap();
-    assert!(at.duration_since(released) < Duration::from_millis(800));
+    let (at, guard) = joined(
+        writer,
+        Duration::from_secs(2),
+        "the writer was not handed the lock",
+    )
+    .await;
+    assert_woken(at, released);
     assert!(set.exists_on(master, "lockattr:{catalog}:rw:write"));
     guard.release().await.unwrap();
 }

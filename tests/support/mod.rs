@@ -9,6 +9,7 @@ pub mod asserts;
 pub mod children;
 pub mod cluster;
 pub mod keys;
+pub mod kinds;
 pub mod lockers;
 pub mod proxy;
 pub mod sentinel;

@@ -1,0 +1,297 @@
+//! The read-write locks and the semaphores as their tests (and the tests of
+//! the operator calls) spell them again and again: a request of any kind
+//! taken with a lease or within a wait, a waiter on a task of its own and
+//! when it got in, who is inside at once, and the asserts on what came
+//! back. Each acquisition is the public builder chain it names, nothing
+//! more: the test still writes the `Locker` call that makes the request.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockattr::{LockBuilder, LockError, LockGuard, Locker};
+use tokio::task::JoinHandle;
+
+use super::RedisServer;
+use super::lockers::labelled;
+use super::takes::{try_read, try_write};
+
+/// A lease and a wait far longer than a test: 30 s.
+pub const LONG: Duration = Duration::from_secs(30);
+
+/// The read side of `name`, lease [`LONG`], waiting up to [`LONG`].
+pub async fn read_long(locker: &Locker, name: &str) -> LockGuard {
+    try_read(locker, name, LONG, LONG).await.unwrap()
+}
+
+/// The write side of `name`, lease [`LONG`], waiting up to [`LONG`].
+pub async fn write_long(locker: &Locker, name: &str) -> LockGuard {
+    try_write(locker, name, LONG, LONG).await.unwrap()
+}
+
+/// `request` (of any kind, lease as it is) waiting up to `wait`: the
+/// outcome.
+pub async fn within(request: LockBuilder<'_>, wait: Duration) -> Result<LockGuard, LockError> {
+    request.acquire_timeout(wait).acquire().await
+}
+
+/// [`within`] for a sync caller.
+pub fn within_blocking(request: LockBuilder<'_>, wait: Duration) -> Result<LockGuard, LockError> {
+    request.acquire_timeout(wait).acquire_blocking()
+}
+
+/// `request`, which must be free now (no wait).
+pub async fn free_now(request: LockBuilder<'_>) -> LockGuard {
+    within(request, Duration::ZERO).await.unwrap()
+}
+
+/// `request` with a lease of `expire` (the default wait), which must
+/// succeed.
+pub async fn leased(request: LockBuilder<'_>, expire: Duration) -> LockGuard {
+    request.expire(expire).acquire().await.unwrap()
+}
+
+/// [`leased`] for a sync caller.
+pub fn leased_blocking(request: LockBuilder<'_>, expire: Duration) -> LockGuard {
+    request.expire(expire).acquire_blocking().unwrap()
+}
+
+/// `request` with a lease of `expire` that it renews (the default wait),
+/// which must succeed.
+pub async fn renewing(request: LockBuilder<'_>, expire: Duration) -> LockGuard {
+    request.expire(expire).renew(true).acquire().await.unwrap()
+}
+
+/// `request` with a lease of `expire`, held at least `hold` (the default
+/// wait), which must succeed.
+pub async fn held_at_least(
+    request: LockBuilder<'_>,
+    expire: Duration,
+    hold: Duration,
+) -> LockGuard {
+    request
+        .expire(expire)
+        .hold_at_least(hold)
+        .acquire()
+        .await
+        .unwrap()
+}
+
+/// Runs `acquire` on a task of its own, given a clone of `locker`.
+pub fn spawn_on<T, F>(locker: &Locker, acquire: impl FnOnce(Locker) -> F) -> JoinHandle<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(acquire(locker.clone()))
+}
+
+/// Runs `acquire` on a task of its own, given a clone of `locker`: what it
+/// got, and when it got it.
+pub fn spawn_stamped<T, F>(
+    locker: &Locker,
+    acquire: impl FnOnce(Locker) -> F,
+) -> JoinHandle<(Instant, T)>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let acquiring = acquire(locker.clone());
+    tokio::spawn(async move {
+        let got = acquiring.await;
+        (Instant::now(), got)
+    })
+}
+
+/// Waits up to `within` for `task`, which must end well: what it returned.
+/// Panics with `what` when it did not end in time.
+pub async fn joined<T>(task: JoinHandle<T>, within: Duration, what: &str) -> T {
+    tokio::time::timeout(within, task)
+        .await
+        .expect(what)
+        .unwrap()
+}
+
+/// Asserts that `at` came less than 800 ms after `released`: sooner than a
+/// waiter's once-a-second recheck, so woken by the release itself.
+pub fn assert_woken(at: Instant, released: Instant) {
+    let woken = at.duration_since(released);
+    assert!(woken < Duration::from_millis(800), "woken after {woken:?}");
+}
+
+/// Asserts that `outcome` is a [`LockError::Timeout`].
+pub fn assert_timed_out<T: Debug>(outcome: &Result<T, LockError>) {
+    assert!(
+        matches!(outcome, Err(LockError::Timeout { .. })),
+        "{outcome:?}"
+    );
+}
+
+/// Asserts that `waited` is at least `least` and less than `most`.
+pub fn assert_waited(waited: Duration, least: Duration, most: Duration) {
+    assert!(waited >= least && waited < most, "{waited:?}");
+}
+
+/// Asserts that less than `limit` has passed since `since`.
+pub fn assert_within(since: Instant, limit: Duration) {
+    let took = since.elapsed();
+    assert!(took < limit, "{took:?}");
+}
+
+/// Asserts that `request` gives up with a timeout once it waited `wait`,
+/// and in less than `most`.
+pub async fn assert_gives_up(request: LockBuilder<'_>, wait: Duration, most: Duration) {
+    let asked = Instant::now();
+    let outcome = within(request, wait).await;
+    let waited = asked.elapsed();
+    assert_timed_out(&outcome);
+    assert_waited(waited, wait, most);
+}
+
+/// Asserts that `err` is a [`LockError::InvalidInput`] about `what`.
+pub fn assert_invalid(err: &LockError, what: &str) {
+    assert!(
+        matches!(err, LockError::InvalidInput { what: w, .. } if *w == what),
+        "{err:?}"
+    );
+}
+
+/// Waits up to `within` for `guard`'s lost signal: the error it carries.
+/// Panics with `what` when none came in time.
+pub async fn lost_within(guard: &LockGuard, within: Duration, what: &str) -> LockError {
+    tokio::time::timeout(within, guard.lost())
+        .await
+        .expect(what)
+}
+
+/// Deletes `key` on `server` (as an operator, or a crash, would): how many
+/// keys went.
+pub fn del(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("DEL")
+        .arg(key)
+        .query(&mut server.client())
+        .unwrap()
+}
+
+/// Asserts that every key of lockattr's left on `server` has an expiry.
+pub fn assert_all_expire(server: &RedisServer) {
+    for key in server.keys("lockattr:*") {
+        assert!(server.pttl(&key) > 0, "{key} has no expiry");
+    }
+}
+
+/// A Locker of the server at `url` whose fence counters (and records)
+/// outlive a lease by 200 ms.
+pub fn short_retention(url: &str) -> Locker {
+    Locker::builder(url)
+        .fence_retention(Duration::from_millis(200))
+        .build()
+        .unwrap()
+}
+
+/// Three servers of our own and a Redlock of them.
+pub fn redlock_of_three() -> (Vec<RedisServer>, Locker) {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let locker = Locker::redlock(servers.iter().map(RedisServer::url)).unwrap();
+    (servers, locker)
+}
+
+/// Asserts that a Redlock refused a request of kind `what` with `err`,
+/// saying so, and that none of `servers` holds any key.
+pub fn assert_refused_by_redlock(err: &LockError, what: &str, servers: &[RedisServer]) {
+    assert_invalid(err, what);
+    assert!(err.to_string().contains("Redlock"), "{err}");
+    assert!(servers.iter().all(|s| s.keys("*").is_empty()));
+}
+
+/// A server of our own and a Locker of it for each of `labels` (see
+/// [`labelled`]), in that order.
+pub fn labelled_lockers<const N: usize>(labels: [&str; N]) -> (RedisServer, [Locker; N]) {
+    let server = RedisServer::start();
+    let lockers = labels.map(|label| labelled(&server, label));
+    (server, lockers)
+}
+
+/// The number of keys matching `pattern` on each of `nodes`.
+pub fn keys_per_node(nodes: &[RedisServer], pattern: &str) -> Vec<usize> {
+    nodes.iter().map(|n| n.keys(pattern).len()).collect()
+}
+
+/// Who is inside a read-write lock, as its holders count themselves in and
+/// out: whether a writer was ever in with anyone, or a reader with a
+/// writer, and the most readers in at once. Clones count together.
+#[derive(Clone, Default)]
+pub struct RwCensus {
+    readers: Arc<AtomicUsize>,
+    writers: Arc<AtomicUsize>,
+    most_readers: Arc<AtomicUsize>,
+    broken: Arc<AtomicBool>,
+}
+
+impl RwCensus {
+    /// A writer comes in: a breach if anyone is inside.
+    pub fn writer_in(&self) {
+        if self.writers.fetch_add(1, Ordering::SeqCst) != 0
+            || self.readers.load(Ordering::SeqCst) != 0
+        {
+            self.broken.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A writer goes out.
+    pub fn writer_out(&self) {
+        self.writers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A reader comes in: a breach if a writer is inside.
+    pub fn reader_in(&self) {
+        let now = self.readers.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_readers.fetch_max(now, Ordering::SeqCst);
+        if self.writers.load(Ordering::SeqCst) != 0 {
+            self.broken.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A reader goes out.
+    pub fn reader_out(&self) {
+        self.readers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether a writer was ever in with anyone, or a reader with a writer.
+    pub fn broken(&self) -> bool {
+        self.broken.load(Ordering::SeqCst)
+    }
+
+    /// The most readers that were in at once.
+    pub fn most_readers(&self) -> usize {
+        self.most_readers.load(Ordering::SeqCst)
+    }
+}
+
+/// How many holders of a semaphore are inside, as they count themselves
+/// in and out, and the most that were in at once. Clones count together.
+#[derive(Clone, Default)]
+pub struct Census {
+    inside: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+impl Census {
+    /// A holder comes in.
+    pub fn enter(&self) {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// A holder goes out.
+    pub fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The most holders that were in at once.
+    pub fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+}
