@@ -12,22 +12,17 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockattr::Locker;
-use support::children::{read_until, run_children};
-use support::{RedisServer, child_test, keys, wait_child};
+use support::kinds::{
+    DONE, HOLDING, LOCK_URL, STORE_URL, assert_taken_as_the_lease_ended, kill, kill_a_holder,
+    leased_blocking, number, run_workers, short_retention, start_holder, within_blocking, worker,
+};
+use support::{RedisServer, keys};
 
 const CHILDREN: usize = 4;
 const ITERATIONS: usize = 24;
-/// Where the lock server is, for a child.
-const LOCK_URL: &str = "LOCKATTR_RW_LOCK_URL";
-/// Where the store server is, for a child.
-const STORE_URL: &str = "LOCKATTR_RW_STORE_URL";
-/// What a child prints when its loop is done.
-const DONE: &str = "LOCKATTR_RW_CHILD_DONE";
-/// What the holding child prints once it holds the read side.
-const HOLDING: &str = "LOCKATTR_RW_HOLDING";
 /// Set for the child that reads many names.
 const MANY: &str = "LOCKATTR_RW_MANY";
 
@@ -49,14 +44,9 @@ return 1
 
 #[test]
 fn child_worker() {
-    let (Ok(lock_url), Ok(store_url)) = (std::env::var(LOCK_URL), std::env::var(STORE_URL)) else {
+    let Some((locker, mut store)) = worker() else {
         return;
     };
-    let locker = Locker::new(&lock_url).unwrap();
-    let mut store = redis::Client::open(store_url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
     let enter = redis::Script::new(ENTER);
     for i in 0..ITERATIONS {
         let writing = i % 4 == 3;
@@ -65,11 +55,11 @@ fn child_worker() {
         } else {
             locker.read_lock("catalog")
         };
-        let guard = request
-            .expire(Duration::from_secs(30))
-            .acquire_timeout(Duration::from_secs(60))
-            .acquire_blocking()
-            .unwrap();
+        let guard = within_blocking(
+            request.expire(Duration::from_secs(30)),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         let _: i64 = enter
             .arg(if writing { "w" } else { "r" })
             .invoke(&mut store)
@@ -84,23 +74,11 @@ fn child_worker() {
 
 #[test]
 fn processes_share_reads_and_exclude_writes() {
-    let locks = RedisServer::start();
-    // The test's own counters only, without a TTL (see support::audit).
-    let store = RedisServer::start();
-    store.allow_untimed("*");
-    let (lock_url, store_url) = (locks.url(), store.url());
-    run_children(
-        "child_worker",
-        CHILDREN,
-        &[
-            (LOCK_URL, lock_url.as_str()),
-            (STORE_URL, store_url.as_str()),
-        ],
-        DONE,
-        Duration::from_secs(120),
-    );
+    // The store holds the test's own counters only, without a TTL (see
+    // support::audit).
+    let (locks, store) = run_workers(CHILDREN, &["*"]);
     assert_eq!(store.get("breaches"), None, "a writer was not alone");
-    let most: i64 = store.get("most").unwrap().parse().unwrap();
+    let most = number(&store, "most");
     assert!(most >= 2, "readers of different processes never overlapped");
     assert_eq!(store.get("readers").as_deref(), Some("0"));
     assert_eq!(store.get("writers").as_deref(), Some("0"));
@@ -119,54 +97,22 @@ fn child_reader() {
         return;
     };
     let locker = Locker::new(&lock_url).unwrap();
-    let _guard = locker
-        .read_lock("killed")
-        .expire(Duration::from_secs(2))
-        .acquire_blocking()
-        .unwrap();
+    let _guard = leased_blocking(locker.read_lock("killed"), Duration::from_secs(2));
     println!("{HOLDING}");
     std::thread::sleep(Duration::from_secs(60));
 }
 
 #[test]
 fn a_killed_readers_share_is_free_when_its_lease_ends() {
-    let locks = RedisServer::start();
-    let url = locks.url();
-    let mut child = child_test("child_reader", &[(LOCK_URL, url.as_str())])
-        .spawn()
-        .expect("spawn child test process");
-    read_until(&mut child, HOLDING);
-    let held = Instant::now();
     // SIGKILL: no release, no Drop.
-    child.kill().unwrap();
-    let _ = wait_child(child, Duration::from_secs(10));
-    let locker = Locker::new(&url).unwrap();
+    let (_locks, locker, held, _) = kill_a_holder("child_reader");
     // Another reader is not kept out meanwhile.
-    let reader = locker
-        .read_lock("killed")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap();
+    let reader = within_blocking(locker.read_lock("killed"), Duration::ZERO).unwrap();
     reader.release_blocking().unwrap();
-    let busy = locker
-        .write_lock("killed")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking();
+    let busy = within_blocking(locker.write_lock("killed"), Duration::ZERO);
     assert!(busy.is_err(), "the writer got in before the lease ended");
-    let guard = locker
-        .write_lock("killed")
-        .acquire_timeout(Duration::from_secs(10))
-        .acquire_blocking()
-        .unwrap();
-    let waited = held.elapsed();
-    assert!(
-        waited >= Duration::from_millis(1_900),
-        "taken after {waited:?}, before the 2 s lease ended"
-    );
-    assert!(
-        waited < Duration::from_secs(4),
-        "taken only after {waited:?}"
-    );
+    let guard = within_blocking(locker.write_lock("killed"), Duration::from_secs(10)).unwrap();
+    assert_taken_as_the_lease_ended(held.elapsed());
     guard.release_blocking().unwrap();
 }
 
@@ -177,18 +123,10 @@ fn child_reader_of_many() {
     let (Ok(lock_url), Ok(_)) = (std::env::var(LOCK_URL), std::env::var(MANY)) else {
         return;
     };
-    let locker = Locker::builder(&lock_url)
-        .fence_retention(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let locker = short_retention(&lock_url);
+    let lease = Duration::from_millis(300);
     let guards: Vec<_> = (0..50)
-        .map(|n| {
-            locker
-                .read_lock(format!("report:{n}"))
-                .expire(Duration::from_millis(300))
-                .acquire_blocking()
-                .unwrap()
-        })
+        .map(|n| leased_blocking(locker.read_lock(format!("report:{n}")), lease))
         .collect();
     println!("{HOLDING}");
     std::thread::sleep(Duration::from_secs(60));
@@ -199,16 +137,12 @@ fn child_reader_of_many() {
 fn killed_readers_of_many_names_leave_no_key_behind() {
     let locks = RedisServer::start();
     let url = locks.url();
-    let mut child = child_test(
+    let (child, _) = start_holder(
         "child_reader_of_many",
         &[(LOCK_URL, url.as_str()), (MANY, "1")],
-    )
-    .spawn()
-    .expect("spawn child test process");
-    read_until(&mut child, HOLDING);
+    );
     // SIGKILL: no release, no Drop.
-    child.kill().unwrap();
-    let _ = wait_child(child, Duration::from_secs(10));
+    kill(child);
     // Past every lease (300 ms) plus the retention (200 ms).
     std::thread::sleep(Duration::from_millis(1_000));
     let left = locks.keys("lockattr:*");

@@ -7,6 +7,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -14,9 +15,10 @@ use std::time::{Duration, Instant};
 use lockattr::{LockBuilder, LockError, LockGuard, Locker};
 use tokio::task::JoinHandle;
 
-use super::RedisServer;
+use super::children::{read_until, run_children};
 use super::lockers::labelled;
 use super::takes::{try_read, try_write};
+use super::{RedisServer, child_test, wait_child};
 
 /// A lease and a wait far longer than a test: 30 s.
 pub const LONG: Duration = Duration::from_secs(30);
@@ -294,4 +296,100 @@ impl Census {
     pub fn most(&self) -> usize {
         self.most.load(Ordering::SeqCst)
     }
+}
+
+/// For a child process: the variable that holds the lock server's URL.
+pub const LOCK_URL: &str = "LOCKATTR_KINDS_LOCK_URL";
+/// For a child process: the variable that holds the store server's URL.
+pub const STORE_URL: &str = "LOCKATTR_KINDS_STORE_URL";
+/// What a worker child prints (with its pid) when its loop is done.
+pub const DONE: &str = "LOCKATTR_KINDS_CHILD_DONE";
+/// What a holding child prints once it holds.
+pub const HOLDING: &str = "LOCKATTR_KINDS_HOLDING";
+
+/// In a worker child: a Locker of the lock server ([`LOCK_URL`]) and a
+/// connection to the store ([`STORE_URL`]); `None` unless started so.
+pub fn worker() -> Option<(Locker, redis::Connection)> {
+    let (lock_url, store_url) = (
+        std::env::var(LOCK_URL).ok()?,
+        std::env::var(STORE_URL).ok()?,
+    );
+    let locker = Locker::new(&lock_url).unwrap();
+    let store = redis::Client::open(store_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    Some((locker, store))
+}
+
+/// Starts a lock server and a store (whose keys matching `untimed` may
+/// have no TTL), then runs `count` children of the test `child_worker` of
+/// this binary, told their URLs, and asserts that each printed [`DONE`]
+/// within 120 s (see [`run_children`]): the lock server and the store.
+pub fn run_workers(count: usize, untimed: &[&str]) -> (RedisServer, RedisServer) {
+    let locks = RedisServer::start();
+    let store = RedisServer::start();
+    for pattern in untimed {
+        store.allow_untimed(pattern);
+    }
+    let (lock_url, store_url) = (locks.url(), store.url());
+    run_children(
+        "child_worker",
+        count,
+        &[
+            (LOCK_URL, lock_url.as_str()),
+            (STORE_URL, store_url.as_str()),
+        ],
+        DONE,
+        Duration::from_secs(120),
+    );
+    (locks, store)
+}
+
+/// The number `server` holds at `key`.
+pub fn number(server: &RedisServer, key: &str) -> i64 {
+    server.get(key).unwrap().parse().unwrap()
+}
+
+/// Starts the test `test` of this binary as a child with `envs`, and reads
+/// its stdout until it prints [`HOLDING`]: the child, and what followed.
+pub fn start_holder(test: &str, envs: &[(&str, &str)]) -> (Child, String) {
+    let mut child = child_test(test, envs)
+        .spawn()
+        .expect("spawn child test process");
+    let said = read_until(&mut child, HOLDING);
+    (child, said)
+}
+
+/// SIGKILLs `child` (no release, no Drop) and reaps it (within 10 s).
+pub fn kill(mut child: Child) {
+    child.kill().unwrap();
+    let _ = wait_child(child, Duration::from_secs(10));
+}
+
+/// Starts a lock server, and the test `test` of this binary as a child told
+/// its URL ([`LOCK_URL`]); once the child says it holds ([`HOLDING`]),
+/// notes the time and [`kill`]s it. The server, a Locker of it, when the
+/// child held, and what it said after [`HOLDING`].
+pub fn kill_a_holder(test: &str) -> (RedisServer, Locker, Instant, String) {
+    let locks = RedisServer::start();
+    let url = locks.url();
+    let (child, said) = start_holder(test, &[(LOCK_URL, url.as_str())]);
+    let held = Instant::now();
+    kill(child);
+    let locker = Locker::new(&url).unwrap();
+    (locks, locker, held, said)
+}
+
+/// Asserts that what a killed child held with a 2 s lease was taken
+/// `waited` after, as that lease ended: not before, and not long after.
+pub fn assert_taken_as_the_lease_ended(waited: Duration) {
+    assert!(
+        waited >= Duration::from_millis(1_900),
+        "taken after {waited:?}, before the 2 s lease ended"
+    );
+    assert!(
+        waited < Duration::from_secs(4),
+        "taken only after {waited:?}"
+    );
 }
