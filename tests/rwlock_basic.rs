@@ -15,8 +15,8 @@ use lockattr::{LockError, LockGuard, Locker};
 use support::kinds::{
     LONG, RwCensus, assert_all_expire, assert_gives_up, assert_refused_by_redlock,
     assert_timed_out, assert_within, assert_woken, del, free_now, held_at_least, joined, leased,
-    lost_within, read_long, redlock_of_three, renewing, short_retention, spawn_stamped, within,
-    within_blocking, write_long,
+    lost_within, read_long, redlock_of_three, renewing, setup_short_retention, spawn_stamped,
+    within, within_blocking, write_long,
 };
 use support::lockers::setup;
 use support::waiters::queued;
@@ -381,8 +381,7 @@ async fn a_writer_reading_its_own_name_waits_for_itself() {
 /// with the hold, without another call on the name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_released_within_its_hold_leaves_no_key_behind() {
-    let server = RedisServer::start();
-    let locker = short_retention(&server.url());
+    let (server, locker) = setup_short_retention();
     for n in 0..20 {
         let (expire, hold) = (Duration::from_millis(600), Duration::from_millis(400));
         let reader = held_at_least(locker.read_lock(format!("report:{n}")), expire, hold).await;
@@ -400,8 +399,7 @@ async fn a_reader_released_within_its_hold_leaves_no_key_behind() {
 /// writer's leases plus the retention, none is left, whichever side held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandoned_readers_and_writers_leave_no_key_behind() {
-    let server = RedisServer::start();
-    let locker = short_retention(&server.url());
+    let (server, locker) = setup_short_retention();
     let mut guards = Vec::new();
     for n in 0..20 {
         let name = format!("page:{n}");

@@ -16,7 +16,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::lockers::setup;
+use support::kinds::{
+    assert_timed_out, assert_within, del, free_now, joined, leased, setup_short_retention,
+    spawn_on, within, within_blocking,
+};
+use support::lockers::{labelled, setup};
+use support::takes::try_permit;
 use support::waiters::queued;
 use support::{RedisServer, child_test, eventually, keys, wait_child};
 
@@ -40,12 +45,8 @@ fn child_waiter() {
         .label("dead-waiter")
         .build()
         .unwrap();
-    let guard = locker
-        .semaphore(&name, 1)
-        .expire(DEAD_LEASE)
-        .acquire_timeout(Duration::from_secs(120))
-        .acquire_blocking()
-        .unwrap();
+    let request = locker.semaphore(&name, 1).expire(DEAD_LEASE);
+    let guard = within_blocking(request, Duration::from_secs(120)).unwrap();
     println!("{GOT} {}", guard.fencing_token());
     std::thread::sleep(Duration::from_secs(120));
 }
@@ -117,7 +118,7 @@ fn handed_token(con: &mut redis::Connection) -> u64 {
 /// that freeing it by its token lets the next caller in at once.
 async fn force_the_dead_waiters_permit(server: &RedisServer, name: &str, handed: u64) {
     assert!(handed > 0, "the notice carried no fencing token");
-    let ops = Locker::builder(server.url()).label("ops").build().unwrap();
+    let ops = labelled(server, "ops");
     let info = ops.inspect_semaphore(name).await.unwrap().expect("held");
     assert_eq!(info.permits, 1, "{info:?}");
     assert_eq!(info.holders.len(), 1, "{info:?}");
@@ -132,15 +133,8 @@ async fn force_the_dead_waiters_permit(server: &RedisServer, name: &str, handed:
     assert_eq!(info.waiters, 0, "{info:?}");
     // The handed permit records the semaphore's number of permits: with the
     // record gone (as after its expiry), another number is refused.
-    let _: () = redis::cmd("DEL")
-        .arg(keys::permits_record(name))
-        .query(&mut server.client())
-        .unwrap();
-    let other = ops
-        .semaphore(name, 2)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await;
+    del(server, &keys::permits_record(name));
+    let other = within(ops.semaphore(name, 2), Duration::ZERO).await;
     assert!(
         matches!(
             other,
@@ -159,13 +153,10 @@ async fn force_the_dead_waiters_permit(server: &RedisServer, name: &str, handed:
         "the dead waiter's permit was not freed"
     );
     let started = Instant::now();
-    let next = ops
-        .semaphore(name, 1)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    let next = within(ops.semaphore(name, 1), Duration::ZERO)
         .await
         .expect("the forced permit is free at once");
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_within(started, Duration::from_secs(2));
     assert!(next.fencing_token() > handed);
     next.release().await.unwrap();
     assert_eq!(ops.inspect_semaphore(name).await.unwrap(), None);
@@ -175,12 +166,7 @@ async fn force_the_dead_waiters_permit(server: &RedisServer, name: &str, handed:
 async fn a_permit_released_to_a_killed_waiter_can_be_forced_free() {
     let (server, locker) = setup();
     let name = "released";
-    let holder = locker
-        .semaphore(name, 1)
-        .expire(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = leased(locker.semaphore(name, 1), Duration::from_secs(60)).await;
     queue_a_dead_waiter(&server, name);
     let mut notices = listen(&server, name);
     holder.release().await.unwrap();
@@ -193,12 +179,7 @@ async fn a_permit_handed_to_a_killed_waiter_by_a_newcomer_can_be_forced_free() {
     let (server, locker) = setup();
     let name = "expired";
     // A holder that never releases: its lease runs out.
-    let crashed = locker
-        .semaphore(name, 1)
-        .expire(Duration::from_millis(1_500))
-        .acquire()
-        .await
-        .unwrap();
+    let crashed = leased(locker.semaphore(name, 1), Duration::from_millis(1_500)).await;
     std::mem::forget(crashed);
     queue_a_dead_waiter(&server, name);
     let mut notices = listen(&server, name);
@@ -209,38 +190,17 @@ async fn a_permit_handed_to_a_killed_waiter_by_a_newcomer_can_be_forced_free() {
     );
     // A newcomer finds the permit free and hands it to the (dead) waiter
     // queued before it.
-    let newcomer = locker
-        .semaphore(name, 1)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(
-        matches!(newcomer, Err(LockError::Timeout { .. })),
-        "{newcomer:?}"
-    );
+    let newcomer = within(locker.semaphore(name, 1), Duration::ZERO).await;
+    assert_timed_out(&newcomer);
     let handed = handed_token(&mut notices);
     force_the_dead_waiters_permit(&server, name, handed).await;
-}
-
-/// A Locker whose fence counters (and records) outlive a lease by 200 ms.
-fn short_retention(server: &RedisServer) -> Locker {
-    Locker::builder(server.url())
-        .fence_retention(Duration::from_millis(200))
-        .build()
-        .unwrap()
 }
 
 /// A renewed 500 ms permit of semaphore `name` of `permits`, taken at
 /// once (a caller that would wait keeps the record for its wait).
 async fn renewed(locker: &Locker, name: &str, permits: u32) -> lockattr::LockGuard {
-    locker
-        .semaphore(name, permits)
-        .expire(LEASE)
-        .renew(true)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap()
+    let request = locker.semaphore(name, permits).expire(LEASE).renew(true);
+    within(request, Duration::ZERO).await.unwrap()
 }
 
 /// The lease of the renewed holders.
@@ -250,51 +210,54 @@ const LEASE: Duration = Duration::from_millis(500);
 /// number expires, with nobody taking a permit meanwhile).
 const PAST_RETENTION: Duration = Duration::from_millis(1_600);
 
-/// A caller asking for `permits` of `name` is refused, naming `recorded`.
-async fn refused(locker: &Locker, name: &str, permits: u32, recorded: i64) {
-    for wait in [Duration::ZERO, Duration::from_secs(1)] {
-        let started = Instant::now();
-        let other = locker
-            .semaphore(name, permits)
-            .expire(Duration::from_secs(30))
-            .acquire_timeout(wait)
-            .acquire()
-            .await;
-        match other {
-            Err(LockError::PermitsMismatch {
-                permits: asked,
-                recorded: seen,
-                ..
-            }) => assert_eq!((asked, seen), (permits, recorded)),
-            other => panic!("{permits} permits of `{name}` (in use with {recorded}): {other:?}"),
+/// A caller asking for each of `asked` permits of `name` is refused,
+/// naming `recorded`.
+async fn refused(locker: &Locker, name: &str, asked: &[u32], recorded: i64) {
+    for &permits in asked {
+        for wait in [Duration::ZERO, Duration::from_secs(1)] {
+            let started = Instant::now();
+            let other = try_permit(locker, name, permits, Duration::from_secs(30), wait).await;
+            match other {
+                Err(LockError::PermitsMismatch {
+                    permits: asked,
+                    recorded: seen,
+                    ..
+                }) => assert_eq!((asked, seen), (permits, recorded)),
+                other => {
+                    panic!("{permits} permits of `{name}` (in use with {recorded}): {other:?}")
+                }
+            }
+            assert!(started.elapsed() < Duration::from_millis(900));
         }
-        assert!(started.elapsed() < Duration::from_millis(900));
     }
+}
+
+/// Sleeps [`PAST_RETENTION`]; `holder` still holds after it.
+async fn still_held_past_retention(holder: &lockattr::LockGuard) {
+    tokio::time::sleep(PAST_RETENTION).await;
+    assert!(!holder.is_lost());
+}
+
+/// The operators see `permits`, the number semaphore `name` is in use
+/// with, and one permit held; a caller asking that number is served at once.
+async fn seen_and_served(locker: &Locker, name: &str, permits: u32) {
+    let info = locker.inspect_semaphore(name).await.unwrap().unwrap();
+    assert_eq!((info.permits, info.holders.len()), (permits, 1), "{info:?}");
+    let same = free_now(locker.semaphore(name, permits)).await;
+    same.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_holder_keeps_the_number_of_permits_known() {
-    let server = RedisServer::start();
-    let locker = short_retention(&server);
+    let (_server, locker) = setup_short_retention();
     let name = "deploy";
     let holder = renewed(&locker, name, 3).await;
-    tokio::time::sleep(PAST_RETENTION).await;
-    assert!(!holder.is_lost());
+    still_held_past_retention(&holder).await;
     // More permits (a rolling deploy raising `permits`), and fewer.
-    refused(&locker, name, 5, 3).await;
-    refused(&locker, name, 2, 3).await;
-    refused(&locker, name, 1, 3).await;
-    // The operators see the semaphore's number, not the permits held.
-    let info = locker.inspect_semaphore(name).await.unwrap().unwrap();
-    assert_eq!((info.permits, info.holders.len()), (3, 1), "{info:?}");
-    // The same number is served.
-    let second = locker
-        .semaphore(name, 3)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
-    second.release().await.unwrap();
+    refused(&locker, name, &[5, 2, 1], 3).await;
+    // The operators see the semaphore's number, not the permits held; the
+    // same number is served.
+    seen_and_served(&locker, name, 3).await;
     holder.release().await.unwrap();
 }
 
@@ -302,8 +265,7 @@ async fn a_renewed_holder_keeps_the_number_of_permits_known() {
 /// look at: it is refused all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_beyond_a_smaller_number_is_seen() {
-    let server = RedisServer::start();
-    let locker = short_retention(&server);
+    let (server, locker) = setup_short_retention();
     let name = "shrink";
     let first = renewed(&locker, name, 5).await;
     let second = renewed(&locker, name, 5).await;
@@ -313,69 +275,48 @@ async fn a_holder_beyond_a_smaller_number_is_seen() {
     for guard in [first, second, third] {
         guard.release().await.unwrap();
     }
-    tokio::time::sleep(PAST_RETENTION).await;
-    assert!(!fourth.is_lost());
-    assert_eq!(
-        server.keys(&keys::permit_keys(name)),
-        [keys::permit_key(name, 3)]
-    );
-    refused(&locker, name, 3, 5).await;
-    refused(&locker, name, 1, 5).await;
-    refused(&locker, name, 8, 5).await;
-    assert_eq!(
-        server.keys(&keys::permit_keys(name)),
-        [keys::permit_key(name, 3)]
-    );
-    let info = locker.inspect_semaphore(name).await.unwrap().unwrap();
-    assert_eq!((info.permits, info.holders.len()), (5, 1), "{info:?}");
-    let same = locker
-        .semaphore(name, 5)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
-    same.release().await.unwrap();
+    still_held_past_retention(&fourth).await;
+    let only_permit_3 = || {
+        assert_eq!(
+            server.keys(&keys::permit_keys(name)),
+            [keys::permit_key(name, 3)]
+        )
+    };
+    only_permit_3();
+    refused(&locker, name, &[3, 1, 8], 5).await;
+    only_permit_3();
+    seen_and_served(&locker, name, 5).await;
     fourth.release().await.unwrap();
 }
 
 /// Released to a waiter, a permit keeps the semaphore's number with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_number_of_permits_survives_a_hand_over() {
-    let server = RedisServer::start();
-    let locker = short_retention(&server);
+    let (server, locker) = setup_short_retention();
     let name = "handed";
     let mut holders = Vec::new();
     for _ in 0..3 {
         holders.push(renewed(&locker, name, 3).await);
     }
-    let waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move {
-            locker
-                .semaphore(name, 3)
-                .expire(LEASE)
-                .renew(true)
-                .acquire_timeout(Duration::from_millis(1_000))
-                .acquire()
-                .await
-                .unwrap()
-        }
+    let waiter = spawn_on(&locker, |locker| async move {
+        let request = locker.semaphore(name, 3).expire(LEASE).renew(true);
+        within(request, Duration::from_millis(1_000)).await.unwrap()
     });
     assert!(queued(&server, &keys::sem(name).queue, 1));
     let first = holders.remove(0);
     first.release().await.unwrap();
-    let waiter = tokio::time::timeout(Duration::from_secs(1), waiter)
-        .await
-        .expect("the waiter was handed the permit")
-        .unwrap();
+    let waiter = joined(
+        waiter,
+        Duration::from_secs(1),
+        "the waiter was handed the permit",
+    )
+    .await;
     // Only the waiter holds now.
     for guard in holders {
         guard.release().await.unwrap();
     }
-    tokio::time::sleep(PAST_RETENTION).await;
-    assert!(!waiter.is_lost());
-    refused(&locker, name, 5, 3).await;
-    refused(&locker, name, 2, 3).await;
+    still_held_past_retention(&waiter).await;
+    refused(&locker, name, &[5, 2], 3).await;
     waiter.release().await.unwrap();
 }
 
@@ -384,20 +325,9 @@ async fn the_number_of_permits_survives_a_hand_over() {
 /// counter outlives every live permit (plus the retention).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_never_shortens_the_counter_under_other_holders() {
-    let server = RedisServer::start();
-    let locker = short_retention(&server);
-    let long = locker
-        .semaphore("shared", 2)
-        .expire(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
-    let short = locker
-        .semaphore("shared", 2)
-        .expire(Duration::from_secs(1))
-        .acquire()
-        .await
-        .unwrap();
+    let (server, locker) = setup_short_retention();
+    let long = leased(locker.semaphore("shared", 2), Duration::from_secs(20)).await;
+    let short = leased(locker.semaphore("shared", 2), Duration::from_secs(1)).await;
     short.release().await.unwrap();
     let ttl = server.pttl(&keys::sem("shared").fence);
     assert!(

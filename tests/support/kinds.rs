@@ -193,6 +193,13 @@ pub fn short_retention(url: &str) -> Locker {
         .unwrap()
 }
 
+/// A server of our own and a [`short_retention`] Locker of it.
+pub fn setup_short_retention() -> (RedisServer, Locker) {
+    let server = RedisServer::start();
+    let locker = short_retention(&server.url());
+    (server, locker)
+}
+
 /// Three servers of our own and a Redlock of them.
 pub fn redlock_of_three() -> (Vec<RedisServer>, Locker) {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -384,12 +391,10 @@ pub fn kill_a_holder(test: &str) -> (RedisServer, Locker, Instant, String) {
 /// Asserts that what a killed child held with a 2 s lease was taken
 /// `waited` after, as that lease ended: not before, and not long after.
 pub fn assert_taken_as_the_lease_ended(waited: Duration) {
+    let (lease_end, late) = (Duration::from_millis(1_900), Duration::from_secs(4));
     assert!(
-        waited >= Duration::from_millis(1_900),
+        waited >= lease_end,
         "taken after {waited:?}, before the 2 s lease ended"
     );
-    assert!(
-        waited < Duration::from_secs(4),
-        "taken only after {waited:?}"
-    );
+    assert!(waited < late, "taken only after {waited:?}");
 }
