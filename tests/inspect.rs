@@ -8,13 +8,15 @@ mod support;
 use std::time::{Duration, Instant, SystemTime};
 
 use lockattr::{LockError, Locker};
+use support::kinds::{
+    assert_token_hidden, del, inspect_until_waiters, labelled_lockers, leased, renewing, within,
+};
 use support::lockers::labelled;
 use support::{RedisServer, lock_key};
 
 #[tokio::test]
 async fn a_free_lock_has_no_info() {
-    let server = RedisServer::start();
-    let locker = labelled(&server, "ops");
+    let (_server, [locker]) = labelled_lockers(["ops"]);
     assert_eq!(locker.inspect("free").await.unwrap(), None);
     assert_eq!(locker.inspect_blocking("free").unwrap(), None);
     assert!(matches!(
@@ -25,16 +27,9 @@ async fn a_free_lock_has_no_info() {
 
 #[tokio::test]
 async fn a_held_lock_names_its_holder_and_never_its_token() {
-    let server = RedisServer::start();
-    let holder = labelled(&server, "billing-worker");
-    let ops = labelled(&server, "ops");
+    let (server, [holder, ops]) = labelled_lockers(["billing-worker", "ops"]);
     let before = SystemTime::now() - Duration::from_secs(2);
-    let guard = holder
-        .lock("order:7")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = leased(holder.lock("order:7"), Duration::from_secs(30)).await;
     let info = ops.inspect("order:7").await.unwrap().expect("held");
     assert_eq!(info.name, "order:7");
     assert_eq!(info.fencing_token, guard.fencing_token());
@@ -53,10 +48,7 @@ async fn a_held_lock_names_its_holder_and_never_its_token() {
     );
     // The owner token is the first line of the lock's value: it appears
     // nowhere in what inspect returns.
-    let value = server.get(&lock_key("order:7")).unwrap();
-    let token = value.lines().next().unwrap();
-    assert_eq!(token.len(), 32, "{value:?}");
-    assert!(!format!("{info:?}").contains(token));
+    assert_token_hidden(&server, &lock_key("order:7"), &info);
     let again = ops.inspect_blocking("order:7").unwrap().unwrap();
     assert_eq!(
         (again.holder, again.fencing_token),
@@ -68,29 +60,14 @@ async fn a_held_lock_names_its_holder_and_never_its_token() {
 
 #[tokio::test]
 async fn waiters_are_counted_and_the_new_holder_shows_after_a_hand_over() {
-    let server = RedisServer::start();
-    let first = labelled(&server, "first");
-    let second = labelled(&server, "second");
+    let (server, [first, second]) = labelled_lockers(["first", "second"]);
     let guard = first.lock("job").acquire().await.unwrap();
     let token = guard.fencing_token();
-    let waiter = tokio::spawn(async move {
-        second
-            .lock("job")
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+    let waiter =
+        tokio::spawn(async move { within(second.lock("job"), Duration::from_secs(20)).await });
     let ops = labelled(&server, "ops");
-    let start = Instant::now();
-    loop {
-        let info = ops.inspect("job").await.unwrap().unwrap();
-        if info.waiters == 1 {
-            assert_eq!(info.holder.unwrap().label, "first");
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "{info:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let info = inspect_until_waiters(&ops, "job", 1, Duration::from_secs(5)).await;
+    assert_eq!(info.holder.unwrap().label, "first");
     guard.release().await.unwrap();
     let handed = waiter.await.unwrap().unwrap();
     let info = ops.inspect("job").await.unwrap().unwrap();
@@ -103,8 +80,7 @@ async fn waiters_are_counted_and_the_new_holder_shows_after_a_hand_over() {
 
 #[tokio::test]
 async fn locks_scans_without_keys_and_stays_within_its_limit() {
-    let server = RedisServer::start();
-    let locker = labelled(&server, "bulk");
+    let (server, [locker]) = labelled_lockers(["bulk"]);
     // Ten thousand held locks, written as acquisitions write them, and a
     // few real ones.
     let mut con = server.client();
@@ -150,30 +126,14 @@ async fn locks_scans_without_keys_and_stays_within_its_limit() {
 
 #[tokio::test]
 async fn a_forced_unlock_hands_the_lock_on_and_the_renewing_holder_turns_lost() {
-    let server = RedisServer::start();
-    let holder = labelled(&server, "stuck-job");
-    let guard = holder
-        .lock("nightly")
-        .expire(Duration::from_millis(900))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let (server, [holder]) = labelled_lockers(["stuck-job"]);
+    let guard = renewing(holder.lock("nightly"), Duration::from_millis(900)).await;
     let stuck_token = guard.fencing_token();
     let other = labelled(&server, "next");
-    let waiter = tokio::spawn(async move {
-        other
-            .lock("nightly")
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+    let waiter =
+        tokio::spawn(async move { within(other.lock("nightly"), Duration::from_secs(20)).await });
     let ops = labelled(&server, "ops");
-    let start = Instant::now();
-    while ops.inspect("nightly").await.unwrap().unwrap().waiters != 1 {
-        assert!(start.elapsed() < Duration::from_secs(5), "never queued");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    inspect_until_waiters(&ops, "nightly", 1, Duration::from_secs(5)).await;
     let start = Instant::now();
     assert!(ops.force_unlock("nightly").await.unwrap());
     let next = waiter.await.unwrap().unwrap();
@@ -226,12 +186,7 @@ async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
     };
     let holder = redlock("majority");
     let ops = redlock("ops");
-    let guard = holder
-        .lock("r")
-        .expire(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = leased(holder.lock("r"), Duration::from_secs(20)).await;
     support::warm_up(&ops, "warm").await;
     // The acquisition returned with a majority; the last node's write may
     // still be on its way.
@@ -243,10 +198,7 @@ async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
         "a node never got the lock"
     );
     // One node loses the lock: a majority still holds it.
-    let () = lockattr::redis::cmd("DEL")
-        .arg(lock_key("r"))
-        .query(&mut nodes[0].client())
-        .unwrap();
+    del(&nodes[0], &lock_key("r"));
     let info = ops
         .inspect("r")
         .await
@@ -259,10 +211,7 @@ async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
     assert_eq!(held.len(), 1, "{held:?}");
     assert_eq!(held[0].name, "r");
     // A second node gone: no majority holds it.
-    let () = lockattr::redis::cmd("DEL")
-        .arg(lock_key("r"))
-        .query(&mut nodes[1].client())
-        .unwrap();
+    del(&nodes[1], &lock_key("r"));
     assert_eq!(ops.inspect("r").await.unwrap(), None);
     assert!(ops.force_unlock("r").await.unwrap(), "node 2 still held it");
     assert!(nodes.iter().all(|n| !n.exists(&lock_key("r"))));
@@ -271,9 +220,7 @@ async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
 
 #[tokio::test]
 async fn a_conditional_forced_unlock_frees_only_the_holder_it_names() {
-    let server = RedisServer::start();
-    let locker = labelled(&server, "job");
-    let ops = labelled(&server, "ops");
+    let (_server, [locker, ops]) = labelled_lockers(["job", "ops"]);
     let first = locker.lock("c").acquire().await.unwrap();
     let seen = ops.inspect("c").await.unwrap().unwrap();
     // The lock changes hands before the operator confirms.

@@ -8,31 +8,10 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use lockattr::{LockGuard, LockInfo, LockKind, Locker};
-use support::RedisServer;
-use support::lockers::labelled;
-
-const LONG: Duration = Duration::from_secs(30);
-
-async fn write(locker: &Locker, name: &str) -> LockGuard {
-    locker
-        .write_lock(name)
-        .expire(LONG)
-        .acquire_timeout(LONG)
-        .acquire()
-        .await
-        .unwrap()
-}
-
-async fn read(locker: &Locker, name: &str) -> LockGuard {
-    locker
-        .read_lock(name)
-        .expire(LONG)
-        .acquire_timeout(LONG)
-        .acquire()
-        .await
-        .unwrap()
-}
+use lockattr::{LockInfo, LockKind, Locker};
+use support::kinds::{
+    LONG, joined, labelled_lockers, leased, leased_blocking, read_long, spawn_on, write_long,
+};
 
 /// Waits until `n` callers are queued for the read-write lock `name`.
 async fn waiting(ops: &Locker, name: &str, n: usize) {
@@ -60,12 +39,10 @@ fn still(info: &LockInfo) -> LockInfo {
 
 #[tokio::test]
 async fn a_held_writer_is_seen_with_its_fencing_token() {
-    let server = RedisServer::start();
-    let app = labelled(&server, "catalog-writer");
-    let ops = labelled(&server, "ops");
+    let (_server, [app, ops]) = labelled_lockers(["catalog-writer", "ops"]);
     assert_eq!(ops.inspect("catalog").await.unwrap(), None);
     let before = SystemTime::now() - Duration::from_secs(2);
-    let guard = write(&app, "catalog").await;
+    let guard = write_long(&app, "catalog").await;
 
     let info = ops.inspect("catalog").await.unwrap().expect("held");
     assert_eq!(info.name, "catalog");
@@ -94,15 +71,13 @@ async fn a_held_writer_is_seen_with_its_fencing_token() {
 
 #[tokio::test]
 async fn readers_are_seen() {
-    let server = RedisServer::start();
-    let app = labelled(&server, "reporter");
-    let ops = labelled(&server, "ops");
+    let (_server, [app, ops]) = labelled_lockers(["reporter", "ops"]);
     // The last write's token is what readers are granted.
-    let writer = write(&app, "prices").await;
+    let writer = write_long(&app, "prices").await;
     let written = writer.fencing_token();
     writer.release().await.unwrap();
-    let first = read(&app, "prices").await;
-    let second = read(&app, "prices").await;
+    let first = read_long(&app, "prices").await;
+    let second = read_long(&app, "prices").await;
 
     let info = ops.inspect("prices").await.unwrap().expect("read");
     assert_eq!(info.kind, LockKind::ReadWrite);
@@ -128,14 +103,9 @@ async fn readers_are_seen() {
 
 #[tokio::test]
 async fn a_freed_writer_hands_the_lock_to_a_waiting_writer() {
-    let server = RedisServer::start();
-    let app = labelled(&server, "app");
-    let ops = labelled(&server, "ops");
-    let stuck = write(&app, "ledger").await;
-    let next = {
-        let app = app.clone();
-        tokio::spawn(async move { write(&app, "ledger").await })
-    };
+    let (_server, [app, ops]) = labelled_lockers(["app", "ops"]);
+    let stuck = write_long(&app, "ledger").await;
+    let next = spawn_on(&app, |app| async move { write_long(&app, "ledger").await });
     waiting(&ops, "ledger", 1).await;
     let info = ops.inspect("ledger").await.unwrap().expect("held");
     assert_eq!(info.fencing_token, stuck.fencing_token());
@@ -154,10 +124,12 @@ async fn a_freed_writer_hands_the_lock_to_a_waiting_writer() {
             .await
             .unwrap()
     );
-    let next = tokio::time::timeout(Duration::from_secs(5), next)
-        .await
-        .expect("the waiting writer got the lock")
-        .unwrap();
+    let next = joined(
+        next,
+        Duration::from_secs(5),
+        "the waiting writer got the lock",
+    )
+    .await;
     assert!(next.fencing_token() > stuck.fencing_token());
     let now = ops.inspect("ledger").await.unwrap().expect("handed on");
     assert_eq!(now.fencing_token, next.fencing_token());
@@ -175,26 +147,16 @@ async fn a_freed_writer_hands_the_lock_to_a_waiting_writer() {
 
 #[tokio::test]
 async fn a_freed_writer_admits_the_waiting_readers() {
-    let server = RedisServer::start();
-    let app = labelled(&server, "app");
-    let ops = labelled(&server, "ops");
-    let stuck = write(&app, "index").await;
+    let (_server, [app, ops]) = labelled_lockers(["app", "ops"]);
+    let stuck = write_long(&app, "index").await;
     let readers: Vec<_> = (0..2)
-        .map(|_| {
-            let app = app.clone();
-            tokio::spawn(async move { read(&app, "index").await })
-        })
+        .map(|_| spawn_on(&app, |app| async move { read_long(&app, "index").await }))
         .collect();
     waiting(&ops, "index", 2).await;
     assert!(ops.force_unlock("index").await.unwrap());
     let mut guards = Vec::new();
     for reader in readers {
-        guards.push(
-            tokio::time::timeout(Duration::from_secs(5), reader)
-                .await
-                .expect("a waiting reader got in")
-                .unwrap(),
-        );
+        guards.push(joined(reader, Duration::from_secs(5), "a waiting reader got in").await);
     }
     let info = ops.inspect("index").await.unwrap().expect("read");
     assert!(!info.exclusive);
@@ -207,11 +169,9 @@ async fn a_freed_writer_admits_the_waiting_readers() {
 
 #[tokio::test]
 async fn a_lock_and_a_read_write_lock_of_one_name_are_both_listed() {
-    let server = RedisServer::start();
-    let app = labelled(&server, "app");
-    let ops = labelled(&server, "ops");
-    let lock = app.lock("job").expire(LONG).acquire().await.unwrap();
-    let writer = write(&app, "job").await;
+    let (_server, [app, ops]) = labelled_lockers(["app", "ops"]);
+    let lock = leased(app.lock("job"), LONG).await;
+    let writer = write_long(&app, "job").await;
     let listed = ops.locks("*", 10).await.unwrap();
     let kinds: Vec<(&str, LockKind)> = listed.iter().map(|i| (i.name.as_str(), i.kind)).collect();
     assert_eq!(
@@ -244,13 +204,8 @@ async fn a_lock_and_a_read_write_lock_of_one_name_are_both_listed() {
 
 #[test]
 fn the_blocking_calls_see_a_writer_too() {
-    let server = RedisServer::start();
-    let ops = labelled(&server, "ops");
-    let guard = ops
-        .write_lock("sync")
-        .expire(LONG)
-        .acquire_blocking()
-        .unwrap();
+    let (_server, [ops]) = labelled_lockers(["ops"]);
+    let guard = leased_blocking(ops.write_lock("sync"), LONG);
     let listed = ops.locks_blocking("sync", 10).unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].fencing_token, guard.fencing_token());

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use support::RedisServer;
-use support::lockers::labelled;
+use support::kinds::{labelled_lockers, leased};
 
 /// Runs `args` (a command) on the server, with a TTL set afterwards on `key`.
 fn foreign(server: &RedisServer, key: &[u8], command: &[&[u8]]) {
@@ -29,9 +29,7 @@ fn foreign(server: &RedisServer, key: &[u8], command: &[&[u8]]) {
 
 #[tokio::test]
 async fn a_foreign_key_is_skipped_counted_and_the_rest_listed() {
-    let server = RedisServer::start();
-    let holder = labelled(&server, "worker");
-    let ops = labelled(&server, "ops");
+    let (server, [holder, ops]) = labelled_lockers(["worker", "ops"]);
     let lock = holder.lock("real").acquire().await.unwrap();
     let permit = holder.semaphore("gpu", 2).acquire().await.unwrap();
     // A name that is not UTF-8, a hash at a lock key, a list at a permit key.
@@ -60,15 +58,8 @@ async fn a_foreign_key_is_skipped_counted_and_the_rest_listed() {
 
 #[tokio::test]
 async fn globs_match_the_name_not_the_keys_spelling() {
-    let server = RedisServer::start();
-    let holder = labelled(&server, "worker");
-    let ops = labelled(&server, "ops");
-    let brace = holder
-        .lock("a}")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let (_server, [holder, ops]) = labelled_lockers(["worker", "ops"]);
+    let brace = leased(holder.lock("a}"), Duration::from_secs(30)).await;
     let slash = holder.lock("b\\c").acquire().await.unwrap();
     let sem = holder.semaphore("s}", 1).acquire().await.unwrap();
     let names = |pattern: &'static str| {

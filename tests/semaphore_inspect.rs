@@ -10,14 +10,17 @@ use std::time::{Duration, SystemTime};
 
 use lockattr::LockError;
 use support::cluster::Cluster;
+use support::keys;
+use support::kinds::{
+    assert_token_hidden, del, joined, labelled_lockers, leased, lost_within, renewing, spawn_on,
+    within,
+};
 use support::lockers::labelled;
 use support::waiters::queued;
-use support::{RedisServer, keys};
 
 #[tokio::test]
 async fn an_unused_semaphore_has_no_info() {
-    let server = RedisServer::start();
-    let ops = labelled(&server, "ops");
+    let (_server, [ops]) = labelled_lockers(["ops"]);
     assert_eq!(ops.inspect_semaphore("gpu").await.unwrap(), None);
     assert_eq!(ops.inspect_semaphore_blocking("gpu").unwrap(), None);
     assert!(ops.semaphores("*", 10).await.unwrap().is_empty());
@@ -34,16 +37,9 @@ async fn an_unused_semaphore_has_no_info() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_permit_names_its_holder_and_token_and_the_waiters_show() {
-    let server = RedisServer::start();
-    let workers = labelled(&server, "render-worker");
-    let ops = labelled(&server, "ops");
+    let (server, [workers, ops]) = labelled_lockers(["render-worker", "ops"]);
     let before = SystemTime::now() - Duration::from_secs(2);
-    let a = workers
-        .semaphore("gpu", 3)
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let a = leased(workers.semaphore("gpu", 3), Duration::from_secs(30)).await;
     let b = workers.semaphore("gpu", 3).acquire().await.unwrap();
 
     let info = ops.inspect_semaphore("gpu").await.unwrap().expect("in use");
@@ -67,23 +63,13 @@ async fn each_permit_names_its_holder_and_token_and_the_waiters_show() {
     }
     // No owner token in what is returned.
     for key in server.keys(&keys::permit_keys("gpu")) {
-        let value = server.get(&key).unwrap();
-        let token = value.lines().next().unwrap();
-        assert_eq!(token.len(), 32, "{value:?}");
-        assert!(!format!("{info:?}").contains(token));
+        assert_token_hidden(&server, &key, &info);
     }
 
     // Full: a third and a fourth caller; the fourth waits.
     let c = workers.semaphore("gpu", 3).acquire().await.unwrap();
-    let waiter = tokio::spawn({
-        let waiters = labelled(&server, "late-worker");
-        async move {
-            waiters
-                .semaphore("gpu", 3)
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
+    let waiter = spawn_on(&labelled(&server, "late-worker"), |waiters| async move {
+        within(waiters.semaphore("gpu", 3), Duration::from_secs(20)).await
     });
     assert!(queued(&server, &keys::sem("gpu").queue, 1));
     let info = ops.inspect_semaphore_blocking("gpu").unwrap().unwrap();
@@ -124,25 +110,10 @@ async fn each_permit_names_its_holder_and_token_and_the_waiters_show() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_permit_goes_to_the_oldest_waiter_and_its_holder_turns_lost() {
-    let server = RedisServer::start();
-    let workers = labelled(&server, "stuck-worker");
-    let ops = labelled(&server, "ops");
-    let stuck = workers
-        .semaphore("slots", 1)
-        .expire(Duration::from_secs(1))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn({
-        let waiters = labelled(&server, "next-worker");
-        async move {
-            waiters
-                .semaphore("slots", 1)
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
+    let (server, [workers, ops]) = labelled_lockers(["stuck-worker", "ops"]);
+    let stuck = renewing(workers.semaphore("slots", 1), Duration::from_secs(1)).await;
+    let waiter = spawn_on(&labelled(&server, "next-worker"), |waiters| async move {
+        within(waiters.semaphore("slots", 1), Duration::from_secs(20)).await
     });
     assert!(queued(&server, &keys::sem("slots").queue, 1));
     let info = ops.inspect_semaphore("slots").await.unwrap().unwrap();
@@ -154,15 +125,12 @@ async fn a_forced_permit_goes_to_the_oldest_waiter_and_its_holder_turns_lost() {
     assert!(!stuck.is_lost());
 
     assert!(ops.force_unlock_permit("slots", token).await.unwrap());
-    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let five = Duration::from_secs(5);
+    let next = joined(waiter, five, "the waiter is handed the permit")
         .await
-        .expect("the waiter is handed the permit")
-        .unwrap()
         .unwrap();
     assert!(next.fencing_token() > token);
-    let lost = tokio::time::timeout(Duration::from_secs(5), stuck.lost())
-        .await
-        .expect("the renewal finds the permit gone");
+    let lost = lost_within(&stuck, five, "the renewal finds the permit gone").await;
     assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
     // Done once: the same token again frees nothing (the permit changed
     // hands), the new holder keeps it.
@@ -183,9 +151,7 @@ async fn a_forced_permit_goes_to_the_oldest_waiter_and_its_holder_turns_lost() {
 
 #[tokio::test]
 async fn a_forced_permit_with_nobody_waiting_is_freed() {
-    let server = RedisServer::start();
-    let workers = labelled(&server, "w");
-    let ops = labelled(&server, "ops");
+    let (server, [workers, ops]) = labelled_lockers(["w", "ops"]);
     let guard = workers.semaphore("pool", 2).acquire().await.unwrap();
     let token = guard.fencing_token();
     assert!(ops.force_unlock_permit("pool", token).await.unwrap());
@@ -203,15 +169,10 @@ async fn a_forced_permit_with_nobody_waiting_is_freed() {
 /// version that records none, the highest permit held plus one).
 #[tokio::test]
 async fn a_permit_outliving_its_record_is_still_found() {
-    let server = RedisServer::start();
-    let workers = labelled(&server, "w");
-    let ops = labelled(&server, "ops");
+    let (server, [workers, ops]) = labelled_lockers(["w", "ops"]);
     let _first = workers.semaphore("old", 4).acquire().await.unwrap();
     let second = workers.semaphore("old", 4).acquire().await.unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(keys::permits_record("old"))
-        .query(&mut server.client())
-        .unwrap();
+    del(&server, &keys::permits_record("old"));
     let info = ops.inspect_semaphore("old").await.unwrap().unwrap();
     assert_eq!(info.holders.len(), 2, "{info:?}");
     assert_eq!(info.permits, 4);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockBuilder, LockError, LockGuard, Locker};
+use lockattr::{LockBuilder, LockError, LockGuard, LockInfo, Locker};
 use tokio::task::JoinHandle;
 
 use super::children::{read_until, run_children};
@@ -221,6 +221,35 @@ pub fn labelled_lockers<const N: usize>(labels: [&str; N]) -> (RedisServer, [Loc
     let server = RedisServer::start();
     let lockers = labels.map(|label| labelled(&server, label));
     (server, lockers)
+}
+
+/// Asserts that the owner token of the value at `key` on `server` (its
+/// first line, 32 characters) shows nowhere in `shown`, what an operator
+/// call returned.
+pub fn assert_token_hidden(server: &RedisServer, key: &str, shown: &impl Debug) {
+    let value = server.get(key).unwrap();
+    let token = value.lines().next().unwrap();
+    assert_eq!(token.len(), 32, "{value:?}");
+    assert!(!format!("{shown:?}").contains(token));
+}
+
+/// Asks `ops` every 10 ms, for up to `limit`, until the held lock `name`
+/// has `waiters` waiters: what it saw then.
+pub async fn inspect_until_waiters(
+    ops: &Locker,
+    name: &str,
+    waiters: usize,
+    limit: Duration,
+) -> LockInfo {
+    let start = Instant::now();
+    loop {
+        let info = ops.inspect(name).await.unwrap().unwrap();
+        if info.waiters == waiters {
+            return info;
+        }
+        assert!(start.elapsed() < limit, "{info:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The number of keys matching `pattern` on each of `nodes`.
