@@ -9,7 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lockattr::{LockError, Locker};
 use support::kinds::{
-    assert_token_hidden, del, inspect_until_waiters, labelled_lockers, leased, renewing, within,
+    assert_token_hidden, del, inspect_until_waiters, labelled_lockers, leased, renewing,
+    three_servers, within,
 };
 use support::lockers::labelled;
 use support::{RedisServer, lock_key};
@@ -171,11 +172,7 @@ async fn a_forced_unlock_hands_the_lock_on_and_the_renewing_holder_turns_lost() 
 
 #[tokio::test]
 async fn a_redlock_reports_the_majoritys_holder_and_frees_every_node() {
-    let nodes = [
-        RedisServer::start(),
-        RedisServer::start(),
-        RedisServer::start(),
-    ];
+    let nodes = three_servers();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let redlock = |label: &str| {
         Locker::redlock_builder(&urls)

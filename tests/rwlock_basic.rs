@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LockGuard, Locker};
 use support::kinds::{
     LONG, RwCensus, assert_all_expire, assert_gives_up, assert_refused_by_redlock,
-    assert_timed_out, assert_within, assert_woken, del, free_now, held_at_least, joined, leased,
-    lost_within, read_long, redlock_of_three, renewing, setup_short_retention, spawn_stamped,
-    within, within_blocking, write_long,
+    assert_still_waiting, assert_timed_out, assert_within, del, free_now, held_at_least, leased,
+    lost_within, read_long, redlock_of_three, renewing, run_tasks, setup_short_retention,
+    spawn_stamped, within, within_blocking, woken, write_long,
 };
 use support::lockers::setup;
 use support::waiters::queued;
@@ -41,11 +41,10 @@ fn spawn_waiter(
 async fn readers_overlap_and_a_writer_excludes_everyone() {
     let server = RedisServer::start();
     let census = RwCensus::default();
-    let mut tasks = Vec::new();
-    for t in 0..12 {
+    run_tasks(12, |t| {
         let url = server.url();
         let census = census.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             let locker = Locker::new(&url).unwrap();
             for i in 0..8 {
                 if (t + i) % 4 == 0 {
@@ -62,11 +61,9 @@ async fn readers_overlap_and_a_writer_excludes_everyone() {
                     guard.release().await.unwrap();
                 }
             }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
+        }
+    })
+    .await;
     assert!(
         !census.broken(),
         "a writer was inside with another writer or a reader"
@@ -145,22 +142,19 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
     first_writer.release().await.unwrap();
     let mut guards = Vec::new();
     for reader in readers {
-        let (at, guard) = joined(
+        // Sooner than the once-a-second recheck: woken by the release.
+        let guard = woken(
             reader,
             Duration::from_secs(2),
+            released,
             "a waiting reader was not admitted within 2 s of the writer's release",
         )
         .await;
-        // Sooner than the once-a-second recheck: woken by the release.
-        assert_woken(at, released);
         guards.push(guard);
     }
     assert_eq!(server.keys(&keys::reader_keys("h")).len(), 3);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        !second_writer.is_finished(),
-        "the writer entered with readers"
-    );
+    let pause = Duration::from_millis(100);
+    assert_still_waiting(&second_writer, pause, "the writer entered with readers").await;
     assert!(
         !late_reader.is_finished(),
         "a reader passed the queued writer"
@@ -171,26 +165,27 @@ async fn hand_overs_admit_all_leading_readers_then_the_writer() {
     for guard in guards {
         guard.release().await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        !second_writer.is_finished(),
-        "the writer entered with a reader"
-    );
+    assert_still_waiting(&second_writer, pause, "the writer entered with a reader").await;
     let released = Instant::now();
     last.release().await.unwrap();
     let wait = Duration::from_secs(2);
-    let (at, writer) = joined(
+    let writer = woken(
         second_writer,
         wait,
+        released,
         "the writer was not handed the lock within 2 s",
     )
     .await;
-    assert_woken(at, released);
     assert!(!late_reader.is_finished());
     let released = Instant::now();
     writer.release().await.unwrap();
-    let (at, reader) = joined(late_reader, wait, "the late reader was not admitted").await;
-    assert_woken(at, released);
+    let reader = woken(
+        late_reader,
+        wait,
+        released,
+        "the late reader was not admitted",
+    )
+    .await;
     reader.release().await.unwrap();
 }
 

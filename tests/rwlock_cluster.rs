@@ -11,7 +11,8 @@ use lockattr::Locker;
 use support::cluster::Cluster;
 use support::keys;
 use support::kinds::{
-    RwCensus, assert_woken, free_now, joined, keys_per_node, spawn_stamped, within,
+    RwCensus, assert_still_waiting, free_now, keys_per_node, run_tasks, spawn_stamped, within,
+    woken,
 };
 use support::takes::{try_read, try_write};
 
@@ -19,13 +20,11 @@ use support::takes::{try_read, try_write};
 async fn a_read_write_lock_on_a_cluster() {
     let cluster = Cluster::start();
     let nodes = &cluster.nodes;
-    let urls = cluster.urls();
     let census = RwCensus::default();
-    let mut tasks = Vec::new();
-    for t in 0..8 {
-        let locker = Locker::cluster(urls.clone()).unwrap();
+    run_tasks(8, |t| {
+        let locker = cluster.locker();
         let census = census.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             for i in 0..6 {
                 let writing = (t + i) % 4 == 0;
                 let (expire, wait) = (Duration::from_secs(30), Duration::from_secs(60));
@@ -45,16 +44,14 @@ async fn a_read_write_lock_on_a_cluster() {
                 }
                 guard.release().await.unwrap();
             }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
+        }
+    })
+    .await;
     assert!(!census.broken(), "a writer was not alone");
     assert!(census.most_readers() >= 2, "readers never overlapped");
 
     // One master holds every key, reader keys included.
-    let locker = Locker::cluster(urls.clone()).unwrap();
+    let locker = cluster.locker();
     let a = locker.read_lock("index").acquire().await.unwrap();
     let b = locker.read_lock("index").acquire().await.unwrap();
     let holding = keys_per_node(nodes, &keys::reader_keys("index"));
@@ -67,18 +64,18 @@ async fn a_read_write_lock_on_a_cluster() {
             .await
             .unwrap()
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!writer.is_finished(), "the writer entered with readers");
+    let pause = Duration::from_millis(300);
+    assert_still_waiting(&writer, pause, "the writer entered with readers").await;
     a.release().await.unwrap();
     let released = Instant::now();
     b.release().await.unwrap();
-    let (at, w) = joined(
+    let w = woken(
         writer,
         Duration::from_secs(2),
+        released,
         "the writer was not handed the lock",
     )
     .await;
-    assert_woken(at, released);
     let written = w.fencing_token();
     assert!(written > 0);
     w.release().await.unwrap();

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
-use support::kinds::{assert_woken, joined, spawn_stamped, within};
+use support::kinds::{assert_still_waiting, spawn_stamped, within, woken};
 use support::sentinel::SentinelSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -28,18 +28,18 @@ async fn a_read_write_lock_through_sentinel() {
             .await
             .unwrap()
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!writer.is_finished(), "the writer entered with readers");
+    let pause = Duration::from_millis(300);
+    assert_still_waiting(&writer, pause, "the writer entered with readers").await;
     a.release().await.unwrap();
     b.release().await.unwrap();
     let released = Instant::now();
-    let (at, guard) = joined(
+    let guard = woken(
         writer,
         Duration::from_secs(2),
+        released,
         "the writer was not handed the lock",
     )
     .await;
-    assert_woken(at, released);
     assert!(set.exists_on(master, "lockattr:{catalog}:rw:write"));
     guard.release().await.unwrap();
 }

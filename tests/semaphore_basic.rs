@@ -11,7 +11,8 @@ use lockattr::{LockError, Locker};
 use support::kinds::{
     Census, assert_all_expire, assert_invalid, assert_refused_by_redlock, assert_timed_out,
     assert_waited, assert_within, assert_woken, del, free_now, held_at_least, joined, leased,
-    lost_within, redlock_of_three, renewing, spawn_on, spawn_stamped, within, within_blocking,
+    lost_within, redlock_of_three, renewing, run_tasks, spawn_on, spawn_stamped, within,
+    within_blocking, woken,
 };
 use support::lockers::{locker, setup};
 use support::takes::try_permit;
@@ -27,11 +28,10 @@ fn permit_keys(server: &RedisServer, name: &str) -> Vec<String> {
 async fn never_more_than_three_holders_among_sixteen_contenders() {
     let server = RedisServer::start();
     let census = Census::default();
-    let mut tasks = Vec::new();
-    for t in 0..16 {
+    let mut fences = run_tasks(16, |t| {
         let url = server.url();
         let census = census.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             // Four Lockers: tasks of one process and of "other" processes.
             let locker = Locker::new(&url).unwrap();
             let mut fences = Vec::new();
@@ -40,17 +40,15 @@ async fn never_more_than_three_holders_among_sixteen_contenders() {
                 let guard = try_permit(&locker, "gpu", 3, expire, wait).await.unwrap();
                 census.enter();
                 fences.push(guard.fencing_token());
-                tokio::time::sleep(Duration::from_millis(2 + t % 3)).await;
+                tokio::time::sleep(Duration::from_millis(2 + t as u64 % 3)).await;
                 census.leave();
                 guard.release().await.unwrap();
             }
             fences
-        }));
-    }
-    let mut fences = Vec::new();
-    for task in tasks {
-        fences.extend(task.await.unwrap());
-    }
+        }
+    })
+    .await
+    .concat();
     let max = census.most();
     assert!(max <= 3, "{max} holders at once with 3 permits");
     assert_eq!(max, 3, "the semaphore never let 3 hold at once");
@@ -115,14 +113,14 @@ async fn a_release_hands_the_permit_to_the_oldest_waiter_at_once() {
     let released = Instant::now();
     a.release().await.unwrap();
     let two = Duration::from_secs(2);
-    let (at, first_guard) = joined(
+    // Sooner than a waiter's periodic recheck (1 s): woken by the release.
+    let first_guard = woken(
         first,
         two,
+        released,
         "the oldest waiter was not woken within 2 s of the release",
     )
     .await;
-    // Sooner than a waiter's periodic recheck (1 s): woken by the release.
-    assert_woken(at, released);
     assert!(!second.is_finished(), "the later waiter was served first");
     b.release().await.unwrap();
     let (_, second_guard) = joined(second, two, "the second waiter was not woken within 2 s").await;
@@ -314,8 +312,13 @@ async fn a_waiter_that_stops_waiting_does_not_get_the_permit() {
     let released = Instant::now();
     holder.release().await.unwrap();
     let five = Duration::from_secs(5);
-    let (at, guard) = joined(next, five, "the permit went to the waiter that had gone").await;
-    assert_woken(at, released);
+    let guard = woken(
+        next,
+        five,
+        released,
+        "the permit went to the waiter that had gone",
+    )
+    .await;
     guard.release().await.unwrap();
 }
 

@@ -5,41 +5,38 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockattr::Locker;
 use support::cluster::Cluster;
-use support::kinds::{Census, assert_woken, joined, keys_per_node, spawn_stamped, within};
+use support::kinds::{
+    Census, assert_still_waiting, keys_per_node, run_tasks, spawn_stamped, within, woken,
+};
 use support::takes::try_permit;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_semaphore_on_a_cluster_keeps_its_bound_and_hands_over() {
     let cluster = Cluster::start();
     let nodes = &cluster.nodes;
-    let urls = cluster.urls();
     let census = Census::default();
-    let mut tasks = Vec::new();
-    for t in 0..12 {
-        let locker = Locker::cluster(urls.clone()).unwrap();
+    run_tasks(12, |t| {
+        let locker = cluster.locker();
         let census = census.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             for _ in 0..8 {
                 let (expire, wait) = (Duration::from_secs(30), Duration::from_secs(60));
                 let guard = try_permit(&locker, "render", 3, expire, wait)
                     .await
                     .unwrap();
                 census.enter();
-                tokio::time::sleep(Duration::from_millis(2 + t % 3)).await;
+                tokio::time::sleep(Duration::from_millis(2 + t as u64 % 3)).await;
                 census.leave();
                 guard.release().await.unwrap();
             }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
+        }
+    })
+    .await;
     assert_eq!(census.most(), 3, "not at most, or never, 3 inside");
 
     // One master holds every key of the semaphore.
-    let locker = Locker::cluster(urls.clone()).unwrap();
+    let locker = cluster.locker();
     let a = locker.semaphore("render", 3).acquire().await.unwrap();
     let b = locker.semaphore("render", 3).acquire().await.unwrap();
     let c = locker.semaphore("render", 3).acquire().await.unwrap();
@@ -57,8 +54,13 @@ async fn a_semaphore_on_a_cluster_keeps_its_bound_and_hands_over() {
             .await
             .unwrap()
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiter.is_finished());
+    let pause = Duration::from_millis(300);
+    assert_still_waiting(
+        &waiter,
+        pause,
+        "the waiter got a permit of a full semaphore",
+    )
+    .await;
     let mismatch = locker.semaphore("render", 5).acquire().await.unwrap_err();
     assert!(
         matches!(
@@ -69,8 +71,13 @@ async fn a_semaphore_on_a_cluster_keeps_its_bound_and_hands_over() {
     );
     let released = Instant::now();
     a.release().await.unwrap();
-    let (at, d) = joined(waiter, Duration::from_secs(2), "the waiter was not woken").await;
-    assert_woken(at, released);
+    let d = woken(
+        waiter,
+        Duration::from_secs(2),
+        released,
+        "the waiter was not woken",
+    )
+    .await;
     assert!(d.fencing_token() > c.fencing_token());
     for guard in [b, c, d] {
         guard.release().await.unwrap();

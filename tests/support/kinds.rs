@@ -116,6 +116,43 @@ pub async fn joined<T>(task: JoinHandle<T>, within: Duration, what: &str) -> T {
         .unwrap()
 }
 
+/// Waits up to `within` for `task`, stamped by [`spawn_stamped`], which
+/// must end well and [`assert_woken`] by the release at `released`: what
+/// it got. Panics with `what` when it did not end in time.
+pub async fn woken<T>(
+    task: JoinHandle<(Instant, T)>,
+    within: Duration,
+    released: Instant,
+    what: &str,
+) -> T {
+    let (at, got) = joined(task, within, what).await;
+    assert_woken(at, released);
+    got
+}
+
+/// Sleeps `pause`, then asserts that `task` is still waiting (has not
+/// finished); `what` says what happened otherwise.
+pub async fn assert_still_waiting<T>(task: &JoinHandle<T>, pause: Duration, what: &str) {
+    tokio::time::sleep(pause).await;
+    assert!(!task.is_finished(), "{what}");
+}
+
+/// Runs `task(t)` for each `t` in `0..count`, each on a task of its own,
+/// then waits for them all, which must end well: what each returned, in
+/// order.
+pub async fn run_tasks<T, F>(count: usize, mut task: impl FnMut(usize) -> F) -> Vec<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let running: Vec<JoinHandle<T>> = (0..count).map(|t| tokio::spawn(task(t))).collect();
+    let mut done = Vec::new();
+    for each in running {
+        done.push(each.await.unwrap());
+    }
+    done
+}
+
 /// Asserts that `at` came less than 800 ms after `released`: sooner than a
 /// waiter's once-a-second recheck, so woken by the release itself.
 pub fn assert_woken(at: Instant, released: Instant) {
@@ -200,9 +237,14 @@ pub fn setup_short_retention() -> (RedisServer, Locker) {
     (server, locker)
 }
 
-/// Three servers of our own and a Redlock of them.
+/// Three servers of our own.
+pub fn three_servers() -> Vec<RedisServer> {
+    (0..3).map(|_| RedisServer::start()).collect()
+}
+
+/// [`three_servers`] and a Redlock of them.
 pub fn redlock_of_three() -> (Vec<RedisServer>, Locker) {
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let servers = three_servers();
     let locker = Locker::redlock(servers.iter().map(RedisServer::url)).unwrap();
     (servers, locker)
 }
