@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LockGuard, Locker};
 use support::kinds::{
     LONG, RwCensus, assert_all_expire, assert_gives_up, assert_refused_by_redlock,
-    assert_still_waiting, assert_timed_out, assert_within, del, free_now, held_at_least, leased,
-    lost_within, read_long, redlock_of_three, renewing, run_tasks, setup_short_retention,
-    spawn_stamped, within, within_blocking, woken, write_long,
+    assert_still_waiting, assert_timed_out, assert_within, del, free_now, got_within,
+    held_at_least, leased, lost_within, read_long, redlock_of_three, renewing, run_tasks,
+    setup_short_retention, spawn_stamped, within, within_blocking, woken, write_long,
 };
 use support::lockers::setup;
 use support::waiters::queued;
@@ -352,9 +352,7 @@ async fn a_panicking_reader_releases_its_share() {
     };
     assert!(panicking.await.is_err());
     let asked = Instant::now();
-    let writer = within(locker.write_lock("p"), Duration::from_secs(5))
-        .await
-        .unwrap();
+    let writer = got_within(locker.write_lock("p"), Duration::from_secs(5)).await;
     // Released on the way out, not at the 30 s lease's end.
     assert_within(asked, Duration::from_secs(2));
     writer.release().await.unwrap();

@@ -11,8 +11,8 @@ use lockattr::Locker;
 use support::cluster::Cluster;
 use support::keys;
 use support::kinds::{
-    RwCensus, assert_still_waiting, free_now, keys_per_node, run_tasks, spawn_stamped, within,
-    woken,
+    RwCensus, assert_still_waiting, free_now, got_within, keys_per_node, run_tasks, spawn_stamped,
+    within, woken,
 };
 use support::takes::{try_read, try_write};
 
@@ -60,9 +60,7 @@ async fn a_read_write_lock_on_a_cluster() {
 
     // The last reader's release hands over to the waiting writer at once.
     let writer = spawn_stamped(&locker, |locker| async move {
-        within(locker.write_lock("index"), Duration::from_secs(30))
-            .await
-            .unwrap()
+        got_within(locker.write_lock("index"), Duration::from_secs(30)).await
     });
     let pause = Duration::from_millis(300);
     assert_still_waiting(&writer, pause, "the writer entered with readers").await;

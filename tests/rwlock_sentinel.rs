@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
-use support::kinds::{assert_still_waiting, spawn_stamped, within, woken};
+use support::kinds::{assert_still_waiting, got_within, spawn_stamped, woken};
 use support::sentinel::SentinelSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,9 +24,7 @@ async fn a_read_write_lock_through_sentinel() {
         "the readers are not on the master"
     );
     let writer = spawn_stamped(&other, |other| async move {
-        within(other.write_lock("catalog"), Duration::from_secs(30))
-            .await
-            .unwrap()
+        got_within(other.write_lock("catalog"), Duration::from_secs(30)).await
     });
     let pause = Duration::from_millis(300);
     assert_still_waiting(&writer, pause, "the writer entered with readers").await;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use support::cluster::Cluster;
 use support::kinds::{
-    Census, assert_still_waiting, keys_per_node, run_tasks, spawn_stamped, within, woken,
+    Census, assert_still_waiting, got_within, keys_per_node, run_tasks, spawn_stamped, woken,
 };
 use support::takes::try_permit;
 
@@ -50,9 +50,7 @@ async fn a_semaphore_on_a_cluster_keeps_its_bound_and_hands_over() {
 
     // A waiter is woken by a release, and a mismatch is refused.
     let waiter = spawn_stamped(&locker, |locker| async move {
-        within(locker.semaphore("render", 3), Duration::from_secs(30))
-            .await
-            .unwrap()
+        got_within(locker.semaphore("render", 3), Duration::from_secs(30)).await
     });
     let pause = Duration::from_millis(300);
     assert_still_waiting(

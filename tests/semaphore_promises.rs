@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::kinds::{
-    assert_timed_out, assert_within, del, free_now, joined, leased, setup_short_retention,
-    spawn_on, within, within_blocking,
+    assert_timed_out, assert_within, del, free_now, got_within, joined, leased,
+    setup_short_retention, spawn_on, within, within_blocking,
 };
 use support::lockers::{labelled, setup};
 use support::takes::try_permit;
@@ -200,7 +200,7 @@ async fn a_permit_handed_to_a_killed_waiter_by_a_newcomer_can_be_forced_free() {
 /// once (a caller that would wait keeps the record for its wait).
 async fn renewed(locker: &Locker, name: &str, permits: u32) -> lockattr::LockGuard {
     let request = locker.semaphore(name, permits).expire(LEASE).renew(true);
-    within(request, Duration::ZERO).await.unwrap()
+    free_now(request).await
 }
 
 /// The lease of the renewed holders.
@@ -300,7 +300,7 @@ async fn the_number_of_permits_survives_a_hand_over() {
     }
     let waiter = spawn_on(&locker, |locker| async move {
         let request = locker.semaphore(name, 3).expire(LEASE).renew(true);
-        within(request, Duration::from_millis(1_000)).await.unwrap()
+        got_within(request, Duration::from_millis(1_000)).await
     });
     assert!(queued(&server, &keys::sem(name).queue, 1));
     let first = holders.remove(0);

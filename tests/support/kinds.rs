@@ -44,9 +44,14 @@ pub fn within_blocking(request: LockBuilder<'_>, wait: Duration) -> Result<LockG
     request.acquire_timeout(wait).acquire_blocking()
 }
 
+/// [`within`], which must succeed.
+pub async fn got_within(request: LockBuilder<'_>, wait: Duration) -> LockGuard {
+    within(request, wait).await.unwrap()
+}
+
 /// `request`, which must be free now (no wait).
 pub async fn free_now(request: LockBuilder<'_>) -> LockGuard {
-    within(request, Duration::ZERO).await.unwrap()
+    got_within(request, Duration::ZERO).await
 }
 
 /// `request` with a lease of `expire` (the default wait), which must
