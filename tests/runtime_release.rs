@@ -5,9 +5,11 @@ mod support;
 
 use std::time::Duration;
 
-use lockattr::{LockError, Locker};
-use support::lockers::setup;
-use support::{keys, lock_key};
+use lockattr::{LockError, LockGuard};
+use support::lockers::{self, setup};
+use support::outages::{assert_pttl, take_and_release_now, take_leased, take_leased_blocking};
+use support::takes::take_now;
+use support::{RedisServer, keys, lock_key};
 
 const KEY: &str = "lockattr:{r}";
 
@@ -20,46 +22,47 @@ fn assert_not_owned(err: &LockError, name: &str) {
     assert!(err.to_string().contains(name), "{err}");
 }
 
+/// On a blocking thread, asserts that `guard` (of the lock `r`) can neither
+/// extend its lease by `by` nor reacquire it (`NotOwned`); the guard back.
+async fn blocking_extend_and_reacquire_not_owned(guard: LockGuard, by: Duration) -> LockGuard {
+    tokio::task::spawn_blocking(move || {
+        assert_not_owned(&guard.extend_blocking(by).unwrap_err(), "r");
+        assert_not_owned(&guard.reacquire_blocking().unwrap_err(), "r");
+        guard
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs the lease of the lock `r` down to 800 ms from outside.
+fn run_the_lease_down(server: &RedisServer) {
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(KEY)
+        .arg(800)
+        .query(&mut server.client())
+        .unwrap();
+}
+
 #[tokio::test]
 async fn release_frees_the_lock() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "r", Duration::from_secs(30)).await;
     assert!(server.exists(KEY));
     guard.release().await.unwrap();
     assert!(!server.exists(KEY), "the key is gone when release returns");
     // And it can be taken at once.
-    locker
-        .lock("r")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release_now(&locker, "r").await;
 }
 
 #[test]
 fn release_blocking_frees_the_lock() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_secs(30))
-        .acquire_blocking()
-        .unwrap();
+    let guard = take_leased_blocking(&locker, "r", Duration::from_secs(30));
     assert!(server.exists(KEY));
     guard.release_blocking().unwrap();
     assert!(!server.exists(KEY));
     // An async-acquired guard released the blocking way, from a plain thread.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::current_thread();
     let guard = rt.block_on(locker.lock("r").acquire()).unwrap();
     drop(rt);
     guard.release_blocking().unwrap();
@@ -69,12 +72,7 @@ fn release_blocking_frees_the_lock() {
 #[tokio::test]
 async fn release_after_expiry_is_not_owned() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_millis(100))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "r", Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!server.exists(KEY));
     let err = guard.release().await.unwrap_err();
@@ -85,11 +83,7 @@ async fn release_after_expiry_is_not_owned() {
 #[test]
 fn release_blocking_after_expiry_is_not_owned() {
     let (_server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_millis(100))
-        .acquire_blocking()
-        .unwrap();
+    let guard = take_leased_blocking(&locker, "r", Duration::from_millis(100));
     std::thread::sleep(Duration::from_millis(300));
     let err = guard.release_blocking().unwrap_err();
     assert_not_owned(&err, "r");
@@ -98,34 +92,12 @@ fn release_blocking_after_expiry_is_not_owned() {
 #[tokio::test]
 async fn release_never_deletes_another_owners_lock() {
     let (server, locker) = setup();
-    let other_locker = Locker::new(server.url()).unwrap();
-    let stale = locker
-        .lock("r")
-        .expire(Duration::from_millis(100))
-        .acquire()
-        .await
-        .unwrap();
-    let stale_blocking = locker
-        .lock("r2")
-        .expire(Duration::from_millis(100))
-        .acquire()
-        .await
-        .unwrap();
+    let other_locker = lockers::locker(&server);
+    let stale = take_leased(&locker, "r", Duration::from_millis(100)).await;
+    let stale_blocking = take_leased(&locker, "r2", Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let owner = other_locker
-        .lock("r")
-        .expire(Duration::from_secs(30))
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
-    let owner2 = other_locker
-        .lock("r2")
-        .expire(Duration::from_secs(30))
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let owner = take_now(&other_locker, "r", Duration::from_secs(30)).await;
+    let owner2 = take_now(&other_locker, "r2", Duration::from_secs(30)).await;
     let token = server.get(KEY).unwrap();
     let token2 = server.get(&lock_key("r2")).unwrap();
 
@@ -147,59 +119,36 @@ async fn release_never_deletes_another_owners_lock() {
 #[tokio::test]
 async fn extend_adds_to_the_lease() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "r", Duration::from_secs(2)).await;
     guard.extend(Duration::from_secs(10)).await.unwrap();
-    let pttl = server.pttl(KEY);
     // About 2 s left + 10 s added.
-    assert!((10_500..=12_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, KEY, 10_500..=12_000);
     guard.extend(Duration::from_secs(10)).await.unwrap();
-    let pttl = server.pttl(KEY);
-    assert!((20_500..=22_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, KEY, 20_500..=22_000);
     guard.release().await.unwrap();
 }
 
 #[test]
 fn extend_blocking_adds_to_the_lease() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_secs(2))
-        .acquire_blocking()
-        .unwrap();
+    let guard = take_leased_blocking(&locker, "r", Duration::from_secs(2));
     guard.extend_blocking(Duration::from_secs(10)).unwrap();
-    let pttl = server.pttl(KEY);
-    assert!((10_500..=12_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, KEY, 10_500..=12_000);
     guard.release_blocking().unwrap();
 }
 
 #[tokio::test]
 async fn reacquire_resets_the_lease_to_expire() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "r", Duration::from_secs(5)).await;
     // Run the lease down from outside, then reset it.
-    let _: i64 = redis::cmd("PEXPIRE")
-        .arg(KEY)
-        .arg(800)
-        .query(&mut server.client())
-        .unwrap();
+    run_the_lease_down(&server);
     assert!(server.pttl(KEY) <= 800);
     guard.reacquire().await.unwrap();
-    let pttl = server.pttl(KEY);
-    assert!((4_000..=5_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, KEY, 4_000..=5_000);
     // Reacquire sets, it does not add: a second call keeps it at most `expire`.
     guard.reacquire().await.unwrap();
-    let pttl = server.pttl(KEY);
-    assert!((4_000..=5_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, KEY, 4_000..=5_000);
     // Same fencing token: reacquire is not a new acquisition.
     assert_eq!(
         server.get(&keys::lock("r").fence),
@@ -211,31 +160,17 @@ async fn reacquire_resets_the_lease_to_expire() {
 #[test]
 fn reacquire_blocking_resets_the_lease_to_expire() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_secs(5))
-        .acquire_blocking()
-        .unwrap();
-    let _: i64 = redis::cmd("PEXPIRE")
-        .arg(KEY)
-        .arg(800)
-        .query(&mut server.client())
-        .unwrap();
+    let guard = take_leased_blocking(&locker, "r", Duration::from_secs(5));
+    run_the_lease_down(&server);
     guard.reacquire_blocking().unwrap();
-    let pttl = server.pttl(KEY);
-    assert!((4_000..=5_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, KEY, 4_000..=5_000);
     guard.release_blocking().unwrap();
 }
 
 #[tokio::test]
 async fn extend_and_reacquire_after_expiry_do_not_revive() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_millis(100))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "r", Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_not_owned(
         &guard.extend(Duration::from_secs(10)).await.unwrap_err(),
@@ -244,16 +179,7 @@ async fn extend_and_reacquire_after_expiry_do_not_revive() {
     assert!(!server.exists(KEY), "extend revived an expired lock");
     assert_not_owned(&guard.reacquire().await.unwrap_err(), "r");
     assert!(!server.exists(KEY), "reacquire revived an expired lock");
-    let guard = tokio::task::spawn_blocking(move || {
-        assert_not_owned(
-            &guard.extend_blocking(Duration::from_secs(10)).unwrap_err(),
-            "r",
-        );
-        assert_not_owned(&guard.reacquire_blocking().unwrap_err(), "r");
-        guard
-    })
-    .await
-    .unwrap();
+    let guard = blocking_extend_and_reacquire_not_owned(guard, Duration::from_secs(10)).await;
     assert!(!server.exists(KEY));
     assert_not_owned(&guard.release().await.unwrap_err(), "r");
 }
@@ -261,20 +187,9 @@ async fn extend_and_reacquire_after_expiry_do_not_revive() {
 #[tokio::test]
 async fn extend_and_reacquire_never_touch_another_owners_lock() {
     let (server, locker) = setup();
-    let stale = locker
-        .lock("r")
-        .expire(Duration::from_millis(100))
-        .acquire()
-        .await
-        .unwrap();
+    let stale = take_leased(&locker, "r", Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let owner = locker
-        .lock("r")
-        .expire(Duration::from_secs(3))
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let owner = take_now(&locker, "r", Duration::from_secs(3)).await;
     let token = server.get(KEY).unwrap();
 
     assert_not_owned(
@@ -282,16 +197,7 @@ async fn extend_and_reacquire_never_touch_another_owners_lock() {
         "r",
     );
     assert_not_owned(&stale.reacquire().await.unwrap_err(), "r");
-    let stale = tokio::task::spawn_blocking(move || {
-        assert_not_owned(
-            &stale.extend_blocking(Duration::from_secs(60)).unwrap_err(),
-            "r",
-        );
-        assert_not_owned(&stale.reacquire_blocking().unwrap_err(), "r");
-        stale
-    })
-    .await
-    .unwrap();
+    let stale = blocking_extend_and_reacquire_not_owned(stale, Duration::from_secs(60)).await;
 
     let pttl = server.pttl(KEY);
     assert!(pttl <= 3_000, "another owner's lease was extended: {pttl}");
@@ -303,12 +209,7 @@ async fn extend_and_reacquire_never_touch_another_owners_lock() {
 #[tokio::test]
 async fn extend_by_zero_is_refused() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("r")
-        .expire(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "r", Duration::from_secs(5)).await;
     let err = guard.extend(Duration::ZERO).await.unwrap_err();
     assert!(matches!(err, LockError::InvalidInput { .. }), "{err:?}");
     assert!(server.pttl(KEY) > 3_000);
@@ -318,12 +219,7 @@ async fn extend_by_zero_is_refused() {
 #[tokio::test]
 async fn guard_reports_its_lock() {
     let (_server, locker) = setup();
-    let guard = locker
-        .lock("named lock")
-        .expire(Duration::from_secs(7))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "named lock", Duration::from_secs(7)).await;
     assert_eq!(guard.name(), "named lock");
     assert_eq!(guard.expire(), Duration::from_secs(7));
     assert!(guard.fencing_token() >= 1);

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod keys;
 pub mod kinds;
 pub mod lockers;
+pub mod outages;
 pub mod proxy;
 pub mod sentinel;
 pub mod takes;

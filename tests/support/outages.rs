@@ -1,0 +1,114 @@
+//! Helpers of the runtime's single-server test files (acquire, release,
+//! drop, timeout, outage...): the builder chains they spell again and again
+//! where `takes` has none (no acquire time, or no lease, of their own), a
+//! task that takes a lock, and a few reads and asserts on a lock's keys.
+//! Each helper makes the public calls it names, nothing more.
+
+use std::ops::RangeInclusive;
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, LockGuard, Locker};
+
+use super::{RedisServer, eventually, keys, lock_key};
+
+/// The lock `name` with a lease of `expire`, waiting the Locker's default
+/// acquire time; it must be taken.
+pub async fn take_leased(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// [`take_leased`] for a sync caller.
+pub fn take_leased_blocking(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .acquire_blocking()
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// The lock `name` (default lease), waiting up to `wait`: the outcome.
+pub async fn try_wait(locker: &Locker, name: &str, wait: Duration) -> Result<LockGuard, LockError> {
+    locker.lock(name).acquire_timeout(wait).acquire().await
+}
+
+/// [`try_wait`] for a sync caller.
+pub fn try_wait_blocking(
+    locker: &Locker,
+    name: &str,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    locker.lock(name).acquire_timeout(wait).acquire_blocking()
+}
+
+/// One attempt at the lock `name` (default lease, acquire time zero): the
+/// outcome.
+pub async fn attempt(locker: &Locker, name: &str) -> Result<LockGuard, LockError> {
+    try_wait(locker, name, Duration::ZERO).await
+}
+
+/// [`attempt`] for a sync caller.
+pub fn attempt_blocking(locker: &Locker, name: &str) -> Result<LockGuard, LockError> {
+    try_wait_blocking(locker, name, Duration::ZERO)
+}
+
+/// Takes the lock `name` in one [`attempt`] (it must be free) and releases
+/// it.
+pub async fn take_and_release_now(locker: &Locker, name: &str) {
+    attempt(locker, name)
+        .await
+        .unwrap_or_else(|e| panic!("taking {name} at once: {e}"))
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A task of `locker` that takes the lock `name` (lease `expire`, waiting up
+/// to `wait`): its outcome.
+pub fn spawn_take(
+    locker: &Locker,
+    name: &str,
+    expire: Duration,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    tokio::spawn(async move {
+        locker
+            .lock(&name)
+            .expire(expire)
+            .acquire_timeout(wait)
+            .acquire()
+            .await
+    })
+}
+
+/// Waits up to `within` until the key of the lock `name` is gone from
+/// `server`; true when it went.
+pub fn freed_within(server: &RedisServer, name: &str, within: Duration) -> bool {
+    eventually(within, || !server.exists(&lock_key(name))).is_some()
+}
+
+/// The fencing counter of the lock `name` on `server` (it must be there).
+pub fn fence_of(server: &RedisServer, name: &str) -> u64 {
+    server
+        .get(&keys::lock(name).fence)
+        .expect("the fencing counter")
+        .parse()
+        .expect("a number")
+}
+
+/// Asserts that the PTTL of `key` on `server` is within `range` (ms).
+pub fn assert_pttl(server: &RedisServer, key: &str, range: RangeInclusive<i64>) {
+    let pttl = server.pttl(key);
+    assert!(range.contains(&pttl), "PTTL {pttl}");
+}
+
+/// Asserts that less than `bound` has passed since `start` (the message
+/// says how long it was).
+pub fn assert_within(start: Instant, bound: Duration) {
+    assert!(start.elapsed() < bound, "{:?}", start.elapsed());
+}
