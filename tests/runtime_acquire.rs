@@ -6,9 +6,14 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
+use lockattr::LockError;
 use redis::Commands;
-use support::lockers::setup;
+use support::lockers::{self, setup};
+use support::outages::{
+    attempt, attempt_blocking, take_and_release_now, take_leased, take_leased_blocking, try_wait,
+    try_wait_blocking,
+};
+use support::takes::take_now;
 use support::{RedisServer, keys, lock_key};
 
 /// What changed in `INFO commandstats` between two snapshots (INFO itself left out).
@@ -26,6 +31,20 @@ fn calls_between(
         .collect();
     diff.sort();
     diff
+}
+
+/// Asserts that the commands run between two snapshots were `expected`
+/// (name and count, sorted by name).
+fn assert_calls(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+    expected: &[(&str, u64)],
+) {
+    let expected: Vec<(String, u64)> = expected
+        .iter()
+        .map(|(name, n)| ((*name).to_owned(), *n))
+        .collect();
+    assert_eq!(calls_between(before, after), expected);
 }
 
 #[test]
@@ -49,35 +68,26 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     // token) and SET writes the counter with the lease plus the retention,
     // so it never expires under its holder. A first attempt was never
     // queued (no HDEL).
-    assert_eq!(
-        calls_between(&before, &after),
-        vec![
-            ("evalsha".to_owned(), 1),
-            ("get".to_owned(), 1),
-            ("set".to_owned(), 2),
-        ]
-    );
+    assert_calls(&before, &after, &[("evalsha", 1), ("get", 1), ("set", 2)]);
     let before = server.command_calls();
     guard.release_blocking().unwrap();
     let after = server.command_calls();
     // The release: the owner check (GET), nobody queued (LPOP), DEL, and
     // the counter's retention (PEXPIRE). No TIME while nobody waits.
-    assert_eq!(
-        calls_between(&before, &after),
-        vec![
-            ("del".to_owned(), 1),
-            ("evalsha".to_owned(), 1),
-            ("get".to_owned(), 1),
-            ("lpop".to_owned(), 1),
-            ("pexpire".to_owned(), 1),
-        ]
-    );
+    let release = [
+        ("del", 1),
+        ("evalsha", 1),
+        ("get", 1),
+        ("lpop", 1),
+        ("pexpire", 1),
+    ];
+    assert_calls(&before, &after, &release);
 }
 
 #[test]
 fn acquiring_a_free_lock_after_waiting_leaves_the_queue() {
     let (server, locker) = setup();
-    let other = Locker::new(server.url()).unwrap();
+    let other = lockers::locker(&server);
     let holder = other
         .lock("q")
         .expire(Duration::from_millis(300))
@@ -86,11 +96,7 @@ fn acquiring_a_free_lock_after_waiting_leaves_the_queue() {
         .unwrap();
     // Queued behind a holder that never releases: the lease runs out and
     // the waiter takes the free lock on its own timer, leaving the queue.
-    let guard = locker
-        .lock("q")
-        .acquire_timeout(Duration::from_secs(5))
-        .acquire_blocking()
-        .unwrap();
+    let guard = try_wait_blocking(&locker, "q", Duration::from_secs(5)).unwrap();
     assert!(!server.exists(&keys::lock("q").queue));
     assert!(!server.exists(&keys::lock("q").waiters));
     assert!(server.owner(&lock_key("q")).is_some());
@@ -101,19 +107,11 @@ fn acquiring_a_free_lock_after_waiting_leaves_the_queue() {
 #[test]
 fn zero_acquire_timeout_makes_exactly_one_attempt() {
     let (server, locker) = setup();
-    let holder = locker
-        .lock("x")
-        .expire(Duration::from_secs(30))
-        .acquire_blocking()
-        .unwrap();
+    let holder = take_leased_blocking(&locker, "x", Duration::from_secs(30));
 
     let before = server.command_calls();
     let start = Instant::now();
-    let err = locker
-        .lock("x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap_err();
+    let err = attempt_blocking(&locker, "x").unwrap_err();
     let elapsed = start.elapsed();
     let after = server.command_calls();
     match &err {
@@ -138,11 +136,7 @@ fn zero_acquire_timeout_makes_exactly_one_attempt() {
     holder.release_blocking().unwrap();
 
     // A zero wait on a free lock takes it.
-    let guard = locker
-        .lock("x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap();
+    let guard = attempt_blocking(&locker, "x").unwrap();
     guard.release_blocking().unwrap();
 }
 
@@ -151,12 +145,7 @@ async fn zero_acquire_timeout_async() {
     let (_server, locker) = setup();
     let holder = locker.lock("x").acquire().await.unwrap();
     let start = Instant::now();
-    let err = locker
-        .lock("x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = attempt(&locker, "x").await.unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
     assert!(start.elapsed() < Duration::from_secs(2));
     holder.release().await.unwrap();
@@ -165,7 +154,7 @@ async fn zero_acquire_timeout_async() {
 #[tokio::test]
 async fn fencing_tokens_strictly_increase_per_name_across_lockers() {
     let (server, a) = setup();
-    let b = Locker::new(server.url()).unwrap();
+    let b = lockers::locker(&server);
     let mut last = 0;
     for i in 0..10 {
         let locker = if i % 2 == 0 { &a } else { &b };
@@ -228,12 +217,7 @@ async fn fencing_tokens_increase_after_redis_lost_the_counter() {
 #[tokio::test]
 async fn fencing_token_increases_after_the_key_expired() {
     let (server, locker) = setup();
-    let first = locker
-        .lock("lapse")
-        .expire(Duration::from_millis(100))
-        .acquire()
-        .await
-        .unwrap();
+    let first = take_leased(&locker, "lapse", Duration::from_millis(100)).await;
     let first_token = server.get(&lock_key("lapse")).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -241,13 +225,7 @@ async fn fencing_token_increases_after_the_key_expired() {
         "the lease should be over"
     );
 
-    let second = locker
-        .lock("lapse")
-        .expire(Duration::from_secs(30))
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let second = take_now(&locker, "lapse", Duration::from_secs(30)).await;
     assert!(second.fencing_token() > first.fencing_token());
     let second_token = server.get(&lock_key("lapse")).unwrap();
     assert_ne!(first_token, second_token);
@@ -290,26 +268,16 @@ fn owner_tokens_are_32_hex_digits_and_fresh_per_acquisition() {
 #[tokio::test]
 async fn a_held_lock_is_exclusive() {
     let (server, a) = setup();
-    let b = Locker::new(server.url()).unwrap();
+    let b = lockers::locker(&server);
     let guard = a.lock("mine").acquire().await.unwrap();
     for locker in [&a, &b] {
-        let err = locker
-            .lock("mine")
-            .acquire_timeout(Duration::from_millis(100))
-            .acquire()
+        let err = try_wait(locker, "mine", Duration::from_millis(100))
             .await
             .unwrap_err();
         assert!(err.is_timeout(), "{err:?}");
     }
     guard.release().await.unwrap();
-    b.lock("mine")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release_now(&b, "mine").await;
 }
 
 /// An acquisition that fails must not leave the lock held. Here the fence
@@ -325,7 +293,7 @@ fn an_acquisition_failing_with_a_redis_error_leaves_no_lock() {
         .arg("not a number")
         .query(&mut server.client())
         .unwrap();
-    let locker = Locker::new(server.url()).unwrap();
+    let locker = lockers::locker(&server);
     let err = locker
         .lock("x")
         .expire(Duration::from_secs(30))
