@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, MAX_ACQUIRE_TIMEOUT, MAX_EXPIRE, MAX_TIMEOUT};
-use support::lockers::setup;
+use support::lockers::{self, setup};
+use support::outages::{assert_pttl, take_and_release_now, take_leased, try_leased, try_wait};
 use support::{keys, lock_key};
 
 fn assert_invalid(err: &LockError, what: &str) {
@@ -23,22 +24,12 @@ fn assert_invalid(err: &LockError, what: &str) {
 #[tokio::test]
 async fn an_absurd_acquire_timeout_is_refused_and_queues_nothing() {
     let (server, locker) = setup();
-    let holder = locker
-        .lock("q")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = take_leased(&locker, "q", Duration::from_secs(30)).await;
     for wait in [
         Duration::from_millis(100_000_000_000_000_000),
         MAX_ACQUIRE_TIMEOUT + Duration::from_millis(1),
     ] {
-        let err = locker
-            .lock("q")
-            .acquire_timeout(wait)
-            .acquire()
-            .await
-            .unwrap_err();
+        let err = try_wait(&locker, "q", wait).await.unwrap_err();
         assert_invalid(&err, "acquire timeout");
         assert!(err.to_string().contains("2592000s"), "{err}");
     }
@@ -49,15 +40,7 @@ async fn an_absurd_acquire_timeout_is_refused_and_queues_nothing() {
     );
     holder.release().await.unwrap();
     // The lock is free, not handed to a phantom waiter.
-    locker
-        .lock("q")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release_now(&locker, "q").await;
 }
 
 /// The longest acquire timeout is accepted, and so is `Duration::MAX`
@@ -66,14 +49,9 @@ async fn an_absurd_acquire_timeout_is_refused_and_queues_nothing() {
 async fn the_longest_acquire_timeouts_are_accepted() {
     let (server, locker) = setup();
     for (name, wait) in [("w1", MAX_ACQUIRE_TIMEOUT), ("w2", Duration::MAX)] {
-        let holder = locker
-            .lock(name)
-            .expire(Duration::from_millis(300))
-            .acquire()
-            .await
-            .unwrap();
+        let holder = take_leased(&locker, name, Duration::from_millis(300)).await;
         // Of another Locker, so that it queues in Redis.
-        let other = Locker::new(server.url()).unwrap();
+        let other = lockers::locker(&server);
         let waiter = other.lock(name).acquire_timeout(wait).acquire();
         let watch = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -94,12 +72,7 @@ async fn the_longest_acquire_timeouts_are_accepted() {
 #[tokio::test]
 async fn an_extension_beyond_the_max_lease_is_refused() {
     let (server, default) = setup();
-    let guard = default
-        .lock("x")
-        .expire(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&default, "x", Duration::from_secs(10)).await;
     let err = guard
         .extend(MAX_EXPIRE + Duration::from_secs(1))
         .await
@@ -113,25 +86,18 @@ async fn an_extension_beyond_the_max_lease_is_refused() {
         .max_lease(Duration::from_secs(60))
         .build()
         .unwrap();
-    let guard = short
-        .lock("y")
-        .expire(Duration::from_secs(50))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&short, "y", Duration::from_secs(50)).await;
     let err = guard.extend(Duration::from_secs(61)).await.unwrap_err();
     assert_invalid(&err, "lease extension");
     // 50 s left + 20 s would be 70 s: more than the max lease of 60 s.
     let err = guard.extend(Duration::from_secs(20)).await.unwrap_err();
     assert_invalid(&err, "lease extension");
     assert!(err.to_string().contains("max_lease (60s)"), "{err}");
-    let pttl = server.pttl(&lock_key("y"));
-    assert!((40_000..=50_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, &lock_key("y"), 40_000..=50_000);
     assert!(!guard.is_lost(), "a refused extension loses nothing");
     // Within the max lease it goes through.
     guard.extend(Duration::from_secs(5)).await.unwrap();
-    let pttl = server.pttl(&lock_key("y"));
-    assert!((45_000..=55_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, &lock_key("y"), 45_000..=55_000);
     let blocking = tokio::task::spawn_blocking(move || {
         let err = guard.extend_blocking(Duration::from_secs(30)).unwrap_err();
         assert_invalid(&err, "lease extension");
@@ -147,20 +113,12 @@ async fn an_extension_beyond_the_max_lease_is_refused() {
 #[tokio::test]
 async fn leases_and_extensions_under_a_millisecond_are_refused() {
     let (server, locker) = setup();
-    let err = locker
-        .lock("tiny")
-        .expire(Duration::from_micros(999))
-        .acquire()
+    let err = try_leased(&locker, "tiny", Duration::from_micros(999))
         .await
         .unwrap_err();
     assert_invalid(&err, "expire");
     assert!(server.keys("lockattr:*").is_empty());
-    let guard = locker
-        .lock("tiny")
-        .expire(Duration::from_millis(1_500))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "tiny", Duration::from_millis(1_500)).await;
     let err = guard.extend(Duration::from_micros(999)).await.unwrap_err();
     assert_invalid(&err, "lease extension");
     guard.release().await.unwrap();

@@ -5,8 +5,9 @@ mod support;
 
 use std::time::Duration;
 
+use support::lock_key;
 use support::lockers::setup;
-use support::{eventually, lock_key};
+use support::outages::{freed_within, take_and_release, take_and_release_now, try_wait};
 
 /// Long enough that only a release (never the lease) can free the lock in these tests.
 const LONG: Duration = Duration::from_secs(30);
@@ -34,21 +35,12 @@ async fn dropped_async_guard_is_released_soon() {
     let guard = locker.lock("d").expire(LONG).acquire().await.unwrap();
     assert!(server.exists(&lock_key("d")));
     drop(guard);
-    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(
-        freed.is_some(),
+        freed_within(&server, "d", Duration::from_secs(2)),
         "still held 2 s after the drop (expire 30 s)"
     );
     // Free for others, too.
-    locker
-        .lock("d")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release_now(&locker, "d").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,25 +53,26 @@ async fn dropped_async_guard_in_a_spawned_task_is_released() {
     })
     .await
     .unwrap();
-    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
-    assert!(freed.is_some(), "still held 2 s after the drop");
+    assert!(
+        freed_within(&server, "d", Duration::from_secs(2)),
+        "still held 2 s after the drop"
+    );
 }
 
 #[test]
 fn dropped_async_guard_in_a_thread_without_runtime_is_released() {
     let (server, locker) = setup();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::current_thread();
     let guard = rt
         .block_on(locker.lock("d").expire(LONG).acquire())
         .unwrap();
     // The runtime that acquired it is gone; the guard dies in a plain thread.
     drop(rt);
     std::thread::spawn(move || drop(guard)).join().unwrap();
-    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
-    assert!(freed.is_some(), "still held 2 s after the drop");
+    assert!(
+        freed_within(&server, "d", Duration::from_secs(2)),
+        "still held 2 s after the drop"
+    );
 }
 
 #[tokio::test]
@@ -101,15 +94,11 @@ async fn dropped_acquire_future_waiting_on_a_held_lock_leaves_no_lock() {
     // The abandoned request may take the lock a moment later, but must give it back.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // (Blocking this test's runtime thread is fine: the locks' I/O runs on the library's thread.)
-    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(
-        freed.is_some(),
+        freed_within(&server, "d", Duration::from_secs(2)),
         "a lock was left behind by a dropped future"
     );
-    let guard = locker
-        .lock("d")
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
+    let guard = try_wait(&locker, "d", Duration::from_secs(2))
         .await
         .unwrap();
     // And it stays ours: nothing else comes back for it.
@@ -130,20 +119,11 @@ async fn dropped_acquire_future_on_a_free_lock_leaves_no_lock() {
             () = std::future::ready(()) => {}
         }
     }
-    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
     assert!(
-        freed.is_some(),
+        freed_within(&server, "d", Duration::from_secs(2)),
         "a lock was left behind by a dropped future"
     );
-    locker
-        .lock("d")
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&locker, "d", Duration::from_secs(2)).await;
 }
 
 #[tokio::test]
@@ -159,6 +139,8 @@ async fn dropped_release_future_still_releases() {
             () = std::future::ready(()) => {}
         }
     }
-    let freed = eventually(Duration::from_secs(2), || !server.exists(&lock_key("d")));
-    assert!(freed.is_some(), "a cancelled release left the lock held");
+    assert!(
+        freed_within(&server, "d", Duration::from_secs(2)),
+        "a cancelled release left the lock held"
+    );
 }

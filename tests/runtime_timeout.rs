@@ -7,40 +7,39 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lockattr::LockError;
 use support::asserts::assert_timeout;
 use support::lockers::setup;
+use support::outages::{
+    assert_within, take_leased, take_leased_blocking, try_wait, try_wait_blocking,
+};
 
 /// Generous slack on top of the acquire timeout for an answer to arrive.
 const SLACK: Duration = Duration::from_secs(3);
 
+/// Asserts that `err` is the Timeout of the lock `name` after `wait`, and
+/// that it came after `elapsed`: not before `wait`, and within [`SLACK`].
+fn assert_gave_up_after(err: &LockError, name: &str, wait: Duration, elapsed: Duration) {
+    assert_timeout(err, name, wait);
+    assert!(
+        elapsed >= wait,
+        "gave up after {elapsed:?}, before {wait:?}"
+    );
+    assert!(elapsed < wait + SLACK, "{elapsed:?} for {wait:?}");
+}
+
 #[tokio::test]
 async fn timeout_carries_name_and_wait_async() {
     let (_server, locker) = setup();
-    let holder = locker
-        .lock("t")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = take_leased(&locker, "t", Duration::from_secs(30)).await;
     for wait in [
         Duration::from_millis(50),
         Duration::from_millis(300),
         Duration::from_millis(700),
     ] {
         let start = Instant::now();
-        let err = locker
-            .lock("t")
-            .acquire_timeout(wait)
-            .acquire()
-            .await
-            .unwrap_err();
-        let elapsed = start.elapsed();
-        assert_timeout(&err, "t", wait);
-        assert!(
-            elapsed >= wait,
-            "gave up after {elapsed:?}, before {wait:?}"
-        );
-        assert!(elapsed < wait + SLACK, "{elapsed:?} for {wait:?}");
+        let err = try_wait(&locker, "t", wait).await.unwrap_err();
+        assert_gave_up_after(&err, "t", wait, start.elapsed());
     }
     holder.release().await.unwrap();
 }
@@ -48,25 +47,11 @@ async fn timeout_carries_name_and_wait_async() {
 #[test]
 fn timeout_carries_name_and_wait_blocking() {
     let (_server, locker) = setup();
-    let holder = locker
-        .lock("t b")
-        .expire(Duration::from_secs(30))
-        .acquire_blocking()
-        .unwrap();
+    let holder = take_leased_blocking(&locker, "t b", Duration::from_secs(30));
     for wait in [Duration::from_millis(80), Duration::from_millis(600)] {
         let start = Instant::now();
-        let err = locker
-            .lock("t b")
-            .acquire_timeout(wait)
-            .acquire_blocking()
-            .unwrap_err();
-        let elapsed = start.elapsed();
-        assert_timeout(&err, "t b", wait);
-        assert!(
-            elapsed >= wait,
-            "gave up after {elapsed:?}, before {wait:?}"
-        );
-        assert!(elapsed < wait + SLACK, "{elapsed:?} for {wait:?}");
+        let err = try_wait_blocking(&locker, "t b", wait).unwrap_err();
+        assert_gave_up_after(&err, "t b", wait, start.elapsed());
     }
     holder.release_blocking().unwrap();
 }
@@ -74,12 +59,7 @@ fn timeout_carries_name_and_wait_blocking() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_gets_the_lock_when_the_holder_releases() {
     let (_server, locker) = setup();
-    let holder = locker
-        .lock("w")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = take_leased(&locker, "w", Duration::from_secs(30)).await;
     let released = Arc::new(AtomicBool::new(false));
     let flag = released.clone();
     let releaser = tokio::spawn(async move {
@@ -88,10 +68,7 @@ async fn waiter_gets_the_lock_when_the_holder_releases() {
         holder.release().await.unwrap();
     });
     let start = Instant::now();
-    let guard = locker
-        .lock("w")
-        .acquire_timeout(Duration::from_secs(5))
-        .acquire()
+    let guard = try_wait(&locker, "w", Duration::from_secs(5))
         .await
         .unwrap();
     assert!(
@@ -99,11 +76,7 @@ async fn waiter_gets_the_lock_when_the_holder_releases() {
         "acquired before the holder released"
     );
     // Taken soon after the release, well before the 30 s lease or the 5 s wait ran out.
-    assert!(
-        start.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_within(start, Duration::from_secs(4));
     releaser.await.unwrap();
     guard.release().await.unwrap();
 }
@@ -111,28 +84,16 @@ async fn waiter_gets_the_lock_when_the_holder_releases() {
 #[test]
 fn blocking_waiter_gets_the_lock_when_the_holder_releases() {
     let (_server, locker) = setup();
-    let holder = locker
-        .lock("w")
-        .expire(Duration::from_secs(30))
-        .acquire_blocking()
-        .unwrap();
+    let holder = take_leased_blocking(&locker, "w", Duration::from_secs(30));
     let first = holder.fencing_token();
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(400));
         holder.release_blocking().unwrap();
     });
     let start = Instant::now();
-    let guard = locker
-        .lock("w")
-        .acquire_timeout(Duration::from_secs(5))
-        .acquire_blocking()
-        .unwrap();
+    let guard = try_wait_blocking(&locker, "w", Duration::from_secs(5)).unwrap();
     assert!(guard.fencing_token() > first);
-    assert!(
-        start.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_within(start, Duration::from_secs(4));
     releaser.join().unwrap();
     guard.release_blocking().unwrap();
 }
@@ -141,25 +102,13 @@ fn blocking_waiter_gets_the_lock_when_the_holder_releases() {
 async fn waiter_gets_the_lock_when_the_holders_lease_ends() {
     let (_server, locker) = setup();
     // Held, never released: the 300 ms lease frees it.
-    let holder = locker
-        .lock("lease")
-        .expire(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = take_leased(&locker, "lease", Duration::from_millis(300)).await;
     let start = Instant::now();
-    let guard = locker
-        .lock("lease")
-        .acquire_timeout(Duration::from_secs(5))
-        .acquire()
+    let guard = try_wait(&locker, "lease", Duration::from_secs(5))
         .await
         .unwrap();
     assert!(guard.fencing_token() > holder.fencing_token());
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_within(start, Duration::from_secs(3));
     guard.release().await.unwrap();
     assert!(holder.release().await.unwrap_err().is_not_owned());
 }
@@ -183,20 +132,13 @@ async fn many_waiters_take_turns_one_at_a_time() {
         };
         if i % 3 == 0 {
             tasks.push(tokio::task::spawn_blocking(move || {
-                let guard = locker
-                    .lock("turns")
-                    .acquire_timeout(Duration::from_secs(10))
-                    .acquire_blocking()
-                    .unwrap();
+                let guard = try_wait_blocking(&locker, "turns", Duration::from_secs(10)).unwrap();
                 body(());
                 guard.release_blocking().unwrap();
             }));
         } else {
             tasks.push(tokio::spawn(async move {
-                let guard = locker
-                    .lock("turns")
-                    .acquire_timeout(Duration::from_secs(10))
-                    .acquire()
+                let guard = try_wait(&locker, "turns", Duration::from_secs(10))
                     .await
                     .unwrap();
                 body(());
@@ -223,17 +165,8 @@ async fn an_unbounded_wait_is_accepted() {
         .unwrap();
     // Held: taken when the lease ends (no overflow in the wait arithmetic).
     let start = Instant::now();
-    let guard = locker
-        .lock("forever")
-        .acquire_timeout(Duration::MAX)
-        .acquire()
-        .await
-        .unwrap();
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        start.elapsed()
-    );
+    let guard = try_wait(&locker, "forever", Duration::MAX).await.unwrap();
+    assert_within(start, Duration::from_secs(3));
     guard.release().await.unwrap();
     drop(holder);
 }

@@ -11,60 +11,68 @@ use lockattr::{LockError, LockGuard, Locker};
 
 use super::{RedisServer, eventually, keys, lock_key};
 
+/// What an acquisition returns: a guard or the error.
+pub type Outcome = Result<LockGuard, LockError>;
+
 /// The lock `name` with a lease of `expire`, waiting the Locker's default
-/// acquire time; it must be taken.
+/// acquire time: the outcome.
+pub async fn try_leased(locker: &Locker, name: &str, expire: Duration) -> Outcome {
+    locker.lock(name).expire(expire).acquire().await
+}
+
+/// [`try_leased`] for a sync caller.
+pub fn try_leased_blocking(locker: &Locker, name: &str, expire: Duration) -> Outcome {
+    locker.lock(name).expire(expire).acquire_blocking()
+}
+
+/// [`try_leased`], which must succeed.
 pub async fn take_leased(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
-    locker
-        .lock(name)
-        .expire(expire)
-        .acquire()
+    try_leased(locker, name, expire)
         .await
         .unwrap_or_else(|e| panic!("taking {name}: {e}"))
 }
 
 /// [`take_leased`] for a sync caller.
 pub fn take_leased_blocking(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
-    locker
-        .lock(name)
-        .expire(expire)
-        .acquire_blocking()
-        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+    try_leased_blocking(locker, name, expire).unwrap_or_else(|e| panic!("taking {name}: {e}"))
 }
 
 /// The lock `name` (default lease), waiting up to `wait`: the outcome.
-pub async fn try_wait(locker: &Locker, name: &str, wait: Duration) -> Result<LockGuard, LockError> {
+pub async fn try_wait(locker: &Locker, name: &str, wait: Duration) -> Outcome {
     locker.lock(name).acquire_timeout(wait).acquire().await
 }
 
 /// [`try_wait`] for a sync caller.
-pub fn try_wait_blocking(
-    locker: &Locker,
-    name: &str,
-    wait: Duration,
-) -> Result<LockGuard, LockError> {
+pub fn try_wait_blocking(locker: &Locker, name: &str, wait: Duration) -> Outcome {
     locker.lock(name).acquire_timeout(wait).acquire_blocking()
 }
 
 /// One attempt at the lock `name` (default lease, acquire time zero): the
 /// outcome.
-pub async fn attempt(locker: &Locker, name: &str) -> Result<LockGuard, LockError> {
+pub async fn attempt(locker: &Locker, name: &str) -> Outcome {
     try_wait(locker, name, Duration::ZERO).await
 }
 
 /// [`attempt`] for a sync caller.
-pub fn attempt_blocking(locker: &Locker, name: &str) -> Result<LockGuard, LockError> {
+pub fn attempt_blocking(locker: &Locker, name: &str) -> Outcome {
     try_wait_blocking(locker, name, Duration::ZERO)
+}
+
+/// Takes the lock `name` (default lease), waiting up to `wait` (it must be
+/// taken), and releases it.
+pub async fn take_and_release(locker: &Locker, name: &str, wait: Duration) {
+    try_wait(locker, name, wait)
+        .await
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+        .release()
+        .await
+        .unwrap();
 }
 
 /// Takes the lock `name` in one [`attempt`] (it must be free) and releases
 /// it.
 pub async fn take_and_release_now(locker: &Locker, name: &str) {
-    attempt(locker, name)
-        .await
-        .unwrap_or_else(|e| panic!("taking {name} at once: {e}"))
-        .release()
-        .await
-        .unwrap();
+    take_and_release(locker, name, Duration::ZERO).await;
 }
 
 /// A task of `locker` that takes the lock `name` (lease `expire`, waiting up
@@ -74,7 +82,7 @@ pub fn spawn_take(
     name: &str,
     expire: Duration,
     wait: Duration,
-) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
+) -> tokio::task::JoinHandle<Outcome> {
     let (locker, name) = (locker.clone(), name.to_owned());
     tokio::spawn(async move {
         locker
