@@ -53,6 +53,15 @@ fn assert_connection(err: &LockError, elapsed: Duration, what: &str) {
     assert!(elapsed < BOUND, "{what}: answered after {elapsed:?}");
 }
 
+/// Takes the lock `name` the blocking way, on a thread of its own (failing
+/// the test if it hangs: `label`), expects it taken (`expect`), and
+/// releases it.
+fn no_hang_take_and_release_blocking(locker: &Locker, name: &str, label: &str, expect: &str) {
+    let (l, name) = (locker.clone(), name.to_owned());
+    let guard = no_hang(label, move || l.lock(name).acquire_blocking()).expect(expect);
+    guard.release_blocking().unwrap();
+}
+
 /// Starts the call `call` makes, fails the test if it hangs (`label`), and
 /// asserts that it answers a connection error within `BOUND` (`what`).
 async fn assert_connection_async<T: Debug, F: Future<Output = Result<T, LockError>>>(
@@ -154,12 +163,12 @@ fn killed_server_gives_connection_errors_then_restart_works_blocking() {
     assert!(start.elapsed() < BOUND);
 
     server.restart();
-    let l = locker.clone();
-    let guard = no_hang("acquire_blocking after restart", move || {
-        l.lock("a").acquire_blocking()
-    })
-    .expect("first blocking acquire after restart");
-    guard.release_blocking().unwrap();
+    no_hang_take_and_release_blocking(
+        &locker,
+        "a",
+        "acquire_blocking after restart",
+        "first blocking acquire after restart",
+    );
 }
 
 #[tokio::test]
@@ -176,12 +185,12 @@ async fn restart_while_idle_the_first_call_succeeds() {
     guard.release().await.unwrap();
 
     server.restart();
-    let l = locker.clone();
-    let guard = no_hang("blocking acquire after restart", move || {
-        l.lock("idle").acquire_blocking()
-    })
-    .expect("first blocking call after a restart");
-    guard.release_blocking().unwrap();
+    no_hang_take_and_release_blocking(
+        &locker,
+        "idle",
+        "blocking acquire after restart",
+        "first blocking call after a restart",
+    );
 }
 
 /// `ping` is the health check: right after a restart Redis is up, so the
