@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use lockattr::Locker;
 use support::RedisServer;
+use support::outages::{try_wait, try_wait_blocking};
 
 /// The inspecting connection of `client_count` itself, the Locker's three
 /// (the I/O thread's, the test runtime's, the subscriber), and slack for a
@@ -58,10 +59,7 @@ fn a_thousand_operations_share_a_handful_of_connections() {
                         tokio::spawn(async move {
                             for i in 0..50 {
                                 let name = format!("conn-{}", (t + i) % 6);
-                                let guard = locker
-                                    .lock(&name)
-                                    .acquire_timeout(Duration::from_secs(20))
-                                    .acquire()
+                                let guard = try_wait(&locker, &name, Duration::from_secs(20))
                                     .await
                                     .unwrap();
                                 acquisitions.fetch_add(1, Ordering::SeqCst);
@@ -91,11 +89,7 @@ fn a_thousand_operations_share_a_handful_of_connections() {
             std::thread::spawn(move || {
                 for i in 0..100 {
                     let name = format!("conn-{}", (t + i) % 6);
-                    let guard = locker
-                        .lock(&name)
-                        .acquire_timeout(Duration::from_secs(20))
-                        .acquire_blocking()
-                        .unwrap();
+                    let guard = try_wait_blocking(&locker, &name, Duration::from_secs(20)).unwrap();
                     acquisitions.fetch_add(1, Ordering::SeqCst);
                     guard.release_blocking().unwrap();
                 }

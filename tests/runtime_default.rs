@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, default_locker, init, set_default};
+use support::outages::take_leased_blocking;
 use support::{RedisServer, lock_key};
 
 #[test]
@@ -34,11 +35,7 @@ fn default_locker_lifecycle() {
     init(server.url()).unwrap();
     let locker = default_locker().unwrap();
     assert_eq!(locker.prefix(), "lockattr:");
-    let guard = locker
-        .lock("default")
-        .expire(Duration::from_secs(30))
-        .acquire_blocking()
-        .unwrap();
+    let guard = take_leased_blocking(locker, "default", Duration::from_secs(30));
     assert!(server.exists(&lock_key("default")));
     guard.release_blocking().unwrap();
 

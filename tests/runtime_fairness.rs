@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use lockattr::{Fairness, LockError, LockGuard, Locker};
 use support::lockers::setup;
 use support::proxy::Proxy;
+use support::takes::try_take;
 use support::waiters::{queue_len, queued, spawn_waiter};
 use support::{RedisServer, keys, lock_key};
 
@@ -36,13 +37,7 @@ async fn release_and_take_back(
     name: &str,
 ) -> Option<LockGuard> {
     holder.release().await.unwrap();
-    match locker
-        .lock(name)
-        .expire(LONG)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-    {
+    match try_take(locker, name, LONG, Duration::ZERO).await {
         Ok(guard) => Some(guard),
         Err(LockError::Timeout { .. }) => None,
         Err(e) => panic!("taking the lock back failed: {e}"),

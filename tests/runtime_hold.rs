@@ -11,7 +11,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::lockers::setup;
+use support::lockers::{self, setup};
+use support::outages::{attempt, try_wait};
 use support::{RedisServer, eventually, lock_key};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -37,11 +38,7 @@ async fn assert_kept_for_the_hold(
         set.is_some() && left > hold_ms - 1_500,
         "PTTL {left} ms: expected what remains of the {hold_ms} ms hold (lease 30 s)"
     );
-    let refused = locker
-        .lock(name)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await;
+    let refused = attempt(locker, name).await;
     assert!(
         matches!(refused, Err(LockError::Timeout { .. })),
         "taken during the hold: {refused:?}"
@@ -54,10 +51,7 @@ async fn assert_kept_for_the_hold(
         start.elapsed() >= HOLD,
         "given up before the hold had passed"
     );
-    locker
-        .lock(name)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    attempt(locker, name)
         .await
         .expect("free once the hold has passed")
         .release()
@@ -65,8 +59,19 @@ async fn assert_kept_for_the_hold(
         .unwrap();
 }
 
+/// The request for the lock `name` with a lease of `expire`, held at least
+/// `hold`.
+fn held_for<'a>(
+    locker: &'a Locker,
+    name: &str,
+    expire: Duration,
+    hold: Duration,
+) -> lockattr::LockBuilder<'a> {
+    locker.lock(name).expire(expire).hold_at_least(hold)
+}
+
 fn held<'a>(locker: &'a Locker, name: &str) -> lockattr::LockBuilder<'a> {
-    locker.lock(name).expire(LEASE).hold_at_least(HOLD)
+    held_for(locker, name, LEASE, HOLD)
 }
 
 #[tokio::test]
@@ -114,10 +119,7 @@ fn blocking_release_and_drop_keep_the_lock() {
 #[tokio::test]
 async fn release_after_the_hold_deletes_the_lock() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("b:after")
-        .expire(LEASE)
-        .hold_at_least(Duration::from_millis(100))
+    let guard = held_for(&locker, "b:after", LEASE, Duration::from_millis(100))
         .acquire()
         .await
         .unwrap();
@@ -217,21 +219,14 @@ async fn renewal_stops_and_the_rest_of_the_hold_is_left() {
 /// within the hold, when the lock now ends, and takes it then.
 async fn waiter_takes_it_when_the_hold_ends(first: &Locker, second: &Locker, name: &str) {
     let start = Instant::now();
-    let guard = first
-        .lock(name)
-        .expire(LEASE)
-        .hold_at_least(Duration::from_millis(1_500))
+    let guard = held_for(first, name, LEASE, Duration::from_millis(1_500))
         .acquire()
         .await
         .unwrap();
     let waiting = {
         let (second, name) = (second.clone(), name.to_owned());
         tokio::spawn(async move {
-            let guard = second
-                .lock(&name)
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await;
+            let guard = try_wait(&second, &name, Duration::from_secs(20)).await;
             (guard, start.elapsed())
         })
     };
@@ -255,7 +250,7 @@ async fn waiter_takes_it_when_the_hold_ends(first: &Locker, second: &Locker, nam
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_waiter_gets_the_lock_when_the_hold_ends() {
     let (server, first) = setup();
-    let second = Locker::new(server.url()).unwrap();
+    let second = lockers::locker(&server);
     waiter_takes_it_when_the_hold_ends(&first, &second, "b:waiter").await;
 }
 
@@ -280,13 +275,7 @@ async fn a_redlock_waiter_gets_the_lock_when_the_hold_ends() {
 
     // And each node kept the lock for the hold only.
     let start = Instant::now();
-    let guard = first
-        .lock("b:redlock-nodes")
-        .expire(LEASE)
-        .hold_at_least(HOLD)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held(&first, "b:redlock-nodes").acquire().await.unwrap();
     guard.release().await.unwrap();
     for server in &servers {
         let left = server.pttl(&lock_key("b:redlock-nodes"));

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lockattr::Locker;
 use support::lockers::setup;
+use support::outages::{take_leased, try_leased, try_wait};
 use support::{RedisServer, current_thread, eventually, keys, lock_key, multi_thread};
 
 /// A Locker that waits long for answers, so that dropping a future, not a
@@ -38,13 +39,7 @@ fn aborted_task_with_an_attempt_in_flight_gives_the_lock_back() {
         server.freeze();
         let task = tokio::spawn({
             let locker = locker.clone();
-            async move {
-                locker
-                    .lock("in-flight")
-                    .expire(Duration::from_secs(30))
-                    .acquire()
-                    .await
-            }
+            async move { try_leased(&locker, "in-flight", Duration::from_secs(30)).await }
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
         task.abort();
@@ -68,22 +63,11 @@ fn aborted_waiting_task_leaves_the_queue() {
     let (server, locker) = setup();
     let rt = multi_thread();
     rt.block_on(async {
-        let holder = locker
-            .lock("queue")
-            .expire(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
+        let holder = take_leased(&locker, "queue", Duration::from_secs(30)).await;
         // Of another Locker, so that it queues in Redis.
         let other = Locker::new(server.url()).unwrap();
         let waiter = tokio::spawn({
-            async move {
-                other
-                    .lock("queue")
-                    .acquire_timeout(Duration::from_secs(30))
-                    .acquire()
-                    .await
-            }
+            async move { try_wait(&other, "queue", Duration::from_secs(30)).await }
         });
         let queue = keys::lock("queue").queue;
         let queued = eventually(Duration::from_secs(2), || server.exists(&queue));
@@ -111,13 +95,7 @@ fn aborted_release_in_a_task_still_releases() {
     rt.block_on(async {
         let guard = tokio::spawn({
             let locker = locker.clone();
-            async move {
-                locker
-                    .lock("release")
-                    .expire(Duration::from_secs(30))
-                    .acquire()
-                    .await
-            }
+            async move { try_leased(&locker, "release", Duration::from_secs(30)).await }
         })
         .await
         .unwrap()
@@ -149,12 +127,7 @@ fn guard_held_when_its_runtime_shuts_down_is_released() {
         tokio::spawn({
             let locker = locker.clone();
             async move {
-                let _guard = locker
-                    .lock("shutdown")
-                    .expire(Duration::from_secs(30))
-                    .acquire()
-                    .await
-                    .unwrap();
+                let _guard = take_leased(&locker, "shutdown", Duration::from_secs(30)).await;
                 taken.send(()).unwrap();
                 std::future::pending::<()>().await;
             }

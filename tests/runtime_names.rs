@@ -10,6 +10,8 @@ use std::time::Duration;
 use lockattr::{LockError, Locker, MAX_EXPIRE};
 use support::lock_key;
 use support::lockers::setup;
+use support::outages::{attempt, attempt_blocking, take_leased, try_leased, try_leased_blocking};
+use support::takes::try_take;
 
 /// Static assertion: the error can cross threads and be boxed as `dyn Error`.
 const _: fn() = || {
@@ -64,11 +66,7 @@ async fn every_name_is_its_own_lock() {
     // Hold all of them at once: none blocks another.
     let mut guards = Vec::new();
     for name in &names {
-        let guard = locker
-            .lock(name)
-            .expire(Duration::from_secs(30))
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
+        let guard = try_take(&locker, name, Duration::from_secs(30), Duration::ZERO)
             .await
             .unwrap_or_else(|e| panic!("{name:?} blocked by another name: {e}"));
         assert_eq!(guard.name(), name);
@@ -79,12 +77,7 @@ async fn every_name_is_its_own_lock() {
 
     // Each conflicts with itself, async and blocking.
     for name in &names {
-        let err = locker
-            .lock(name)
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
-            .await
-            .unwrap_err();
+        let err = attempt(&locker, name).await.unwrap_err();
         match &err {
             LockError::Timeout { name: n, .. } => assert_eq!(n, name),
             other => panic!("{name:?}: expected Timeout, got {other:?}"),
@@ -96,11 +89,7 @@ async fn every_name_is_its_own_lock() {
     let l = locker.clone();
     tokio::task::spawn_blocking(move || {
         for name in &blocking_names {
-            let err = l
-                .lock(name)
-                .acquire_timeout(Duration::ZERO)
-                .acquire_blocking()
-                .unwrap_err();
+            let err = attempt_blocking(&l, name).unwrap_err();
             assert!(err.is_timeout(), "{name:?}: {err:?}");
         }
     })
@@ -172,26 +161,14 @@ async fn empty_name_is_refused() {
 #[tokio::test]
 async fn zero_or_too_long_expire_is_refused() {
     let (server, locker) = setup();
-    let err = locker
-        .lock("x")
-        .expire(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = try_leased(&locker, "x", Duration::ZERO).await.unwrap_err();
     assert_invalid(&err, "expire", "zero");
     let msg = err.to_string();
     assert!(msg.contains("expire") && msg.contains("zero"), "{msg}");
-    let err = locker
-        .lock("x")
-        .expire(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap_err();
+    let err = try_leased_blocking(&locker, "x", Duration::ZERO).unwrap_err();
     assert_invalid(&err, "expire", "zero");
 
-    let err = locker
-        .lock("x")
-        .expire(MAX_EXPIRE + Duration::from_secs(1))
-        .acquire()
+    let err = try_leased(&locker, "x", MAX_EXPIRE + Duration::from_secs(1))
         .await
         .unwrap_err();
     assert_invalid(&err, "expire", "longer");
@@ -199,19 +176,9 @@ async fn zero_or_too_long_expire_is_refused() {
     assert!(server.keys("*").is_empty(), "{:?}", server.keys("*"));
 
     // A one-millisecond lease and the maximum lease are accepted.
-    let short = locker
-        .lock("x")
-        .expire(Duration::from_millis(1))
-        .acquire()
-        .await
-        .unwrap();
+    let short = take_leased(&locker, "x", Duration::from_millis(1)).await;
     drop(short);
-    let long = locker
-        .lock("long")
-        .expire(MAX_EXPIRE)
-        .acquire()
-        .await
-        .unwrap();
+    let long = take_leased(&locker, "long", MAX_EXPIRE).await;
     assert!(server.pttl(&lock_key("long")) > 29 * 24 * 3600 * 1000);
     long.release().await.unwrap();
 }
@@ -227,10 +194,6 @@ fn errors_are_boxable_and_describe_themselves() {
     assert!(err.to_string().contains("`n`"), "{err}");
     // Connection errors keep their cause as `source()`.
     let locker = Locker::new(format!("redis://127.0.0.1:{}/", support::free_port())).unwrap();
-    let err = locker
-        .lock("x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap_err();
+    let err = attempt_blocking(&locker, "x").unwrap_err();
     assert!(std::error::Error::source(&err).is_some(), "{err:?}");
 }

@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::outages::{attempt, take_leased, take_leased_blocking};
 use support::proxy::Proxy;
 use support::{RedisServer, lock_key};
 
@@ -36,12 +37,7 @@ async fn warm_up(locker: &Locker) {
 async fn a_release_whose_answer_was_lost_is_done() {
     let (server, proxy, locker) = setup();
     warm_up(&locker).await;
-    let guard = locker
-        .lock("rel")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "rel", Duration::from_secs(30)).await;
     proxy.drop_after_request_containing(lock_key("rel").as_bytes());
     guard.release().await.unwrap();
     assert!(!server.exists(&lock_key("rel")));
@@ -57,11 +53,7 @@ async fn a_release_whose_answer_was_lost_is_done() {
 fn a_blocking_release_whose_answer_was_lost_is_done() {
     let (server, proxy, locker) = setup();
     support::current_thread().block_on(warm_up(&locker));
-    let guard = locker
-        .lock("rel")
-        .expire(Duration::from_secs(30))
-        .acquire_blocking()
-        .unwrap();
+    let guard = take_leased_blocking(&locker, "rel", Duration::from_secs(30));
     proxy.drop_after_request_containing(lock_key("rel").as_bytes());
     guard.release_blocking().unwrap();
     assert!(!server.exists(&lock_key("rel")));
@@ -72,12 +64,7 @@ fn a_blocking_release_whose_answer_was_lost_is_done() {
 async fn a_late_release_whose_answer_was_lost_is_not_owned() {
     let (_server, proxy, locker) = setup();
     warm_up(&locker).await;
-    let guard = locker
-        .lock("late")
-        .expire(Duration::from_millis(150))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "late", Duration::from_millis(150)).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     proxy.drop_after_request_containing(lock_key("late").as_bytes());
     let err = guard.release().await.unwrap_err();
@@ -90,12 +77,7 @@ async fn a_late_release_whose_answer_was_lost_is_not_owned() {
 async fn an_extension_whose_answer_was_lost_is_applied_once() {
     let (server, proxy, locker) = setup();
     warm_up(&locker).await;
-    let guard = locker
-        .lock("ext")
-        .expire(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "ext", Duration::from_secs(10)).await;
     proxy.drop_after_request_containing(lock_key("ext").as_bytes());
     guard.extend(Duration::from_secs(100)).await.unwrap();
     let pttl = server.pttl(&lock_key("ext"));
@@ -117,11 +99,7 @@ async fn an_extension_whose_answer_was_lost_is_applied_once() {
 fn a_blocking_extension_whose_answer_was_lost_is_applied_once() {
     let (server, proxy, locker) = setup();
     support::current_thread().block_on(warm_up(&locker));
-    let guard = locker
-        .lock("ext")
-        .expire(Duration::from_secs(10))
-        .acquire_blocking()
-        .unwrap();
+    let guard = take_leased_blocking(&locker, "ext", Duration::from_secs(10));
     proxy.drop_after_request_containing(lock_key("ext").as_bytes());
     guard.extend_blocking(Duration::from_secs(100)).unwrap();
     let pttl = server.pttl(&lock_key("ext"));
@@ -135,12 +113,7 @@ fn a_blocking_extension_whose_answer_was_lost_is_applied_once() {
 async fn an_extension_that_did_not_reach_redis_is_applied_by_the_resend() {
     let (server, proxy, locker) = setup();
     warm_up(&locker).await;
-    let guard = locker
-        .lock("idle")
-        .expire(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_leased(&locker, "idle", Duration::from_secs(10)).await;
     // Every connection cut while idle: the next request fails on the old
     // one without reaching Redis, and is sent again on a new one.
     proxy.cut_all();
@@ -191,27 +164,12 @@ fn the_sync_attribute_keeps_the_bodys_ok_when_the_releases_answer_is_lost() {
 async fn a_release_after_redis_lost_the_lock_is_not_owned() {
     let mut server = RedisServer::start();
     let locker = Locker::new(server.url()).unwrap();
-    let alone = locker
-        .lock("alone")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let taken = locker
-        .lock("taken")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let alone = take_leased(&locker, "alone", Duration::from_secs(30)).await;
+    let taken = take_leased(&locker, "taken", Duration::from_secs(30)).await;
     server.restart();
     // A newcomer, on a Locker of its own, takes "taken" on the empty server.
     let newcomer = Locker::new(server.url()).unwrap();
-    let second = newcomer
-        .lock("taken")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let second = attempt(&newcomer, "taken").await.unwrap();
     let err = alone.release().await.unwrap_err();
     assert!(err.is_not_owned(), "{err:?}");
     let err = taken.release().await.unwrap_err();
