@@ -5,12 +5,18 @@ mod support;
 
 use std::time::Duration;
 
-use support::lock_key;
 use support::lockers::setup;
-use support::outages::{freed_within, take_and_release, take_and_release_now, try_wait};
+use support::outages::{assert_freed_within, take_and_release, take_and_release_now, try_wait};
+use support::{RedisServer, lock_key};
 
 /// Long enough that only a release (never the lease) can free the lock in these tests.
 const LONG: Duration = Duration::from_secs(30);
+
+/// Asserts that the lock `d` is freed within 2 s (`why`: the message
+/// otherwise).
+fn assert_freed_soon(server: &RedisServer, why: &str) {
+    assert_freed_within(server, "d", Duration::from_secs(2), why);
+}
 
 #[test]
 fn dropped_blocking_guard_is_released_before_drop_returns() {
@@ -35,10 +41,7 @@ async fn dropped_async_guard_is_released_soon() {
     let guard = locker.lock("d").expire(LONG).acquire().await.unwrap();
     assert!(server.exists(&lock_key("d")));
     drop(guard);
-    assert!(
-        freed_within(&server, "d", Duration::from_secs(2)),
-        "still held 2 s after the drop (expire 30 s)"
-    );
+    assert_freed_soon(&server, "still held 2 s after the drop (expire 30 s)");
     // Free for others, too.
     take_and_release_now(&locker, "d").await;
 }
@@ -53,10 +56,7 @@ async fn dropped_async_guard_in_a_spawned_task_is_released() {
     })
     .await
     .unwrap();
-    assert!(
-        freed_within(&server, "d", Duration::from_secs(2)),
-        "still held 2 s after the drop"
-    );
+    assert_freed_soon(&server, "still held 2 s after the drop");
 }
 
 #[test]
@@ -69,10 +69,7 @@ fn dropped_async_guard_in_a_thread_without_runtime_is_released() {
     // The runtime that acquired it is gone; the guard dies in a plain thread.
     drop(rt);
     std::thread::spawn(move || drop(guard)).join().unwrap();
-    assert!(
-        freed_within(&server, "d", Duration::from_secs(2)),
-        "still held 2 s after the drop"
-    );
+    assert_freed_soon(&server, "still held 2 s after the drop");
 }
 
 #[tokio::test]
@@ -94,10 +91,7 @@ async fn dropped_acquire_future_waiting_on_a_held_lock_leaves_no_lock() {
     // The abandoned request may take the lock a moment later, but must give it back.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // (Blocking this test's runtime thread is fine: the locks' I/O runs on the library's thread.)
-    assert!(
-        freed_within(&server, "d", Duration::from_secs(2)),
-        "a lock was left behind by a dropped future"
-    );
+    assert_freed_soon(&server, "a lock was left behind by a dropped future");
     let guard = try_wait(&locker, "d", Duration::from_secs(2))
         .await
         .unwrap();
@@ -119,10 +113,7 @@ async fn dropped_acquire_future_on_a_free_lock_leaves_no_lock() {
             () = std::future::ready(()) => {}
         }
     }
-    assert!(
-        freed_within(&server, "d", Duration::from_secs(2)),
-        "a lock was left behind by a dropped future"
-    );
+    assert_freed_soon(&server, "a lock was left behind by a dropped future");
     take_and_release(&locker, "d", Duration::from_secs(2)).await;
 }
 
@@ -139,8 +130,5 @@ async fn dropped_release_future_still_releases() {
             () = std::future::ready(()) => {}
         }
     }
-    assert!(
-        freed_within(&server, "d", Duration::from_secs(2)),
-        "a cancelled release left the lock held"
-    );
+    assert_freed_soon(&server, "a cancelled release left the lock held");
 }

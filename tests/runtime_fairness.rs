@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{Fairness, LockError, LockGuard, Locker};
 use support::lockers::setup;
+use support::outages::joined;
 use support::proxy::Proxy;
 use support::takes::try_take;
 use support::waiters::{queue_len, queued, spawn_waiter};
@@ -74,10 +75,7 @@ async fn fifo_hands_the_lock_to_the_waiter_before_the_releaser_can_take_it_back(
             .await
             .is_none()
     );
-    let (outcome, _) = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter hangs")
-        .unwrap();
+    let (outcome, _) = joined(waiter, Duration::from_secs(10), "the waiter").await;
     outcome.unwrap().release().await.unwrap();
 }
 
@@ -109,10 +107,7 @@ async fn bounded_lets_the_releaser_back_in_until_the_oldest_waiter_waited_the_bo
             .is_none(),
         "the releaser took the lock back though the waiter had waited past the bound"
     );
-    let (outcome, _) = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter hangs")
-        .unwrap();
+    let (outcome, _) = joined(waiter, Duration::from_secs(10), "the waiter").await;
     let guard = outcome.unwrap();
     assert!(server.owner(&lock_key("slice")).is_some());
     guard.release().await.unwrap();
@@ -137,10 +132,7 @@ async fn bounded_release_with_nobody_barging_reaches_the_oldest_waiter_at_once()
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released_at = Instant::now();
     holder.release().await.unwrap();
-    let (outcome, at) = tokio::time::timeout(Duration::from_secs(10), first)
-        .await
-        .expect("the first waiter hangs")
-        .unwrap();
+    let (outcome, at) = joined(first, Duration::from_secs(10), "the first waiter").await;
     let guard = outcome.unwrap();
     let late = at.duration_since(released_at);
     assert!(
@@ -150,10 +142,7 @@ async fn bounded_release_with_nobody_barging_reaches_the_oldest_waiter_at_once()
     // The second waiter is still queued, and gets it next.
     assert_eq!(queue_len(&mut server.client(), &keys::lock("try").queue), 1);
     guard.release().await.unwrap();
-    let (outcome, _) = tokio::time::timeout(Duration::from_secs(10), second)
-        .await
-        .expect("the second waiter hangs")
-        .unwrap();
+    let (outcome, _) = joined(second, Duration::from_secs(10), "the second waiter").await;
     outcome.unwrap().release().await.unwrap();
     assert!(!server.exists(&keys::lock("try").queue));
 }

@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::Locker;
-use support::lockers::setup;
-use support::outages::{take_leased, try_leased, try_wait};
+use support::lockers::{self, setup};
+use support::outages::{assert_freed_within, freed_within, spawn_leased, take_leased, try_wait};
 use support::{RedisServer, current_thread, eventually, keys, lock_key, multi_thread};
 
 /// A Locker that waits long for answers, so that dropping a future, not a
@@ -37,20 +37,14 @@ fn aborted_task_with_an_attempt_in_flight_gives_the_lock_back() {
         warm.await.unwrap().unwrap();
 
         server.freeze();
-        let task = tokio::spawn({
-            let locker = locker.clone();
-            async move { try_leased(&locker, "in-flight", Duration::from_secs(30)).await }
-        });
+        let task = spawn_leased(&locker, "in-flight", Duration::from_secs(30));
         tokio::time::sleep(Duration::from_millis(200)).await;
         task.abort();
         assert!(task.await.unwrap_err().is_cancelled());
         server.thaw();
     });
-    let freed = eventually(Duration::from_secs(3), || {
-        !server.exists(&lock_key("in-flight"))
-    });
     assert!(
-        freed.is_some(),
+        freed_within(&server, "in-flight", Duration::from_secs(3)),
         "the aborted acquisition kept the lock (pttl {} ms)",
         server.pttl(&lock_key("in-flight"))
     );
@@ -65,7 +59,7 @@ fn aborted_waiting_task_leaves_the_queue() {
     rt.block_on(async {
         let holder = take_leased(&locker, "queue", Duration::from_secs(30)).await;
         // Of another Locker, so that it queues in Redis.
-        let other = Locker::new(server.url()).unwrap();
+        let other = lockers::locker(&server);
         let waiter = tokio::spawn({
             async move { try_wait(&other, "queue", Duration::from_secs(30)).await }
         });
@@ -93,13 +87,10 @@ fn aborted_release_in_a_task_still_releases() {
     let locker = patient_locker(&server);
     let rt = multi_thread();
     rt.block_on(async {
-        let guard = tokio::spawn({
-            let locker = locker.clone();
-            async move { try_leased(&locker, "release", Duration::from_secs(30)).await }
-        })
-        .await
-        .unwrap()
-        .unwrap();
+        let guard = spawn_leased(&locker, "release", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
         server.freeze();
         let task = tokio::spawn(guard.release());
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -107,12 +98,11 @@ fn aborted_release_in_a_task_still_releases() {
         assert!(task.await.unwrap_err().is_cancelled());
         server.thaw();
     });
-    let freed = eventually(Duration::from_secs(5), || {
-        !server.exists(&lock_key("release"))
-    });
-    assert!(
-        freed.is_some(),
-        "the lock stayed held after an aborted release"
+    assert_freed_within(
+        &server,
+        "release",
+        Duration::from_secs(5),
+        "the lock stayed held after an aborted release",
     );
 }
 
@@ -136,10 +126,12 @@ fn guard_held_when_its_runtime_shuts_down_is_released() {
     });
     assert!(server.exists(&lock_key("shutdown")));
     drop(rt);
-    let freed = eventually(Duration::from_secs(2), || {
-        !server.exists(&lock_key("shutdown"))
-    });
-    assert!(freed.is_some(), "the lock outlived its runtime");
+    assert_freed_within(
+        &server,
+        "shutdown",
+        Duration::from_secs(2),
+        "the lock outlived its runtime",
+    );
 }
 
 /// One Locker used by tasks of one runtime after another: each runtime gets

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
-use support::outages::{attempt, take_leased, take_leased_blocking};
+use support::outages::{assert_pttl, attempt, take_leased, take_leased_blocking};
 use support::proxy::Proxy;
 use support::{RedisServer, lock_key};
 
@@ -30,13 +30,19 @@ async fn warm_up(locker: &Locker) {
     guard.release().await.unwrap();
 }
 
+/// [`setup`], and [`warm_up`] its Locker.
+async fn warmed_up() -> (RedisServer, Proxy, Locker) {
+    let (server, proxy, locker) = setup();
+    warm_up(&locker).await;
+    (server, proxy, locker)
+}
+
 /// The first try of the release ran and deleted the lock; its answer was
 /// lost. The re-send finds the lock gone: the release counts as done, as
 /// it was sent well within the lease.
 #[tokio::test]
 async fn a_release_whose_answer_was_lost_is_done() {
-    let (server, proxy, locker) = setup();
-    warm_up(&locker).await;
+    let (server, proxy, locker) = warmed_up().await;
     let guard = take_leased(&locker, "rel", Duration::from_secs(30)).await;
     proxy.drop_after_request_containing(lock_key("rel").as_bytes());
     guard.release().await.unwrap();
@@ -62,8 +68,7 @@ fn a_blocking_release_whose_answer_was_lost_is_done() {
 /// A release first sent after the lease ran out says so, answer lost or not.
 #[tokio::test]
 async fn a_late_release_whose_answer_was_lost_is_not_owned() {
-    let (_server, proxy, locker) = setup();
-    warm_up(&locker).await;
+    let (_server, proxy, locker) = warmed_up().await;
     let guard = take_leased(&locker, "late", Duration::from_millis(150)).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     proxy.drop_after_request_containing(lock_key("late").as_bytes());
@@ -75,8 +80,7 @@ async fn a_late_release_whose_answer_was_lost_is_not_owned() {
 /// re-send must not add another 100 s.
 #[tokio::test]
 async fn an_extension_whose_answer_was_lost_is_applied_once() {
-    let (server, proxy, locker) = setup();
-    warm_up(&locker).await;
+    let (server, proxy, locker) = warmed_up().await;
     let guard = take_leased(&locker, "ext", Duration::from_secs(10)).await;
     proxy.drop_after_request_containing(lock_key("ext").as_bytes());
     guard.extend(Duration::from_secs(100)).await.unwrap();
@@ -102,8 +106,7 @@ fn a_blocking_extension_whose_answer_was_lost_is_applied_once() {
     let guard = take_leased_blocking(&locker, "ext", Duration::from_secs(10));
     proxy.drop_after_request_containing(lock_key("ext").as_bytes());
     guard.extend_blocking(Duration::from_secs(100)).unwrap();
-    let pttl = server.pttl(&lock_key("ext"));
-    assert!((100_000..=110_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, &lock_key("ext"), 100_000..=110_000);
     guard.release_blocking().unwrap();
 }
 
@@ -111,16 +114,14 @@ fn a_blocking_extension_whose_answer_was_lost_is_applied_once() {
 /// idle, before the request got to Redis) is applied by the re-send.
 #[tokio::test]
 async fn an_extension_that_did_not_reach_redis_is_applied_by_the_resend() {
-    let (server, proxy, locker) = setup();
-    warm_up(&locker).await;
+    let (server, proxy, locker) = warmed_up().await;
     let guard = take_leased(&locker, "idle", Duration::from_secs(10)).await;
     // Every connection cut while idle: the next request fails on the old
     // one without reaching Redis, and is sent again on a new one.
     proxy.cut_all();
     tokio::time::sleep(Duration::from_millis(50)).await;
     guard.extend(Duration::from_secs(100)).await.unwrap();
-    let pttl = server.pttl(&lock_key("idle"));
-    assert!((100_000..=110_000).contains(&pttl), "PTTL {pttl}");
+    assert_pttl(&server, &lock_key("idle"), 100_000..=110_000);
     guard.release().await.unwrap();
 }
 
@@ -134,8 +135,7 @@ async fn body_then_lost_release(locker: &Locker, proxy: &Proxy) -> Result<u32, L
 
 #[tokio::test]
 async fn the_attribute_keeps_the_bodys_ok_when_the_releases_answer_is_lost() {
-    let (server, proxy, locker) = setup();
-    warm_up(&locker).await;
+    let (server, proxy, locker) = warmed_up().await;
     assert_eq!(body_then_lost_release(&locker, &proxy).await.unwrap(), 7);
     assert!(!server.exists(&lock_key("attr-rel")));
 }

@@ -75,6 +75,17 @@ pub async fn take_and_release_now(locker: &Locker, name: &str) {
     take_and_release(locker, name, Duration::ZERO).await;
 }
 
+/// A task of `locker` that takes the lock `name` with a lease of `expire`
+/// (waiting the Locker's default acquire time): its outcome.
+pub fn spawn_leased(
+    locker: &Locker,
+    name: &str,
+    expire: Duration,
+) -> tokio::task::JoinHandle<Outcome> {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    tokio::spawn(async move { locker.lock(&name).expire(expire).acquire().await })
+}
+
 /// A task of `locker` that takes the lock `name` (lease `expire`, waiting up
 /// to `wait`): its outcome.
 pub fn spawn_take(
@@ -94,10 +105,30 @@ pub fn spawn_take(
     })
 }
 
+/// What the waiter task `waiter` (of [`super::waiters::spawn_waiter`])
+/// returned: its outcome and when it came. Fails the test when `what` (the
+/// waiter) has not returned within `within`.
+pub async fn joined(
+    waiter: tokio::task::JoinHandle<(Outcome, Instant)>,
+    within: Duration,
+    what: &str,
+) -> (Outcome, Instant) {
+    tokio::time::timeout(within, waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{what} hangs: {e}"))
+        .unwrap()
+}
+
 /// Waits up to `within` until the key of the lock `name` is gone from
 /// `server`; true when it went.
 pub fn freed_within(server: &RedisServer, name: &str, within: Duration) -> bool {
     eventually(within, || !server.exists(&lock_key(name))).is_some()
+}
+
+/// Asserts that the key of the lock `name` is gone from `server` within
+/// `within` (`why`: the message otherwise).
+pub fn assert_freed_within(server: &RedisServer, name: &str, within: Duration, why: &str) {
+    assert!(freed_within(server, name, within), "{why}");
 }
 
 /// The fencing counter of the lock `name` on `server` (it must be there).
