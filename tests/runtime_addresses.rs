@@ -11,7 +11,7 @@ use std::time::Duration;
 use lockattr::redis::{self, ConnectionInfo, IntoConnectionInfo};
 use lockattr::{LockError, Locker};
 use support::RedisServer;
-use support::outages::attempt;
+use support::outages::{attempt, redlock_of, three_servers};
 
 fn info(url: &str) -> ConnectionInfo {
     url.into_connection_info().expect("valid URL")
@@ -64,16 +64,9 @@ async fn a_wrong_password_in_a_connection_info_is_not_shown() {
 
 #[tokio::test]
 async fn redlock_nodes_as_connection_infos() {
-    let servers = [
-        RedisServer::start(),
-        RedisServer::start(),
-        RedisServer::start(),
-    ];
+    let servers = three_servers();
     let infos: Vec<ConnectionInfo> = servers.iter().map(|s| info(&s.url())).collect();
-    let locker = Locker::redlock_builder(&infos)
-        .delay_restarted_nodes(false)
-        .build()
-        .unwrap();
+    let locker = redlock_of(&infos);
     let guard = locker.lock("r").acquire().await.unwrap();
     for server in &servers {
         assert!(server.exists(&support::lock_key("r")));

@@ -10,9 +10,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker};
+use lockattr::{LockError, LockGuard, Locker};
 use support::lockers::{self, setup};
-use support::outages::{attempt, try_wait};
+use support::outages::{attempt, redlock_of, set_px, three_servers, try_wait, wait_for_hold_left};
 use support::{RedisServer, eventually, lock_key};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -29,13 +29,9 @@ async fn assert_kept_for_the_hold(
 ) {
     let key = lock_key(name);
     let hold_ms = HOLD.as_millis() as i64;
-    let set = eventually(Duration::from_secs(2), || {
-        let left = server.pttl(&key);
-        left > 0 && left <= hold_ms
-    });
-    let left = server.pttl(&key);
+    let (set, left) = wait_for_hold_left(server, &key, hold_ms);
     assert!(
-        set.is_some() && left > hold_ms - 1_500,
+        set && left > hold_ms - 1_500,
         "PTTL {left} ms: expected what remains of the {hold_ms} ms hold (lease 30 s)"
     );
     let refused = attempt(locker, name).await;
@@ -72,6 +68,14 @@ fn held_for<'a>(
 
 fn held<'a>(locker: &'a Locker, name: &str) -> lockattr::LockBuilder<'a> {
     held_for(locker, name, LEASE, HOLD)
+}
+
+/// [`held_for`], taken (it must be).
+async fn take_held(locker: &Locker, name: &str, expire: Duration, hold: Duration) -> LockGuard {
+    held_for(locker, name, expire, hold)
+        .acquire()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -119,10 +123,7 @@ fn blocking_release_and_drop_keep_the_lock() {
 #[tokio::test]
 async fn release_after_the_hold_deletes_the_lock() {
     let (server, locker) = setup();
-    let guard = held_for(&locker, "b:after", LEASE, Duration::from_millis(100))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_held(&locker, "b:after", LEASE, Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     guard.release().await.unwrap();
     assert!(!server.exists(&lock_key("b:after")));
@@ -144,10 +145,8 @@ async fn no_hold_and_a_zero_hold_release_at_once() {
 #[tokio::test]
 async fn a_hold_longer_than_the_lease_is_refused() {
     let (server, locker) = setup();
-    let refused = locker
-        .lock("b:long")
-        .expire(Duration::from_secs(5))
-        .hold_at_least(Duration::from_millis(5_001))
+    let lease = Duration::from_secs(5);
+    let refused = held_for(&locker, "b:long", lease, Duration::from_millis(5_001))
         .acquire()
         .await;
     match refused {
@@ -159,13 +158,7 @@ async fn a_hold_longer_than_the_lease_is_refused() {
     }
     assert!(!server.exists(&lock_key("b:long")), "nothing was taken");
     // As long as the lease is fine.
-    let guard = locker
-        .lock("b:long")
-        .expire(Duration::from_secs(5))
-        .hold_at_least(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_held(&locker, "b:long", lease, lease).await;
     guard.release().await.unwrap();
     assert!(server.pttl(&lock_key("b:long")) > 3_000);
 }
@@ -175,13 +168,7 @@ async fn a_guard_that_lost_its_lock_leaves_it_alone() {
     let (server, locker) = setup();
     let guard = held(&locker, "b:lost").acquire().await.unwrap();
     let key = lock_key("b:lost");
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg("another owner")
-        .arg("PX")
-        .arg(10_000)
-        .query(&mut server.client())
-        .unwrap();
+    set_px(&server, &key, "another owner", 10_000);
     let released = guard.release().await;
     assert!(
         matches!(released, Err(LockError::NotOwned { .. })),
@@ -196,10 +183,8 @@ async fn renewal_stops_and_the_rest_of_the_hold_is_left() {
     let (server, locker) = setup();
     let key = lock_key("b:renew");
     // Renewed every 300 ms back to 900 ms; the hold outlives the lease.
-    let guard = locker
-        .lock("b:renew")
-        .expire(Duration::from_millis(900))
-        .hold_at_least(Duration::from_millis(900))
+    let (lease, hold) = (Duration::from_millis(900), Duration::from_millis(900));
+    let guard = held_for(&locker, "b:renew", lease, hold)
         .renew(true)
         .acquire()
         .await
@@ -219,10 +204,7 @@ async fn renewal_stops_and_the_rest_of_the_hold_is_left() {
 /// within the hold, when the lock now ends, and takes it then.
 async fn waiter_takes_it_when_the_hold_ends(first: &Locker, second: &Locker, name: &str) {
     let start = Instant::now();
-    let guard = held_for(first, name, LEASE, Duration::from_millis(1_500))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_held(first, name, LEASE, Duration::from_millis(1_500)).await;
     let waiting = {
         let (second, name) = (second.clone(), name.to_owned());
         tokio::spawn(async move {
@@ -258,19 +240,9 @@ async fn a_queued_waiter_gets_the_lock_when_the_hold_ends() {
 /// node reported, or on a notice. The release within the hold sends one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redlock_waiter_gets_the_lock_when_the_hold_ends() {
-    let servers = [
-        RedisServer::start(),
-        RedisServer::start(),
-        RedisServer::start(),
-    ];
-    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let redlock = || {
-        Locker::redlock_builder(&urls)
-            .delay_restarted_nodes(false)
-            .build()
-            .unwrap()
-    };
-    let (first, second) = (redlock(), redlock());
+    let servers = three_servers();
+    let urls = lockers::urls(&servers);
+    let (first, second) = (redlock_of(&urls), redlock_of(&urls));
     waiter_takes_it_when_the_hold_ends(&first, &second, "b:redlock").await;
 
     // And each node kept the lock for the hold only.

@@ -131,6 +131,52 @@ pub fn assert_freed_within(server: &RedisServer, name: &str, within: Duration, w
     assert!(freed_within(server, name, within), "{why}");
 }
 
+/// Writes `value` under `key` on `server` with a PTTL of `px` ms (`SET key
+/// value PX px`), as another owner would.
+pub fn set_px(server: &RedisServer, key: &str, value: &str, px: u64) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(px)
+        .query(&mut server.client())
+        .unwrap();
+}
+
+/// Three redis-servers of our own, started one after the other: the nodes
+/// of a Redlock.
+pub fn three_servers() -> [RedisServer; 3] {
+    [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ]
+}
+
+/// A Redlock over `nodes` that does not hold back nodes it sees restarted
+/// (`delay_restarted_nodes(false)`), otherwise with the default settings.
+pub fn redlock_of<I>(nodes: I) -> Locker
+where
+    I: IntoIterator,
+    I::Item: lockattr::RedisAddr,
+{
+    Locker::redlock_builder(nodes)
+        .delay_restarted_nodes(false)
+        .build()
+        .unwrap()
+}
+
+/// Waits up to 2 s until `key` on `server` has some time left, at most
+/// `hold_ms` (what a release within a hold leaves): whether it came to
+/// that, and the PTTL (ms) read right after.
+pub fn wait_for_hold_left(server: &RedisServer, key: &str, hold_ms: i64) -> (bool, i64) {
+    let set = eventually(Duration::from_secs(2), || {
+        let left = server.pttl(key);
+        left > 0 && left <= hold_ms
+    });
+    (set.is_some(), server.pttl(key))
+}
+
 /// The fencing counter of the lock `name` on `server` (it must be there).
 pub fn fence_of(server: &RedisServer, name: &str) -> u64 {
     server
