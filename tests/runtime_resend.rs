@@ -37,6 +37,14 @@ async fn warmed_up() -> (RedisServer, Proxy, Locker) {
     (server, proxy, locker)
 }
 
+/// [`warmed_up`] for a sync caller: [`warm_up`] runs on a runtime of its
+/// own.
+fn warmed_up_blocking() -> (RedisServer, Proxy, Locker) {
+    let (server, proxy, locker) = setup();
+    support::current_thread().block_on(warm_up(&locker));
+    (server, proxy, locker)
+}
+
 /// The first try of the release ran and deleted the lock; its answer was
 /// lost. The re-send finds the lock gone: the release counts as done, as
 /// it was sent well within the lease.
@@ -57,8 +65,7 @@ async fn a_release_whose_answer_was_lost_is_done() {
 /// The same from synchronous code.
 #[test]
 fn a_blocking_release_whose_answer_was_lost_is_done() {
-    let (server, proxy, locker) = setup();
-    support::current_thread().block_on(warm_up(&locker));
+    let (server, proxy, locker) = warmed_up_blocking();
     let guard = take_leased_blocking(&locker, "rel", Duration::from_secs(30));
     proxy.drop_after_request_containing(lock_key("rel").as_bytes());
     guard.release_blocking().unwrap();
@@ -101,8 +108,7 @@ async fn an_extension_whose_answer_was_lost_is_applied_once() {
 /// The same from synchronous code.
 #[test]
 fn a_blocking_extension_whose_answer_was_lost_is_applied_once() {
-    let (server, proxy, locker) = setup();
-    support::current_thread().block_on(warm_up(&locker));
+    let (server, proxy, locker) = warmed_up_blocking();
     let guard = take_leased_blocking(&locker, "ext", Duration::from_secs(10));
     proxy.drop_after_request_containing(lock_key("ext").as_bytes());
     guard.extend_blocking(Duration::from_secs(100)).unwrap();
@@ -149,8 +155,7 @@ fn sync_body_then_lost_release(locker: &Locker, proxy: &Proxy) -> Result<u32, Lo
 
 #[test]
 fn the_sync_attribute_keeps_the_bodys_ok_when_the_releases_answer_is_lost() {
-    let (server, proxy, locker) = setup();
-    support::current_thread().block_on(warm_up(&locker));
+    let (server, proxy, locker) = warmed_up_blocking();
     assert_eq!(sync_body_then_lost_release(&locker, &proxy).unwrap(), 8);
     assert!(!server.exists(&lock_key("attr-rel-sync")));
 }
