@@ -18,8 +18,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockattr::{LockError, LockGuard, Locker};
 use support::asserts::assert_timeout;
+use support::lockers::locker;
 use support::proxy::Proxy;
+use support::takes::{try_take, try_take_blocking};
 use support::waiters::{queue_tokens, spawn_waiter};
+use support::wakeups::{
+    WaiterTask, finish_within, hold, hold_blocking, release_and_join, release_and_join_blocking,
+    thread_waiter, try_within, try_within_blocking,
+};
 use support::{RedisServer, child_test, eventually, keys, lock_key, wait_child};
 
 /// A lease long enough that expiry never rescues a waiter in these tests.
@@ -35,10 +41,6 @@ const CHILD_NAME: &str = "LOCKATTR_WAKEUP_CHILD_NAME";
 const CHILD_EXPIRE_MS: &str = "LOCKATTR_WAKEUP_CHILD_EXPIRE_MS";
 /// What the child prints when it got the lock, followed by the Unix time in ms.
 const ACQUIRED: &str = "LOCKATTR_CHILD_ACQUIRED";
-
-fn locker(server: &RedisServer) -> Locker {
-    Locker::new(server.url()).unwrap()
-}
 
 /// Lock scripts that ran to completion since the server started: EVAL and
 /// EVALSHA (and their `_RO` and FCALL forms), an EVALSHA answered NOSCRIPT
@@ -106,6 +108,15 @@ async fn until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Waits (polling, for at most `within`) until `n` tokens are queued for
+/// the lock `name`; true when they were.
+async fn queued_within(server: &RedisServer, name: &str, n: usize, within: Duration) -> bool {
+    until(within, || {
+        queue_tokens(server, &keys::lock(name).queue).len() == n
+    })
+    .await
+}
+
 /// Waits until `subscribers` pub/sub connections are open (one per waiting
 /// Locker), then 300 ms more: the waiters have subscribed and asked once
 /// more since, so they sleep on the lease they were last told.
@@ -137,22 +148,15 @@ fn sleep_until(at: Instant) {
 async fn release_wakes_a_waiter_of_another_locker() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
-    let holder = holders.lock("wake").expire(LONG).acquire().await.unwrap();
+    let holder = hold(&holders, "wake", LONG).await;
     let first = holder.fencing_token();
     let before = script_runs(&server);
     let waiter = spawn_waiter(&waiters, "wake", LONG, PATIENT);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!waiter.is_finished(), "the waiter got a held lock");
-    let released_at = Instant::now();
-    holder.release().await.unwrap();
-    let (outcome, returned_at) = waiter.await.unwrap();
-    let guard = outcome.unwrap();
-    assert_woken(
-        returned_at.duration_since(released_at),
-        script_runs(&server) - before,
-        guard.fencing_token(),
-        first,
-    );
+    let (outcome, after_release) = release_and_join(holder, waiter).await;
+    let (guard, runs) = (outcome.unwrap(), script_runs(&server) - before);
+    assert_woken(after_release, runs, guard.fencing_token(), first);
     guard.release().await.unwrap();
 }
 
@@ -161,33 +165,15 @@ async fn release_wakes_a_waiter_of_another_locker() {
 fn release_wakes_a_blocking_waiter_of_another_locker() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
-    let holder = holders
-        .lock("wake b")
-        .expire(LONG)
-        .acquire_blocking()
-        .unwrap();
+    let holder = hold_blocking(&holders, "wake b", LONG);
     let first = holder.fencing_token();
     let before = script_runs(&server);
-    let waiter = std::thread::spawn(move || {
-        let outcome = waiters
-            .lock("wake b")
-            .expire(LONG)
-            .acquire_timeout(PATIENT)
-            .acquire_blocking();
-        (outcome, Instant::now())
-    });
+    let waiter = thread_waiter(&waiters, "wake b", LONG, PATIENT);
     std::thread::sleep(Duration::from_secs(1));
     assert!(!waiter.is_finished(), "the waiter got a held lock");
-    let released_at = Instant::now();
-    holder.release_blocking().unwrap();
-    let (outcome, returned_at) = waiter.join().unwrap();
-    let guard = outcome.unwrap();
-    assert_woken(
-        returned_at.duration_since(released_at),
-        script_runs(&server) - before,
-        guard.fencing_token(),
-        first,
-    );
+    let (outcome, after_release) = release_and_join_blocking(holder, waiter);
+    let (guard, runs) = (outcome.unwrap(), script_runs(&server) - before);
+    assert_woken(after_release, runs, guard.fencing_token(), first);
     guard.release_blocking().unwrap();
 }
 
@@ -216,12 +202,8 @@ fn child_waiter() {
         .arg(std::process::id())
         .query(&mut client)
         .unwrap();
-    let guard = locker
-        .lock(&name)
-        .expire(Duration::from_millis(expire_ms))
-        .acquire_timeout(PATIENT)
-        .acquire_blocking()
-        .unwrap();
+    let guard =
+        try_take_blocking(&locker, &name, Duration::from_millis(expire_ms), PATIENT).unwrap();
     println!("{ACQUIRED} {}", unix_millis());
     guard.release_blocking().unwrap();
 }
@@ -235,11 +217,7 @@ fn release_wakes_a_waiter_in_another_process() {
     // The child's `ready:` flag, without a TTL (see support::audit).
     server.allow_untimed("ready:*");
     let url = server.url();
-    let holder = locker(&server)
-        .lock("wake p")
-        .expire(LONG)
-        .acquire_blocking()
-        .unwrap();
+    let holder = hold_blocking(&locker(&server), "wake p", LONG);
     let before = script_runs(&server);
     let child = child_test(
         "child_waiter",
@@ -329,13 +307,7 @@ async fn waiter_takes_a_vanished_holders_lock_at_expiry() {
         .query(&mut server.client())
         .unwrap();
     let before = script_runs(&server);
-    let guard = waiters
-        .lock("gone")
-        .expire(LONG)
-        .acquire_timeout(PATIENT)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = try_take(&waiters, "gone", LONG, PATIENT).await.unwrap();
     let took = Instant::now();
     let runs = script_runs(&server) - before;
     assert_taken_at_expiry(took, set_at + Duration::from_millis(600), runs);
@@ -350,20 +322,11 @@ async fn waiter_takes_a_forgotten_guards_lock_at_expiry() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
     let acquired_from = Instant::now();
-    let holder = holders
-        .lock("forgotten")
-        .expire(Duration::from_millis(600))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&holders, "forgotten", Duration::from_millis(600)).await;
     let first = holder.fencing_token();
     std::mem::forget(holder);
     let before = script_runs(&server);
-    let guard = waiters
-        .lock("forgotten")
-        .expire(LONG)
-        .acquire_timeout(PATIENT)
-        .acquire()
+    let guard = try_take(&waiters, "forgotten", LONG, PATIENT)
         .await
         .unwrap();
     let took = Instant::now();
@@ -382,27 +345,16 @@ async fn waiter_takes_a_forgotten_guards_lock_at_expiry() {
 async fn waiter_behind_a_vanished_new_holder_takes_the_lock_at_its_expiry() {
     let server = RedisServer::start();
     let (holders, a_locker, b_locker) = (locker(&server), locker(&server), locker(&server));
-    let holder = holders.lock("relay").expire(LONG).acquire().await.unwrap();
+    let holder = hold(&holders, "relay", LONG).await;
     let a = spawn_waiter(&a_locker, "relay", Duration::from_secs(1), PATIENT);
+    let three = Duration::from_secs(3);
     assert!(
-        until(Duration::from_secs(3), || queue_tokens(
-            &server,
-            &keys::lock("relay").queue
-        )
-        .len()
-            == 1)
-        .await,
+        queued_within(&server, "relay", 1, three).await,
         "A never queued"
     );
     let b = spawn_waiter(&b_locker, "relay", LONG, PATIENT);
     assert!(
-        until(Duration::from_secs(3), || queue_tokens(
-            &server,
-            &keys::lock("relay").queue
-        )
-        .len()
-            == 2)
-        .await,
+        queued_within(&server, "relay", 2, three).await,
         "B never queued"
     );
     settle(&server, 2).await;
@@ -426,6 +378,48 @@ async fn waiter_behind_a_vanished_new_holder_takes_the_lock_at_its_expiry() {
 
 // ---- 4. The acquire timeout ----------------------------------------------
 
+/// Checks a waiter for the held lock `name` whose acquire time `wait` ran
+/// out: a Timeout, after `wait` and within 1 s, and nothing of it left in
+/// the queue or among the waiters.
+fn assert_gave_up(
+    server: &RedisServer,
+    name: &str,
+    outcome: Result<LockGuard, LockError>,
+    wait: Duration,
+    elapsed: Duration,
+) {
+    assert_timeout(&outcome.expect_err("a timeout"), name, wait);
+    assert!(elapsed >= wait, "gave up after {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "gave up after {elapsed:?}"
+    );
+    assert!(!server.exists(&keys::lock(name).queue), "left in the queue");
+    assert!(
+        !server.exists(&keys::lock(name).waiters),
+        "left among the waiters"
+    );
+}
+
+/// Checks an attempt with an acquire time of zero at the held lock `name`:
+/// a Timeout within 200 ms, one lock script since `before`, never queued.
+fn assert_one_attempt(
+    server: &RedisServer,
+    name: &str,
+    outcome: Result<LockGuard, LockError>,
+    elapsed: Duration,
+    before: u64,
+) {
+    assert_timeout(&outcome.expect_err("a timeout"), name, Duration::ZERO);
+    assert!(elapsed < Duration::from_millis(200), "took {elapsed:?}");
+    assert_eq!(script_runs(server) - before, 1, "one attempt");
+    assert!(!server.exists(&keys::lock(name).queue), "queued");
+    assert!(
+        !server.exists(&keys::lock(name).waiters),
+        "registered as a waiter"
+    );
+}
+
 /// A waiter whose acquire timeout (500 ms) ends while the lock is held gives
 /// up after it, not before and not much later (< 1 s), and is out of the
 /// queue when it returns.
@@ -433,30 +427,12 @@ async fn waiter_behind_a_vanished_new_holder_takes_the_lock_at_its_expiry() {
 async fn acquire_timeout_ends_the_wait() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
-    let holder = holders.lock("busy").expire(LONG).acquire().await.unwrap();
+    let holder = hold(&holders, "busy", LONG).await;
     let wait = Duration::from_millis(500);
     let start = Instant::now();
-    let outcome = waiters
-        .lock("busy")
-        .expire(LONG)
-        .acquire_timeout(wait)
-        .acquire()
-        .await;
+    let outcome = try_take(&waiters, "busy", LONG, wait).await;
     let elapsed = start.elapsed();
-    assert_timeout(&outcome.expect_err("a timeout"), "busy", wait);
-    assert!(elapsed >= wait, "gave up after {elapsed:?}");
-    assert!(
-        elapsed < Duration::from_secs(1),
-        "gave up after {elapsed:?}"
-    );
-    assert!(
-        !server.exists(&keys::lock("busy").queue),
-        "left in the queue"
-    );
-    assert!(
-        !server.exists(&keys::lock("busy").waiters),
-        "left among the waiters"
-    );
+    assert_gave_up(&server, "busy", outcome, wait, elapsed);
     holder.release().await.unwrap();
     assert!(lock_state_keys(&server, "busy").is_empty());
 }
@@ -466,33 +442,12 @@ async fn acquire_timeout_ends_the_wait() {
 fn acquire_timeout_ends_the_blocking_wait() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
-    let holder = holders
-        .lock("busy b")
-        .expire(LONG)
-        .acquire_blocking()
-        .unwrap();
+    let holder = hold_blocking(&holders, "busy b", LONG);
     let wait = Duration::from_millis(500);
     let start = Instant::now();
-    let outcome = waiters
-        .lock("busy b")
-        .expire(LONG)
-        .acquire_timeout(wait)
-        .acquire_blocking();
+    let outcome = try_take_blocking(&waiters, "busy b", LONG, wait);
     let elapsed = start.elapsed();
-    assert_timeout(&outcome.expect_err("a timeout"), "busy b", wait);
-    assert!(elapsed >= wait, "gave up after {elapsed:?}");
-    assert!(
-        elapsed < Duration::from_secs(1),
-        "gave up after {elapsed:?}"
-    );
-    assert!(
-        !server.exists(&keys::lock("busy b").queue),
-        "left in the queue"
-    );
-    assert!(
-        !server.exists(&keys::lock("busy b").waiters),
-        "left among the waiters"
-    );
+    assert_gave_up(&server, "busy b", outcome, wait, elapsed);
     holder.release_blocking().unwrap();
     assert!(lock_state_keys(&server, "busy b").is_empty());
 }
@@ -503,56 +458,29 @@ fn acquire_timeout_ends_the_blocking_wait() {
 async fn zero_acquire_timeout_makes_one_attempt_and_never_queues() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
-    let holder = holders.lock("once").expire(LONG).acquire().await.unwrap();
+    let holder = hold(&holders, "once", LONG).await;
     // Connect first, so the attempts below are timed alone.
     waiters.ping().await.unwrap();
 
     let before = script_runs(&server);
     let start = Instant::now();
-    let outcome = waiters
-        .lock("once")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await;
+    let outcome = try_within(&waiters, "once", Duration::ZERO).await;
     let elapsed = start.elapsed();
-    assert_timeout(&outcome.expect_err("a timeout"), "once", Duration::ZERO);
-    assert!(elapsed < Duration::from_millis(200), "took {elapsed:?}");
-    assert_eq!(script_runs(&server) - before, 1, "one attempt");
-    assert!(!server.exists(&keys::lock("once").queue), "queued");
-    assert!(
-        !server.exists(&keys::lock("once").waiters),
-        "registered as a waiter"
-    );
+    assert_one_attempt(&server, "once", outcome, elapsed, before);
 
     let blocking = waiters.clone();
     let before = script_runs(&server);
     let start = Instant::now();
-    let outcome = tokio::task::spawn_blocking(move || {
-        blocking
-            .lock("once")
-            .acquire_timeout(Duration::ZERO)
-            .acquire_blocking()
-    })
-    .await
-    .unwrap();
+    let outcome =
+        tokio::task::spawn_blocking(move || try_within_blocking(&blocking, "once", Duration::ZERO))
+            .await
+            .unwrap();
     let elapsed = start.elapsed();
-    assert_timeout(&outcome.expect_err("a timeout"), "once", Duration::ZERO);
-    assert!(elapsed < Duration::from_millis(200), "took {elapsed:?}");
-    assert_eq!(script_runs(&server) - before, 1, "one attempt");
-    assert!(!server.exists(&keys::lock("once").queue), "queued");
-    assert!(
-        !server.exists(&keys::lock("once").waiters),
-        "registered as a waiter"
-    );
+    assert_one_attempt(&server, "once", outcome, elapsed, before);
 
     holder.release().await.unwrap();
     // And a free lock is taken with a zero timeout.
-    let guard = waiters
-        .lock("once")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = try_within(&waiters, "once", Duration::ZERO).await.unwrap();
     guard.release().await.unwrap();
 }
 
@@ -570,19 +498,14 @@ async fn release_racing_a_new_waiter_loses_no_wake_up() {
     let server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
     for round in 0..25_u64 {
-        let holder = holders.lock("race").expire(LONG).acquire().await.unwrap();
+        let holder = hold(&holders, "race", LONG).await;
         let delay = Duration::from_micros((round * 293) % 2_001);
         let start = Instant::now();
         let releaser = std::thread::spawn(move || {
             sleep_until(start + delay);
             holder.release_blocking()
         });
-        let outcome = waiters
-            .lock("race")
-            .expire(LONG)
-            .acquire_timeout(Duration::from_secs(5))
-            .acquire()
-            .await;
+        let outcome = try_take(&waiters, "race", LONG, Duration::from_secs(5)).await;
         let took = start.elapsed();
         releaser.join().unwrap().unwrap();
         let guard =
@@ -611,12 +534,7 @@ async fn release_racing_a_new_waiter_loses_no_wake_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_get_the_lock_in_arrival_order() {
     let server = RedisServer::start();
-    let holder = locker(&server)
-        .lock("fifo")
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&locker(&server), "fifo", LONG).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     let mut queued_in_time = Vec::new();
@@ -624,24 +542,13 @@ async fn waiters_get_the_lock_in_arrival_order() {
         let waiters = locker(&server);
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
-            let guard = waiters
-                .lock("fifo")
-                .expire(LONG)
-                .acquire_timeout(PATIENT)
-                .acquire()
-                .await
-                .unwrap();
+            let guard = try_take(&waiters, "fifo", LONG, PATIENT).await.unwrap();
             order.lock().unwrap().push(i);
             tokio::time::sleep(Duration::from_millis(10)).await;
             guard.release().await.unwrap();
         }));
         let start = Instant::now();
-        queued_in_time.push(
-            until(Duration::from_secs(2), || {
-                queue_tokens(&server, &keys::lock("fifo").queue).len() == i + 1
-            })
-            .await,
-        );
+        queued_in_time.push(queued_within(&server, "fifo", i + 1, Duration::from_secs(2)).await);
         tokio::time::sleep(Duration::from_millis(100).saturating_sub(start.elapsed())).await;
     }
     let queue = queue_tokens(&server, &keys::lock("fifo").queue);
@@ -682,11 +589,7 @@ async fn waiters_get_the_lock_in_arrival_order() {
 
 /// Starts one waiter per name through `locker`, waits until each is queued
 /// (or 5 s), and returns the tasks.
-async fn wait_on_each(
-    server: &RedisServer,
-    locker: &Locker,
-    names: &[String],
-) -> Vec<tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)>> {
+async fn wait_on_each(server: &RedisServer, locker: &Locker, names: &[String]) -> Vec<WaiterTask> {
     let tasks: Vec<_> = names
         .iter()
         .map(|name| spawn_waiter(locker, name, LONG, PATIENT))
@@ -714,7 +617,7 @@ async fn one_pubsub_connection_serves_all_waiters_of_a_locker() {
     for round in 0..2 {
         let mut holders = Vec::new();
         for name in &names {
-            holders.push(holding.lock(name).expire(LONG).acquire().await.unwrap());
+            holders.push(hold(&holding, name, LONG).await);
         }
         let tasks = wait_on_each(&server, &locker, &names).await;
         assert_eq!(
@@ -760,7 +663,7 @@ async fn waiter_survives_its_subscriber_connection_being_killed() {
         .enumerate()
     {
         let name = format!("killed:{i}");
-        let holder = holders.lock(&name).expire(LONG).acquire().await.unwrap();
+        let holder = hold(&holders, &name, LONG).await;
         let waiter = spawn_waiter(&waiters, &name, LONG, PATIENT);
         assert!(
             until(Duration::from_secs(3), || queue_tokens(
@@ -783,11 +686,8 @@ async fn waiter_survives_its_subscriber_connection_being_killed() {
             .unwrap();
         assert_eq!(killed, 1);
         tokio::time::sleep(pause).await;
-        let released_at = Instant::now();
-        holder.release().await.unwrap();
-        let (outcome, returned_at) = waiter.await.unwrap();
+        let (outcome, late) = release_and_join(holder, waiter).await;
         let guard = outcome.unwrap_or_else(|e| panic!("pause {pause:?}: {e}"));
-        let late = returned_at.duration_since(released_at);
         assert!(
             late < Duration::from_secs(2),
             "pause {pause:?}: the waiter got the lock {late:?} after the release"
@@ -813,27 +713,16 @@ async fn cancelled_waiter_does_not_hold_up_the_queue() {
         .enumerate()
     {
         let name = format!("cancel:{i}");
-        let holder = holders.lock(&name).expire(LONG).acquire().await.unwrap();
+        let holder = hold(&holders, &name, LONG).await;
         let a = spawn_waiter(&a_locker, &name, LONG, PATIENT);
+        let three = Duration::from_secs(3);
         assert!(
-            until(Duration::from_secs(3), || queue_tokens(
-                &server,
-                &keys::lock(&name).queue
-            )
-            .len()
-                == 1)
-            .await,
+            queued_within(&server, &name, 1, three).await,
             "A never queued"
         );
         let b = spawn_waiter(&b_locker, &name, LONG, PATIENT);
         assert!(
-            until(Duration::from_secs(3), || queue_tokens(
-                &server,
-                &keys::lock(&name).queue
-            )
-            .len()
-                == 2)
-            .await,
+            queued_within(&server, &name, 2, three).await,
             "B never queued"
         );
         let tokens = queue_tokens(&server, &keys::lock(&name).queue);
@@ -841,11 +730,8 @@ async fn cancelled_waiter_does_not_hold_up_the_queue() {
         a.abort();
         assert!(a.await.unwrap_err().is_cancelled());
         tokio::time::sleep(pause).await;
-        let released_at = Instant::now();
-        holder.release().await.unwrap();
-        let (outcome, returned_at) = b.await.unwrap();
+        let (outcome, late) = release_and_join(holder, b).await;
         let guard = outcome.unwrap_or_else(|e| panic!("pause {pause:?}: {e}"));
-        let late = returned_at.duration_since(released_at);
         assert!(
             late < Duration::from_secs(1),
             "pause {pause:?}: B got the lock {late:?} after the release"
@@ -878,7 +764,7 @@ async fn crashed_waiter_costs_at_most_its_own_lease() {
     server.allow_untimed("ready:*");
     let url = server.url();
     let (holders, b_locker) = (locker(&server), locker(&server));
-    let holder = holders.lock("crash").expire(LONG).acquire().await.unwrap();
+    let holder = hold(&holders, "crash", LONG).await;
     let mut child = child_test(
         "child_waiter",
         &[
@@ -889,10 +775,7 @@ async fn crashed_waiter_costs_at_most_its_own_lease() {
     )
     .spawn()
     .expect("spawn child test process");
-    let child_queued = until(Duration::from_secs(20), || {
-        queue_tokens(&server, &keys::lock("crash").queue).len() == 1
-    })
-    .await;
+    let child_queued = queued_within(&server, "crash", 1, Duration::from_secs(20)).await;
     if !child_queued {
         let _ = child.kill();
         let output = child.wait_with_output().unwrap();
@@ -904,13 +787,7 @@ async fn crashed_waiter_costs_at_most_its_own_lease() {
     }
     let b = spawn_waiter(&b_locker, "crash", LONG, PATIENT);
     assert!(
-        until(Duration::from_secs(3), || queue_tokens(
-            &server,
-            &keys::lock("crash").queue
-        )
-        .len()
-            == 2)
-        .await,
+        queued_within(&server, "crash", 2, Duration::from_secs(3)).await,
         "B never queued"
     );
     let b_token = queue_tokens(&server, &keys::lock("crash").queue)[1].clone();
@@ -922,11 +799,8 @@ async fn crashed_waiter_costs_at_most_its_own_lease() {
         "the child got the lock before it was killed:\n{stdout}"
     );
     settle(&server, 1).await;
-    let released_at = Instant::now();
-    holder.release().await.unwrap();
-    let (outcome, returned_at) = b.await.unwrap();
+    let (outcome, late) = release_and_join(holder, b).await;
     let guard = outcome.unwrap();
-    let late = returned_at.duration_since(released_at);
     assert!(
         late < Duration::from_millis(2_500),
         "B got the lock {late:?} after the release (the crashed waiter's lease is 1 s)"
@@ -967,25 +841,15 @@ fn assert_restart_outcome(
 async fn redis_restart_while_waiting_ends_the_wait() {
     let mut server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
-    let holder = holders
-        .lock("restart")
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&holders, "restart", LONG).await;
     let waiter = spawn_waiter(&waiters, "restart", LONG, PATIENT);
-    until(Duration::from_secs(3), || {
-        queue_tokens(&server, &keys::lock("restart").queue).len() == 1
-    })
-    .await;
+    queued_within(&server, "restart", 1, Duration::from_secs(3)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished());
     server.restart();
     let back = Instant::now();
-    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(30), waiter)
-        .await
-        .expect("the waiter hangs")
-        .unwrap();
+    let (outcome, returned_at) =
+        finish_within(waiter, Duration::from_secs(30), "the waiter hangs").await;
     if let Some(guard) = assert_restart_outcome(outcome, returned_at.duration_since(back)) {
         assert!(server.exists(&lock_key("restart")));
         guard.release().await.unwrap();
@@ -998,19 +862,8 @@ async fn redis_restart_while_waiting_ends_the_wait() {
 fn redis_restart_while_waiting_ends_the_blocking_wait() {
     let mut server = RedisServer::start();
     let (holders, waiters) = (locker(&server), locker(&server));
-    let holder = holders
-        .lock("restart b")
-        .expire(LONG)
-        .acquire_blocking()
-        .unwrap();
-    let waiter = std::thread::spawn(move || {
-        let outcome = waiters
-            .lock("restart b")
-            .expire(LONG)
-            .acquire_timeout(PATIENT)
-            .acquire_blocking();
-        (outcome, Instant::now())
-    });
+    let holder = hold_blocking(&holders, "restart b", LONG);
+    let waiter = thread_waiter(&waiters, "restart b", LONG, PATIENT);
     eventually(Duration::from_secs(3), || {
         queue_tokens(&server, &keys::lock("restart b").queue).len() == 1
     });
@@ -1047,12 +900,7 @@ async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {
     let wait = Duration::from_millis(300);
     let (mut got, mut timed_out) = (0, 0);
     for round in 0..11_u64 {
-        let holder = holders
-            .lock("deadline")
-            .expire(LONG)
-            .acquire()
-            .await
-            .unwrap();
+        let holder = hold(&holders, "deadline", LONG).await;
         let start = Instant::now();
         let release_at =
             start + wait - Duration::from_millis(25) + Duration::from_millis(5 * round);
@@ -1060,12 +908,7 @@ async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {
             sleep_until(release_at);
             holder.release_blocking()
         });
-        let outcome = waiters
-            .lock("deadline")
-            .expire(LONG)
-            .acquire_timeout(wait)
-            .acquire()
-            .await;
+        let outcome = try_take(&waiters, "deadline", LONG, wait).await;
         releaser.join().unwrap().unwrap();
         match outcome {
             Ok(guard) => {
@@ -1112,13 +955,7 @@ async fn contended_run_leaves_only_fence_keys() {
         if worker % 2 == 0 {
             tasks.push(tokio::spawn(async move {
                 for _ in 0..50 {
-                    let guard = locker
-                        .lock("leak")
-                        .expire(LONG)
-                        .acquire_timeout(PATIENT)
-                        .acquire()
-                        .await
-                        .unwrap();
+                    let guard = try_take(&locker, "leak", LONG, PATIENT).await.unwrap();
                     tokio::task::yield_now().await;
                     guard.release().await.unwrap();
                 }
@@ -1126,12 +963,7 @@ async fn contended_run_leaves_only_fence_keys() {
         } else {
             tasks.push(tokio::task::spawn_blocking(move || {
                 for _ in 0..50 {
-                    let guard = locker
-                        .lock("leak")
-                        .expire(LONG)
-                        .acquire_timeout(PATIENT)
-                        .acquire_blocking()
-                        .unwrap();
+                    let guard = try_take_blocking(&locker, "leak", LONG, PATIENT).unwrap();
                     guard.release_blocking().unwrap();
                 }
             }));
@@ -1149,7 +981,7 @@ async fn contended_run_leaves_only_fence_keys() {
 
     // Waiters that time out, and waiters whose callers go away.
     let holders = locker(&server);
-    let holder = holders.lock("leak").expire(LONG).acquire().await.unwrap();
+    let holder = hold(&holders, "leak", LONG).await;
     let mut quitters = Vec::new();
     for i in 0..6_u64 {
         let locker = locker(&server);
@@ -1201,35 +1033,21 @@ fn channel_subscribers(server: &RedisServer, name: &str) -> usize {
 /// and how long after the release it returned.
 async fn release_and_wait(
     holder: LockGuard,
-    waiter: tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)>,
+    waiter: WaiterTask,
 ) -> (Result<LockGuard, LockError>, Duration) {
     let released_at = Instant::now();
     holder.release().await.unwrap();
-    let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(25), waiter)
-        .await
-        .expect("the waiter hangs")
-        .unwrap();
+    let (outcome, returned_at) =
+        finish_within(waiter, Duration::from_secs(25), "the waiter hangs").await;
     (outcome, returned_at.duration_since(released_at))
 }
 
 /// A holder on `server` directly, and a waiter whose Locker reaches
 /// `server` through a proxy (both its command and its subscriber
 /// connection), waiting on `name` and subscribed to its channel.
-async fn waiter_behind_a_proxy(
-    server: &RedisServer,
-    name: &str,
-) -> (
-    Proxy,
-    LockGuard,
-    tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)>,
-) {
+async fn waiter_behind_a_proxy(server: &RedisServer, name: &str) -> (Proxy, LockGuard, WaiterTask) {
     let proxy = Proxy::start(server.port);
-    let holder = locker(server)
-        .lock(name)
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&locker(server), name, LONG).await;
     let waiters = Locker::new(proxy.url()).unwrap();
     let waiter = spawn_waiter(&waiters, name, LONG, PATIENT);
     assert!(
@@ -1283,7 +1101,7 @@ async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
     let proxy = Proxy::start(server.port);
     proxy.stall_matching(SUBSCRIBE_COMMAND);
     let shared = Locker::new(proxy.url()).unwrap();
-    let holder = shared.lock("own").expire(LONG).acquire().await.unwrap();
+    let holder = hold(&shared, "own", LONG).await;
     let waiter = spawn_waiter(&shared, "own", LONG, PATIENT);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiter.is_finished(), "the waiter did not wait");
@@ -1320,12 +1138,7 @@ async fn waiters_on_a_silent_subscriber_link_return_within_their_acquire_time() 
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
     proxy.stall_matching(SUBSCRIBE_COMMAND);
-    let holder = locker(&server)
-        .lock("eight")
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&locker(&server), "eight", LONG).await;
     let waiters = Locker::new(proxy.url()).unwrap();
     waiters.ping().await.unwrap();
     let wait = Duration::from_secs(2);
@@ -1334,10 +1147,8 @@ async fn waiters_on_a_silent_subscriber_link_return_within_their_acquire_time() 
         .map(|_| spawn_waiter(&waiters, "eight", LONG, wait))
         .collect();
     for (i, task) in tasks.into_iter().enumerate() {
-        let (outcome, returned_at) = tokio::time::timeout(Duration::from_secs(20), task)
-            .await
-            .expect("a waiter hangs")
-            .unwrap();
+        let (outcome, returned_at) =
+            finish_within(task, Duration::from_secs(20), "a waiter hangs").await;
         let took = returned_at.duration_since(start);
         assert!(
             took < Duration::from_millis(3_500),
@@ -1414,22 +1225,11 @@ async fn waiter_that_may_not_subscribe_still_gets_the_lock_soon() {
         .arg("-subscribe")
         .query(&mut server.client())
         .expect("ACL SETUSER");
-    let holder = locker(&server)
-        .lock("acl")
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&locker(&server), "acl", LONG).await;
     let waiters = Locker::new(format!("redis://nosub:secret@127.0.0.1:{}/", server.port)).unwrap();
     let waiter = spawn_waiter(&waiters, "acl", LONG, PATIENT);
     assert!(
-        until(Duration::from_secs(5), || queue_tokens(
-            &server,
-            &keys::lock("acl").queue
-        )
-        .len()
-            == 1)
-        .await,
+        queued_within(&server, "acl", 1, Duration::from_secs(5)).await,
         "the waiter never queued"
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -16,6 +16,7 @@ pub mod proxy;
 pub mod sentinel;
 pub mod takes;
 pub mod waiters;
+pub mod wakeups;
 
 use std::panic::Location;
 use std::process::{Command, Stdio};

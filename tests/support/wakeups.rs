@@ -1,0 +1,162 @@
+//! Acquisitions and waits that the wake-up, lease and Locker tests spell
+//! again and again: a lock held with a lease (plain, renewed, or renewed
+//! for a while), an attempt with only an acquire time, a waiter on a plain
+//! thread, and a spawned waiter awaited with a bound. Each is the public
+//! builder chain it names, nothing more, so a test that calls one still
+//! exercises the public API.
+
+use std::time::{Duration, Instant};
+
+use lockattr::{LockError, LockGuard, Locker};
+
+/// A spawned waiter's task: its outcome, and when it came (as
+/// `support::waiters::spawn_waiter` returns it).
+pub type WaiterTask = tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)>;
+
+/// The lock `name` of `locker` with a lease of `expire` and the default
+/// acquire time (`lock(name).expire(expire).acquire()`), which must succeed.
+pub async fn hold(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// [`hold`] for a sync caller (`acquire_blocking`).
+pub fn hold_blocking(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .acquire_blocking()
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// [`hold`] with the watchdog on (`renew(true)`).
+pub async fn hold_renewed(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// [`hold_renewed`] for a sync caller.
+pub fn hold_renewed_blocking(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .renew(true)
+        .acquire_blocking()
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// [`hold`] with renewal capped at `cap` (`renew_for(cap)`).
+pub async fn hold_capped(
+    locker: &Locker,
+    name: &str,
+    expire: Duration,
+    cap: Duration,
+) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .renew_for(cap)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// [`hold_capped`] for a sync caller.
+pub fn hold_capped_blocking(
+    locker: &Locker,
+    name: &str,
+    expire: Duration,
+    cap: Duration,
+) -> LockGuard {
+    locker
+        .lock(name)
+        .expire(expire)
+        .renew_for(cap)
+        .acquire_blocking()
+        .unwrap_or_else(|e| panic!("taking {name}: {e}"))
+}
+
+/// The lock `name` with the default lease, waiting up to `wait`
+/// (`lock(name).acquire_timeout(wait).acquire()`): the outcome.
+pub async fn try_within(
+    locker: &Locker,
+    name: &str,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    locker.lock(name).acquire_timeout(wait).acquire().await
+}
+
+/// [`try_within`] for a sync caller.
+pub fn try_within_blocking(
+    locker: &Locker,
+    name: &str,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    locker.lock(name).acquire_timeout(wait).acquire_blocking()
+}
+
+/// A plain thread of `locker` that waits for the lock `name` (lease
+/// `expire`, for at most `wait`) through `acquire_blocking`: its outcome,
+/// and when it came.
+pub fn thread_waiter(
+    locker: &Locker,
+    name: &str,
+    expire: Duration,
+    wait: Duration,
+) -> std::thread::JoinHandle<(Result<LockGuard, LockError>, Instant)> {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    std::thread::spawn(move || {
+        let outcome = locker
+            .lock(&name)
+            .expire(expire)
+            .acquire_timeout(wait)
+            .acquire_blocking();
+        (outcome, Instant::now())
+    })
+}
+
+/// Awaits the spawned `waiter` for at most `within` (panicking with
+/// `hangs` when it takes longer, or when the task panicked): its outcome,
+/// and when it came.
+pub async fn finish_within(
+    waiter: WaiterTask,
+    within: Duration,
+    hangs: &str,
+) -> (Result<LockGuard, LockError>, Instant) {
+    tokio::time::timeout(within, waiter)
+        .await
+        .expect(hangs)
+        .unwrap()
+}
+
+/// Releases `holder`, then waits for the spawned `waiter`: its outcome,
+/// and how long after the release it came.
+pub async fn release_and_join(
+    holder: LockGuard,
+    waiter: WaiterTask,
+) -> (Result<LockGuard, LockError>, Duration) {
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (outcome, returned_at) = waiter.await.unwrap();
+    (outcome, returned_at.duration_since(released_at))
+}
+
+/// [`release_and_join`] for a sync caller and a [`thread_waiter`].
+pub fn release_and_join_blocking(
+    holder: LockGuard,
+    waiter: std::thread::JoinHandle<(Result<LockGuard, LockError>, Instant)>,
+) -> (Result<LockGuard, LockError>, Duration) {
+    let released_at = Instant::now();
+    holder.release_blocking().unwrap();
+    let (outcome, returned_at) = waiter.join().unwrap();
+    (outcome, returned_at.duration_since(released_at))
+}
