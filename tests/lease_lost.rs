@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LockGuard, LostReason};
 use support::asserts::assert_lost;
 use support::lockers::setup;
+use support::wakeups::{hold, hold_blocking, hold_renewed, hold_renewed_blocking};
 use support::{RedisServer, eventually, lock_key};
 
 /// The lease of the short-lived guards here.
@@ -52,7 +53,7 @@ fn delete_later(url: String, name: &str, after: Duration) -> std::thread::JoinHa
 async fn unrenewed_guard_is_lost_when_its_lease_ends() {
     let (server, locker) = setup();
     let start = Instant::now();
-    let guard = locker.lock("short").expire(LEASE).acquire().await.unwrap();
+    let guard = hold(&locker, "short", LEASE).await;
     assert!(!guard.is_lost());
     assert!(!guard.is_renewed());
     let lost = tokio::time::timeout(NOTICE, guard.lost())
@@ -80,11 +81,7 @@ async fn unrenewed_guard_is_lost_when_its_lease_ends() {
 fn lost_blocking_returns_when_the_lease_ends() {
     let (server, locker) = setup();
     let start = Instant::now();
-    let guard = locker
-        .lock("short")
-        .expire(LEASE)
-        .acquire_blocking()
-        .unwrap();
+    let guard = hold_blocking(&locker, "short", LEASE);
     assert!(!guard.is_lost());
     let lost = guard
         .lost_blocking(Duration::from_secs(5))
@@ -105,7 +102,7 @@ fn lost_blocking_returns_when_the_lease_ends() {
 async fn waiting_for_the_loss_of_a_held_lease_times_out() {
     let (_server, locker) = setup();
     let wait = Duration::from_millis(50);
-    let guard = locker.lock("held").expire(LONG).acquire().await.unwrap();
+    let guard = hold(&locker, "held", LONG).await;
     let guard = tokio::task::spawn_blocking(move || {
         let start = Instant::now();
         assert!(guard.lost_blocking(wait).is_none());
@@ -129,7 +126,7 @@ async fn waiting_for_the_loss_of_a_held_lease_times_out() {
 async fn extended_guard(extend: impl AsyncFnOnce(LockGuard) -> LockGuard) {
     let (server, locker) = setup();
     let start = Instant::now();
-    let guard = locker.lock("ext").expire(LEASE).acquire().await.unwrap();
+    let guard = hold(&locker, "ext", LEASE).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let guard = extend(guard).await;
     tokio::time::sleep((start + 2 * LEASE).saturating_duration_since(Instant::now())).await;
@@ -182,13 +179,7 @@ async fn extend_blocking_pushes_the_loss_out() {
 async fn renewal_notices_an_outside_delete_and_the_loss_sticks() {
     let (server, locker) = setup();
     let key = lock_key("del");
-    let guard = locker
-        .lock("del")
-        .expire(LEASE)
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_renewed(&locker, "del", LEASE).await;
     let token = server.get(&key).unwrap();
     delete(&server, "del");
     let lost = tokio::time::timeout(NOTICE, guard.lost())
@@ -216,12 +207,7 @@ async fn renewal_notices_an_outside_delete_and_the_loss_sticks() {
 #[test]
 fn lost_blocking_notices_an_outside_delete() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("del")
-        .expire(LEASE)
-        .renew(true)
-        .acquire_blocking()
-        .unwrap();
+    let guard = hold_renewed_blocking(&locker, "del", LEASE);
     delete(&server, "del");
     let lost = guard.lost_blocking(NOTICE).expect("not noticed within 2 s");
     assert_eq!(assert_lost(&lost, "del"), LostReason::Taken);
@@ -237,8 +223,8 @@ fn lost_blocking_notices_an_outside_delete() {
 #[test]
 fn extend_and_reacquire_finding_the_lock_gone_mark_it_lost() {
     let (server, locker) = setup();
-    let extended = locker.lock("e").expire(LONG).acquire_blocking().unwrap();
-    let reacquired = locker.lock("r").expire(LONG).acquire_blocking().unwrap();
+    let extended = hold_blocking(&locker, "e", LONG);
+    let reacquired = hold_blocking(&locker, "r", LONG);
     delete(&server, "e");
     delete(&server, "r");
     std::thread::sleep(Duration::from_millis(300));
@@ -293,13 +279,7 @@ async fn race(guard: &LockGuard) -> LockError {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn select_on_lost_stops_work_when_the_lock_is_taken() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("job")
-        .expire(LEASE)
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_renewed(&locker, "job", LEASE).await;
     let deleter = delete_later(server.url(), "job", Duration::from_millis(300));
     let lost = race(&guard).await;
     assert_eq!(assert_lost(&lost, "job"), LostReason::Taken);
@@ -311,7 +291,7 @@ async fn select_on_lost_stops_work_when_the_lock_is_taken() {
 #[tokio::test]
 async fn select_on_lost_stops_work_when_the_lease_ends() {
     let (_server, locker) = setup();
-    let guard = locker.lock("job").expire(LEASE).acquire().await.unwrap();
+    let guard = hold(&locker, "job", LEASE).await;
     let lost = race(&guard).await;
     assert_eq!(assert_lost(&lost, "job"), LostReason::Expired);
 }
@@ -321,12 +301,7 @@ async fn select_on_lost_stops_work_when_the_lease_ends() {
 #[test]
 fn lost_blocking_as_a_pause_ends_a_poll_loop() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("poller")
-        .expire(LEASE)
-        .renew(true)
-        .acquire_blocking()
-        .unwrap();
+    let guard = hold_renewed_blocking(&locker, "poller", LEASE);
     let deleter = delete_later(server.url(), "poller", Duration::from_millis(300));
     let start = Instant::now();
     let mut polls = 0;
@@ -357,11 +332,7 @@ fn lost_blocking_as_a_pause_ends_a_poll_loop() {
 #[test]
 fn lost_error_names_the_lock_and_advises_fencing() {
     let (_server, locker) = setup();
-    let guard = locker
-        .lock("report:2024")
-        .expire(Duration::from_millis(100))
-        .acquire_blocking()
-        .unwrap();
+    let guard = hold_blocking(&locker, "report:2024", Duration::from_millis(100));
     let err = guard.lost_blocking(NOTICE).expect("not lost");
     assert_eq!(assert_lost(&err, "report:2024"), LostReason::Expired);
     let msg = err.to_string();

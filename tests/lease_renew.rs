@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LockGuard, Locker, LostReason};
 use support::asserts::assert_lost;
 use support::lockers::locker;
+use support::wakeups::{
+    hold_blocking, hold_renewed, hold_renewed_blocking, try_within, try_within_blocking,
+};
 use support::{
     RedisServer, child_test, current_thread, eventually, lock_key, multi_thread, wait_child,
 };
@@ -31,13 +34,11 @@ const CHILD_URL: &str = "LOCKATTR_LEASE_CHILD_URL";
 const TOKEN: &str = "LOCKATTR_CHILD_FENCING_TOKEN";
 
 fn renewed_blocking(locker: &Locker, name: &str) -> LockGuard {
-    let request = locker.lock(name).expire(LEASE).renew(true);
-    request.acquire_blocking().unwrap()
+    hold_renewed_blocking(locker, name, LEASE)
 }
 
 async fn renewed(locker: &Locker, name: &str) -> LockGuard {
-    let request = locker.lock(name).expire(LEASE).renew(true);
-    request.acquire().await.unwrap()
+    hold_renewed(locker, name, LEASE).await
 }
 
 /// Lock script calls since start (EVAL and EVALSHA, NOSCRIPT answers included).
@@ -74,11 +75,7 @@ fn watch_held(server: &RedisServer, name: &str) {
         let pttl = server.pttl(&key);
         assert!(0 < pttl && pttl <= 300, "PTTL {pttl} at {at:?}");
         if !tried && at > HOLD / 2 {
-            let err = other
-                .lock(name)
-                .acquire_timeout(Duration::ZERO)
-                .acquire_blocking()
-                .unwrap_err();
+            let err = try_within_blocking(&other, name, Duration::ZERO).unwrap_err();
             assert!(err.is_timeout(), "{err:?}");
             tried = true;
         }
@@ -353,12 +350,7 @@ fn redis_restart_loses_the_lock_and_renewal_does_not_recreate_it() {
     let mut server = RedisServer::start();
     let locker = locker(&server);
     let key = lock_key("restart");
-    let guard = locker
-        .lock("restart")
-        .expire(Duration::from_secs(2))
-        .renew(true)
-        .acquire_blocking()
-        .unwrap();
+    let guard = hold_renewed_blocking(&locker, "restart", Duration::from_secs(2));
     std::thread::sleep(Duration::from_millis(800)); // one renewal
     server.restart();
     let lost = guard
@@ -370,11 +362,7 @@ fn redis_restart_loses_the_lock_and_renewal_does_not_recreate_it() {
     assert!(guard.release_blocking().unwrap_err().is_not_owned());
     // Free for anyone at once, and the restart, which lost the fencing
     // counter too, did not send tokens back below the lost holder's.
-    let again = locker
-        .lock("restart")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap();
+    let again = try_within_blocking(&locker, "restart", Duration::ZERO).unwrap();
     assert!(again.fencing_token() > lost_token);
     again.release_blocking().unwrap();
 }
@@ -389,13 +377,7 @@ async fn frozen_redis_makes_a_renewed_guard_lost_unrenewed() {
     let server = RedisServer::start();
     let locker = locker(&server);
     let key = lock_key("frozen");
-    let guard = locker
-        .lock("frozen")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_renewed(&locker, "frozen", Duration::from_millis(600)).await;
     tokio::time::sleep(Duration::from_millis(500)).await; // renewed a few times
     assert!(!guard.is_lost());
     server.freeze(); // a panic below still thaws: RedisServer's Drop sends SIGCONT
@@ -413,12 +395,7 @@ async fn frozen_redis_makes_a_renewed_guard_lost_unrenewed() {
     assert!(guard.is_lost());
     assert!(eventually(Duration::from_secs(1), || server.exists(&key)).is_none());
     let other = Locker::new(server.url()).unwrap();
-    let taken = other
-        .lock("frozen")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let taken = try_within(&other, "frozen", Duration::ZERO).await.unwrap();
     assert!(taken.fencing_token() > guard.fencing_token());
     taken.release().await.unwrap();
     drop(guard);
@@ -476,19 +453,11 @@ fn fencing_tokens_increase_across_processes_and_expiry() {
             });
         tokens.push(token);
     }
-    let expiring = locker
-        .lock("fence")
-        .expire(Duration::from_millis(100))
-        .acquire_blocking()
-        .unwrap();
+    let expiring = hold_blocking(&locker, "fence", Duration::from_millis(100));
     tokens.push(expiring.fencing_token());
     std::thread::sleep(Duration::from_millis(300));
     assert!(!server.exists(&lock_key("fence")));
-    let again = locker
-        .lock("fence")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap();
+    let again = try_within_blocking(&locker, "fence", Duration::ZERO).unwrap();
     tokens.push(again.fencing_token());
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LostReason};
 use support::asserts::lost_reason;
 use support::lockers::setup;
+use support::wakeups::{hold_capped, hold_capped_blocking};
 use support::{eventually, lock_key, stranger_takes};
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -31,13 +32,7 @@ const LOST_BY: Duration = Duration::from_secs(4);
 async fn renewal_stops_at_the_cap_and_the_guard_is_lost() {
     let (server, locker) = setup();
     let start = Instant::now();
-    let guard = locker
-        .lock("capped")
-        .expire(LEASE)
-        .renew_for(CAP)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_capped(&locker, "capped", LEASE, CAP).await;
     assert!(guard.is_renewed(), "renew_for turns renewal on");
     tokio::time::sleep_until((start + Duration::from_millis(1300)).into()).await;
     let pttl = server.pttl(&lock_key("capped"));
@@ -78,12 +73,7 @@ async fn renewal_stops_at_the_cap_and_the_guard_is_lost() {
 fn blocking_renewal_stops_at_the_cap() {
     let (server, locker) = setup();
     let start = Instant::now();
-    let guard = locker
-        .lock("capped:sync")
-        .expire(LEASE)
-        .renew_for(CAP)
-        .acquire_blocking()
-        .unwrap();
+    let guard = hold_capped_blocking(&locker, "capped:sync", LEASE, CAP);
     std::thread::sleep(
         (start + Duration::from_millis(1300)).saturating_duration_since(Instant::now()),
     );
@@ -107,13 +97,7 @@ fn blocking_renewal_stops_at_the_cap() {
 #[tokio::test]
 async fn a_release_before_the_cap_releases_at_once() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("early")
-        .expire(LEASE)
-        .renew_for(CAP)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_capped(&locker, "early", LEASE, CAP).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     guard.release().await.unwrap();
     assert!(!server.exists(&lock_key("early")));
@@ -126,13 +110,7 @@ async fn a_release_before_the_cap_releases_at_once() {
 async fn a_release_after_the_cap_within_the_lease_releases() {
     let (server, locker) = setup();
     let start = Instant::now();
-    let guard = locker
-        .lock("late")
-        .expire(LEASE)
-        .renew_for(Duration::from_millis(700))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_capped(&locker, "late", LEASE, Duration::from_millis(700)).await;
     // Renewals at about 0.33 s and 0.67 s: held until about 1.67 s.
     tokio::time::sleep_until((start + Duration::from_millis(1000)).into()).await;
     assert!(!guard.is_lost());
@@ -148,13 +126,7 @@ async fn a_release_after_the_cap_within_the_lease_releases() {
 async fn extend_after_the_cap_is_not_capped() {
     let (server, locker) = setup();
     let start = Instant::now();
-    let guard = locker
-        .lock("extended")
-        .expire(LEASE)
-        .renew_for(Duration::from_millis(500))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_capped(&locker, "extended", LEASE, Duration::from_millis(500)).await;
     tokio::time::sleep_until((start + Duration::from_millis(800)).into()).await;
     guard.extend(Duration::from_secs(3)).await.unwrap();
     let pttl = server.pttl(&lock_key("extended"));
