@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use lockattr::Locker;
 use support::lockers::setup;
+use support::waiters::spawn_waiter;
+use support::wakeups::{hold, hold_renewed};
 use support::{RedisServer, eventually, keys, lock_key};
 
 const RETENTION: Duration = Duration::from_millis(300);
@@ -54,12 +56,7 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
     let lease = Duration::from_millis(500);
     let mut abandoned = Vec::new();
     for n in 0..2_000 {
-        let guard = locker
-            .lock(format!("order:{n}"))
-            .expire(lease)
-            .acquire()
-            .await
-            .unwrap();
+        let guard = hold(&locker, &format!("order:{n}"), lease).await;
         if n % 2 == 0 {
             guard.release().await.unwrap();
         } else {
@@ -72,26 +69,15 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
     let other = crate::locker(&server, RETENTION);
     for n in 0..10 {
         let name = format!("handed:{n}");
-        let holder = locker.lock(&name).expire(lease).acquire().await.unwrap();
-        let waiter = {
-            let locker = other.clone();
-            let name = name.clone();
-            tokio::spawn(async move {
-                locker
-                    .lock(name)
-                    .expire(lease)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .acquire()
-                    .await
-            })
-        };
+        let holder = hold(&locker, &name, lease).await;
+        let waiter = spawn_waiter(&other, &name, lease, Duration::from_secs(5));
         assert!(
             eventually(Duration::from_secs(5), || server
                 .exists(&keys::lock(&name).queue))
             .is_some()
         );
         holder.release().await.unwrap();
-        waiter.await.unwrap().unwrap().release().await.unwrap();
+        waiter.await.unwrap().0.unwrap().release().await.unwrap();
     }
     let most = i64::try_from((lease + RETENTION).as_millis()).unwrap();
     assert_all_expire_within(&server, most);
@@ -120,12 +106,7 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
 #[tokio::test]
 async fn by_default_a_counter_goes_within_a_minute_of_the_release() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("job")
-        .expire(Duration::from_secs(3600))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold(&locker, "job", Duration::from_secs(3600)).await;
     let ttl = server.pttl(&keys::lock("job").fence);
     assert!((3_600_000..=3_660_000).contains(&ttl), "held: PTTL {ttl}");
     guard.release().await.unwrap();
@@ -170,15 +151,8 @@ async fn old_counters_are_evicted_under_volatile_lru() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
     let locker = locker(&server, Duration::from_secs(3600));
     for n in 0..5_000 {
-        locker
-            .lock(format!("order:{n}"))
-            .expire(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        let guard = hold(&locker, &format!("order:{n}"), Duration::from_secs(10)).await;
+        guard.release().await.unwrap();
     }
     let counters = assert_all_expire_within(&server, 3_600_000);
     assert_eq!(counters, 5_000);
@@ -222,13 +196,7 @@ async fn old_counters_are_evicted_under_volatile_lru() {
 async fn a_renewed_lock_keeps_its_counter_and_its_token() {
     let server = RedisServer::start();
     let locker = locker(&server, RETENTION);
-    let guard = locker
-        .lock("renewed")
-        .expire(Duration::from_millis(400))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_renewed(&locker, "renewed", Duration::from_millis(400)).await;
     // Five leases plus the retention later, the watchdog still holds it.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert!(!guard.is_lost());
@@ -258,12 +226,7 @@ async fn a_retaken_lock_keeps_its_counter_for_its_whole_lease() {
     let first = locker.lock("again").acquire().await.unwrap();
     first.release().await.unwrap();
     // The counter has about 0.6 s left; the next lease is 3 s.
-    let guard = locker
-        .lock("again")
-        .expire(Duration::from_secs(3))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold(&locker, "again", Duration::from_secs(3)).await;
     let fence = server.pttl(&keys::lock("again").fence);
     assert!(
         fence >= 3_000,
