@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use lockattr::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, DEFAULT_PREFIX, LockError, LockGuard, Locker,
 };
-use support::lockers::setup;
+use support::lockers::{locker, setup};
+use support::wakeups::{hold, hold_blocking, try_within, try_within_blocking};
 use support::{RedisServer, free_port, keys, lock_key};
 
 /// Static assertions: a Locker is shared freely between threads and tasks,
@@ -21,11 +22,26 @@ const _: fn() = || {
 
 const PASSWORD: &str = "hunter2";
 
+/// Checks the error of a caller that waited 1 s for a lock on a server
+/// nobody listens on (`start`: when it began): a Connection error, within
+/// 3 s.
+fn assert_connection_error_within_3s(err: &LockError, start: Instant) {
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, LockError::Connection { .. }),
+        "expected Connection, got {err:?}"
+    );
+}
+
 #[test]
 fn new_does_not_connect_until_first_use() {
     let server = RedisServer::start();
     let before = server.client_count();
-    let locker = Locker::new(server.url()).unwrap();
+    let locker = locker(&server);
     let clone = locker.clone();
     // Creating and cloning opened nothing.
     assert_eq!(server.client_count(), before);
@@ -42,20 +58,8 @@ fn unreachable_server_fails_with_connection_error_promptly_blocking() {
     // A caller that may wait keeps trying until its acquire time (1 s)
     // ends, then gets the last connection error.
     let start = Instant::now();
-    let err = locker
-        .lock("x")
-        .acquire_timeout(Duration::from_secs(1))
-        .acquire_blocking()
-        .unwrap_err();
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        start.elapsed()
-    );
-    assert!(
-        matches!(err, LockError::Connection { .. }),
-        "expected Connection, got {err:?}"
-    );
+    let err = try_within_blocking(&locker, "x", Duration::from_secs(1)).unwrap_err();
+    assert_connection_error_within_3s(&err, start);
     assert!(err.is_connection());
     assert!(locker.ping_blocking().unwrap_err().is_connection());
 }
@@ -64,21 +68,10 @@ fn unreachable_server_fails_with_connection_error_promptly_blocking() {
 async fn unreachable_server_fails_with_connection_error_promptly_async() {
     let locker = Locker::new(format!("redis://127.0.0.1:{}/", free_port())).unwrap();
     let start = Instant::now();
-    let err = locker
-        .lock("x")
-        .acquire_timeout(Duration::from_secs(1))
-        .acquire()
+    let err = try_within(&locker, "x", Duration::from_secs(1))
         .await
         .unwrap_err();
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        start.elapsed()
-    );
-    assert!(
-        matches!(err, LockError::Connection { .. }),
-        "expected Connection, got {err:?}"
-    );
+    assert_connection_error_within_3s(&err, start);
     // The message names the server (host:port) and says what to check.
     let msg = err.to_string();
     assert!(msg.contains("127.0.0.1:"), "{msg}");
@@ -109,22 +102,12 @@ async fn password_works_and_is_never_shown() {
 
         // Operations work with the password.
         locker.ping().await.unwrap();
-        let guard = locker
-            .lock("p")
-            .expire(Duration::from_millis(300))
-            .acquire()
-            .await
-            .unwrap();
+        let guard = hold(&locker, "p", Duration::from_millis(300)).await;
         assert_no_secret("LockGuard Debug", &format!("{guard:?}"));
         guard.extend(Duration::from_millis(100)).await.unwrap();
 
         // Timeout while it is held.
-        let busy = locker
-            .lock("p")
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
-            .await
-            .unwrap_err();
+        let busy = try_within(&locker, "p", Duration::ZERO).await.unwrap_err();
         assert!(busy.is_timeout(), "{busy:?}");
         assert_no_secret("Timeout message", &busy.to_string());
         assert_no_secret("Timeout Debug", &format!("{busy:?}"));
@@ -143,20 +126,11 @@ async fn password_works_and_is_never_shown() {
     server.kill();
     // One attempt each: a caller that may wait would retry until its
     // acquire time ends.
-    let down = locker
-        .lock("p")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let down = try_within(&locker, "p", Duration::ZERO).await.unwrap_err();
     assert!(down.is_connection(), "{down:?}");
     assert_no_secret("Connection message", &down.to_string());
     assert_no_secret("Connection Debug", &format!("{down:?}"));
-    let down = locker
-        .lock("p")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .unwrap_err();
+    let down = try_within_blocking(&locker, "p", Duration::ZERO).unwrap_err();
     assert_no_secret("Connection message (blocking)", &down.to_string());
     assert_no_secret("Connection Debug (blocking)", &format!("{down:?}"));
 }
@@ -190,28 +164,29 @@ fn wrong_password_is_a_clear_error_without_the_password() {
     assert!(err.to_string().contains("NOAUTH"), "{err}");
 }
 
+/// Checks that `guard`, of the lock `x`, has the lease `lease`, and that
+/// its key has between `lease` and 2 s less left.
+fn assert_lease_of_x(server: &RedisServer, guard: &LockGuard, lease: Duration) {
+    assert_eq!(guard.expire(), lease);
+    let pttl = server.pttl(&lock_key("x"));
+    let ms = i64::try_from(lease.as_millis()).unwrap();
+    assert!((ms - 2_000..=ms).contains(&pttl), "PTTL {pttl}");
+}
+
 #[test]
 fn default_expire_is_ten_seconds() {
     assert_eq!(DEFAULT_EXPIRE, Duration::from_secs(10));
     let (server, locker) = setup();
     let guard = locker.lock("x").acquire_blocking().unwrap();
-    assert_eq!(guard.expire(), Duration::from_secs(10));
-    let pttl = server.pttl(&lock_key("x"));
-    assert!((8_000..=10_000).contains(&pttl), "PTTL {pttl}");
+    assert_lease_of_x(&server, &guard, Duration::from_secs(10));
     guard.release_blocking().unwrap();
 }
 
 #[test]
 fn expire_sets_the_lease() {
     let (server, locker) = setup();
-    let guard = locker
-        .lock("x")
-        .expire(Duration::from_secs(90))
-        .acquire_blocking()
-        .unwrap();
-    assert_eq!(guard.expire(), Duration::from_secs(90));
-    let pttl = server.pttl(&lock_key("x"));
-    assert!((88_000..=90_000).contains(&pttl), "PTTL {pttl}");
+    let guard = hold_blocking(&locker, "x", Duration::from_secs(90));
+    assert_lease_of_x(&server, &guard, Duration::from_secs(90));
     guard.release_blocking().unwrap();
 }
 
@@ -219,11 +194,7 @@ fn expire_sets_the_lease() {
 fn default_acquire_timeout_is_ten_seconds() {
     assert_eq!(DEFAULT_ACQUIRE_TIMEOUT, Duration::from_secs(10));
     let (_server, locker) = setup();
-    let holder = locker
-        .lock("busy")
-        .expire(Duration::from_secs(60))
-        .acquire_blocking()
-        .unwrap();
+    let holder = hold_blocking(&locker, "busy", Duration::from_secs(60));
     let start = Instant::now();
     let err = locker.lock("busy").acquire_blocking().unwrap_err();
     let elapsed = start.elapsed();
@@ -299,12 +270,7 @@ async fn custom_prefix_is_used_for_every_key() {
     );
     // Another prefix is another lock namespace: the same name is free there.
     let other = Locker::new(server.url()).unwrap();
-    let free = other
-        .lock("order:7")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let free = try_within(&other, "order:7", Duration::ZERO).await.unwrap();
     free.release().await.unwrap();
     guard.release().await.unwrap();
     assert!(!server.exists("myapp:locks:{order:7}"));
