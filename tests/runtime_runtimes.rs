@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lockattr::Locker;
 use support::lockers::setup;
+use support::wakeups::{hold, try_within, try_within_blocking};
 use support::{RedisServer, current_thread, lock_key, multi_thread};
 
 /// The URL of the server owned by `static_locker_survives_runtime_after_runtime`.
@@ -19,22 +20,14 @@ static LOCKER: LazyLock<Locker> =
 /// A few operations of every kind on `locker`, under `name`.
 async fn exercise(locker: &Locker, name: &str) {
     locker.ping().await.unwrap();
-    let guard = locker
-        .lock(name)
-        .expire(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold(locker, name, Duration::from_secs(5)).await;
     guard.extend(Duration::from_secs(1)).await.unwrap();
     guard.reacquire().await.unwrap();
     guard.release().await.unwrap();
     // A dropped guard is released too.
     let guard = locker.lock(name).acquire().await.unwrap();
     drop(guard);
-    let again = locker
-        .lock(name)
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
+    let again = try_within(locker, name, Duration::from_secs(2))
         .await
         .unwrap();
     again.release().await.unwrap();
@@ -48,14 +41,7 @@ fn static_locker_survives_runtime_after_runtime() {
     // Runtime A: use it, keep a guard, drop the runtime.
     let a = current_thread();
     a.block_on(exercise(&LOCKER, "seq"));
-    let kept = a
-        .block_on(
-            LOCKER
-                .lock("kept")
-                .expire(Duration::from_secs(30))
-                .acquire(),
-        )
-        .unwrap();
+    let kept = a.block_on(hold(&LOCKER, "kept", Duration::from_secs(30)));
     drop(a);
 
     // Runtime B (another flavor): everything still works, and the guard from A
@@ -95,10 +81,7 @@ fn two_runtimes_at_once_on_two_threads() {
                 rt.block_on(async {
                     for i in 0..30 {
                         // A shared name (contended) and an own name.
-                        let shared = locker
-                            .lock("shared")
-                            .acquire_timeout(Duration::from_secs(10))
-                            .acquire()
+                        let shared = try_within(&locker, "shared", Duration::from_secs(10))
                             .await
                             .unwrap();
                         shared.release().await.unwrap();
@@ -122,11 +105,8 @@ fn plain_threads_without_runtime() {
             let locker = locker.clone();
             std::thread::spawn(move || {
                 for _ in 0..25 {
-                    let guard = locker
-                        .lock("plain")
-                        .acquire_timeout(Duration::from_secs(10))
-                        .acquire_blocking()
-                        .unwrap();
+                    let guard =
+                        try_within_blocking(&locker, "plain", Duration::from_secs(10)).unwrap();
                     guard.extend_blocking(Duration::from_secs(1)).unwrap();
                     guard.reacquire_blocking().unwrap();
                     if i % 2 == 0 {
@@ -153,11 +133,8 @@ async fn acquire_blocking_inside_an_async_task_current_thread() {
     assert!(server.exists(&lock_key("sync-in-async")));
     guard.extend_blocking(Duration::from_secs(1)).unwrap();
     // Held by ourselves: a blocking attempt in the same task times out, no deadlock.
-    let err = locker
-        .lock("sync-in-async")
-        .acquire_timeout(Duration::from_millis(200))
-        .acquire_blocking()
-        .unwrap_err();
+    let err =
+        try_within_blocking(&locker, "sync-in-async", Duration::from_millis(200)).unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
     guard.release_blocking().unwrap();
     // Mixed with async calls on the same runtime.
@@ -178,11 +155,9 @@ async fn acquire_blocking_inside_spawned_tasks_multi_thread() {
             let locker = locker.clone();
             tokio::spawn(async move {
                 for _ in 0..10 {
-                    let guard = locker
-                        .lock("blocking-in-task")
-                        .acquire_timeout(Duration::from_secs(10))
-                        .acquire_blocking()
-                        .unwrap();
+                    let guard =
+                        try_within_blocking(&locker, "blocking-in-task", Duration::from_secs(10))
+                            .unwrap();
                     // No await while holding it: a blocked worker may be waiting for it.
                     guard.release_blocking().unwrap();
                     tokio::task::yield_now().await;
@@ -226,19 +201,11 @@ fn async_api_works_on_a_non_tokio_executor() {
     std::thread::spawn(move || {
         block_on(async {
             locker.ping().await.unwrap();
-            let guard = locker
-                .lock("exec")
-                .expire(Duration::from_secs(30))
-                .acquire()
-                .await
-                .unwrap();
+            let guard = hold(&locker, "exec", Duration::from_secs(30)).await;
             guard.extend(Duration::from_secs(1)).await.unwrap();
             guard.reacquire().await.unwrap();
             // Waiting on a held lock needs timers: they run on the library's thread.
-            let err = locker
-                .lock("exec")
-                .acquire_timeout(Duration::from_millis(200))
-                .acquire()
+            let err = try_within(&locker, "exec", Duration::from_millis(200))
                 .await
                 .unwrap_err();
             assert!(err.is_timeout(), "{err:?}");
