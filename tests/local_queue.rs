@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
-use support::lockers::setup;
+use support::lockers::{self, setup};
 use support::proxy::Proxy;
+use support::takes::try_take;
 use support::waiters::{queue_len, spawn_waiter};
+use support::wakeups::{hold, hold_renewed, served_within, try_within};
 use support::{RedisServer, eventually, keys, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -65,13 +67,7 @@ async fn critical_sections(
             .unwrap();
         handles.push(tokio::spawn(async move {
             for _ in 0..rounds {
-                let guard = locker
-                    .lock(name)
-                    .expire(LONG)
-                    .acquire_timeout(LONG)
-                    .acquire()
-                    .await
-                    .expect("acquire");
+                let guard = try_take(&locker, name, LONG, LONG).await.expect("acquire");
                 order.lock().unwrap().push(guard.fencing_token());
                 let value: Option<u64> = redis::cmd("GET")
                     .arg(&counter)
@@ -160,13 +156,10 @@ async fn the_tasks_of_one_locker_on_a_cluster_keep_no_entry_in_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_of_another_locker_keeps_its_turn() {
     let server = RedisServer::start();
-    let (a, b) = (
-        Locker::new(server.url()).unwrap(),
-        Locker::new(server.url()).unwrap(),
-    );
+    let (a, b) = (lockers::locker(&server), lockers::locker(&server));
     let mut con = server.client();
     let name = "turns";
-    let first = a.lock(name).expire(LONG).acquire().await.unwrap();
+    let first = hold(&a, name, LONG).await;
     let local = spawn_waiter(&a, name, LONG, LONG);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
@@ -184,12 +177,13 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
         "the other Locker's waiter never queued in Redis"
     );
     first.release().await.unwrap();
-    let other_guard = tokio::time::timeout(Duration::from_secs(5), other)
-        .await
-        .expect("the other Locker's waiter was not served first")
-        .unwrap()
-        .0
-        .unwrap();
+    let five = Duration::from_secs(5);
+    let other_guard = served_within(
+        other,
+        five,
+        "the other Locker's waiter was not served first",
+    )
+    .await;
     let other_token = other_guard.fencing_token();
     assert!(
         !local.is_finished(),
@@ -198,12 +192,7 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
     // The local task now waits in Redis, behind nobody.
     assert_eq!(queue_len(&mut con, &keys::lock(name).queue), 1);
     other_guard.release().await.unwrap();
-    let local_guard = tokio::time::timeout(Duration::from_secs(5), local)
-        .await
-        .expect("the local task was never served")
-        .unwrap()
-        .0
-        .unwrap();
+    let local_guard = served_within(local, five, "the local task was never served").await;
     assert!(local_guard.fencing_token() > other_token);
     local_guard.release().await.unwrap();
     assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
@@ -216,14 +205,10 @@ async fn a_waiter_of_another_locker_keeps_its_turn() {
 async fn local_waiters_that_give_up_leave_nothing_behind() {
     let (server, locker) = setup();
     let name = "given-up";
-    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let held = hold(&locker, name, LONG).await;
     let dropped = spawn_waiter(&locker, name, LONG, LONG);
     let started = Instant::now();
-    let timed_out = locker
-        .lock(name)
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await;
+    let timed_out = try_within(&locker, name, Duration::from_millis(300)).await;
     assert!(
         matches!(timed_out, Err(LockError::Timeout { .. })),
         "{timed_out:?}"
@@ -233,11 +218,8 @@ async fn local_waiters_that_give_up_leave_nothing_behind() {
     let _ = dropped.await;
     held.release().await.unwrap();
     assert!(server.held_locks().is_empty(), "{:?}", server.held_locks());
-    let other = Locker::new(server.url()).unwrap();
-    let again = other
-        .lock(name)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    let other = lockers::locker(&server);
+    let again = try_within(&other, name, Duration::ZERO)
         .await
         .expect("the lock was not free after its release");
     again.release().await.unwrap();
@@ -251,13 +233,10 @@ async fn a_holder_that_never_releases_holds_local_waiters_only_for_its_lease() {
     let (_server, locker) = setup();
     let name = "forgotten";
     let lease = Duration::from_millis(600);
-    let held = locker.lock(name).expire(lease).acquire().await.unwrap();
+    let held = hold(&locker, name, lease).await;
     let started = Instant::now();
     std::mem::forget(held);
-    let next = locker
-        .lock(name)
-        .acquire_timeout(Duration::from_secs(10))
-        .acquire()
+    let next = try_within(&locker, name, Duration::from_secs(10))
         .await
         .expect("the waiter never got the lock");
     let waited = started.elapsed();
@@ -281,7 +260,7 @@ async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
     let proxy = Proxy::start(server.port);
     let locker = Locker::new(proxy.url()).unwrap();
     let name = "left";
-    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let held = hold(&locker, name, LONG).await;
     let successor = spawn_waiter(&locker, name, LONG, LONG);
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set_delay(Duration::from_millis(400));
@@ -306,13 +285,7 @@ async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
 async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
     let (server, locker) = setup();
     let name = "renewed";
-    let held = locker
-        .lock(name)
-        .expire(Duration::from_millis(300))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let held = hold_renewed(&locker, name, Duration::from_millis(300)).await;
     let waiter = spawn_waiter(&locker, name, LONG, LONG);
     let mut con = server.client();
     let until = Instant::now() + Duration::from_millis(1_500);
@@ -327,12 +300,12 @@ async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
     assert!(!waiter.is_finished(), "the waiter took a renewed lock");
     let fence = held.fencing_token();
     held.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter was not handed the lock")
-        .unwrap()
-        .0
-        .unwrap();
+    let next = served_within(
+        waiter,
+        Duration::from_secs(5),
+        "the waiter was not handed the lock",
+    )
+    .await;
     assert!(next.fencing_token() > fence);
     next.release().await.unwrap();
 }
@@ -346,7 +319,7 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
     let proxy = Proxy::start(server.port);
     let locker = Locker::new(proxy.url()).unwrap();
     let name = "dropped-release";
-    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let held = hold(&locker, name, LONG).await;
     let fence = held.fencing_token();
     let successor = spawn_waiter(&locker, name, LONG, LONG);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -354,12 +327,8 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
     let released = tokio::time::timeout(Duration::from_millis(100), held.release()).await;
     assert!(released.is_err(), "the release was not on its way");
     proxy.set_delay(Duration::ZERO);
-    let next = tokio::time::timeout(Duration::from_secs(5), successor)
-        .await
-        .expect("the task waiting in the process never got the lock")
-        .unwrap()
-        .0
-        .unwrap();
+    let never = "the task waiting in the process never got the lock";
+    let next = served_within(successor, Duration::from_secs(5), never).await;
     assert!(next.fencing_token() > fence);
     next.release().await.unwrap();
     let key = lock_key(name);
@@ -377,10 +346,10 @@ async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
     let (server, locker) = setup();
-    let other = Locker::new(server.url()).unwrap();
+    let other = lockers::locker(&server);
     let name = "named-late";
     for round in 0..3 {
-        let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+        let held = hold(&locker, name, LONG).await;
         let successor = spawn_waiter(&locker, name, LONG, Duration::from_millis(250));
         tokio::time::sleep(Duration::from_millis(50)).await;
         // The release names the successor, and reaches Redis only after
@@ -394,11 +363,7 @@ async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
             Ok(guard) => {
                 // Whatever the releaser does in the background has run.
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                let taken = other
-                    .lock(name)
-                    .acquire_timeout(Duration::ZERO)
-                    .acquire()
-                    .await;
+                let taken = try_within(&other, name, Duration::ZERO).await;
                 assert!(
                     matches!(taken, Err(LockError::Timeout { .. })),
                     "round {round}: another Locker took the lock under a live guard \
@@ -433,26 +398,15 @@ async fn a_successor_whose_time_ends_during_the_release_is_the_only_holder() {
 async fn a_stale_holder_strands_no_later_task() {
     let (server, locker) = setup();
     let name = "stale-turn";
-    let stale = locker
-        .lock(name)
-        .expire(Duration::from_millis(400))
-        .acquire()
-        .await
-        .unwrap();
+    let stale = hold(&locker, name, Duration::from_millis(400)).await;
     std::mem::forget(stale);
-    let first = locker
-        .lock(name)
-        .acquire_timeout(Duration::from_secs(5))
-        .acquire()
+    let first = try_within(&locker, name, Duration::from_secs(5))
         .await
         .expect("the first waiter never got the lock");
     first.release().await.unwrap();
     for task in 0..3 {
         let started = Instant::now();
-        let guard = locker
-            .lock(name)
-            .acquire_timeout(Duration::from_secs(2))
-            .acquire()
+        let guard = try_within(&locker, name, Duration::from_secs(2))
             .await
             .unwrap_or_else(|e| panic!("task {task}: {e} on a free lock"));
         let waited = started.elapsed();
@@ -485,7 +439,7 @@ async fn a_stale_holder_strands_no_later_task() {
 async fn a_successor_whose_runtime_stopped_strands_nobody_past_its_lease() {
     let (_server, locker) = setup();
     let name = "undriven";
-    let held = locker.lock(name).expire(LONG).acquire().await.unwrap();
+    let held = hold(&locker, name, LONG).await;
     let lease = Duration::from_millis(500);
     let (parked_tx, parked_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
@@ -497,14 +451,7 @@ async fn a_successor_whose_runtime_stopped_strands_nobody_past_its_lease() {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                tokio::spawn(async move {
-                    locker
-                        .lock(name)
-                        .expire(lease)
-                        .acquire_timeout(LONG)
-                        .acquire()
-                        .await
-                });
+                tokio::spawn(async move { try_take(&locker, name, lease, LONG).await });
                 tokio::time::sleep(Duration::from_millis(100)).await;
             });
             // The runtime lives on, and nothing drives it.
@@ -516,10 +463,7 @@ async fn a_successor_whose_runtime_stopped_strands_nobody_past_its_lease() {
     parked_rx.recv().unwrap();
     held.release().await.unwrap();
     let started = Instant::now();
-    let next = locker
-        .lock(name)
-        .acquire_timeout(Duration::from_millis(1_500))
-        .acquire()
+    let next = try_within(&locker, name, Duration::from_millis(1_500))
         .await
         .expect("stranded behind a task that is no longer driven");
     // Stranded, it waits all of its 1.5 s.

@@ -160,3 +160,8 @@ pub fn release_and_join_blocking(
     let (outcome, returned_at) = waiter.join().unwrap();
     (outcome, returned_at.duration_since(released_at))
 }
+
+/// [`finish_within`], whose outcome must be the lock: the waiter's guard.
+pub async fn served_within(waiter: WaiterTask, within: Duration, hangs: &str) -> LockGuard {
+    finish_within(waiter, within, hangs).await.0.unwrap()
+}
