@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
 use support::lockers::{self, setup};
-use support::proxy::Proxy;
 use support::takes::try_take;
 use support::waiters::{queue_len, spawn_waiter};
-use support::wakeups::{hold, hold_renewed, served_within, try_within};
+use support::wakeups::{behind_a_proxy, hold, hold_renewed, served_within, try_within};
 use support::{RedisServer, eventually, keys, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -256,9 +255,7 @@ async fn a_holder_that_never_releases_holds_local_waiters_only_for_its_lease() {
 /// not left to its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_that_left_during_the_release_gives_the_lock_back() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port);
-    let locker = Locker::new(proxy.url()).unwrap();
+    let (server, proxy, locker) = behind_a_proxy();
     let name = "left";
     let held = hold(&locker, name, LONG).await;
     let successor = spawn_waiter(&locker, name, LONG, LONG);
@@ -315,9 +312,7 @@ async fn a_renewed_holder_keeps_local_waiters_in_the_process() {
 /// that task is told to ask Redis, and finds the lock its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_dropped_on_its_way_still_hands_the_lock_on() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port);
-    let locker = Locker::new(proxy.url()).unwrap();
+    let (server, proxy, locker) = behind_a_proxy();
     let name = "dropped-release";
     let held = hold(&locker, name, LONG).await;
     let fence = held.fencing_token();

@@ -23,8 +23,8 @@ use support::proxy::Proxy;
 use support::takes::{try_take, try_take_blocking};
 use support::waiters::{queue_tokens, spawn_waiter};
 use support::wakeups::{
-    WaiterTask, finish_within, hold, hold_blocking, release_and_join, release_and_join_blocking,
-    thread_waiter, try_within, try_within_blocking,
+    WaiterTask, behind_a_proxy, finish_within, hold, hold_blocking, release_and_join,
+    release_and_join_blocking, thread_waiter, try_within, try_within_blocking,
 };
 use support::{RedisServer, child_test, eventually, keys, lock_key, wait_child};
 
@@ -1097,10 +1097,8 @@ async fn handed_over_waiter_learns_it_over_a_silent_subscriber_link() {
 /// its process (see `local_queue`), not in Redis's queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_of_the_releasing_locker_is_woken_by_the_release_itself() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port);
+    let (server, proxy, shared) = behind_a_proxy();
     proxy.stall_matching(SUBSCRIBE_COMMAND);
-    let shared = Locker::new(proxy.url()).unwrap();
     let holder = hold(&shared, "own", LONG).await;
     let waiter = spawn_waiter(&shared, "own", LONG, PATIENT);
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -165,3 +165,12 @@ pub fn release_and_join_blocking(
 pub async fn served_within(waiter: WaiterTask, within: Duration, hangs: &str) -> LockGuard {
     finish_within(waiter, within, hangs).await.0.unwrap()
 }
+
+/// A server of our own, a fault-injecting proxy in front of it, and a
+/// Locker (default settings) that reaches the server through the proxy.
+pub fn behind_a_proxy() -> (super::RedisServer, super::proxy::Proxy, Locker) {
+    let server = super::RedisServer::start();
+    let proxy = super::proxy::Proxy::start(server.port);
+    let locker = Locker::new(proxy.url()).unwrap();
+    (server, proxy, locker)
+}
