@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use lockattr::{Locker, redis_lock};
 use support::children::{run_children, start_together};
+use support::wakeups::{assert_all_counted, connection};
 use support::{BodyError as Error, RedisServer};
 
 const CHILDREN: usize = 4;
@@ -40,10 +41,7 @@ fn child_worker() {
         return;
     };
     let locker = Locker::new(&url).unwrap();
-    let mut counter = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut counter = connection(&url);
     // Start together, so that the processes really contend.
     start_together(&url, CHILDREN);
     for _ in 0..ITERATIONS {
@@ -66,7 +64,5 @@ fn processes_lose_no_update() {
         DONE,
         Duration::from_secs(60),
     );
-    let total: u64 = server.get("counter").unwrap().parse().unwrap();
-    assert_eq!(total, (CHILDREN * ITERATIONS) as u64, "updates were lost");
-    assert!(server.held_locks().is_empty());
+    assert_all_counted(&server, CHILDREN * ITERATIONS);
 }

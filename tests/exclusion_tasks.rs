@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use lockattr::{Locker, redis_lock};
 use redis::aio::MultiplexedConnection;
+use support::wakeups::{assert_exclusive_run, async_connection};
 use support::{BodyError as Error, RedisServer};
 
 const TASKS: usize = 8;
@@ -54,11 +55,7 @@ async fn tasks_with_their_own_lockers_lose_no_update() {
         let (inside, max_inside) = (inside.clone(), max_inside.clone());
         tasks.push(tokio::spawn(async move {
             let locker = Locker::new(&url).unwrap();
-            let mut counter = redis::Client::open(url.as_str())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
+            let mut counter = async_connection(&url).await;
             for _ in 0..ITERATIONS {
                 bump(&locker, &mut counter, &inside, &max_inside)
                     .await
@@ -69,12 +66,5 @@ async fn tasks_with_their_own_lockers_lose_no_update() {
     for t in tasks {
         t.await.expect("worker task panicked");
     }
-    assert_eq!(
-        max_inside.load(Ordering::SeqCst),
-        1,
-        "two bodies ran at once"
-    );
-    let total: u64 = server.get("counter").unwrap().parse().unwrap();
-    assert_eq!(total, (TASKS * ITERATIONS) as u64, "updates were lost");
-    assert!(server.held_locks().is_empty());
+    assert_exclusive_run(&server, &max_inside, TASKS * ITERATIONS);
 }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockattr::{Locker, redis_lock};
+use support::wakeups::assert_exclusive_run;
 use support::{BodyError as Error, RedisServer};
 
 const THREADS: usize = 8;
@@ -59,12 +60,5 @@ fn threads_with_their_own_lockers_lose_no_update() {
             w.join().expect("worker thread panicked");
         }
     });
-    assert_eq!(
-        max_inside.load(Ordering::SeqCst),
-        1,
-        "two bodies ran at once"
-    );
-    let total: u64 = server.get("counter").unwrap().parse().unwrap();
-    assert_eq!(total, (THREADS * ITERATIONS) as u64, "updates were lost");
-    assert!(server.held_locks().is_empty());
+    assert_exclusive_run(&server, &max_inside, THREADS * ITERATIONS);
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LockGuard, LostReason};
 use support::asserts::assert_lost;
 use support::lockers::setup;
-use support::wakeups::{hold, hold_blocking, hold_renewed, hold_renewed_blocking};
+use support::wakeups::{connection, hold, hold_blocking, hold_renewed, hold_renewed_blocking};
 use support::{RedisServer, eventually, lock_key};
 
 /// The lease of the short-lived guards here.
@@ -38,7 +38,7 @@ fn delete_later(url: String, name: &str, after: Duration) -> std::thread::JoinHa
     let key = lock_key(name);
     std::thread::spawn(move || {
         std::thread::sleep(after);
-        let mut client = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut client = connection(&url);
         let _: i64 = redis::cmd("DEL").arg(key).query(&mut client).unwrap();
     })
 }

@@ -13,7 +13,9 @@ use support::cluster::Cluster;
 use support::lockers::{self, setup};
 use support::takes::try_take;
 use support::waiters::{queue_len, spawn_waiter};
-use support::wakeups::{behind_a_proxy, hold, hold_renewed, served_within, try_within};
+use support::wakeups::{
+    async_connection, behind_a_proxy, connection, hold, hold_renewed, served_within, try_within,
+};
 use support::{RedisServer, eventually, keys, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -59,11 +61,7 @@ async fn critical_sections(
     let mut handles = Vec::new();
     for _ in 0..tasks {
         let (locker, order, counter) = (locker.clone(), order.clone(), counter.clone());
-        let mut data = redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut data = async_connection(url).await;
         handles.push(tokio::spawn(async move {
             for _ in 0..rounds {
                 let guard = try_take(&locker, name, LONG, LONG).await.expect("acquire");
@@ -91,7 +89,7 @@ async fn critical_sections(
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let longest = watcher.join().unwrap();
-    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let mut con = connection(url);
     let total: Option<u64> = redis::cmd("GET").arg(&counter).query(&mut con).unwrap();
     let order = order.lock().unwrap().clone();
     (order, total.unwrap_or(0), longest)
@@ -138,10 +136,7 @@ async fn the_tasks_of_one_locker_on_a_cluster_keep_no_entry_in_redis() {
     let name = "on-cluster";
     let master = cluster.master_of(&lock_key(name));
     let url = cluster.urls()[master].clone();
-    let watch = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let watch = connection(&url);
     let (order, total, longest) = critical_sections(&locker, &url, (name, 8, 10), watch).await;
     assert_eq!(total, 80, "updates were lost");
     assert!(increasing(&order), "fencing tokens out of order: {order:?}");

@@ -23,7 +23,7 @@ use support::proxy::Proxy;
 use support::takes::{try_take, try_take_blocking};
 use support::waiters::{queue_tokens, spawn_waiter};
 use support::wakeups::{
-    WaiterTask, behind_a_proxy, finish_within, hold, hold_blocking, release_and_join,
+    WaiterTask, behind_a_proxy, connection, finish_within, hold, hold_blocking, release_and_join,
     release_and_join_blocking, thread_waiter, try_within, try_within_blocking,
 };
 use support::{RedisServer, child_test, eventually, keys, lock_key, wait_child};
@@ -193,10 +193,7 @@ fn child_waiter() {
         .parse()
         .expect("lease in ms");
     let locker = Locker::new(&url).unwrap();
-    let mut client = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut client = connection(&url);
     let _: () = redis::cmd("SET")
         .arg(format!("ready:{name}"))
         .arg(std::process::id())

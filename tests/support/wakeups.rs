@@ -174,3 +174,40 @@ pub fn behind_a_proxy() -> (super::RedisServer, super::proxy::Proxy, Locker) {
     let locker = Locker::new(proxy.url()).unwrap();
     (server, proxy, locker)
 }
+
+/// A plain (sync) connection to the server at `url`.
+pub fn connection(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+/// A multiplexed async connection to the server at `url`.
+pub async fn async_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The end of a run of `calls` increments of the test's own counter
+/// `counter` on `server`: none was lost, and no lock is left held.
+pub fn assert_all_counted(server: &super::RedisServer, calls: usize) {
+    let total: u64 = server.get("counter").unwrap().parse().unwrap();
+    assert_eq!(total, calls as u64, "updates were lost");
+    assert!(server.held_locks().is_empty());
+}
+
+/// [`assert_all_counted`], after asserting that at most one body was ever
+/// inside at once (`max_inside`, the most seen, is 1).
+pub fn assert_exclusive_run(
+    server: &super::RedisServer,
+    max_inside: &std::sync::atomic::AtomicUsize,
+    calls: usize,
+) {
+    assert_eq!(
+        max_inside.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "two bodies ran at once"
+    );
+    assert_all_counted(server, calls);
+}
