@@ -17,7 +17,7 @@ use lockattr::{LockError, LostReason};
 use support::asserts::lost_reason;
 use support::lockers::setup;
 use support::wakeups::{hold_capped, hold_capped_blocking};
-use support::{eventually, lock_key, stranger_takes};
+use support::{RedisServer, eventually, lock_key, stranger_takes};
 
 const LEASE: Duration = Duration::from_secs(1);
 const CAP: Duration = Duration::from_millis(1500);
@@ -93,6 +93,13 @@ fn blocking_renewal_stops_at_the_cap() {
     drop(guard);
 }
 
+/// Asserts that the lock `name` is free: its key is gone, and another
+/// Locker takes it at once.
+fn assert_free(server: &RedisServer, name: &str) {
+    assert!(!server.exists(&lock_key(name)));
+    stranger_takes(server, name).unwrap();
+}
+
 /// A release before the cap frees the lock at once.
 #[tokio::test]
 async fn a_release_before_the_cap_releases_at_once() {
@@ -100,8 +107,7 @@ async fn a_release_before_the_cap_releases_at_once() {
     let guard = hold_capped(&locker, "early", LEASE, CAP).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     guard.release().await.unwrap();
-    assert!(!server.exists(&lock_key("early")));
-    stranger_takes(&server, "early").unwrap();
+    assert_free(&server, "early");
 }
 
 /// After the cap, while the lease still lasts, a release is the usual one:
@@ -116,8 +122,7 @@ async fn a_release_after_the_cap_within_the_lease_releases() {
     assert!(!guard.is_lost());
     assert!(server.exists(&lock_key("late")));
     guard.release().await.unwrap();
-    assert!(!server.exists(&lock_key("late")));
-    stranger_takes(&server, "late").unwrap();
+    assert_free(&server, "late");
 }
 
 /// `extend` is not capped: after the cap it still raises the lease, and the

@@ -111,39 +111,45 @@ fn frozen_attempt_leaves_nothing(
     );
 }
 
-#[test]
-fn an_attempt_whose_answer_timed_out_is_given_back_for_every_kind() {
+/// On a cluster of its own, with a [`quick_locker`], for each kind: two
+/// names on one master (from `stem`), one attempt that opens the
+/// connections, then `attempt` while that master is frozen
+/// ([`frozen_attempt_leaves_nothing`]).
+fn for_every_kind(
+    stem: &str,
+    attempt: impl Fn(&tokio::runtime::Runtime, &Locker, &str, &[String]),
+) {
     let cluster = Cluster::start();
     let locker = quick_locker(&cluster);
     let rt = support::current_thread();
     for kind in KINDS {
-        let names = names_on_one_master(&cluster, &format!("timed-out-{kind}"));
+        let names = names_on_one_master(&cluster, &format!("{stem}-{kind}"));
         // The connections open first: the frozen master then holds a
         // request sent on an open connection.
         rt.block_on(take(&locker, kind, &names)).unwrap();
         frozen_attempt_leaves_nothing(&cluster, &names, kind, || {
-            let result = rt.block_on(take(&locker, kind, &names));
-            assert!(
-                result.as_ref().is_err_and(LockError::is_connection),
-                "{kind}: a frozen master answered {result:?}"
-            );
+            attempt(&rt, &locker, kind, &names)
         });
     }
 }
 
 #[test]
+fn an_attempt_whose_answer_timed_out_is_given_back_for_every_kind() {
+    for_every_kind("timed-out", |rt, locker, kind, names| {
+        let result = rt.block_on(take(locker, kind, names));
+        assert!(
+            result.as_ref().is_err_and(LockError::is_connection),
+            "{kind}: a frozen master answered {result:?}"
+        );
+    });
+}
+
+#[test]
 fn an_attempt_its_caller_stopped_waiting_for_is_given_back_for_every_kind() {
-    let cluster = Cluster::start();
-    let locker = quick_locker(&cluster);
-    let rt = support::current_thread();
-    for kind in KINDS {
-        let names = names_on_one_master(&cluster, &format!("dropped-{kind}"));
-        rt.block_on(take(&locker, kind, &names)).unwrap();
-        frozen_attempt_leaves_nothing(&cluster, &names, kind, || {
-            let cut = rt.block_on(async {
-                tokio::time::timeout(Duration::from_millis(100), take(&locker, kind, &names)).await
-            });
-            assert!(cut.is_err(), "{kind}: a frozen master answered {cut:?}");
+    for_every_kind("dropped", |rt, locker, kind, names| {
+        let cut = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(100), take(locker, kind, names)).await
         });
-    }
+        assert!(cut.is_err(), "{kind}: a frozen master answered {cut:?}");
+    });
 }
