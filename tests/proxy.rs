@@ -23,6 +23,26 @@ fn ping(con: &mut redis::Connection) -> redis::RedisResult<String> {
     redis::cmd("PING").query(con)
 }
 
+/// SET `key` `value` over `con`.
+fn set(con: &mut redis::Connection, key: &str, value: &str) -> redis::RedisResult<()> {
+    redis::cmd("SET").arg(key).arg(value).query(con)
+}
+
+/// GET `key` over `con`, as a `T`.
+fn get<T: redis::FromRedisValue>(con: &mut redis::Connection, key: &str) -> redis::RedisResult<T> {
+    redis::cmd("GET").arg(key).query(con)
+}
+
+/// A server of our own, on which `keys` are the test's own keys, without
+/// a TTL (see support::audit).
+fn server_with_own_keys(keys: &[&str]) -> RedisServer {
+    let server = RedisServer::start();
+    for key in keys {
+        server.allow_untimed(key);
+    }
+    server
+}
+
 fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let start = Instant::now();
     let value = f();
@@ -105,25 +125,18 @@ fn is_timeout(e: &std::io::Error) -> bool {
 
 #[test]
 fn forwards_commands_both_ways() {
-    let server = RedisServer::start();
-    // The test's own keys, without a TTL (see support::audit).
-    server.allow_untimed("k");
-    server.allow_untimed("in3");
+    let server = server_with_own_keys(&["k", "in3"]);
     let proxy = Proxy::start(server.port);
     let mut con = connect(&proxy.url());
-    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
-    let got: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+    set(&mut con, "k", "v").unwrap();
+    let got: String = get(&mut con, "k").unwrap();
     assert_eq!(got, "v");
     assert_eq!(server.get("k").as_deref(), Some("v"));
     assert_eq!(ping(&mut con).unwrap(), "PONG");
 
     let mut db3 = connect(&proxy.url_db(3));
-    let _: () = redis::cmd("SET")
-        .arg("in3")
-        .arg("x")
-        .query(&mut db3)
-        .unwrap();
-    let in0: Option<String> = redis::cmd("GET").arg("in3").query(&mut con).unwrap();
+    set(&mut db3, "in3", "x").unwrap();
+    let in0: Option<String> = get(&mut con, "in3").unwrap();
     assert_eq!(in0, None, "url_db selects another database");
 
     assert!(eventually(Duration::from_secs(2), || proxy.accepted() == 2).is_some());
@@ -178,14 +191,11 @@ fn delay_costs_each_exchange_one_round_trip() {
 
 #[test]
 fn drop_after_next_request_runs_it_and_loses_the_reply() {
-    let server = RedisServer::start();
-    // The test's own keys, without a TTL (see support::audit).
-    server.allow_untimed("k");
-    server.allow_untimed("k2");
+    let server = server_with_own_keys(&["k", "k2"]);
     let proxy = Proxy::start(server.port);
     let mut con = connect(&proxy.url());
     proxy.drop_after_next_request();
-    let result: redis::RedisResult<()> = redis::cmd("SET").arg("k").arg("v").query(&mut con);
+    let result = set(&mut con, "k", "v");
     assert!(result.is_err(), "the reply should be lost: {result:?}");
     assert_eq!(
         server.get("k").as_deref(),
@@ -197,55 +207,36 @@ fn drop_after_next_request_runs_it_and_loses_the_reply() {
 
     // One-shot: a new connection works.
     let mut con = connect(&proxy.url());
-    let _: () = redis::cmd("SET")
-        .arg("k2")
-        .arg("w")
-        .query(&mut con)
-        .unwrap();
+    set(&mut con, "k2", "w").unwrap();
     assert_eq!(ping(&mut con).unwrap(), "PONG");
     assert_eq!(server.get("k2").as_deref(), Some("w"));
 }
 
 #[test]
 fn drop_after_request_containing_waits_for_its_needle() {
-    let server = RedisServer::start();
-    // The test's own keys, without a TTL (see support::audit).
-    server.allow_untimed("bystander");
-    server.allow_untimed("VICTIM:key");
-    server.allow_untimed("victim:again");
+    let server = server_with_own_keys(&["bystander", "VICTIM:key", "victim:again"]);
     let proxy = Proxy::start(server.port);
     proxy.set_delay(Duration::from_millis(20)); // also with replies on their way
     let mut con = connect(&proxy.url());
     proxy.drop_after_request_containing(b"victim");
 
-    let _: () = redis::cmd("SET")
-        .arg("bystander")
-        .arg("1")
-        .query(&mut con)
-        .unwrap();
+    set(&mut con, "bystander", "1").unwrap();
     assert_eq!(ping(&mut con).unwrap(), "PONG");
 
     // Case-insensitive: the needle is lower case, the key is not.
-    let result: redis::RedisResult<()> =
-        redis::cmd("SET").arg("VICTIM:key").arg("2").query(&mut con);
+    let result = set(&mut con, "VICTIM:key", "2");
     assert!(result.is_err(), "the reply should be lost: {result:?}");
     assert_eq!(server.get("VICTIM:key").as_deref(), Some("2"));
 
     // One-shot.
     let mut con = connect(&proxy.url());
-    let _: () = redis::cmd("SET")
-        .arg("victim:again")
-        .arg("3")
-        .query(&mut con)
-        .unwrap();
+    set(&mut con, "victim:again", "3").unwrap();
     assert_eq!(server.get("victim:again").as_deref(), Some("3"));
 }
 
 #[test]
 fn stall_matching_silences_only_matching_connections_until_resume() {
-    let server = RedisServer::start();
-    // The test's own keys, without a TTL (see support::audit).
-    server.allow_untimed("k");
+    let server = server_with_own_keys(&["k"]);
     let proxy = Proxy::start(server.port);
     let mut subscriber = raw(&proxy);
     send(&mut subscriber, "SUBSCRIBE news");
@@ -267,12 +258,8 @@ fn stall_matching_silences_only_matching_connections_until_resume() {
     );
     assert_silent(&mut subscriber);
     assert_eq!(ping(&mut plain).unwrap(), "PONG");
-    let _: () = redis::cmd("SET")
-        .arg("k")
-        .arg("v")
-        .query(&mut plain)
-        .unwrap();
-    let got: String = redis::cmd("GET").arg("k").query(&mut plain).unwrap();
+    set(&mut plain, "k", "v").unwrap();
+    let got: String = get(&mut plain, "k").unwrap();
     assert_eq!(got, "v");
 
     // Traffic after the call is matched too: this SUBSCRIBE is held.

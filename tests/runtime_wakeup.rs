@@ -23,8 +23,9 @@ use support::proxy::Proxy;
 use support::takes::{try_take, try_take_blocking};
 use support::waiters::{queue_tokens, spawn_waiter};
 use support::wakeups::{
-    WaiterTask, behind_a_proxy, connection, finish_within, hold, hold_blocking, release_and_join,
-    release_and_join_blocking, thread_waiter, try_within, try_within_blocking,
+    WaiterTask, behind_a_proxy, connection, fence_value, finish_within, hold, hold_blocking,
+    keys_but_fences, release_and_join, release_and_join_blocking, set_acl_user, thread_waiter,
+    try_within, try_within_blocking,
 };
 use support::{RedisServer, child_test, eventually, keys, lock_key, wait_child};
 
@@ -637,11 +638,7 @@ async fn one_pubsub_connection_serves_all_waiters_of_a_locker() {
         }
     }
     assert!(server.pubsub_clients() <= 1);
-    let left: Vec<_> = server
-        .keys("lockattr:*")
-        .into_iter()
-        .filter(|k| !k.ends_with(":fence"))
-        .collect();
+    let left = keys_but_fences(&server);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -910,11 +907,7 @@ async fn acquire_timeout_ending_at_hand_off_leaves_no_lock_behind() {
         match outcome {
             Ok(guard) => {
                 got += 1;
-                let fence: u64 = server
-                    .get(&keys::lock("deadline").fence)
-                    .unwrap()
-                    .parse()
-                    .unwrap();
+                let fence = fence_value(&server, "deadline");
                 assert_eq!(guard.fencing_token(), fence, "round {round}");
                 assert!(server.exists(&lock_key("deadline")), "round {round}");
                 guard
@@ -1209,17 +1202,8 @@ async fn silent_subscriber_connection_is_replaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_that_may_not_subscribe_still_gets_the_lock_soon() {
     let server = RedisServer::start();
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("nosub")
-        .arg("on")
-        .arg(">secret")
-        .arg("~*")
-        .arg("&*")
-        .arg("+@all")
-        .arg("-subscribe")
-        .query(&mut server.client())
-        .expect("ACL SETUSER");
+    let rules = ["on", ">secret", "~*", "&*", "+@all", "-subscribe"];
+    set_acl_user(&server, "nosub", &rules);
     let holder = hold(&locker(&server), "acl", LONG).await;
     let waiters = Locker::new(format!("redis://nosub:secret@127.0.0.1:{}/", server.port)).unwrap();
     let waiter = spawn_waiter(&waiters, "acl", LONG, PATIENT);

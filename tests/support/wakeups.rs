@@ -211,3 +211,34 @@ pub fn assert_exclusive_run(
     );
     assert_all_counted(server, calls);
 }
+
+/// Creates or changes the Redis user `user` on `server` with the ACL
+/// `rules` (`ACL SETUSER user rules...`).
+pub fn set_acl_user(server: &super::RedisServer, user: &str, rules: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg(rules)
+        .query(&mut server.client())
+        .expect("ACL SETUSER");
+}
+
+/// The value of the fencing counter of the lock `name` on `server`
+/// (which must exist).
+pub fn fence_value(server: &super::RedisServer, name: &str) -> u64 {
+    server
+        .get(&super::keys::lock(name).fence)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The keys under the default prefix on `server`, but the fencing
+/// counters: what is left of locks, queues and waiters.
+pub fn keys_but_fences(server: &super::RedisServer) -> Vec<String> {
+    server
+        .keys("lockattr:*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence"))
+        .collect()
+}
