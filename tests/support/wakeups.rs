@@ -1,9 +1,11 @@
-//! Acquisitions and waits that the wake-up, lease and Locker tests spell
-//! again and again: a lock held with a lease (plain, renewed, or renewed
-//! for a while), an attempt with only an acquire time, a waiter on a plain
-//! thread, and a spawned waiter awaited with a bound. Each is the public
-//! builder chain it names, nothing more, so a test that calls one still
-//! exercises the public API.
+//! What the wake-up, lease, Locker and exclusion tests spell again and
+//! again: a lock held with a lease (plain, renewed, or renewed for a
+//! while), an attempt with only an acquire time, a waiter on a plain
+//! thread, a spawned waiter released to and awaited with a bound, a
+//! server behind a proxy, plain connections, and the few Redis reads and
+//! asserts they share. Each acquisition is the public builder chain it
+//! names, nothing more, so a test that calls one still exercises the
+//! public API.
 
 use std::time::{Duration, Instant};
 
