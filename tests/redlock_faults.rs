@@ -13,8 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use lockattr::{LockError, Locker};
+use support::deployments::{
+    hold_for, no_delay_redlock, spawn_try_lock, start_nodes as start, take_set, try_lock, user_url,
+};
 use support::lockers::{owners, urls};
 use support::proxy::Proxy;
+use support::takes::{take, take_now, try_take};
 use support::{RedisServer, eventually, lock_key};
 
 /// A Locker's user that may run every command but the `@dangerous` ones
@@ -46,10 +50,6 @@ const LOCK_KEYS_ONLY_USER: &[&str] = &[
 /// The marker a Redlock Locker keeps on each node (default prefix).
 const MARKER: &str = "lockattr:node";
 
-fn start(n: usize) -> Vec<RedisServer> {
-    start_with(n, &[])
-}
-
 fn start_with(n: usize, extra: &[&str]) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start_with(extra)).collect()
 }
@@ -58,18 +58,14 @@ fn start_with(n: usize, extra: &[&str]) -> Vec<RedisServer> {
 fn user_urls(nodes: &[RedisServer]) -> Vec<String> {
     nodes
         .iter()
-        .map(|n| format!("redis://locker:secret@127.0.0.1:{}/", n.port))
+        .map(|n| user_url(n, "locker", "secret"))
         .collect()
 }
 
 /// A Locker that trusts fresh nodes (holders in these tests: what is
 /// tested is what the other Lockers let in).
 fn trusting(urls: Vec<String>, max_lease: Duration) -> Locker {
-    Locker::redlock_builder(urls)
-        .delay_restarted_nodes(false)
-        .max_lease(max_lease)
-        .build()
-        .unwrap()
+    no_delay_redlock(urls).max_lease(max_lease).build().unwrap()
 }
 
 /// A Locker with the restarted-node delay on (the default) and a short
@@ -116,22 +112,18 @@ async fn restarted_nodes_stay_out_for_max_lease_not_for_the_newcomers_lease() {
     let mut nodes = start(3);
     let holder = trusting(urls(&nodes), max_lease);
     let asked = Instant::now();
-    let guard = holder
-        .lock("long")
-        .expire(max_lease)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_for(&holder, "long", max_lease).await;
     let token = nodes[0].owner(&lock_key("long")).expect("held on node 0");
     nodes[1].restart();
     nodes[2].restart();
     let newcomer = careful(urls(&nodes), max_lease);
-    let result = newcomer
-        .lock("long")
-        .expire(Duration::from_millis(500))
-        .acquire_timeout(Duration::from_millis(2500))
-        .acquire()
-        .await;
+    let result = try_take(
+        &newcomer,
+        "long",
+        Duration::from_millis(500),
+        Duration::from_millis(2500),
+    )
+    .await;
     let at = asked.elapsed();
     assert!(
         at < max_lease - drift(max_lease),
@@ -155,21 +147,17 @@ async fn restarted_nodes_without_info_stay_out(mut nodes: Vec<RedisServer>, urls
     assert!(info.is_err(), "setup: INFO must be refused");
     let holder = trusting(urls.clone(), max_lease);
     let asked = Instant::now();
-    let guard = holder
-        .lock("no-info")
-        .expire(max_lease)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_for(&holder, "no-info", max_lease).await;
     nodes[1].restart();
     nodes[2].restart();
     let contender = careful(urls, max_lease);
-    let result = contender
-        .lock("no-info")
-        .expire(max_lease)
-        .acquire_timeout(Duration::from_millis(1500))
-        .acquire()
-        .await;
+    let result = try_take(
+        &contender,
+        "no-info",
+        max_lease,
+        Duration::from_millis(1500),
+    )
+    .await;
     let at = asked.elapsed();
     assert!(
         at < max_lease - drift(max_lease),
@@ -179,11 +167,7 @@ async fn restarted_nodes_without_info_stay_out(mut nodes: Vec<RedisServer>, urls
     assert!(!guard.is_lost());
     // The holder's lease ends; once the markers written after the restart
     // are max_lease old, the restarted nodes vote again.
-    let got = contender
-        .lock("no-info")
-        .expire(max_lease)
-        .acquire_timeout(Duration::from_secs(6))
-        .acquire()
+    let got = try_take(&contender, "no-info", max_lease, Duration::from_secs(6))
         .await
         .expect("the restarted nodes vote once their markers are max_lease old");
     got.release().await.unwrap();
@@ -214,11 +198,7 @@ async fn nodes_whose_restart_time_cannot_be_read_do_not_vote_and_the_error_says_
         careful(user_urls(&nodes), Duration::from_secs(2)),
         trusting(user_urls(&nodes), Duration::from_secs(2)),
     ] {
-        let err = locker
-            .lock("unknown")
-            .expire(Duration::from_secs(1))
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
+        let err = try_take(&locker, "unknown", Duration::from_secs(1), Duration::ZERO)
             .await
             .map(|g| g.fencing_token())
             .expect_err("nodes of unknown restart time voted");
@@ -229,14 +209,15 @@ async fn nodes_whose_restart_time_cannot_be_read_do_not_vote_and_the_error_says_
             "{msg}"
         );
         // A waiter gets the same error at its deadline, not a timeout.
-        let err = locker
-            .lock("unknown")
-            .expire(Duration::from_secs(1))
-            .acquire_timeout(Duration::from_millis(300))
-            .acquire()
-            .await
-            .map(|g| g.fencing_token())
-            .unwrap_err();
+        let err = try_take(
+            &locker,
+            "unknown",
+            Duration::from_secs(1),
+            Duration::from_millis(300),
+        )
+        .await
+        .map(|g| g.fencing_token())
+        .unwrap_err();
         assert!(
             err.is_no_quorum() && err.to_string().contains(MARKER),
             "{err:?}"
@@ -265,15 +246,9 @@ async fn one_server_named_three_ways_is_refused(extra: &[&str], auth: &str) {
     let mut others = start_with(2, extra);
     let urls = one_server_three_ways(&server, &others, auth);
     // Only connecting can tell: the builder accepts the list.
-    let locker = Locker::redlock_builder(urls)
-        .delay_restarted_nodes(false)
-        .build()
-        .unwrap();
+    let locker = no_delay_redlock(urls).build().unwrap();
     for round in ["all up", "the two other servers down"] {
-        let err = locker
-            .lock("dup")
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
+        let err = try_lock(&locker, "dup", Duration::ZERO)
             .await
             .map(|g| g.fencing_token())
             .expect_err(&format!("{round}: one server counted as three nodes"));
@@ -314,31 +289,13 @@ async fn a_waiter_rides_out_a_short_outage_of_a_majority() {
         .collect();
     let lease = Duration::from_millis(800);
     let taken = Instant::now();
-    let guard = lockers[0]
-        .lock("outage")
-        .expire(lease)
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = {
-        let locker = lockers[1].clone();
-        tokio::spawn(async move {
-            locker
-                .lock("outage")
-                .acquire_timeout(Duration::from_secs(5))
-                .acquire()
-                .await
-                .map(|g| (Instant::now(), g))
-        })
-    };
+    let guard = hold_for(&lockers[0], "outage", lease).await;
+    let waiter = spawn_try_lock(&lockers[1], "outage", Duration::from_secs(5));
     tokio::time::sleep(Duration::from_millis(200)).await;
     nodes[1].kill();
     nodes[2].kill();
     let once = Instant::now();
-    let err = lockers[2]
-        .lock("outage")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    let err = try_lock(&lockers[2], "outage", Duration::ZERO)
         .await
         .map(|g| g.fencing_token())
         .unwrap_err();
@@ -349,10 +306,7 @@ async fn a_waiter_rides_out_a_short_outage_of_a_majority() {
         once.elapsed()
     );
     let short = Instant::now();
-    let err = lockers[2]
-        .lock("outage")
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
+    let err = try_lock(&lockers[2], "outage", Duration::from_millis(300))
         .await
         .map(|g| g.fencing_token())
         .unwrap_err();
@@ -367,11 +321,11 @@ async fn a_waiter_rides_out_a_short_outage_of_a_majority() {
     let back = Instant::now();
     nodes[1].restart();
     nodes[2].restart();
-    let (got_at, got) = tokio::time::timeout(Duration::from_secs(10), waiter)
+    let (outcome, got_at) = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("the waiter returns")
-        .unwrap()
-        .expect("the waiter gets the lock once the nodes are back");
+        .unwrap();
+    let got = outcome.expect("the waiter gets the lock once the nodes are back");
     assert!(got_at >= back);
     got.release().await.unwrap();
     drop(guard);
@@ -430,13 +384,7 @@ async fn restarted_nodes_do_not_vote_early_when_info_rounds_their_uptime_up() {
     let second = unix_now().as_secs();
     let holder = trusting(urls(&nodes), max_lease);
     let asked = Instant::now();
-    let held = holder
-        .lock("rounded")
-        .expire(max_lease)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let held = take_now(&holder, "rounded", max_lease).await;
     let holder_token = nodes[0].owner(&lock_key("rounded")).unwrap();
     let restarted = Instant::now();
     std::thread::scope(|s| {
@@ -467,12 +415,7 @@ async fn restarted_nodes_do_not_vote_early_when_info_rounds_their_uptime_up() {
     let wait = valid
         .saturating_sub(asked.elapsed())
         .saturating_sub(Duration::from_millis(150));
-    let result = contender
-        .lock("rounded")
-        .expire(max_lease)
-        .acquire_timeout(wait)
-        .acquire()
-        .await;
+    let result = try_take(&contender, "rounded", max_lease, wait).await;
     let at = asked.elapsed();
     assert!(
         at < valid,
@@ -512,10 +455,7 @@ async fn a_new_locker_takes_the_lock_on_its_first_call_over_slow_links() {
     let (nodes, proxies) = behind_proxies(5, Duration::from_millis(25));
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     // Fresh nodes: their age is not what this is about.
-    let locker = Locker::redlock_builder(&urls)
-        .delay_restarted_nodes(false)
-        .build()
-        .unwrap();
+    let locker = no_delay_redlock(&urls).build().unwrap();
     let guard = locker
         .lock("far")
         .acquire()
@@ -534,10 +474,7 @@ async fn a_new_locker_takes_the_lock_on_its_first_call_over_slow_links() {
     );
     guard.release().await.unwrap();
     // And again, on the connections it keeps.
-    locker
-        .lock("far")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    try_lock(&locker, "far", Duration::ZERO)
         .await
         .expect("the second call")
         .release()
@@ -603,8 +540,7 @@ impl Drop for Jitter {
 /// A Locker whose node timeout (3 ms) the jittery links often exceed.
 fn hurried(proxies: &[Proxy]) -> Locker {
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    Locker::redlock_builder(&urls)
-        .delay_restarted_nodes(false)
+    no_delay_redlock(&urls)
         .node_timeout(Duration::from_millis(3))
         .build()
         .unwrap()
@@ -627,11 +563,7 @@ async fn requests_cut_off_by_the_node_timeout_never_stand_in_the_lockers_own_way
     let jitter = Jitter::start(proxies.clone());
     let lease = Duration::from_secs(5);
     for round in 0..20 {
-        let guard = locker
-            .lock("cut")
-            .expire(lease)
-            .acquire_timeout(Duration::from_secs(3))
-            .acquire()
+        let guard = try_take(&locker, "cut", lease, Duration::from_secs(3))
             .await
             .unwrap_or_else(|e| {
                 panic!(
@@ -716,25 +648,13 @@ async fn contend_over_jittery_links(set_of: fn(usize) -> Option<[&'static str; 2
                     let (expire, wait) = (Duration::from_secs(2), Duration::from_secs(20));
                     let release: Pin<Box<dyn Future<Output = ()> + Send>> = match set_of(t) {
                         None => {
-                            let guard = locker
-                                .lock("cut-contended")
-                                .expire(expire)
-                                .acquire_timeout(wait)
-                                .acquire()
-                                .await
-                                .unwrap();
+                            let guard = take(&locker, "cut-contended", expire, wait).await;
                             Box::pin(async move {
                                 let _ = guard.release().await;
                             })
                         }
                         Some(names) => {
-                            let guard = locker
-                                .lock_all(names)
-                                .expire(expire)
-                                .acquire_timeout(wait)
-                                .acquire()
-                                .await
-                                .unwrap();
+                            let guard = take_set(&locker, &names, expire, wait).await;
                             Box::pin(async move {
                                 let _ = guard.release().await;
                             })

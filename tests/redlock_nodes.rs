@@ -9,27 +9,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::deployments::{
+    cycle, fresh_redlock as fresh, hold_for, lock_error, no_delay_redlock, renewed, spawn_try_lock,
+    start_nodes as nodes,
+};
 use support::lockers::urls;
+use support::takes::{take, try_take};
 use support::{RedisServer, lock_key};
-
-fn nodes(n: usize) -> Vec<RedisServer> {
-    (0..n).map(|_| RedisServer::start()).collect()
-}
-
-/// A Redlock Locker over fresh servers: they are "young", so restarted-node
-/// delays are off unless a test is about them.
-fn fresh(nodes: &[RedisServer]) -> Locker {
-    Locker::redlock_builder(urls(nodes))
-        .delay_restarted_nodes(false)
-        .build()
-        .unwrap()
-}
 
 fn holders(nodes: &[RedisServer], name: &str) -> usize {
     nodes
         .iter()
         .filter(|n| n.get(&lock_key(name)).is_some())
         .count()
+}
+
+/// Asserts that within 2 s exactly `count` nodes hold `name`; `what` and
+/// the count seen otherwise.
+fn held_on_within(nodes: &[RedisServer], name: &str, count: usize, what: &str) {
+    assert!(
+        support::eventually(Duration::from_secs(2), || holders(nodes, name) == count).is_some(),
+        "{what}: {}",
+        holders(nodes, name)
+    );
 }
 
 /// Thaws a frozen server even when the test fails, so it can be killed.
@@ -49,32 +51,13 @@ async fn a_majority_holds_the_lock_and_release_frees_every_node() {
     let guard = a.lock("basic").acquire().await.unwrap();
     // Done at a majority: the last nodes take it in the background.
     assert!(holders(&nodes, "basic") >= 3);
-    assert!(
-        support::eventually(Duration::from_secs(2), || holders(&nodes, "basic") == 5).is_some(),
-        "not held on every node: {}",
-        holders(&nodes, "basic")
-    );
-    let err = b
-        .lock("basic")
-        .acquire_timeout(Duration::from_millis(200))
-        .acquire()
-        .await
-        .unwrap_err();
+    held_on_within(&nodes, "basic", 5, "not held on every node");
+    let err = lock_error(&b, "basic", Duration::from_millis(200)).await;
     assert!(err.is_timeout(), "{err}");
     guard.release().await.unwrap();
     assert!(holders(&nodes, "basic") <= 2);
-    assert!(
-        support::eventually(Duration::from_secs(2), || holders(&nodes, "basic") == 0).is_some(),
-        "not freed on every node: {}",
-        holders(&nodes, "basic")
-    );
-    b.lock("basic")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    held_on_within(&nodes, "basic", 0, "not freed on every node");
+    cycle(&b, "basic").await;
 }
 
 #[test]
@@ -116,21 +99,10 @@ async fn two_dead_nodes_of_five_do_not_matter() {
         "{:?}",
         start.elapsed()
     );
-    let err = b
-        .lock("two-dead")
-        .acquire_timeout(Duration::from_millis(200))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&b, "two-dead", Duration::from_millis(200)).await;
     assert!(err.is_timeout(), "{err}");
     guard.release().await.unwrap();
-    b.lock("two-dead")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&b, "two-dead").await;
 }
 
 #[tokio::test]
@@ -143,12 +115,7 @@ async fn three_dead_nodes_of_five_fail_at_once_with_a_quorum_error() {
     let start = Instant::now();
     // One attempt asked for: the error comes at once (a waiter would try
     // again until its acquire time ends; see redlock_faults.rs).
-    let err = locker
-        .lock("three-dead")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&locker, "three-dead", Duration::ZERO).await;
     assert!(
         start.elapsed() < Duration::from_secs(3),
         "{:?}",
@@ -167,8 +134,7 @@ async fn three_dead_nodes_of_five_fail_at_once_with_a_quorum_error() {
 async fn a_frozen_node_costs_at_most_the_node_timeout() {
     let nodes = nodes(5);
     let build = || {
-        Locker::redlock_builder(urls(&nodes))
-            .delay_restarted_nodes(false)
+        no_delay_redlock(urls(&nodes))
             .node_timeout(Duration::from_millis(100))
             .response_timeout(Duration::from_secs(5))
             .build()
@@ -182,12 +148,7 @@ async fn a_frozen_node_costs_at_most_the_node_timeout() {
     for round in 0..3 {
         let start = Instant::now();
         let guard = a.lock("frozen").acquire().await.unwrap();
-        let err = b
-            .lock("frozen")
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
-            .await
-            .unwrap_err();
+        let err = lock_error(&b, "frozen", Duration::ZERO).await;
         assert!(err.is_timeout(), "{err}");
         guard.release().await.unwrap();
         assert!(
@@ -217,12 +178,7 @@ async fn a_node_restarted_empty_does_not_vote_until_leases_ran_out() {
     tokio::time::sleep(expire + Duration::from_secs(1)).await;
     nodes[3].kill();
     nodes[4].kill();
-    let guard = holder
-        .lock("restart")
-        .expire(expire)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_for(&holder, "restart", expire).await;
     let held_at = Instant::now();
     assert_eq!(holders(&nodes[..3], "restart"), 3);
     // One of the holder's three nodes forgets the lock; the two others come back empty.
@@ -230,38 +186,20 @@ async fn a_node_restarted_empty_does_not_vote_until_leases_ran_out() {
     nodes[3].restart();
     nodes[4].restart();
     let contender = careful(&nodes);
-    let err = contender
-        .lock("restart")
-        .expire(expire)
-        .acquire_timeout(Duration::from_millis(1500))
-        .acquire()
+    let err = try_take(&contender, "restart", expire, Duration::from_millis(1500))
         .await
         .unwrap_err();
     assert!(held_at.elapsed() < expire, "the check ran within the lease");
     assert!(err.is_timeout() || err.is_no_quorum(), "{err}");
     // Without the delay, the three empty nodes make a second majority.
-    let careless = Locker::redlock_builder(urls(&nodes))
-        .delay_restarted_nodes(false)
-        .build()
-        .unwrap();
-    let intruder = careless
-        .lock("restart")
-        .expire(expire)
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await;
+    let careless = fresh(&nodes);
+    let intruder = try_take(&careless, "restart", expire, Duration::ZERO).await;
     assert!(held_at.elapsed() < expire);
     assert!(intruder.is_ok(), "the option is what keeps exclusion");
     drop(intruder);
     drop(guard);
     // Once the nodes have kept their data for max_lease, the careful Locker gets in.
-    let got = contender
-        .lock("restart")
-        .expire(expire)
-        .acquire_timeout(Duration::from_secs(8))
-        .acquire()
-        .await
-        .unwrap();
+    let got = take(&contender, "restart", expire, Duration::from_secs(8)).await;
     got.release().await.unwrap();
 }
 
@@ -278,14 +216,7 @@ async fn fencing_tokens_increase_when_the_majority_changes() {
     let t1 = on_three.fencing_token();
     on_three.release().await.unwrap();
     for _ in 0..5 {
-        locker
-            .lock("fence")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&locker, "fence").await;
     }
     let t2 = {
         let g = locker.lock("fence").acquire().await.unwrap();
@@ -319,18 +250,11 @@ async fn renewal_keeps_a_majority_and_notices_when_it_is_gone() {
     // The default node timeout for a 600 ms lease is 10 ms, which a loaded
     // test machine can exceed on one node for a few renewals in a row: its
     // lease then ends there, as it should. This is about the majority.
-    let locker = Locker::redlock_builder(urls(&nodes))
-        .delay_restarted_nodes(false)
+    let locker = no_delay_redlock(urls(&nodes))
         .node_timeout(Duration::from_millis(150))
         .build()
         .unwrap();
-    let guard = locker
-        .lock("renewed")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = renewed(&locker, "renewed", Duration::from_millis(600)).await;
     nodes[0].kill();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!guard.is_lost());
@@ -347,25 +271,13 @@ async fn renewal_keeps_a_majority_and_notices_when_it_is_gone() {
 async fn a_waiter_gets_the_lock_at_the_release_not_at_expiry() {
     let nodes = nodes(5);
     let (a, b) = (fresh(&nodes), fresh(&nodes));
-    let guard = a
-        .lock("wake")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let g = b
-            .lock("wake")
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await;
-        (Instant::now(), g.map(|g| g.fencing_token()))
-    });
+    let guard = hold_for(&a, "wake", Duration::from_secs(30)).await;
+    let waiter = spawn_try_lock(&b, "wake", Duration::from_secs(20));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     guard.release().await.unwrap();
-    let (got, token) = waiter.await.unwrap();
-    token.unwrap();
+    let (outcome, got) = waiter.await.unwrap();
+    drop(outcome.unwrap());
     assert!(
         got - released < Duration::from_secs(1),
         "{:?}",

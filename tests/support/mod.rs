@@ -8,6 +8,7 @@
 pub mod asserts;
 pub mod children;
 pub mod cluster;
+pub mod deployments;
 pub mod keys;
 pub mod kinds;
 pub mod lockers;
