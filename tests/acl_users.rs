@@ -10,55 +10,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
+use support::deployments::{
+    acl_setuser, hold_for, joined, lock_error, readme_user as restricted_user, spawn_try_set,
+    try_renewed, user_url,
+};
+use support::takes::try_take;
 use support::{RedisServer, lock_key};
-
-/// The README's rule set for a Locker with the default prefix (the
-/// `+@all -@dangerous` part aside: this user may run nothing else).
-const RULES: &[&str] = &[
-    "on",
-    "resetkeys",
-    "~lockattr:*",
-    "resetchannels",
-    "&lockattr:*",
-    "-@all",
-    "+evalsha",
-    "+eval",
-    "+script|load",
-    "+ping",
-    "+select",
-    "+subscribe",
-    "+unsubscribe",
-    "+get",
-    "+set",
-    "+del",
-    "+incr",
-    "+pexpire",
-    "+pttl",
-    "+time",
-    "+rpush",
-    "+lpop",
-    "+lrem",
-    "+hset",
-    "+hget",
-    "+hdel",
-    "+hexists",
-    "+hgetall",
-    "+publish",
-];
-
-/// Creates `user` with `password` and the README's rules on `server`.
-fn restricted_user(server: &RedisServer, user: &str, password: &str) {
-    let mut command = redis::cmd("ACL");
-    command.arg("SETUSER").arg(user).arg(format!(">{password}"));
-    for rule in RULES {
-        command.arg(*rule);
-    }
-    let _: () = command.query(&mut server.client()).expect("ACL SETUSER");
-}
-
-fn user_url(server: &RedisServer, user: &str, password: &str) -> String {
-    format!("redis://{user}:{password}@127.0.0.1:{}/", server.port)
-}
 
 /// Commands the user was refused (ACL log), for messages.
 fn refused(server: &RedisServer) -> String {
@@ -78,11 +35,7 @@ async fn every_operation(server: &RedisServer, url: &str) {
     let other = Locker::new(url).unwrap();
     locker.ping().await.unwrap();
 
-    let guard = locker
-        .lock("acl:order")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
+    let guard = try_renewed(&locker, "acl:order", Duration::from_millis(600))
         .await
         .unwrap_or_else(|e| panic!("acquire: {e}; refused: {}", refused(server)));
     let waiter = tokio::spawn(async move {
@@ -134,27 +87,13 @@ async fn every_operation(server: &RedisServer, url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_and_password_in_the_url_log_in() {
     let server = RedisServer::start();
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("app")
-        .arg("on")
-        .arg(">s3cret")
-        .arg("~*")
-        .arg("&*")
-        .arg("+@all")
-        .query(&mut server.client())
-        .unwrap();
+    acl_setuser(&server, "app", &["on", ">s3cret", "~*", "&*", "+@all"]);
     every_operation(&server, &user_url(&server, "app", "s3cret")).await;
 
     // A wrong password: Redis refused (`LockError::Redis`, not
     // `Connection`), and the error does not show it.
     let wrong = Locker::new(user_url(&server, "app", "wrong-pw")).unwrap();
-    let err = wrong
-        .lock("acl:x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&wrong, "acl:x", Duration::ZERO).await;
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
     assert!(err.to_string().to_lowercase().contains("auth"), "{err}");
     assert!(!format!("{err} {err:?}").contains("wrong-pw"), "{err:?}");
@@ -176,12 +115,7 @@ async fn the_readme_rules_keep_the_user_to_its_prefix() {
         .prefix("other:")
         .build()
         .unwrap();
-    let err = outside
-        .lock("x")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&outside, "x", Duration::ZERO).await;
     assert!(
         err.to_string().to_lowercase().contains("permission")
             || err.to_string().to_lowercase().contains("noperm"),
@@ -209,11 +143,8 @@ async fn a_redlock_user_without_info_still_locks_and_keeps_restarted_nodes_out()
     // The first Locker to meet the nodes writes their markers; they vote
     // once the markers are `max_lease` old.
     let _ = locker.ping().await;
-    let guard = locker
-        .lock("acl:redlock")
-        .expire(Duration::from_secs(1))
-        .acquire_timeout(Duration::from_secs(6))
-        .acquire()
+    let (expire, wait) = (Duration::from_secs(1), Duration::from_secs(6));
+    let guard = try_take(&locker, "acl:redlock", expire, wait)
         .await
         .unwrap_or_else(|e| panic!("{e}; refused: {}", refused(&nodes[0])));
     guard.release().await.unwrap();
@@ -223,14 +154,21 @@ async fn a_redlock_user_without_info_still_locks_and_keeps_restarted_nodes_out()
         node.restart();
         restricted_user(node, "locker", "pw");
     }
-    let err = locker
-        .lock("acl:redlock")
-        .expire(Duration::from_secs(1))
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    let err = try_take(&locker, "acl:redlock", expire, Duration::ZERO)
         .await
         .unwrap_err();
     assert!(err.is_no_quorum(), "restarted nodes voted at once: {err:?}");
+}
+
+/// Lockers of two users of `server`: `app` with the README's rules, and
+/// `ops` with `+hlen +scan` on top.
+fn app_and_operator(server: &RedisServer) -> (Locker, Locker) {
+    restricted_user(server, "app", "app-pw");
+    restricted_user(server, "ops", "ops-pw");
+    acl_setuser(server, "ops", &["+hlen", "+scan"]);
+    let app = Locker::new(user_url(server, "app", "app-pw")).unwrap();
+    let ops = Locker::new(user_url(server, "ops", "ops-pw")).unwrap();
+    (app, ops)
 }
 
 /// An operator's user: the README's rules plus `+hlen +scan` run
@@ -238,17 +176,7 @@ async fn a_redlock_user_without_info_still_locks_and_keeps_restarted_nodes_out()
 #[tokio::test]
 async fn the_operator_calls_with_the_readmes_additions() {
     let server = RedisServer::start();
-    restricted_user(&server, "app", "app-pw");
-    restricted_user(&server, "ops", "ops-pw");
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("ops")
-        .arg("+hlen")
-        .arg("+scan")
-        .query(&mut server.client())
-        .unwrap();
-    let app = Locker::new(user_url(&server, "app", "app-pw")).unwrap();
-    let ops = Locker::new(user_url(&server, "ops", "ops-pw")).unwrap();
+    let (app, ops) = app_and_operator(&server);
     let guard = app.lock("acl:job").acquire().await.unwrap();
     let info = ops
         .inspect("acl:job")
@@ -270,26 +198,11 @@ async fn the_operator_calls_with_the_readmes_additions() {
 #[tokio::test]
 async fn the_operator_semaphore_calls_with_the_readmes_additions() {
     let server = RedisServer::start();
-    restricted_user(&server, "app", "app-pw");
-    restricted_user(&server, "ops", "ops-pw");
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("ops")
-        .arg("+hlen")
-        .arg("+scan")
-        .query(&mut server.client())
-        .unwrap();
-    let app = Locker::new(user_url(&server, "app", "app-pw")).unwrap();
-    let ops = Locker::new(user_url(&server, "ops", "ops-pw")).unwrap();
+    let (app, ops) = app_and_operator(&server);
     let guard = app.semaphore("acl:gpu", 2).acquire().await.unwrap();
     let err = ops.inspect_semaphore("acl:gpu").await.unwrap_err();
     assert!(matches!(err, LockError::Redis { .. }), "{err}");
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("ops")
-        .arg("+lrange")
-        .query(&mut server.client())
-        .unwrap();
+    acl_setuser(&server, "ops", &["+lrange"]);
     let info = ops
         .inspect_semaphore("acl:gpu")
         .await
@@ -312,12 +225,7 @@ async fn the_operator_semaphore_calls_with_the_readmes_additions() {
 async fn read_write_locks_with_the_readmes_additions() {
     let server = RedisServer::start();
     restricted_user(&server, "app", "app-pw");
-    let mut additions = redis::cmd("ACL");
-    additions.arg("SETUSER").arg("app");
-    for rule in RW_RULES {
-        additions.arg(*rule);
-    }
-    let _: () = additions.query(&mut server.client()).unwrap();
+    acl_setuser(&server, "app", RW_RULES);
     let url = user_url(&server, "app", "app-pw");
     let locker = Locker::new(&url).unwrap();
     let other = Locker::new(&url).unwrap();
@@ -353,7 +261,7 @@ async fn read_write_locks_with_the_readmes_additions() {
     writer.release().await.unwrap();
 }
 
-/// What read-write locks need beyond [`RULES`] (the README lists them).
+/// What read-write locks need beyond the README's rules (the README lists them).
 const RW_RULES: &[&str] = &[
     "+exists",
     "+lindex",
@@ -374,29 +282,12 @@ const RW_RULES: &[&str] = &[
 async fn a_user_without_hgetall_still_wakes_sets_and_inspects() {
     let server = RedisServer::start();
     restricted_user(&server, "app", "app-pw");
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("app")
-        .arg("-hgetall")
-        .arg("+hlen")
-        .query(&mut server.client())
-        .unwrap();
+    acl_setuser(&server, "app", &["-hgetall", "+hlen"]);
     let url = user_url(&server, "app", "app-pw");
     let (holder, setter) = (Locker::new(&url).unwrap(), Locker::new(&url).unwrap());
-    let b = holder
-        .lock("acl:b")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let b = hold_for(&holder, "acl:b", Duration::from_secs(30)).await;
     let start = Instant::now();
-    let set = tokio::spawn(async move {
-        setter
-            .lock_all(["acl:a", "acl:b"])
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+    let set = spawn_try_set(&setter, &["acl:a", "acl:b"], Duration::from_secs(20));
     loop {
         let info = holder
             .inspect("acl:b")
@@ -414,10 +305,9 @@ async fn a_user_without_hgetall_still_wakes_sets_and_inspects() {
     b.release()
         .await
         .unwrap_or_else(|e| panic!("release: {e}; refused: {}", refused(&server)));
-    let set = tokio::time::timeout(Duration::from_secs(5), set)
+    let set = joined(set, Duration::from_secs(5), "the set was not woken")
         .await
-        .expect("the set was not woken")
-        .unwrap()
+        .0
         .unwrap_or_else(|e| panic!("set: {e}; refused: {}", refused(&server)));
     set.release().await.unwrap();
     assert!(refused(&server).contains("hgetall"), "{}", refused(&server));

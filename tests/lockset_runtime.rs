@@ -8,11 +8,16 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker};
+use support::deployments::{
+    Inside, cycle, cycle_set, del, hold_set_for, join_within, joined, readme_user, set_error,
+    spawn_try_lock, spawn_try_set, try_lock, try_set, try_take_set, user_url,
+};
 use support::lockers::locker;
+use support::waiters::spawn_waiter;
 use support::{RedisServer, child_test, eventually, keys, lock_key};
 use tokio::task::JoinHandle;
 
@@ -22,12 +27,7 @@ const LONG: Duration = Duration::from_secs(30);
 async fn a_set_is_taken_whole_and_released_whole() {
     let server = RedisServer::start();
     let locker = locker(&server);
-    let guard = locker
-        .lock_all(["acct:1", "acct:2"])
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_set_for(&locker, &["acct:1", "acct:2"], LONG).await;
     assert!(server.exists(&lock_key("acct:1")));
     assert!(server.exists(&lock_key("acct:2")));
     assert!(server.pttl(&lock_key("acct:1")) > 20_000);
@@ -54,24 +54,9 @@ async fn a_set_is_released_in_one_call() {
     let names: Vec<String> = (0..20).map(|i| format!("one:{i}")).collect();
     let gone = || names.iter().all(|name| !server.exists(&lock_key(name)));
 
-    let guard = locker
-        .lock_all(&names)
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_set_for(&locker, &names, LONG).await;
     let token_3 = guard.fencing_token_of("one:3").unwrap();
-    let waiter = tokio::spawn({
-        let other = other.clone();
-        async move {
-            other
-                .lock("one:3")
-                .expire(LONG)
-                .acquire_timeout(LONG)
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_waiter(&other, "one:3", LONG, LONG);
     eventually(Duration::from_secs(5), || {
         server.exists(&keys::lock("one:3").queue)
     })
@@ -91,11 +76,8 @@ async fn a_set_is_released_in_one_call() {
     let before = server.scripts_run();
     guard.release().await.unwrap();
     assert_eq!(server.scripts_run() - before, 1, "one call for 20 names");
-    let handed = tokio::time::timeout(LONG, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let (handed, _) = tokio::time::timeout(LONG, waiter).await.unwrap().unwrap();
+    let handed = handed.unwrap();
     assert!(handed.fencing_token() > token_3);
     assert_eq!(
         names
@@ -107,12 +89,7 @@ async fn a_set_is_released_in_one_call() {
     );
     handed.release().await.unwrap();
 
-    let guard = locker
-        .lock_all(&names)
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_set_for(&locker, &names, LONG).await;
     let before = server.scripts_run();
     drop(guard);
     assert!(
@@ -149,16 +126,8 @@ async fn a_set_release_names_what_it_no_longer_owned_and_frees_the_rest() {
     let server = RedisServer::start();
     let locker = locker(&server);
     let names: Vec<String> = (0..5).map(|i| format!("lost:{i}")).collect();
-    let guard = locker
-        .lock_all(&names)
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(lock_key("lost:2"))
-        .query(&mut server.client())
-        .unwrap();
+    let guard = hold_set_for(&locker, &names, LONG).await;
+    del(&server, &lock_key("lost:2"));
     let err = guard.release().await.unwrap_err();
     assert!(
         matches!(&err, LockError::NotOwned { name } if name == "lost:2"),
@@ -174,41 +143,25 @@ async fn holding_one_name_elsewhere_leaves_the_others_free() {
     let server = RedisServer::start();
     let (mine, other) = (locker(&server), locker(&server));
     let b = other.lock("b").expire(LONG).acquire().await.unwrap();
-    let err = mine
-        .lock_all(["a", "b"])
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = set_error(&mine, &["a", "b"], Duration::ZERO).await;
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     assert!(
         !server.exists(&lock_key("a")),
         "a was taken by a failed set"
     );
     // And with a wait: still nothing held while waiting.
-    let waiting = {
-        let mine = mine.clone();
-        tokio::spawn(async move {
-            mine.lock_all(["a", "b"])
-                .acquire_timeout(Duration::from_millis(600))
-                .acquire()
-                .await
-        })
-    };
+    let waiting = spawn_try_set(&mine, &["a", "b"], Duration::from_millis(600));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         !server.exists(&lock_key("a")),
         "a was held while waiting for b"
     );
-    let a = other
-        .lock("a")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    let a = try_lock(&other, "a", Duration::ZERO)
         .await
         .expect("a is free while the set waits");
     a.release().await.unwrap();
     assert!(matches!(
-        waiting.await.unwrap(),
+        waiting.await.unwrap().0,
         Err(LockError::Timeout { .. })
     ));
     b.release().await.unwrap();
@@ -264,18 +217,10 @@ async fn a_foreign_fence_counter_refuses_the_set_before_anything_is_written() {
         .arg("x")
         .query(&mut server.client())
         .unwrap();
-    let single = locker
-        .lock("f:b")
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
+    let single = try_lock(&locker, "f:b", Duration::from_secs(2))
         .await
         .unwrap_err();
-    let set = locker
-        .lock_all(["f:a", "f:b"])
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap_err();
+    let set = set_error(&locker, &["f:a", "f:b"], Duration::from_secs(2)).await;
     let named = format!("the fence counter {fence_b} holds a foreign value");
     for err in [&single, &set] {
         assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
@@ -298,14 +243,7 @@ async fn fencing_tokens_are_per_name_and_increase() {
     first.release().await.unwrap();
     // f:1 alone, three times: only its counter moves.
     for _ in 0..3 {
-        locker
-            .lock("f:1")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&locker, "f:1").await;
     }
     let second = locker.lock_all(["f:2", "f:1"]).acquire().await.unwrap();
     assert_eq!(second.fencing_token_of("f:1"), Some(a1 + 4));
@@ -317,13 +255,12 @@ async fn fencing_tokens_are_per_name_and_increase() {
 fn single_holders_and_set_holders_exclude_each_other() {
     let server = RedisServer::start();
     let rt = support::multi_thread();
-    let inside: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let overlaps = Arc::new(AtomicUsize::new(0));
+    let inside = Inside::new(2);
     rt.block_on(async {
         let mut tasks = Vec::new();
         for t in 0..6 {
             let locker = locker(&server);
-            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            let inside = inside.clone();
             tasks.push(tokio::spawn(async move {
                 for round in 0..15 {
                     // Tasks 0, 1: the set; 2, 3: `p` alone; 4, 5: `q` alone.
@@ -334,38 +271,18 @@ fn single_holders_and_set_holders_exclude_each_other() {
                     };
                     let names: Vec<&str> = which.iter().map(|&i| ["p", "q"][i]).collect();
                     let set = if names.len() == 2 || round % 2 == 0 {
-                        Some(
-                            locker
-                                .lock_all(&names)
-                                .acquire_timeout(LONG)
-                                .acquire()
-                                .await
-                                .unwrap(),
-                        )
+                        Some(try_set(&locker, &names, LONG).await.unwrap())
                     } else {
                         None
                     };
                     let single = if set.is_none() {
-                        Some(
-                            locker
-                                .lock(names[0])
-                                .acquire_timeout(LONG)
-                                .acquire()
-                                .await
-                                .unwrap(),
-                        )
+                        Some(try_lock(&locker, names[0], LONG).await.unwrap())
                     } else {
                         None
                     };
-                    for &i in &which {
-                        if inside[i].fetch_add(1, Ordering::SeqCst) > 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    for &i in &which {
-                        inside[i].fetch_sub(1, Ordering::SeqCst);
-                    }
+                    inside
+                        .stay(&which, tokio::time::sleep(Duration::from_millis(2)))
+                        .await;
                     if let Some(set) = set {
                         set.release().await.unwrap();
                     }
@@ -375,62 +292,40 @@ fn single_holders_and_set_holders_exclude_each_other() {
                 }
             }));
         }
-        for task in tasks {
-            tokio::time::timeout(Duration::from_secs(60), task)
-                .await
-                .expect("deadlock or starvation: a task did not finish")
-                .unwrap();
-        }
+        let what = "deadlock or starvation: a task did not finish";
+        join_within(tasks, Duration::from_secs(60), what).await;
     });
-    assert_eq!(
-        overlaps.load(Ordering::SeqCst),
-        0,
-        "two holders of a name at once"
-    );
+    assert_eq!(inside.overlaps(), 0, "two holders of a name at once");
 }
 
 #[test]
 fn opposite_orders_in_tasks_do_not_deadlock() {
     let server = RedisServer::start();
     let rt = support::multi_thread();
-    let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let overlaps = Arc::new(AtomicUsize::new(0));
+    let inside = Inside::new(2);
     rt.block_on(async {
         let lockers = [locker(&server), locker(&server)];
         let mut tasks = Vec::new();
         for t in 0..8 {
             let locker = lockers[t % 2].clone();
-            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            let inside = inside.clone();
             tasks.push(tokio::spawn(async move {
                 let names = if t % 2 == 0 { ["a", "b"] } else { ["b", "a"] };
                 for _ in 0..20 {
-                    let guard = locker
-                        .lock_all(names)
-                        .acquire_timeout(LONG)
-                        .acquire()
-                        .await
-                        .unwrap();
-                    for slot in inside.iter() {
-                        if slot.fetch_add(1, Ordering::SeqCst) > 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    tokio::task::yield_now().await;
-                    for slot in inside.iter() {
-                        slot.fetch_sub(1, Ordering::SeqCst);
-                    }
+                    let guard = try_set(&locker, &names, LONG).await.unwrap();
+                    inside.stay_in_all(tokio::task::yield_now()).await;
                     guard.release().await.unwrap();
                 }
             }));
         }
-        for task in tasks {
-            tokio::time::timeout(Duration::from_secs(60), task)
-                .await
-                .expect("deadlock: a task did not finish")
-                .unwrap();
-        }
+        join_within(
+            tasks,
+            Duration::from_secs(60),
+            "deadlock: a task did not finish",
+        )
+        .await;
     });
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(inside.overlaps(), 0);
 }
 
 #[tokio::test]
@@ -439,12 +334,7 @@ async fn the_release_of_one_name_wakes_a_set_waiter_promptly() {
     let (holder, waiter) = (locker(&server), locker(&server));
     let b = holder.lock("w:b").expire(LONG).acquire().await.unwrap();
     let task = tokio::spawn(async move {
-        let guard = waiter
-            .lock_all(["w:a", "w:b"])
-            .expire(LONG)
-            .acquire_timeout(LONG)
-            .acquire()
-            .await;
+        let guard = try_take_set(&waiter, &["w:a", "w:b"], LONG, LONG).await;
         (guard, Instant::now())
     });
     // Between the waiter's first tries and its once-a-second recheck (and
@@ -454,10 +344,7 @@ async fn the_release_of_one_name_wakes_a_set_waiter_promptly() {
     assert!(!task.is_finished());
     let released = Instant::now();
     b.release().await.unwrap();
-    let (guard, woke) = tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the set waiter was not woken")
-        .unwrap();
+    let (guard, woke) = joined(task, Duration::from_secs(5), "the set waiter was not woken").await;
     let guard = guard.unwrap();
     let after = woke.duration_since(released);
     // A notice brings it within a round trip or two; the bound is generous
@@ -482,10 +369,7 @@ async fn the_set_is_lost_when_one_member_is_deleted() {
         .await
         .unwrap();
     assert!(!guard.is_lost());
-    let _: () = redis::cmd("DEL")
-        .arg(lock_key("l:b"))
-        .query(&mut server.client())
-        .unwrap();
+    del(&server, &lock_key("l:b"));
     let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await
         .expect("the loss of one member was not seen");
@@ -529,10 +413,7 @@ async fn a_dropped_acquisition_leaves_nothing_held() {
     let server = RedisServer::start();
     let locker = locker(&server);
     let b = locker.lock("d:b").expire(LONG).acquire().await.unwrap();
-    let waiting = locker
-        .lock_all(["d:a", "d:b"])
-        .acquire_timeout(LONG)
-        .acquire();
+    let waiting = try_set(&locker, &["d:a", "d:b"], LONG);
     assert!(
         tokio::time::timeout(Duration::from_millis(300), waiting)
             .await
@@ -569,11 +450,7 @@ fn child_set_waiter() {
     };
     support::multi_thread().block_on(async {
         let locker = Locker::new(&url).unwrap();
-        let waited = locker
-            .lock_all(["k:a", "k:b"])
-            .acquire_timeout(Duration::from_secs(2))
-            .acquire()
-            .await;
+        let waited = try_set(&locker, &["k:a", "k:b"], Duration::from_secs(2)).await;
         panic!("the set waiter was not killed: {:?}", waited.map(|_| ()));
     });
 }
@@ -594,7 +471,10 @@ fn waiter_entries(server: &RedisServer, name: &str) -> HashMap<String, String> {
 /// holder and the queued waiter.
 async fn a_killed_set_waiter(
     server: &RedisServer,
-) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
+) -> (
+    LockGuard,
+    JoinHandle<(Result<LockGuard, LockError>, Instant)>,
+) {
     let (holder, queued) = (locker(server), locker(server));
     let b = holder.lock("k:b").expire(LONG).acquire().await.unwrap();
     let url = server.url();
@@ -616,8 +496,7 @@ async fn a_killed_set_waiter(
     let fields: Vec<&str> = entry.splitn(4, ':').collect();
     assert_eq!(fields[2], "0", "{entry:?}");
     let deadline: u64 = fields[0].parse().unwrap();
-    let waiter =
-        tokio::spawn(async move { queued.lock("k:b").acquire_timeout(LONG).acquire().await });
+    let waiter = spawn_try_lock(&queued, "k:b", LONG);
     assert!(
         eventually(Duration::from_secs(5), || waiter_entries(server, "k:b")
             .len()
@@ -643,10 +522,10 @@ async fn a_killed_set_waiters_entry_is_dropped_by_the_next_release() {
     let server = RedisServer::start();
     let (b, waiter) = a_killed_set_waiter(&server).await;
     b.release().await.unwrap();
-    let handed = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let what = "the queued waiter was not handed k:b";
+    let handed = joined(waiter, Duration::from_secs(5), what)
         .await
-        .expect("the queued waiter was not handed k:b")
-        .unwrap()
+        .0
         .unwrap();
     assert_eq!(waiter_entries(&server, "k:b"), HashMap::new());
     let info = locker(&server).inspect("k:b").await.unwrap().expect("held");
@@ -663,7 +542,7 @@ async fn inspect_does_not_count_a_dead_set_waiter() {
     let info = locker(&server).inspect("k:b").await.unwrap().expect("held");
     assert_eq!(info.waiters, 1, "{info:?}");
     b.release().await.unwrap();
-    waiter.await.unwrap().unwrap().release().await.unwrap();
+    waiter.await.unwrap().0.unwrap().release().await.unwrap();
 }
 
 /// Three tasks hand `q:a` from one to the next without a pause (each
@@ -684,12 +563,7 @@ fn a_set_is_not_starved_by_single_name_hand_overs() {
             streams.push(tokio::spawn(async move {
                 let mut rounds = 0_u32;
                 while !stop.load(Ordering::SeqCst) {
-                    let guard = locker
-                        .lock("q:a")
-                        .acquire_timeout(LONG)
-                        .acquire()
-                        .await
-                        .unwrap();
+                    let guard = try_lock(&locker, "q:a", LONG).await.unwrap();
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     guard.release().await.unwrap();
                     rounds += 1;
@@ -700,11 +574,7 @@ fn a_set_is_not_starved_by_single_name_hand_overs() {
         // The stream is running: `q:a` has waiters queued.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let start = Instant::now();
-        let set = locker(&server)
-            .lock_all(["q:a", "q:b"])
-            .acquire_timeout(Duration::from_secs(8))
-            .acquire()
-            .await;
+        let set = try_set(&locker(&server), &["q:a", "q:b"], Duration::from_secs(8)).await;
         let waited = start.elapsed();
         stop.store(true, Ordering::SeqCst);
         let set = set.expect("the set was starved by the single-name hand-overs");
@@ -732,51 +602,22 @@ fn a_set_is_not_starved_by_single_name_hand_overs() {
 #[test]
 fn a_user_with_only_the_readme_rules_can_lock_sets() {
     let server = RedisServer::start();
-    let rules = "on resetkeys ~lockattr:* resetchannels &lockattr:* -@all +evalsha +eval \
-                 +script|load +ping +select +subscribe +unsubscribe +get +set +del +incr \
-                 +pexpire +pttl +time +rpush +lpop +lrem +hset +hget +hdel +hexists +hgetall \
-                 +publish";
-    let mut command = redis::cmd("ACL");
-    command.arg("SETUSER").arg("locker").arg(">secret");
-    for rule in rules.split_whitespace() {
-        command.arg(rule);
-    }
-    let _: () = command.query(&mut server.client()).unwrap();
-    let url = format!("redis://locker:secret@127.0.0.1:{}/", server.port);
+    readme_user(&server, "locker", "secret");
+    let url = user_url(&server, "locker", "secret");
     let (holder, setter) = (Locker::new(&url).unwrap(), Locker::new(&url).unwrap());
     let rt = support::multi_thread();
     rt.block_on(async {
-        let set = setter
-            .lock_all(["acl:a", "acl:b", "acl:a"])
-            .acquire()
-            .await
-            .unwrap();
-        set.release().await.unwrap();
+        cycle_set(&setter, &["acl:a", "acl:b", "acl:a"]).await;
         let b = holder.lock("acl:b").expire(LONG).acquire().await.unwrap();
-        let err = setter
-            .lock_all(["acl:a", "acl:b"])
-            .acquire_timeout(Duration::from_millis(300))
-            .acquire()
-            .await
-            .unwrap_err();
+        let err = set_error(&setter, &["acl:a", "acl:b"], Duration::from_millis(300)).await;
         assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-        let waiting = {
-            let setter = setter.clone();
-            tokio::spawn(async move {
-                setter
-                    .lock_all(["acl:a", "acl:b"])
-                    .acquire_timeout(LONG)
-                    .acquire()
-                    .await
-            })
-        };
+        let waiting = spawn_try_set(&setter, &["acl:a", "acl:b"], LONG);
         // Past a second: the set has joined acl:b's queue.
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         b.release().await.unwrap();
-        let set = tokio::time::timeout(Duration::from_secs(5), waiting)
+        let set = joined(waiting, Duration::from_secs(5), "not woken")
             .await
-            .expect("not woken")
-            .unwrap()
+            .0
             .unwrap();
         assert!(set.fencing_token_of("acl:b").is_some());
         set.release().await.unwrap();

@@ -5,6 +5,9 @@
 //! (no lease, or no acquire time, given). Each acquisition helper is the
 //! builder chain it names, nothing more.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, LockSetGuard, Locker, LockerBuilder, RedisAddr};
@@ -40,6 +43,58 @@ pub fn user_url(server: &RedisServer, user: &str, password: &str) -> String {
     format!("redis://{user}:{password}@127.0.0.1:{}/", server.port)
 }
 
+/// Deletes `key` on `server` (`DEL`), behind the back of whoever holds it.
+pub fn del(server: &RedisServer, key: &str) {
+    let () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut server.client())
+        .unwrap();
+}
+
+/// The README's ACL rule set for a Locker with the default prefix: the
+/// commands the library needs, on its keys and channels, and nothing else.
+pub const README_RULES: &[&str] = &[
+    "on",
+    "resetkeys",
+    "~lockattr:*",
+    "resetchannels",
+    "&lockattr:*",
+    "-@all",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+ping",
+    "+select",
+    "+subscribe",
+    "+unsubscribe",
+    "+get",
+    "+set",
+    "+del",
+    "+incr",
+    "+pexpire",
+    "+pttl",
+    "+time",
+    "+rpush",
+    "+lpop",
+    "+lrem",
+    "+hset",
+    "+hget",
+    "+hdel",
+    "+hexists",
+    "+hgetall",
+    "+publish",
+];
+
+/// Creates `user` with `password` and the [`README_RULES`] on `server`.
+pub fn readme_user(server: &RedisServer, user: &str, password: &str) {
+    let mut command = redis::cmd("ACL");
+    command.arg("SETUSER").arg(user).arg(format!(">{password}"));
+    for rule in README_RULES {
+        command.arg(*rule);
+    }
+    let () = command.query(&mut server.client()).expect("ACL SETUSER");
+}
+
 /// Sends `ACL SETUSER user rules...` to `server`, which must accept it.
 pub fn acl_setuser(server: &RedisServer, user: &str, rules: &[&str]) {
     let mut command = redis::cmd("ACL");
@@ -68,10 +123,19 @@ pub async fn hold_for(locker: &Locker, name: &str, expire: Duration) -> LockGuar
 }
 
 /// The lock `name` with a lease of `expire`, renewed, and the default
-/// acquire time, which must be taken.
-pub async fn renewed(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+/// acquire time: the outcome.
+pub async fn try_renewed(
+    locker: &Locker,
+    name: &str,
+    expire: Duration,
+) -> Result<LockGuard, LockError> {
     let request = locker.lock(name).expire(expire).renew(true);
-    request.acquire().await.unwrap()
+    request.acquire().await
+}
+
+/// [`try_renewed`], which must succeed.
+pub async fn renewed(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
+    try_renewed(locker, name, expire).await.unwrap()
 }
 
 /// Takes the lock `name` with the default lease and acquire time, and
@@ -148,4 +212,79 @@ pub fn spawn_try_lock(
         let outcome = try_lock(&locker, &name, wait).await;
         (outcome, Instant::now())
     })
+}
+
+/// A task of (a clone of) `locker` that waits up to `wait` for the set
+/// `names` (default lease): its outcome, and when it came.
+pub fn spawn_try_set(
+    locker: &Locker,
+    names: &[&str],
+    wait: Duration,
+) -> JoinHandle<(Result<LockSetGuard, LockError>, Instant)> {
+    let locker = locker.clone();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    tokio::spawn(async move {
+        let outcome = try_set(&locker, &names, wait).await;
+        (outcome, Instant::now())
+    })
+}
+
+/// What `task` returns, waited for at most `within`: fails with `what`
+/// when it does not finish in time, or with its panic.
+pub async fn joined<T>(task: JoinHandle<T>, within: Duration, what: &str) -> T {
+    tokio::time::timeout(within, task)
+        .await
+        .expect(what)
+        .unwrap()
+}
+
+/// [`joined`] for each of `tasks` in turn.
+pub async fn join_within(tasks: Vec<JoinHandle<()>>, within: Duration, what: &str) {
+    for task in tasks {
+        joined(task, within, what).await;
+    }
+}
+
+/// Who is inside each of a few names, for tasks that contend for them:
+/// a count per name, and the overlaps seen (each entry into a name that
+/// someone was inside already). Its clones share the counts.
+#[derive(Clone)]
+pub struct Inside {
+    names: Arc<Vec<AtomicUsize>>,
+    overlaps: Arc<AtomicUsize>,
+}
+
+impl Inside {
+    /// Counts for `n` names, nobody inside.
+    pub fn new(n: usize) -> Inside {
+        Inside {
+            names: Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect()),
+            overlaps: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Enters the names `which` (their indexes), awaits `pause` inside,
+    /// and leaves them.
+    pub async fn stay(&self, which: &[usize], pause: impl Future<Output = ()>) {
+        for &i in which {
+            if self.names[i].fetch_add(1, Ordering::SeqCst) > 0 {
+                self.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        pause.await;
+        for &i in which {
+            self.names[i].fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// [`stay`](Self::stay) in every name.
+    pub async fn stay_in_all(&self, pause: impl Future<Output = ()>) {
+        let all: Vec<usize> = (0..self.names.len()).collect();
+        self.stay(&all, pause).await;
+    }
+
+    /// The overlaps seen so far.
+    pub fn overlaps(&self) -> usize {
+        self.overlaps.load(Ordering::SeqCst)
+    }
 }
