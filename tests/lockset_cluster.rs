@@ -6,13 +6,22 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockattr::LockError;
+use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
+use support::deployments::{
+    crossed_sets, cycle, cycle_set, joined, lock_error, set_error, spawn_take_set,
+};
 use support::{RedisServer, lock_key};
+
+/// A Locker on `cluster` whose prefix has a hash tag: `bank:{transfers}:`.
+fn tagged_locker(cluster: &Cluster) -> Locker {
+    Locker::cluster_builder(cluster.urls())
+        .prefix("bank:{transfers}:")
+        .build()
+        .unwrap()
+}
 
 #[test]
 fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
@@ -31,19 +40,10 @@ fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
             assert!(guard.fencing_token_of(name).is_some());
         }
         // Another caller's set, and a single name, are kept out.
-        let err = b
-            .lock_all(names.iter().rev())
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
-            .await
-            .unwrap_err();
+        let reversed: Vec<&String> = names.iter().rev().collect();
+        let err = set_error(&b, &reversed, Duration::ZERO).await;
         assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-        let err = b
-            .lock(&names[1])
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
-            .await
-            .unwrap_err();
+        let err = lock_error(&b, &names[1], Duration::ZERO).await;
         assert!(err.is_timeout());
         guard.release().await.unwrap();
         for (m, name) in names.iter().enumerate() {
@@ -54,12 +54,7 @@ fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
         // free (whichever order the slots are taken in).
         for busy in 0..3 {
             let held = b.lock(&names[busy]).acquire().await.unwrap();
-            let err = a
-                .lock_all(&names)
-                .acquire_timeout(Duration::ZERO)
-                .acquire()
-                .await
-                .unwrap_err();
+            let err = set_error(&a, &names, Duration::ZERO).await;
             assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
             for (m, name) in names.iter().enumerate() {
                 if m != busy {
@@ -67,26 +62,13 @@ fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
                 }
             }
             // A waiting set is woken by the release.
-            let waiter = {
-                let a = a.clone();
-                let names = names.clone();
-                tokio::spawn(async move {
-                    let guard = a
-                        .lock_all(&names)
-                        .expire(Duration::from_secs(30))
-                        .acquire_timeout(Duration::from_secs(30))
-                        .acquire()
-                        .await;
-                    (guard, Instant::now())
-                })
-            };
+            let long = Duration::from_secs(30);
+            let waiter = spawn_take_set(&a, &names, long, long);
             tokio::time::sleep(Duration::from_millis(1_100)).await;
             let released = Instant::now();
             held.release().await.unwrap();
-            let (guard, at) = tokio::time::timeout(Duration::from_secs(10), waiter)
-                .await
-                .expect("the set waiter was not woken")
-                .unwrap();
+            let what = "the set waiter was not woken";
+            let (guard, at) = joined(waiter, Duration::from_secs(10), what).await;
             let after = at.duration_since(released);
             assert!(
                 after < Duration::from_millis(700),
@@ -96,44 +78,18 @@ fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
         }
 
         // Opposite orders from 8 tasks.
-        let inside: Arc<Vec<AtomicUsize>> = Arc::new((0..3).map(|_| AtomicUsize::new(0)).collect());
-        let overlaps = Arc::new(AtomicUsize::new(0));
-        let mut tasks = Vec::new();
-        for t in 0..8 {
-            let locker = if t % 2 == 0 { a.clone() } else { b.clone() };
-            let mut order = names.clone();
-            if t % 2 == 1 {
-                order.reverse();
-            }
-            let (inside, overlaps) = (inside.clone(), overlaps.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..8 {
-                    let guard = locker
-                        .lock_all(&order)
-                        .acquire_timeout(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .unwrap();
-                    for slot in inside.iter() {
-                        if slot.fetch_add(1, Ordering::SeqCst) > 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    tokio::task::yield_now().await;
-                    for slot in inside.iter() {
-                        slot.fetch_sub(1, Ordering::SeqCst);
-                    }
-                    guard.release().await.unwrap();
+        let orders: Vec<Vec<String>> = (0..8)
+            .map(|t| {
+                let mut order = names.clone();
+                if t % 2 == 1 {
+                    order.reverse();
                 }
-            }));
-        }
-        for task in tasks {
-            tokio::time::timeout(Duration::from_secs(90), task)
-                .await
-                .expect("deadlock: a task did not finish")
-                .unwrap();
-        }
-        assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+                order
+            })
+            .collect();
+        let (wait, within) = (Duration::from_secs(60), Duration::from_secs(90));
+        let overlaps = crossed_sets(&[a.clone(), b.clone()], orders, 8, wait, within).await;
+        assert_eq!(overlaps, 0);
         for (m, name) in names.iter().enumerate() {
             assert!(!cluster.nodes[m].exists(&lock_key(name)));
         }
@@ -161,14 +117,7 @@ fn a_prefix_with_a_hash_tag_puts_a_set_in_one_slot_and_one_script() {
         // Under the default prefix the names are on three masters: three
         // script calls take the set.
         let plain = cluster.locker();
-        plain
-            .lock_all(&names)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle_set(&plain, &names).await;
         let before = script_calls(&cluster);
         let guard = plain.lock_all(&names).acquire().await.unwrap();
         assert_eq!(script_calls(&cluster) - before, 3, "one call per slot");
@@ -176,18 +125,8 @@ fn a_prefix_with_a_hash_tag_puts_a_set_in_one_slot_and_one_script() {
 
         // A Locker whose prefix has a hash tag keeps every key of its locks
         // in that tag's slot: one script call takes the set.
-        let tagged = lockattr::Locker::cluster_builder(cluster.urls())
-            .prefix("bank:{transfers}:")
-            .build()
-            .unwrap();
-        tagged
-            .lock_all(&names)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        let tagged = tagged_locker(&cluster);
+        cycle_set(&tagged, &names).await;
         let before = script_calls(&cluster);
         let guard = tagged.lock_all(&names).acquire().await.unwrap();
         assert_eq!(script_calls(&cluster) - before, 1, "one call for the set");
@@ -214,21 +153,9 @@ fn a_prefix_with_a_hash_tag_puts_a_set_in_one_slot_and_one_script() {
         assert_eq!(listed, expected);
         // It excludes a single-name caller of the same Locker prefix, and
         // not one under another prefix (another lock altogether).
-        let err = tagged
-            .lock(&names[2])
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
-            .await
-            .unwrap_err();
+        let err = lock_error(&tagged, &names[2], Duration::ZERO).await;
         assert!(err.is_timeout(), "{err:?}");
-        plain
-            .lock(&names[2])
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&plain, &names[2]).await;
         guard.release().await.unwrap();
         for name in &names {
             assert!(!cluster.nodes[master].exists(&format!("bank:{{transfers}}:{{{name}}}")));
@@ -260,10 +187,7 @@ fn a_set_is_released_in_one_call_per_slot() {
             assert_eq!(after[m] - before[m], 1, "master {m}");
         }
 
-        let tagged = lockattr::Locker::cluster_builder(cluster.urls())
-            .prefix("bank:{transfers}:")
-            .build()
-            .unwrap();
+        let tagged = tagged_locker(&cluster);
         let names: Vec<String> = (0..10).map(|i| format!("acct:{i}")).collect();
         let guard = tagged.lock_all(&names).acquire().await.unwrap();
         let master = cluster.master_of("bank:{transfers}:x");

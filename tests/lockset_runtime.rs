@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker};
 use support::deployments::{
-    Inside, cycle, cycle_set, del, hold_set_for, join_within, joined, readme_user, set_error,
-    spawn_try_lock, spawn_try_set, try_lock, try_set, try_take_set, user_url,
+    Inside, crossed_sets, cycle, cycle_set, del, hold_set_for, join_within, joined, readme_user,
+    set_error, spawn_take_set, spawn_try_lock, spawn_try_set, try_lock, try_set, user_url,
 };
 use support::lockers::locker;
 use support::waiters::spawn_waiter;
@@ -302,30 +302,15 @@ fn single_holders_and_set_holders_exclude_each_other() {
 fn opposite_orders_in_tasks_do_not_deadlock() {
     let server = RedisServer::start();
     let rt = support::multi_thread();
-    let inside = Inside::new(2);
-    rt.block_on(async {
+    let overlaps = rt.block_on(async {
         let lockers = [locker(&server), locker(&server)];
-        let mut tasks = Vec::new();
-        for t in 0..8 {
-            let locker = lockers[t % 2].clone();
-            let inside = inside.clone();
-            tasks.push(tokio::spawn(async move {
-                let names = if t % 2 == 0 { ["a", "b"] } else { ["b", "a"] };
-                for _ in 0..20 {
-                    let guard = try_set(&locker, &names, LONG).await.unwrap();
-                    inside.stay_in_all(tokio::task::yield_now()).await;
-                    guard.release().await.unwrap();
-                }
-            }));
-        }
-        join_within(
-            tasks,
-            Duration::from_secs(60),
-            "deadlock: a task did not finish",
-        )
-        .await;
+        let orders: Vec<Vec<String>> = (0..8)
+            .map(|t| if t % 2 == 0 { ["a", "b"] } else { ["b", "a"] })
+            .map(|names| names.map(String::from).to_vec())
+            .collect();
+        crossed_sets(&lockers, orders, 20, LONG, Duration::from_secs(60)).await
     });
-    assert_eq!(inside.overlaps(), 0);
+    assert_eq!(overlaps, 0);
 }
 
 #[tokio::test]
@@ -333,10 +318,7 @@ async fn the_release_of_one_name_wakes_a_set_waiter_promptly() {
     let server = RedisServer::start();
     let (holder, waiter) = (locker(&server), locker(&server));
     let b = holder.lock("w:b").expire(LONG).acquire().await.unwrap();
-    let task = tokio::spawn(async move {
-        let guard = try_take_set(&waiter, &["w:a", "w:b"], LONG, LONG).await;
-        (guard, Instant::now())
-    });
+    let task = spawn_take_set(&waiter, &["w:a", "w:b"], LONG, LONG);
     // Between the waiter's first tries and its once-a-second recheck (and
     // before it would join the name's queue, after a second): without a
     // notice, its next check is about 500 ms after the release.

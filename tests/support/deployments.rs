@@ -138,6 +138,24 @@ pub async fn renewed(locker: &Locker, name: &str, expire: Duration) -> LockGuard
     try_renewed(locker, name, expire).await.unwrap()
 }
 
+/// Releases `guard`, which must succeed: when the release began.
+pub async fn release_now(guard: LockGuard) -> Instant {
+    let at = Instant::now();
+    guard.release().await.unwrap();
+    at
+}
+
+/// The set `names` with a lease of `expire`, renewed, and the default
+/// acquire time, which must be taken.
+pub async fn renewed_set(
+    locker: &Locker,
+    names: &[impl AsRef<str>],
+    expire: Duration,
+) -> LockSetGuard {
+    let request = locker.lock_all(names).expire(expire).renew(true);
+    request.acquire().await.unwrap()
+}
+
 /// Takes the lock `name` with the default lease and acquire time, and
 /// releases it; both must succeed.
 pub async fn cycle(locker: &Locker, name: &str) {
@@ -229,6 +247,22 @@ pub fn spawn_try_set(
     })
 }
 
+/// A task of (a clone of) `locker` that waits up to `wait` for the set
+/// `names` with a lease of `expire`: its outcome, and when it came.
+pub fn spawn_take_set(
+    locker: &Locker,
+    names: &[impl AsRef<str>],
+    expire: Duration,
+    wait: Duration,
+) -> JoinHandle<(Result<LockSetGuard, LockError>, Instant)> {
+    let locker = locker.clone();
+    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+    tokio::spawn(async move {
+        let outcome = try_take_set(&locker, &names, expire, wait).await;
+        (outcome, Instant::now())
+    })
+}
+
 /// What `task` returns, waited for at most `within`: fails with `what`
 /// when it does not finish in time, or with its panic.
 pub async fn joined<T>(task: JoinHandle<T>, within: Duration, what: &str) -> T {
@@ -287,4 +321,33 @@ impl Inside {
     pub fn overlaps(&self) -> usize {
         self.overlaps.load(Ordering::SeqCst)
     }
+}
+
+/// Tasks that take sets in crossed orders: task `t` takes the set
+/// `orders[t]` through `lockers[t % lockers.len()]` `rounds` times, each
+/// time waiting up to `wait` for it, yielding once inside and releasing
+/// it. Fails when a task does not finish within `within` (a deadlock);
+/// returns the overlaps seen on the names (see [`Inside`]).
+pub async fn crossed_sets(
+    lockers: &[Locker],
+    orders: Vec<Vec<String>>,
+    rounds: usize,
+    wait: Duration,
+    within: Duration,
+) -> usize {
+    let inside = Inside::new(orders[0].len());
+    let mut tasks = Vec::new();
+    for (t, order) in orders.into_iter().enumerate() {
+        let locker = lockers[t % lockers.len()].clone();
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = try_set(&locker, &order, wait).await.unwrap();
+                inside.stay_in_all(tokio::task::yield_now()).await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    join_within(tasks, within, "deadlock: a task did not finish").await;
+    inside.overlaps()
 }
