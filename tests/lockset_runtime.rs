@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LockGuard, Locker};
 use support::deployments::{
     Inside, crossed_sets, cycle, cycle_set, del, hold_set_for, join_within, joined, readme_user,
-    set_error, spawn_take_set, spawn_try_lock, spawn_try_set, try_lock, try_set, user_url,
+    release_now, renewed_set, set_error, spawn_take_set, spawn_try_lock, spawn_try_set, try_lock,
+    try_set, user_url,
 };
 use support::lockers::locker;
 use support::waiters::spawn_waiter;
@@ -324,8 +325,7 @@ async fn the_release_of_one_name_wakes_a_set_waiter_promptly() {
     // notice, its next check is about 500 ms after the release.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!task.is_finished());
-    let released = Instant::now();
-    b.release().await.unwrap();
+    let released = release_now(b).await;
     let (guard, woke) = joined(task, Duration::from_secs(5), "the set waiter was not woken").await;
     let guard = guard.unwrap();
     let after = woke.duration_since(released);
@@ -343,13 +343,7 @@ async fn the_release_of_one_name_wakes_a_set_waiter_promptly() {
 async fn the_set_is_lost_when_one_member_is_deleted() {
     let server = RedisServer::start();
     let locker = locker(&server);
-    let guard = locker
-        .lock_all(["l:a", "l:b"])
-        .expire(Duration::from_millis(900))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = renewed_set(&locker, &["l:a", "l:b"], Duration::from_millis(900)).await;
     assert!(!guard.is_lost());
     del(&server, &lock_key("l:b"));
     let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
