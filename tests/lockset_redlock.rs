@@ -8,31 +8,27 @@ mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockattr::{LockError, LockSetGuard, Locker, redis_lock};
+use support::deployments::{
+    Inside, fresh_redlock as fresh, hold_set_for, join_within, release_now, set_error,
+    spawn_try_set, start_nodes as nodes, take_set, try_set,
+};
 use support::lockers::owners;
 use support::{RedisServer, eventually, lock_key};
 
 const LONG: Duration = Duration::from_secs(30);
 
-fn nodes(n: usize) -> Vec<RedisServer> {
-    (0..n).map(|_| RedisServer::start()).collect()
-}
-
-/// A Redlock Locker over fresh servers (restarted-node delays off: they
-/// are all young).
-fn fresh(nodes: &[RedisServer]) -> Locker {
-    Locker::redlock_builder(nodes.iter().map(RedisServer::url))
-        .delay_restarted_nodes(false)
-        .build()
-        .unwrap()
-}
-
 fn free_everywhere(nodes: &[RedisServer], names: &[&str]) -> bool {
     names
         .iter()
         .all(|name| owners(nodes, name).iter().all(Option::is_none))
+}
+
+/// Whether `names` are free on every node within 2 s.
+fn freed_within(nodes: &[RedisServer], names: &[&str]) -> bool {
+    eventually(Duration::from_secs(2), || free_everywhere(nodes, names)).is_some()
 }
 
 // Multi-thread: the releases a majority did not wait for end on this
@@ -41,12 +37,7 @@ fn free_everywhere(nodes: &[RedisServer], names: &[&str]) -> bool {
 async fn a_set_is_taken_whole_on_every_node_and_released_on_every_node() {
     let nodes = nodes(5);
     let locker = fresh(&nodes);
-    let guard = locker
-        .lock_all(["acct:1", "acct:2"])
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_set_for(&locker, &["acct:1", "acct:2"], LONG).await;
     let (one, two) = (owners(&nodes, "acct:1"), owners(&nodes, "acct:2"));
     // On each node, both names or neither, under one owner.
     assert_eq!(one, two);
@@ -58,11 +49,7 @@ async fn a_set_is_taken_whole_on_every_node_and_released_on_every_node() {
     assert!(nodes[0].pttl(&lock_key("acct:1")) > 20_000);
     guard.release().await.unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || free_everywhere(
-            &nodes,
-            &["acct:1", "acct:2"]
-        ))
-        .is_some(),
+        freed_within(&nodes, &["acct:1", "acct:2"]),
         "{:?} {:?}",
         owners(&nodes, "acct:1"),
         owners(&nodes, "acct:2")
@@ -78,17 +65,12 @@ async fn a_set_is_released_in_one_call_per_node() {
     let locker = fresh(&nodes);
     let names: Vec<String> = (0..10).map(|i| format!("node:{i}")).collect();
     let scripts_run = || -> Vec<u64> { nodes.iter().map(RedisServer::scripts_run).collect() };
-    let guard = locker
-        .lock_all(&names)
-        .expire(LONG)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_set_for(&locker, &names, LONG).await;
     let before = scripts_run();
     guard.release().await.unwrap();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     assert!(
-        eventually(Duration::from_secs(2), || free_everywhere(&nodes, &refs)).is_some(),
+        freed_within(&nodes, &refs),
         "the set is still held somewhere"
     );
     // The releases a majority did not need end in the background.
@@ -126,12 +108,7 @@ async fn a_set_with_one_name_held_elsewhere_takes_none_of_its_names() {
     let nodes = nodes(5);
     let (mine, other) = (fresh(&nodes), fresh(&nodes));
     let b = other.lock("p:b").expire(LONG).acquire().await.unwrap();
-    let err = mine
-        .lock_all(["p:a", "p:b", "p:c"])
-        .acquire_timeout(Duration::from_millis(200))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = set_error(&mine, &["p:a", "p:b", "p:c"], Duration::from_millis(200)).await;
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     assert!(
         free_everywhere(&nodes, &["p:a", "p:c"]),
@@ -141,14 +118,8 @@ async fn a_set_with_one_name_held_elsewhere_takes_none_of_its_names() {
     );
     b.release().await.unwrap();
     // Free now: taken at once.
-    mine.lock_all(["p:a", "p:b", "p:c"])
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let guard = try_set(&mine, &["p:a", "p:b", "p:c"], Duration::ZERO).await;
+    guard.unwrap().release().await.unwrap();
 }
 
 /// Two Lockers, four tasks: two lock `{x, y}` and two `{y, x}`, ten times
@@ -158,54 +129,30 @@ async fn a_set_with_one_name_held_elsewhere_takes_none_of_its_names() {
 async fn crossed_sets_never_overlap_and_never_deadlock() {
     let nodes = nodes(5);
     let lockers = [fresh(&nodes), fresh(&nodes)];
-    let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let overlaps = Arc::new(AtomicUsize::new(0));
+    let inside = Inside::new(2);
     let tasks: Vec<_> = (0..4)
         .map(|t| {
             let locker = lockers[t % 2].clone();
-            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            let inside = inside.clone();
             let names = if t < 2 {
                 ["c:x", "c:y"]
             } else {
                 ["c:y", "c:x"]
             };
             tokio::spawn(async move {
+                let (expire, wait) = (Duration::from_secs(5), Duration::from_secs(30));
                 for _ in 0..10 {
-                    let guard = locker
-                        .lock_all(names)
-                        .expire(Duration::from_secs(5))
-                        .acquire_timeout(Duration::from_secs(30))
-                        .acquire()
-                        .await
-                        .unwrap();
-                    for name in inside.iter() {
-                        if name.fetch_add(1, Ordering::SeqCst) > 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    for name in inside.iter() {
-                        name.fetch_sub(1, Ordering::SeqCst);
-                    }
+                    let guard = take_set(&locker, &names, expire, wait).await;
+                    let pause = tokio::time::sleep(Duration::from_millis(2));
+                    inside.stay_in_all(pause).await;
                     guard.release().await.unwrap();
                 }
             })
         })
         .collect();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("a contender never finished")
-            .unwrap();
-    }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
-    assert!(
-        eventually(Duration::from_secs(2), || free_everywhere(
-            &nodes,
-            &["c:x", "c:y"]
-        ))
-        .is_some()
-    );
+    join_within(tasks, Duration::from_secs(60), "a contender never finished").await;
+    assert_eq!(inside.overlaps(), 0);
+    assert!(freed_within(&nodes, &["c:x", "c:y"]));
 }
 
 /// A set waiting for a name held for 30 s gets in at its release, not at
@@ -215,20 +162,12 @@ async fn a_set_waiter_wakes_at_the_release_of_any_of_its_names() {
     let nodes = nodes(5);
     let (holder, waiter) = (fresh(&nodes), fresh(&nodes));
     let held = holder.lock("w:b").expire(LONG).acquire().await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock_all(["w:a", "w:b"])
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await;
-        (Instant::now(), guard.map(|g| g.names().count()))
-    });
+    let waiting = spawn_try_set(&waiter, &["w:a", "w:b"], Duration::from_secs(20));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(free_everywhere(&nodes, &["w:a"]), "the waiter holds w:a");
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let (taken, names) = waiting.await.unwrap();
-    assert_eq!(names.unwrap(), 2);
+    let released = release_now(held).await;
+    let (outcome, taken) = waiting.await.unwrap();
+    assert_eq!(outcome.unwrap().names().count(), 2);
     let after = taken.duration_since(released);
     assert!(
         after < Duration::from_secs(2),
@@ -243,21 +182,13 @@ async fn a_minority_down_does_not_stop_a_set_and_a_majority_down_is_no_quorum() 
     locker.ping().await.unwrap();
     nodes[0].kill();
     nodes[1].kill();
-    let guard = locker
-        .lock_all(["d:a", "d:b"])
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
+    let guard = try_set(&locker, &["d:a", "d:b"], Duration::from_secs(2))
         .await
         .unwrap();
     assert_eq!(owners(&nodes[2..], "d:a"), owners(&nodes[2..], "d:b"));
     guard.release().await.unwrap();
     nodes[2].kill();
-    let err = locker
-        .lock_all(["d:a", "d:b"])
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = set_error(&locker, &["d:a", "d:b"], Duration::from_millis(300)).await;
     assert!(matches!(err, LockError::NoQuorum { .. }), "{err:?}");
     assert!(
         free_everywhere(&nodes[3..], &["d:a", "d:b"]),
@@ -275,21 +206,10 @@ async fn young_nodes_do_not_vote_for_a_set() {
         .max_lease(Duration::from_secs(3600))
         .build()
         .unwrap();
-    let err = locker
-        .lock_all(["y:a", "y:b"])
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = set_error(&locker, &["y:a", "y:b"], Duration::ZERO).await;
     assert!(matches!(err, LockError::NoQuorum { .. }), "{err:?}");
     assert!(err.to_string().contains("max_lease"), "{err}");
-    assert!(
-        eventually(Duration::from_secs(2), || free_everywhere(
-            &nodes,
-            &["y:a", "y:b"]
-        ))
-        .is_some()
-    );
+    assert!(freed_within(&nodes, &["y:a", "y:b"]));
 }
 
 /// A set waiter whose caller stops waiting leaves nothing behind, and the
@@ -301,10 +221,7 @@ fn a_cancelled_set_leaves_nothing_and_the_blocking_path_works() {
     let runtime = support::multi_thread();
     let held = locker.lock("x:b").expire(LONG).acquire_blocking().unwrap();
     runtime.block_on(async {
-        let waiting = locker
-            .lock_all(["x:a", "x:b"])
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire();
+        let waiting = try_set(&locker, &["x:a", "x:b"], Duration::from_secs(20));
         assert!(
             tokio::time::timeout(Duration::from_millis(300), waiting)
                 .await
@@ -312,13 +229,7 @@ fn a_cancelled_set_leaves_nothing_and_the_blocking_path_works() {
         );
     });
     held.release_blocking().unwrap();
-    assert!(
-        eventually(Duration::from_secs(2), || free_everywhere(
-            &nodes,
-            &["x:a", "x:b"]
-        ))
-        .is_some()
-    );
+    assert!(freed_within(&nodes, &["x:a", "x:b"]));
     let guard = locker.lock_all(["x:a", "x:b"]).acquire_blocking().unwrap();
     assert_eq!(owners(&nodes, "x:a"), owners(&nodes, "x:b"));
     assert!(owners(&nodes, "x:a").iter().all(Option::is_some));
@@ -371,11 +282,5 @@ async fn the_attribute_takes_sets_on_a_redlock() {
         let tokens = task.await.unwrap();
         assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     }
-    assert!(
-        eventually(Duration::from_secs(2), || free_everywhere(
-            &nodes,
-            &["acct:1", "acct:2"]
-        ))
-        .is_some()
-    );
+    assert!(freed_within(&nodes, &["acct:1", "acct:2"]));
 }
