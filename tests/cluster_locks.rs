@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
 use support::cluster::Cluster;
+use support::deployments::{
+    cycle, hold_for, lock_error, release_now, renewed, spawn_try_lock, try_lock,
+};
+use support::waiters::spawn_waiter;
 use support::{RedisServer, keys, lock_key};
 
 #[tokio::test]
@@ -20,12 +24,7 @@ async fn locks_on_every_master_exclude_and_release() {
             cluster.nodes[m].exists(&lock_key(&name)),
             "{name} on master {m}"
         );
-        let err = b
-            .lock(&name)
-            .acquire_timeout(Duration::from_millis(100))
-            .acquire()
-            .await
-            .unwrap_err();
+        let err = lock_error(&b, &name, Duration::from_millis(100)).await;
         assert!(err.is_timeout(), "{err}");
         guard.release().await.unwrap();
         assert!(!cluster.nodes[m].exists(&lock_key(&name)));
@@ -57,21 +56,14 @@ async fn inspect_locks_and_force_unlock_on_every_master() {
     assert_eq!(listed, expected, "one lock per master, all found");
 
     let waiter = cluster.locker();
-    let name = names[2].clone();
-    let waiting = tokio::spawn(async move {
-        waiter
-            .lock(&name)
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+    let waiting = spawn_try_lock(&waiter, &names[2], Duration::from_secs(20));
     let start = Instant::now();
     while ops.inspect(&names[2]).await.unwrap().unwrap().waiters != 1 {
         assert!(start.elapsed() < Duration::from_secs(5), "never queued");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(ops.force_unlock(&names[2]).await.unwrap());
-    let handed = waiting.await.unwrap().unwrap();
+    let handed = waiting.await.unwrap().0.unwrap();
     assert!(handed.fencing_token() > guards[2].fencing_token());
     handed.release().await.unwrap();
     assert_eq!(ops.inspect(&names[2]).await.unwrap(), None);
@@ -93,27 +85,14 @@ async fn a_release_wakes_a_waiter_on_another_locker() {
     let cluster = Cluster::start();
     let (a, b) = (cluster.locker(), cluster.locker());
     for name in cluster.name_per_master("wake") {
-        let guard = a
-            .lock(&name)
-            .expire(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
-        let b = b.clone();
-        let waiter = tokio::spawn(async move {
-            let g = b
-                .lock(&name)
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (Instant::now(), g.map(|g| g.fencing_token()))
-        });
+        let guard = hold_for(&a, &name, Duration::from_secs(30)).await;
+        let waiter = spawn_try_lock(&b, &name, Duration::from_secs(20));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let released = Instant::now();
         let before = guard.fencing_token();
-        guard.release().await.unwrap();
-        let (got, token) = waiter.await.unwrap();
-        assert!(token.unwrap() > before, "fencing tokens increase");
+        let released = release_now(guard).await;
+        let (outcome, got) = waiter.await.unwrap();
+        let token = outcome.unwrap().fencing_token();
+        assert!(token > before, "fencing tokens increase");
         assert!(
             got - released < Duration::from_secs(1),
             "{:?}",
@@ -139,17 +118,7 @@ async fn a_release_within_the_hold_keeps_the_lock_until_it_ends() {
             .acquire()
             .await
             .unwrap();
-        let waiter = {
-            let (b, name) = (b.clone(), name.clone());
-            tokio::spawn(async move {
-                let g = b
-                    .lock(&name)
-                    .acquire_timeout(Duration::from_secs(20))
-                    .acquire()
-                    .await;
-                (start.elapsed(), g)
-            })
-        };
+        let waiter = spawn_try_lock(&b, &name, Duration::from_secs(20));
         tokio::time::sleep(Duration::from_millis(200)).await;
         guard.release().await.unwrap();
         let left = cluster.nodes[m].pttl(&lock_key(&name));
@@ -157,7 +126,8 @@ async fn a_release_within_the_hold_keeps_the_lock_until_it_ends() {
             left > 0 && left <= 1_000,
             "master {m}: PTTL {left} ms after a release within the 1 s hold"
         );
-        let (after, got) = waiter.await.unwrap();
+        let (got, at) = waiter.await.unwrap();
+        let after = at.duration_since(start);
         got.expect("the waiter got the lock")
             .release()
             .await
@@ -180,15 +150,7 @@ async fn renewals_across_masters_keep_every_lock() {
     let names = cluster.name_per_master("renew");
     let mut guards = Vec::new();
     for name in &names {
-        guards.push(
-            locker
-                .lock(name)
-                .expire(Duration::from_millis(600))
-                .renew(true)
-                .acquire()
-                .await
-                .unwrap(),
-        );
+        guards.push(renewed(&locker, name, Duration::from_millis(600)).await);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     for (m, (name, guard)) in names.iter().zip(&guards).enumerate() {
@@ -260,23 +222,11 @@ async fn a_dead_master_gives_errors_not_hangs_and_comes_back() {
         .unwrap();
     let names = cluster.name_per_master("outage");
     for name in &names {
-        locker
-            .lock(name)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&locker, name).await;
     }
     cluster.nodes[1].kill();
     let start = Instant::now();
-    let err = locker
-        .lock(&names[1])
-        .acquire_timeout(Duration::from_secs(1))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&locker, &names[1], Duration::from_secs(1)).await;
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "{:?}",
@@ -288,11 +238,7 @@ async fn a_dead_master_gives_errors_not_hangs_and_comes_back() {
     );
     // The other masters keep working.
     for name in [&names[0], &names[2]] {
-        let r = locker
-            .lock(name)
-            .acquire_timeout(Duration::from_secs(5))
-            .acquire()
-            .await;
+        let r = try_lock(&locker, name, Duration::from_secs(5)).await;
         r.unwrap().release().await.unwrap();
     }
     cluster.nodes[1].restart();
@@ -300,12 +246,7 @@ async fn a_dead_master_gives_errors_not_hangs_and_comes_back() {
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut back = false;
     while !back && Instant::now() < deadline {
-        back = match locker
-            .lock(&names[1])
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
-            .await
-        {
+        back = match try_lock(&locker, &names[1], Duration::ZERO).await {
             Ok(g) => g.release().await.is_ok(),
             Err(_) => false,
         };
@@ -324,24 +265,13 @@ async fn a_waiter_rides_out_a_master_restart() {
     let mut cluster = Cluster::start();
     let (holders, waiters) = (cluster.locker(), cluster.locker());
     let name = cluster.name_per_master("bounce")[1].clone();
-    let holder = holders
-        .lock(&name)
-        .expire(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn({
-        let name = name.clone();
-        async move {
-            let outcome = waiters
-                .lock(&name)
-                .expire(Duration::from_secs(60))
-                .acquire_timeout(Duration::from_secs(40))
-                .acquire()
-                .await;
-            (outcome, Instant::now())
-        }
-    });
+    let holder = hold_for(&holders, &name, Duration::from_secs(60)).await;
+    let waiter = spawn_waiter(
+        &waiters,
+        &name,
+        Duration::from_secs(60),
+        Duration::from_secs(40),
+    );
     let queue = keys::lock(&name).queue;
     let queued = support::eventually(Duration::from_secs(5), || cluster.nodes[1].exists(&queue));
     assert!(queued.is_some(), "the waiter never queued");
