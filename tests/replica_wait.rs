@@ -14,8 +14,26 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::cluster::Cluster;
+use support::deployments::{
+    cycle, hold_for, lock_error, renewed, spawn_try_lock, try_hold_for, try_lock, try_read_lock,
+    try_semaphore, try_set, try_write_lock,
+};
 use support::proxy::Proxy;
+use support::waiters::spawn_waiter;
 use support::{RedisServer, eventually, keys, lock_key};
+
+/// A Locker of `url` whose grants wait for `min_replicas` replicas, each
+/// for at most `replica_timeout`: the outcome of `build()`.
+fn replica_locker(
+    url: String,
+    min_replicas: u32,
+    replica_timeout: Duration,
+) -> Result<Locker, LockError> {
+    Locker::builder(url)
+        .min_replicas(min_replicas)
+        .replica_timeout(replica_timeout)
+        .build()
+}
 
 /// A master and one replica in sync with it.
 struct Pair {
@@ -64,11 +82,7 @@ impl Pair {
     }
 
     fn locker(&self, min_replicas: u32) -> Locker {
-        Locker::builder(self.master.url())
-            .min_replicas(min_replicas)
-            .replica_timeout(Duration::from_millis(100))
-            .build()
-            .unwrap()
+        replica_locker(self.master.url(), min_replicas, Duration::from_millis(100)).unwrap()
     }
 }
 
@@ -103,46 +117,31 @@ async fn take_each_kind(
     vec![
         (
             "lock",
-            locker
-                .lock("r-lock")
-                .acquire_timeout(wait)
-                .acquire()
+            try_lock(locker, "r-lock", wait)
                 .await
                 .map(|g| one(g, vec![lock_key("r-lock")])),
         ),
         (
             "read",
-            locker
-                .read_lock("r-read")
-                .acquire_timeout(wait)
-                .acquire()
+            try_read_lock(locker, "r-read", wait)
                 .await
                 .map(|g| one(g, vec![])),
         ),
         (
             "write",
-            locker
-                .write_lock("r-write")
-                .acquire_timeout(wait)
-                .acquire()
+            try_write_lock(locker, "r-write", wait)
                 .await
                 .map(|g| one(g, vec![])),
         ),
         (
             "permit",
-            locker
-                .semaphore("r-permit", 2)
-                .acquire_timeout(wait)
-                .acquire()
+            try_semaphore(locker, "r-permit", 2, wait)
                 .await
                 .map(|g| one(g, vec![])),
         ),
         (
             "set",
-            locker
-                .lock_all(["r-set-a", "r-set-b"])
-                .acquire_timeout(wait)
-                .acquire()
+            try_set(locker, &["r-set-a", "r-set-b"], wait)
                 .await
                 .map(|g| {
                     let keys = vec![lock_key("r-set-a"), lock_key("r-set-b")];
@@ -163,11 +162,7 @@ async fn every_kinds_grant_is_on_the_replica_when_the_caller_is_told() {
         "the replication link does not lag"
     );
     unwaited.release().await.unwrap();
-    let locker = Locker::builder(pair.master.url())
-        .min_replicas(1)
-        .replica_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let locker = replica_locker(pair.master.url(), 1, Duration::from_secs(2)).unwrap();
     let mut guards = Vec::new();
     for (kind, outcome) in take_each_kind(&locker).await {
         let (guard, keys) = outcome.unwrap_or_else(|e| panic!("{kind}: {e}"));
@@ -246,14 +241,7 @@ async fn a_hand_over_counts_only_once_the_replica_has_it() {
     let waiter = pair.locker(1);
     let guard = holder.lock("r-handed").acquire().await.unwrap();
     let first = guard.fencing_token();
-    let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock("r-handed")
-            .acquire_timeout(Duration::from_secs(30))
-            .acquire()
-            .await;
-        (guard, Instant::now())
-    });
+    let waiting = spawn_try_lock(&waiter, "r-handed", Duration::from_secs(30));
     // The waiter is queued.
     let queued = eventually(Duration::from_secs(5), || {
         pair.master.exists(&keys::lock("r-handed").queue)
@@ -281,13 +269,7 @@ async fn a_hand_over_counts_only_once_the_replica_has_it() {
 async fn renewals_the_replica_never_acknowledged_do_not_count() {
     let pair = Pair::start();
     let locker = pair.locker(1);
-    let guard = locker
-        .lock("r-renewed")
-        .expire(Duration::from_millis(800))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = renewed(&locker, "r-renewed", Duration::from_millis(800)).await;
     pair.replica.freeze();
     let frozen = Instant::now();
     let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
@@ -309,12 +291,7 @@ async fn renewals_the_replica_never_acknowledged_do_not_count() {
 async fn an_extension_the_replica_never_acknowledged_is_refused_and_the_old_lease_stands() {
     let pair = Pair::start();
     let locker = pair.locker(1);
-    let guard = locker
-        .lock("r-extended")
-        .expire(Duration::from_millis(800))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_for(&locker, "r-extended", Duration::from_millis(800)).await;
     pair.replica.freeze();
     let err = guard.extend(Duration::from_secs(30)).await.unwrap_err();
     assert!(err.is_replicas(), "{err}");
@@ -327,24 +304,15 @@ async fn an_extension_the_replica_never_acknowledged_is_refused_and_the_old_leas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_replica_stalls_nothing_but_the_grants_that_wait_for_it() {
     let pair = Pair::start();
-    let locker = Locker::builder(pair.master.url())
-        .min_replicas(1)
-        .replica_timeout(Duration::from_secs(4))
-        .build()
-        .unwrap();
+    let locker = replica_locker(pair.master.url(), 1, Duration::from_secs(4)).unwrap();
     let held = locker.lock("r-held").acquire().await.unwrap();
     pair.replica.freeze();
-    let stalled = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            locker
-                .lock("r-stalled")
-                .expire(Duration::from_secs(10))
-                .acquire_timeout(Duration::from_secs(5))
-                .acquire()
-                .await
-        })
-    };
+    let stalled = spawn_waiter(
+        &locker,
+        "r-stalled",
+        Duration::from_secs(10),
+        Duration::from_secs(5),
+    );
     // Let the stalled grant's WAIT block its connection.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
@@ -352,14 +320,7 @@ async fn a_frozen_replica_stalls_nothing_but_the_grants_that_wait_for_it() {
     held.release().await.unwrap();
     let plain = Locker::new(pair.master.url()).unwrap();
     for _ in 0..20 {
-        plain
-            .lock("r-other")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&plain, "r-other").await;
     }
     let took = started.elapsed();
     assert!(
@@ -371,7 +332,7 @@ async fn a_frozen_replica_stalls_nothing_but_the_grants_that_wait_for_it() {
         "the grant did not wait for the replica"
     );
     pair.replica.thaw();
-    let guard = stalled.await.unwrap().unwrap();
+    let guard = stalled.await.unwrap().0.unwrap();
     assert!(pair.replica.exists(&lock_key("r-stalled")));
     guard.release().await.unwrap();
 }
@@ -380,12 +341,7 @@ async fn a_frozen_replica_stalls_nothing_but_the_grants_that_wait_for_it() {
 async fn more_replicas_than_the_master_has_fail_with_both_counts_and_leave_nothing() {
     let pair = Pair::start();
     let locker = pair.locker(2);
-    let err = locker
-        .lock("r-two")
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&locker, "r-two", Duration::from_millis(300)).await;
     match &err {
         LockError::Replicas {
             acknowledged,
@@ -402,17 +358,9 @@ async fn more_replicas_than_the_master_has_fail_with_both_counts_and_leave_nothi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_replica_settings_are_refused_before_anything_is_written() {
     let server = RedisServer::start();
-    let zero = Locker::builder(server.url())
-        .min_replicas(1)
-        .replica_timeout(Duration::ZERO)
-        .build()
-        .unwrap_err();
+    let zero = replica_locker(server.url(), 1, Duration::ZERO).unwrap_err();
     assert!(zero.to_string().contains("replica timeout"), "{zero}");
-    let absurd = Locker::builder(server.url())
-        .min_replicas(1)
-        .replica_timeout(Duration::from_secs(3600))
-        .build()
-        .unwrap_err();
+    let absurd = replica_locker(server.url(), 1, Duration::from_secs(3600)).unwrap_err();
     assert!(absurd.to_string().contains("is the unit right"), "{absurd}");
     let redlock = Locker::redlock_builder([server.url(), server.url(), server.url()])
         .min_replicas(1)
@@ -420,25 +368,13 @@ async fn bad_replica_settings_are_refused_before_anything_is_written() {
         .unwrap_err();
     assert!(redlock.to_string().contains("Redlock"), "{redlock}");
     // A lease too short for the replica timeout: refused before Redis.
-    let locker = Locker::builder(server.url())
-        .min_replicas(1)
-        .replica_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let short = locker
-        .lock("r-short")
-        .expire(Duration::from_millis(600))
-        .acquire()
+    let locker = replica_locker(server.url(), 1, Duration::from_millis(500)).unwrap();
+    let short = try_hold_for(&locker, "r-short", Duration::from_millis(600))
         .await
         .unwrap_err();
     assert!(short.to_string().contains("replica_timeout"), "{short}");
     // A master without replicas: nothing acknowledges, nothing is kept.
-    let alone = locker
-        .lock("r-alone")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let alone = lock_error(&locker, "r-alone", Duration::ZERO).await;
     assert!(alone.is_replicas(), "{alone}");
     let freed = eventually(Duration::from_secs(5), || holders(&server).is_empty());
     assert!(freed.is_some(), "{:?}", holders(&server));
@@ -453,12 +389,7 @@ async fn a_cluster_master_without_replicas_acknowledges_nothing() {
         .replica_timeout(Duration::from_millis(50))
         .build()
         .unwrap();
-    let err = locker
-        .lock("r-cluster")
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&locker, "r-cluster", Duration::from_millis(300)).await;
     assert!(err.is_replicas(), "{err}");
     let master = &cluster.nodes[cluster.master_of(&lock_key("r-cluster"))];
     let freed = eventually(Duration::from_secs(5), || {
@@ -467,12 +398,5 @@ async fn a_cluster_master_without_replicas_acknowledges_nothing() {
     assert!(freed.is_some());
     // The same Locker without the setting takes it.
     let plain = Locker::cluster(cluster.urls()).unwrap();
-    plain
-        .lock("r-cluster")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&plain, "r-cluster").await;
 }

@@ -116,10 +116,55 @@ pub async fn lock_error(locker: &Locker, name: &str, wait: Duration) -> LockErro
     try_lock(locker, name, wait).await.unwrap_err()
 }
 
-/// The lock `name` with a lease of `expire` and the default acquire time,
-/// which must be taken.
+/// The lock `name` with a lease of `expire` and the default acquire time:
+/// the outcome.
+pub async fn try_hold_for(
+    locker: &Locker,
+    name: &str,
+    expire: Duration,
+) -> Result<LockGuard, LockError> {
+    locker.lock(name).expire(expire).acquire().await
+}
+
+/// [`try_hold_for`], which must succeed.
 pub async fn hold_for(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
-    locker.lock(name).expire(expire).acquire().await.unwrap()
+    try_hold_for(locker, name, expire).await.unwrap()
+}
+
+/// The read side of read-write lock `name` with the default lease,
+/// waiting up to `wait`: the outcome.
+pub async fn try_read_lock(
+    locker: &Locker,
+    name: &str,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    locker.read_lock(name).acquire_timeout(wait).acquire().await
+}
+
+/// The write side of read-write lock `name` with the default lease,
+/// waiting up to `wait`: the outcome.
+pub async fn try_write_lock(
+    locker: &Locker,
+    name: &str,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    locker
+        .write_lock(name)
+        .acquire_timeout(wait)
+        .acquire()
+        .await
+}
+
+/// A permit of semaphore `name` of `permits` with the default lease,
+/// waiting up to `wait`: the outcome.
+pub async fn try_semaphore(
+    locker: &Locker,
+    name: &str,
+    permits: u32,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    let request = locker.semaphore(name, permits).acquire_timeout(wait);
+    request.acquire().await
 }
 
 /// The lock `name` with a lease of `expire`, renewed, and the default
