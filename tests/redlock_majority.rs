@@ -7,8 +7,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::Locker;
+use support::deployments::{cycle, hold_for, no_delay_redlock, set_key, start_nodes};
 use support::lockers::owners;
 use support::proxy::Proxy;
+use support::takes::take_now;
 use support::{RedisServer, eventually, keys, lock_key};
 
 /// One way, on the two slow links: a round trip there costs 600 ms.
@@ -17,7 +19,7 @@ const SLOW: Duration = Duration::from_millis(300);
 /// Five nodes, the last `slow` behind proxies (no delay yet), and a Locker
 /// on them whose node timeout is far above the slow round trip.
 fn slow_of_five(slow: usize) -> (Vec<RedisServer>, Vec<Proxy>, Locker) {
-    let nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let nodes = start_nodes(5);
     let fast = 5 - slow;
     let proxies: Vec<Proxy> = nodes[fast..].iter().map(|n| Proxy::start(n.port)).collect();
     let urls: Vec<String> = nodes[..fast]
@@ -29,8 +31,7 @@ fn slow_of_five(slow: usize) -> (Vec<RedisServer>, Vec<Proxy>, Locker) {
     // loaded machine a node that failed to connect within the default
     // second would miss the warm-up acquisition, and its fence counter
     // would start later, from its clock, past the others'.
-    let locker = Locker::redlock_builder(&urls)
-        .delay_restarted_nodes(false)
+    let locker = no_delay_redlock(&urls)
         .node_timeout(Duration::from_secs(5))
         .connect_timeout(Duration::from_secs(5))
         .response_timeout(Duration::from_secs(5))
@@ -85,12 +86,7 @@ async fn the_two_slowest_of_five_nodes_hold_up_neither_acquire_nor_release() {
     }
 
     let start = Instant::now();
-    let guard = locker
-        .lock("majority")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_for(&locker, "majority", Duration::from_secs(30)).await;
     let took = start.elapsed();
     assert!(
         took < 2 * SLOW,
@@ -129,13 +125,7 @@ async fn without_a_fast_majority_the_slow_answers_are_waited_for() {
         proxy.set_delay(SLOW);
     }
     let start = Instant::now();
-    let guard = locker
-        .lock("slow-majority")
-        .expire(Duration::from_secs(30))
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = take_now(&locker, "slow-majority", Duration::from_secs(30)).await;
     assert!(start.elapsed() >= 2 * SLOW);
     let held = owners(&nodes, "slow-majority");
     assert!(
@@ -163,41 +153,19 @@ async fn late_nodes_are_brought_to_the_acquisitions_fencing_token() {
     let (nodes, proxies, locker) = slow_of_five(2);
     let name = "settled";
     let fence_key = keys::lock(name).fence;
-    locker
-        .lock(name)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&locker, name).await;
     let before: u64 = nodes[0].get(&fence_key).unwrap().parse().unwrap();
     // Node 3 missed many acquisitions; node 4's counter started again from
     // its clock, far ahead.
     let behind = before - 1000;
     let ahead = before + 1_000_000;
-    let mut slow_behind = nodes[3].client();
-    let mut slow_ahead = nodes[4].client();
-    let () = lockattr::redis::cmd("SET")
-        .arg(&fence_key)
-        .arg(behind)
-        .query(&mut slow_behind)
-        .unwrap();
-    let () = lockattr::redis::cmd("SET")
-        .arg(&fence_key)
-        .arg(ahead)
-        .query(&mut slow_ahead)
-        .unwrap();
+    set_key(&nodes[3], &fence_key, behind);
+    set_key(&nodes[4], &fence_key, ahead);
     for proxy in &proxies {
         proxy.set_delay(SLOW);
     }
 
-    let guard = locker
-        .lock(name)
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = hold_for(&locker, name, Duration::from_secs(30)).await;
     let token = guard.fencing_token();
     assert_eq!(token, before + 1);
     let owner = nodes[0].owner(&lock_key(name));

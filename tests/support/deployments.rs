@@ -16,6 +16,9 @@ use tokio::task::JoinHandle;
 use super::RedisServer;
 use super::lockers::urls;
 
+/// What an acquisition of one lock, a side or a permit returns.
+pub type Outcome = Result<LockGuard, LockError>;
+
 /// `n` redis-servers of our own, each with the default settings.
 pub fn start_nodes(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
@@ -41,6 +44,15 @@ pub fn fresh_redlock(nodes: &[RedisServer]) -> Locker {
 /// `user`.
 pub fn user_url(server: &RedisServer, user: &str, password: &str) -> String {
     format!("redis://{user}:{password}@127.0.0.1:{}/", server.port)
+}
+
+/// Sets `key` to `value` on `server` (`SET`), as another client would.
+pub fn set_key(server: &RedisServer, key: &str, value: impl redis::ToRedisArgs) {
+    let () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query(&mut server.client())
+        .unwrap();
 }
 
 /// Deletes `key` on `server` (`DEL`), behind the back of whoever holds it.
@@ -107,7 +119,7 @@ pub fn acl_setuser(server: &RedisServer, user: &str, rules: &[&str]) {
 
 /// The lock `name` with the default lease, waiting up to `wait`: the
 /// outcome.
-pub async fn try_lock(locker: &Locker, name: &str, wait: Duration) -> Result<LockGuard, LockError> {
+pub async fn try_lock(locker: &Locker, name: &str, wait: Duration) -> Outcome {
     locker.lock(name).acquire_timeout(wait).acquire().await
 }
 
@@ -118,11 +130,7 @@ pub async fn lock_error(locker: &Locker, name: &str, wait: Duration) -> LockErro
 
 /// The lock `name` with a lease of `expire` and the default acquire time:
 /// the outcome.
-pub async fn try_hold_for(
-    locker: &Locker,
-    name: &str,
-    expire: Duration,
-) -> Result<LockGuard, LockError> {
+pub async fn try_hold_for(locker: &Locker, name: &str, expire: Duration) -> Outcome {
     locker.lock(name).expire(expire).acquire().await
 }
 
@@ -133,21 +141,13 @@ pub async fn hold_for(locker: &Locker, name: &str, expire: Duration) -> LockGuar
 
 /// The read side of read-write lock `name` with the default lease,
 /// waiting up to `wait`: the outcome.
-pub async fn try_read_lock(
-    locker: &Locker,
-    name: &str,
-    wait: Duration,
-) -> Result<LockGuard, LockError> {
+pub async fn try_read_lock(locker: &Locker, name: &str, wait: Duration) -> Outcome {
     locker.read_lock(name).acquire_timeout(wait).acquire().await
 }
 
 /// The write side of read-write lock `name` with the default lease,
 /// waiting up to `wait`: the outcome.
-pub async fn try_write_lock(
-    locker: &Locker,
-    name: &str,
-    wait: Duration,
-) -> Result<LockGuard, LockError> {
+pub async fn try_write_lock(locker: &Locker, name: &str, wait: Duration) -> Outcome {
     locker
         .write_lock(name)
         .acquire_timeout(wait)
@@ -157,23 +157,14 @@ pub async fn try_write_lock(
 
 /// A permit of semaphore `name` of `permits` with the default lease,
 /// waiting up to `wait`: the outcome.
-pub async fn try_semaphore(
-    locker: &Locker,
-    name: &str,
-    permits: u32,
-    wait: Duration,
-) -> Result<LockGuard, LockError> {
+pub async fn try_semaphore(locker: &Locker, name: &str, permits: u32, wait: Duration) -> Outcome {
     let request = locker.semaphore(name, permits).acquire_timeout(wait);
     request.acquire().await
 }
 
 /// The lock `name` with a lease of `expire`, renewed, and the default
 /// acquire time: the outcome.
-pub async fn try_renewed(
-    locker: &Locker,
-    name: &str,
-    expire: Duration,
-) -> Result<LockGuard, LockError> {
+pub async fn try_renewed(locker: &Locker, name: &str, expire: Duration) -> Outcome {
     let request = locker.lock(name).expire(expire).renew(true);
     request.acquire().await
 }
@@ -269,7 +260,7 @@ pub fn spawn_try_lock(
     locker: &Locker,
     name: &str,
     wait: Duration,
-) -> JoinHandle<(Result<LockGuard, LockError>, Instant)> {
+) -> JoinHandle<(Outcome, Instant)> {
     let (locker, name) = (locker.clone(), name.to_owned());
     tokio::spawn(async move {
         let outcome = try_lock(&locker, &name, wait).await;
