@@ -23,11 +23,14 @@
 
 #![cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 
+#[path = "support/deployments.rs"]
+mod deployments;
 #[path = "support/tls.rs"]
 mod tls;
 
 use std::time::{Duration, Instant};
 
+use deployments::{cycle, lock_error, release_now, spawn_try_lock};
 use lockattr::{LockError, Locker, LockerBuilder, redis_lock};
 use tls::{TlsOptions, TlsServer, free_port, pki};
 
@@ -118,6 +121,39 @@ fn assert_certificate_refused(err: &LockError, what: &str) {
     );
 }
 
+/// Asserts that `locker` cannot reach its server ([`assert_refused`]) and
+/// that the error says the server's certificate was refused.
+async fn assert_refused_certificate(locker: &Locker, what: &str) {
+    let err = assert_refused(locker, what).await;
+    assert_certificate_refused(&err, what);
+}
+
+/// A Locker that trusts the private CA pings `server`: it answers.
+async fn trusted_answers(server: &TlsServer) {
+    trusting(&server.url())
+        .build()
+        .unwrap()
+        .ping()
+        .await
+        .unwrap();
+}
+
+/// The guard `waiter` was handed, which must have come within 2 s of
+/// `released_at` (at the release, not at a deadline or a lease's end).
+async fn handed_promptly(
+    waiter: tokio::task::JoinHandle<(deployments::Outcome, Instant)>,
+    released_at: Instant,
+) -> lockattr::LockGuard {
+    let (handed, handed_at) = waiter.await.unwrap();
+    let handed = handed.unwrap();
+    let after = handed_at.duration_since(released_at);
+    assert!(
+        after < Duration::from_secs(2),
+        "handed {after:?} after the release"
+    );
+    handed
+}
+
 /// Subscribers of the wake-up channel of lock `name`, as the server counts them.
 fn wake_subscribers(server: &TlsServer, name: &str) -> u64 {
     let out = server.cli(&["PUBSUB", "NUMSUB", &format!("{}:wake", lock_key(name))]);
@@ -161,14 +197,7 @@ async fn a_private_ca_is_trusted_and_a_waiter_is_handed_the_lock_over_tls() {
     assert!(guard.fencing_token() > 0);
     assert!(server.exists(&lock_key(name)));
 
-    let waiter = tokio::spawn(async move {
-        let guard = other
-            .lock(name)
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await;
-        (guard, Instant::now())
-    });
+    let waiter = spawn_try_lock(&other, name, Duration::from_secs(20));
     // The waiter's Locker subscribes to the lock's release notices; the
     // server has no plain-text port, so that link is TLS too.
     assert!(
@@ -179,17 +208,10 @@ async fn a_private_ca_is_trusted_and_a_waiter_is_handed_the_lock_over_tls() {
     assert!(!waiter.is_finished(), "the waiter got a held lock");
 
     let first_token = guard.fencing_token();
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
-    let (handed, handed_at) = waiter.await.unwrap();
-    let handed = handed.unwrap();
+    let released_at = release_now(guard).await;
     // Handed over at the release, not at the 20 s deadline or the end of
     // the 10 s lease.
-    let after = handed_at.duration_since(released_at);
-    assert!(
-        after < Duration::from_secs(2),
-        "handed {after:?} after the release"
-    );
+    let handed = handed_promptly(waiter, released_at).await;
     assert!(handed.fencing_token() > first_token);
     handed.release().await.unwrap();
     assert!(!server.exists(&lock_key(name)));
@@ -224,38 +246,26 @@ async fn the_insecure_fragment_skips_certificate_checks() {
 async fn the_default_roots_do_not_trust_a_private_ca() {
     let server = TlsServer::start();
     // The same server, trusted through its CA, answers.
-    trusting(&server.url())
-        .build()
-        .unwrap()
-        .ping()
-        .await
-        .unwrap();
+    trusted_answers(&server).await;
 
     let locker = Locker::builder(server.url())
         .connect_timeout(CONNECT)
         .build()
         .unwrap();
-    let err = assert_refused(&locker, "default roots").await;
-    assert_certificate_refused(&err, "default roots");
+    assert_refused_certificate(&locker, "default roots").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unrelated_ca_does_not_vouch_for_the_server() {
     let server = TlsServer::start();
-    trusting(&server.url())
-        .build()
-        .unwrap()
-        .ping()
-        .await
-        .unwrap();
+    trusted_answers(&server).await;
 
     let locker = Locker::builder(server.url())
         .tls_root_ca(pki().other_ca.cert.clone())
         .connect_timeout(CONNECT)
         .build()
         .unwrap();
-    let err = assert_refused(&locker, "unrelated CA").await;
-    assert_certificate_refused(&err, "unrelated CA");
+    assert_refused_certificate(&locker, "unrelated CA").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,8 +274,7 @@ async fn a_certificate_for_another_host_name_is_refused() {
     let server = TlsServer::start_wrong_name();
     for url in [server.url(), server.ip_url()] {
         let locker = trusting(&url).build().unwrap();
-        let err = assert_refused(&locker, &format!("wrong name, {url}")).await;
-        assert_certificate_refused(&err, &format!("wrong name, {url}"));
+        assert_refused_certificate(&locker, &format!("wrong name, {url}")).await;
     }
 }
 
@@ -349,13 +358,7 @@ async fn a_redlock_over_three_mutual_tls_servers() {
     // A first acquisition opens the connections; one that is not open when
     // a majority has answered goes on opening in the background. Every
     // node must then have the Locker in, over mutual TLS.
-    a.lock("tls:warm-up")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&a, "tls:warm-up").await;
     assert!(
         eventually(Duration::from_secs(5), || nodes
             .iter()
@@ -376,32 +379,13 @@ async fn a_redlock_over_three_mutual_tls_servers() {
             .all(|n| n.exists(&fence))),
         "a node never ran the acquisition"
     );
-    let busy = b
-        .lock(name)
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let busy = lock_error(&b, name, Duration::from_millis(300)).await;
     assert!(busy.is_timeout(), "{busy:?}");
 
-    let waiter = tokio::spawn(async move {
-        let guard = b
-            .lock(name)
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await;
-        (guard, Instant::now())
-    });
+    let waiter = spawn_try_lock(&b, name, Duration::from_secs(20));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
-    let (handed, handed_at) = waiter.await.unwrap();
-    let handed = handed.unwrap();
-    let after = handed_at.duration_since(released_at);
-    assert!(
-        after < Duration::from_secs(2),
-        "handed {after:?} after the release"
-    );
+    let released_at = release_now(guard).await;
+    let handed = handed_promptly(waiter, released_at).await;
     handed.release().await.unwrap();
     assert!(
         eventually(Duration::from_secs(2), || holders() == 0),
@@ -514,12 +498,7 @@ async fn a_cluster_over_tls_reaches_the_nodes_it_discovers() {
         used[1] || used[2],
         "every lock landed on the seed; the test shows nothing about discovered nodes"
     );
-    let busy = b
-        .lock(&names[0])
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let busy = lock_error(&b, &names[0], Duration::from_millis(300)).await;
     assert!(busy.is_timeout(), "{busy:?}");
     for guard in guards {
         guard.release().await.unwrap();

@@ -4,6 +4,12 @@
 //! that take a lock or a set with the defaults `takes.rs` does not cover
 //! (no lease, or no acquire time, given). Each acquisition helper is the
 //! builder chain it names, nothing more.
+//!
+//! Standard library, lockattr, redis, tokio and the workspace's test
+//! support only, so that a test file without `mod support` (as `tls.rs`)
+//! can include it: `#[path = "support/deployments.rs"] mod deployments;`.
+
+#![allow(dead_code)] // each test file uses a part of this module
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,8 +19,7 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, LockGuard, LockSetGuard, Locker, LockerBuilder, RedisAddr};
 use tokio::task::JoinHandle;
 
-use super::RedisServer;
-use super::lockers::urls;
+use lockattr_test_support::RedisServer;
 
 /// What an acquisition of one lock, a side or a permit returns.
 pub type Outcome = Result<LockGuard, LockError>;
@@ -37,7 +42,9 @@ where
 /// A Redlock Locker over `nodes` with the restarted-node delay off, the
 /// other settings left at their defaults.
 pub fn fresh_redlock(nodes: &[RedisServer]) -> Locker {
-    no_delay_redlock(urls(nodes)).build().unwrap()
+    no_delay_redlock(nodes.iter().map(RedisServer::url))
+        .build()
+        .unwrap()
 }
 
 /// `redis://user:password@127.0.0.1:<port>/`: `server` as the ACL user
