@@ -17,7 +17,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, LockGuard, Locker, redis_lock};
+use lockattr::{LockError, LockGuard, Locker, LockerBuilder, RedisAddr, redis_lock};
+use support::deployments::{hold_for, lock_error, release_now, spawn_try_lock, try_lock};
 use support::free_port;
 use support::lock_key;
 use support::sentinel::{Auth, SETTLE, SentinelSet};
@@ -30,11 +31,21 @@ const BOUND: Duration = Duration::from_secs(5);
 /// Upper bound used to detect a hang (the test fails instead of blocking).
 const HANG: Duration = Duration::from_secs(40);
 
-/// A Locker on the set's master through its sentinels, with short timeouts.
-fn quick_locker(set: &SentinelSet) -> Locker {
-    Locker::sentinel_builder(set.name.as_str(), set.sentinel_urls())
+/// A builder of a Locker on the master `name` through `sentinels`, with
+/// short connect and response timeouts ([`QUICK`]).
+fn quick_builder<I>(name: &str, sentinels: I) -> LockerBuilder
+where
+    I: IntoIterator,
+    I::Item: RedisAddr,
+{
+    Locker::sentinel_builder(name, sentinels)
         .connect_timeout(QUICK)
         .response_timeout(QUICK)
+}
+
+/// A Locker on the set's master through its sentinels, with short timeouts.
+fn quick_locker(set: &SentinelSet) -> Locker {
+    quick_builder(&set.name, set.sentinel_urls())
         .build()
         .unwrap()
 }
@@ -96,19 +107,10 @@ async fn acquire_through_switch(
 /// the waiter got the lock.
 async fn hand_over(holder: &Locker, waiter: &Locker, name: &str) -> Duration {
     let guard = holder.lock(name).acquire().await.unwrap();
-    let (waiter, owned) = (waiter.clone(), name.to_owned());
-    let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock(owned)
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await;
-        (guard, Instant::now())
-    });
+    let waiting = spawn_try_lock(waiter, name, Duration::from_secs(20));
     // Let it start waiting.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
+    let released_at = release_now(guard).await;
     let (got, at) = no_hang("the waiter", waiting).await.unwrap();
     got.unwrap_or_else(|e| panic!("the waiter for {name}: {e:?}"))
         .release()
@@ -132,12 +134,7 @@ async fn locks_on_the_master_the_sentinels_name() {
 
     // Another Locker through the same sentinels sees it held.
     let other = Locker::sentinel(&set.name, set.sentinel_urls()).unwrap();
-    let err = other
-        .lock("order:1")
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = lock_error(&other, "order:1", Duration::from_millis(300)).await;
     assert!(err.is_timeout(), "{err:?}");
 
     guard.release().await.unwrap();
@@ -192,12 +189,7 @@ async fn the_same_locker_follows_the_master_after_a_failover() {
     let token_before = before.fencing_token();
     before.release().await.unwrap();
     // Held through the failover, with a lease longer than the test.
-    let held = locker
-        .lock("held")
-        .expire(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap();
+    let held = hold_for(&locker, "held", Duration::from_secs(60)).await;
     set.wait_replicated();
 
     set.kill_master();
@@ -231,10 +223,7 @@ async fn the_same_locker_follows_the_master_after_a_failover() {
     // Once the switch is over, no more errors.
     for i in 0..5 {
         locker.ping().await.unwrap();
-        let guard = locker
-            .lock(format!("after:{i}"))
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
+        let guard = try_lock(&locker, &format!("after:{i}"), Duration::ZERO)
             .await
             .unwrap();
         guard.release().await.unwrap();
@@ -264,19 +253,10 @@ async fn a_waiter_caught_in_a_failover_returns_within_its_acquire_time() {
     let mut set = SentinelSet::start("lockattr-waiter");
     let holder = quick_locker(&set);
     let waiter = quick_locker(&set);
-    let held = holder
-        .lock("queue")
-        .expire(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap();
+    let held = hold_for(&holder, "queue", Duration::from_secs(60)).await;
 
     let waiting = tokio::spawn(async move {
-        let result = waiter
-            .lock("queue")
-            .acquire_timeout(PATIENT)
-            .acquire()
-            .await;
+        let result = try_lock(&waiter, "queue", PATIENT).await;
         (result, Instant::now(), waiter)
     });
     // The waiter is waiting, and what it left on the master is on the replica.
@@ -369,10 +349,7 @@ async fn a_demoted_master_is_left_for_the_new_one() {
     );
     guard.release().await.unwrap();
     for i in 0..3 {
-        let guard = locker
-            .lock(format!("after:{i}"))
-            .acquire_timeout(Duration::ZERO)
-            .acquire()
+        let guard = try_lock(&locker, &format!("after:{i}"), Duration::ZERO)
             .await
             .unwrap();
         assert!(set.exists_on(new, &lock_key(&format!("after:{i}"))));
@@ -393,9 +370,7 @@ async fn master_auth_for_a_master_with_a_password() {
     );
     let master = set.master_port();
     let build = |urls: Vec<String>, auth: Option<&str>| {
-        let mut builder = Locker::sentinel_builder(set.name.as_str(), urls)
-            .connect_timeout(QUICK)
-            .response_timeout(QUICK);
+        let mut builder = quick_builder(&set.name, urls);
         if let Some(pw) = auth {
             builder = builder.master_auth("default", pw);
         }
@@ -474,9 +449,7 @@ async fn master_auth_for_a_master_with_a_password() {
 async fn an_unknown_master_name_is_a_clear_error() {
     let set = SentinelSet::start("lockattr-known");
     let urls = set.sentinel_urls();
-    let locker = Locker::sentinel_builder("no-such-master", urls.iter().map(String::as_str))
-        .connect_timeout(QUICK)
-        .response_timeout(QUICK)
+    let locker = quick_builder("no-such-master", urls.iter().map(String::as_str))
         .build()
         .unwrap();
 
@@ -524,9 +497,7 @@ async fn sentinels_all_down_give_connection_errors() {
     let nobody: Vec<String> = (0..3)
         .map(|_| format!("redis://127.0.0.1:{}/", free_port()))
         .collect();
-    let locker = Locker::sentinel_builder("lockattr-nobody", nobody.clone())
-        .connect_timeout(QUICK)
-        .response_timeout(QUICK)
+    let locker = quick_builder("lockattr-nobody", nobody.clone())
         .build()
         .unwrap();
     assert_down(&locker).await;
@@ -535,11 +506,7 @@ async fn sentinels_all_down_give_connection_errors() {
     // One sentinel that answers is enough.
     let mut some_down = nobody.clone();
     some_down.push(set.sentinel_urls()[2].clone());
-    let partial = Locker::sentinel_builder(set.name.as_str(), some_down)
-        .connect_timeout(QUICK)
-        .response_timeout(QUICK)
-        .build()
-        .unwrap();
+    let partial = quick_builder(&set.name, some_down).build().unwrap();
     let guard = partial.lock("some").acquire().await.unwrap();
     assert!(set.exists_on(set.master_port(), &lock_key("some")));
     guard.release().await.unwrap();
@@ -607,12 +574,7 @@ async fn the_attribute_locks_through_a_sentinel_locker() {
 
     // Held by another Locker: the attribute reports the busy lock.
     let other = quick_locker(&set);
-    let _held = other
-        .lock("sentinel:job:3")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let _held = hold_for(&other, "sentinel:job:3", Duration::from_secs(30)).await;
     let err = locked_job_busy(&locker, 3, &set).await.unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
 }
