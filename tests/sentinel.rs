@@ -56,6 +56,22 @@ async fn no_hang<T>(what: &str, f: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what} did not return within {HANG:?}"))
 }
 
+/// One acquisition of `name` by `locker` with `acquire_time`, which must
+/// fail without hanging ([`no_hang`], as `what`): its error, and when it
+/// was asked for.
+async fn refused(
+    locker: &Locker,
+    what: &str,
+    name: &str,
+    acquire_time: Duration,
+) -> (LockError, Instant) {
+    let start = Instant::now();
+    let err = no_hang(what, try_lock(locker, name, acquire_time))
+        .await
+        .unwrap_err();
+    (err, start)
+}
+
 /// The error's message and those of its sources.
 fn chain(err: &LockError) -> String {
     let mut text = err.to_string();
@@ -81,7 +97,7 @@ async fn acquire_through_switch(
     loop {
         let attempt = no_hang(
             "acquire during a failover",
-            locker.lock(name).acquire_timeout(Duration::ZERO).acquire(),
+            try_lock(locker, name, Duration::ZERO),
         )
         .await;
         match attempt {
@@ -397,16 +413,7 @@ async fn master_auth_for_a_master_with_a_password() {
     ];
     for (what, locker) in cases {
         for acquire_time in [Duration::ZERO, Duration::from_secs(1)] {
-            let start = Instant::now();
-            let err = no_hang(
-                what,
-                locker
-                    .lock("secret")
-                    .acquire_timeout(acquire_time)
-                    .acquire(),
-            )
-            .await
-            .unwrap_err();
+            let (err, start) = refused(&locker, what, "secret", acquire_time).await;
             let elapsed = start.elapsed();
             let text = chain(&err);
             assert!(
@@ -463,13 +470,7 @@ async fn an_unknown_master_name_is_a_clear_error() {
     );
 
     for acquire_time in [Duration::ZERO, Duration::from_secs(1)] {
-        let start = Instant::now();
-        let err = no_hang(
-            "acquire",
-            locker.lock("x").acquire_timeout(acquire_time).acquire(),
-        )
-        .await
-        .unwrap_err();
+        let (err, start) = refused(&locker, "acquire", "x", acquire_time).await;
         let elapsed = start.elapsed();
         assert!(
             elapsed < acquire_time + BOUND,
@@ -523,13 +524,7 @@ async fn assert_down(locker: &Locker) {
     assert!(err.is_connection(), "ping: {err:?}");
     assert!(start.elapsed() < BOUND, "ping took {:?}", start.elapsed());
     for acquire_time in [Duration::ZERO, Duration::from_secs(1)] {
-        let start = Instant::now();
-        let err = no_hang(
-            "acquire",
-            locker.lock("x").acquire_timeout(acquire_time).acquire(),
-        )
-        .await
-        .unwrap_err();
+        let (err, start) = refused(locker, "acquire", "x", acquire_time).await;
         assert!(err.is_connection(), "acquire: {err:?}");
         assert!(
             start.elapsed() < acquire_time + BOUND,
