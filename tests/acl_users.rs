@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::deployments::{
-    acl_setuser, hold_for, joined, lock_error, readme_user as restricted_user, spawn_try_set,
-    try_renewed, user_url,
+    acl_setuser, held_at_least, hold_for, joined, lock_error, readme_user as restricted_user,
+    spawn_try_set, try_lock, try_renewed, try_renewed_read, try_write_lock, user_url,
 };
 use support::takes::try_take;
 use support::{RedisServer, lock_key};
@@ -40,11 +40,7 @@ async fn every_operation(server: &RedisServer, url: &str) {
         .unwrap_or_else(|e| panic!("acquire: {e}; refused: {}", refused(server)));
     let waiter = tokio::spawn(async move {
         let start = Instant::now();
-        let guard = other
-            .lock("acl:order")
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await;
+        let guard = try_lock(&other, "acl:order", Duration::from_secs(20)).await;
         (guard, start.elapsed())
     });
     // Past the lease: renewal keeps it.
@@ -68,12 +64,7 @@ async fn every_operation(server: &RedisServer, url: &str) {
     assert!(handed.fencing_token() > 0);
     handed.release().await.unwrap();
 
-    let held = locker
-        .lock("acl:report")
-        .hold_at_least(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap();
+    let held = held_at_least(&locker, "acl:report", Duration::from_secs(2)).await;
     held.release()
         .await
         .unwrap_or_else(|e| panic!("release within the hold: {e}; refused: {}", refused(server)));
@@ -229,19 +220,11 @@ async fn read_write_locks_with_the_readmes_additions() {
     let url = user_url(&server, "app", "app-pw");
     let locker = Locker::new(&url).unwrap();
     let other = Locker::new(&url).unwrap();
-    let reader = locker
-        .read_lock("acl:catalog")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
+    let reader = try_renewed_read(&locker, "acl:catalog", Duration::from_millis(600))
         .await
         .unwrap_or_else(|e| panic!("read: {e}; refused: {}", refused(&server)));
     let writer = tokio::spawn(async move {
-        other
-            .write_lock("acl:catalog")
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
+        try_write_lock(&other, "acl:catalog", Duration::from_secs(20)).await
     });
     // Past the lease: renewal keeps the reader, and the writer waits.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -252,11 +235,13 @@ async fn read_write_locks_with_the_readmes_additions() {
     );
     reader.extend(Duration::from_secs(5)).await.unwrap();
     reader.release().await.unwrap();
-    let writer = tokio::time::timeout(Duration::from_secs(5), writer)
-        .await
-        .expect("the writer was not handed the lock")
-        .unwrap()
-        .unwrap_or_else(|e| panic!("write: {e}; refused: {}", refused(&server)));
+    let writer = joined(
+        writer,
+        Duration::from_secs(5),
+        "the writer was not handed the lock",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("write: {e}; refused: {}", refused(&server)));
     assert!(writer.fencing_token() > 0);
     writer.release().await.unwrap();
 }

@@ -152,6 +152,13 @@ pub async fn try_read_lock(locker: &Locker, name: &str, wait: Duration) -> Outco
     locker.read_lock(name).acquire_timeout(wait).acquire().await
 }
 
+/// The read side of read-write lock `name` with a lease of `expire`,
+/// renewed, and the default acquire time: the outcome.
+pub async fn try_renewed_read(locker: &Locker, name: &str, expire: Duration) -> Outcome {
+    let request = locker.read_lock(name).expire(expire).renew(true);
+    request.acquire().await
+}
+
 /// The write side of read-write lock `name` with the default lease,
 /// waiting up to `wait`: the outcome.
 pub async fn try_write_lock(locker: &Locker, name: &str, wait: Duration) -> Outcome {
@@ -179,6 +186,14 @@ pub async fn try_renewed(locker: &Locker, name: &str, expire: Duration) -> Outco
 /// [`try_renewed`], which must succeed.
 pub async fn renewed(locker: &Locker, name: &str, expire: Duration) -> LockGuard {
     try_renewed(locker, name, expire).await.unwrap()
+}
+
+/// The lock `name` with the default lease and acquire time, kept at least
+/// `hold` (a release within it leaves the lock for what remains), which
+/// must be taken.
+pub async fn held_at_least(locker: &Locker, name: &str, hold: Duration) -> LockGuard {
+    let request = locker.lock(name).hold_at_least(hold);
+    request.acquire().await.unwrap()
 }
 
 /// Releases `guard`, which must succeed: when the release began.
