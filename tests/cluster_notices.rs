@@ -6,10 +6,11 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use lockattr::{LockError, LockGuard, Locker};
+use lockattr::{LockGuard, Locker};
 use support::cluster::Cluster;
+use support::deployments::{Outcome, acl_setuser, hold_for, spawn_try_lock, try_lock, user_url};
 use support::{eventually, keys, lock_key};
 use tokio::task::JoinHandle;
 
@@ -30,26 +31,15 @@ fn subscribers(cluster: &Cluster, node: usize, numsub: &str, channel: &str) -> i
 }
 
 /// `holder` takes `name` for 30 s, and a task waits for it on `waiting`
-/// (20 s of acquire time): the guard, and the waiting task.
+/// (20 s of acquire time): the guard, and the waiting task (its outcome
+/// and when it came).
 async fn held_with_a_waiter(
     holder: &Locker,
     waiting: &Locker,
     name: &str,
-) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
-    let guard = holder
-        .lock(name)
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let (waiting, name) = (waiting.clone(), name.to_owned());
-    let waiter = tokio::spawn(async move {
-        waiting
-            .lock(&name)
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+) -> (LockGuard, JoinHandle<(Outcome, Instant)>) {
+    let guard = hold_for(holder, name, Duration::from_secs(30)).await;
+    let waiter = spawn_try_lock(waiting, name, Duration::from_secs(20));
     (guard, waiter)
 }
 
@@ -74,7 +64,7 @@ async fn hand_over_on_each_master(cluster: &Cluster, numsub: &str) {
         }
         let before = guard.fencing_token();
         guard.release().await.unwrap();
-        let handed = waiter.await.unwrap().unwrap();
+        let handed = waiter.await.unwrap().0.unwrap();
         assert!(handed.fencing_token() > before);
         handed.release().await.unwrap();
     }
@@ -150,7 +140,7 @@ async fn a_waiter_follows_its_slot_to_another_master() {
 
     let (before, spublished) = (guard.fencing_token(), cluster.calls("spublish"));
     guard.release().await.unwrap();
-    let handed = waiter.await.unwrap().unwrap();
+    let handed = waiter.await.unwrap().0.unwrap();
     assert!(handed.fencing_token() > before);
     assert_eq!(cluster.calls("spublish") - spublished, 1);
     handed.release().await.unwrap();
@@ -162,26 +152,22 @@ async fn a_waiter_follows_its_slot_to_another_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_refused_the_shard_commands_gets_publish_and_subscribe() {
     let cluster = Cluster::start();
+    let rules = [
+        "on",
+        ">secret",
+        "~*",
+        "&*",
+        "+@all",
+        "-spublish",
+        "-ssubscribe",
+    ];
     for node in &cluster.nodes {
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("locker")
-            .arg(&[
-                "on",
-                ">secret",
-                "~*",
-                "&*",
-                "+@all",
-                "-spublish",
-                "-ssubscribe",
-            ])
-            .query(&mut node.client())
-            .unwrap();
+        acl_setuser(node, "locker", &rules);
     }
     let urls: Vec<String> = cluster
         .nodes
         .iter()
-        .map(|n| format!("redis://locker:secret@127.0.0.1:{}/", n.port))
+        .map(|n| user_url(n, "locker", "secret"))
         .collect();
     let (holder, waiting) = (
         Locker::cluster(urls.clone()).unwrap(),
@@ -199,7 +185,7 @@ async fn a_user_refused_the_shard_commands_gets_publish_and_subscribe() {
     );
     let before = guard.fencing_token();
     guard.release().await.unwrap();
-    let handed = waiter.await.unwrap().unwrap();
+    let handed = waiter.await.unwrap().0.unwrap();
     assert!(handed.fencing_token() > before);
     assert_eq!(cluster.calls("publish") - published, 1);
     assert_eq!(cluster.calls("spublish"), 0);
@@ -250,10 +236,7 @@ fn each_runtime_listens_on_the_shard_with_a_connection_of_its_own() {
         let waiting = waiting.clone();
         waiters.push(std::thread::spawn(move || {
             support::current_thread().block_on(async {
-                let guard = waiting
-                    .lock(&name)
-                    .acquire_timeout(Duration::from_secs(20))
-                    .acquire()
+                let guard = try_lock(&waiting, &name, Duration::from_secs(20))
                     .await
                     .unwrap();
                 let token = guard.fencing_token();
