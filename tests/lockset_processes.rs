@@ -11,8 +11,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::Locker;
-use support::RedisServer;
 use support::children::{CHILD_INDEX, run_children, start_together};
+use support::deployments::{lock_server_and_store, take_set};
 
 const CHILDREN: usize = 4;
 const TASKS: usize = 2;
@@ -24,19 +24,21 @@ const CHILD_STORE: &str = "LOCKATTR_SET_CHILD_STORE";
 /// Printed when a child's tasks are done.
 const DONE: &str = "LOCKATTR_SET_CHILD_DONE";
 
+/// Runs `command` (`INCR`, `DECR`) on `key` in the store: the counter's
+/// new value.
+async fn count(store: &mut redis::aio::MultiplexedConnection, command: &str, key: &str) -> i64 {
+    redis::cmd(command)
+        .arg(key)
+        .query_async(store)
+        .await
+        .unwrap()
+}
+
 async fn critical_section(store: &mut redis::aio::MultiplexedConnection) {
     for name in ["a", "b"] {
-        let inside: i64 = redis::cmd("INCR")
-            .arg(format!("inside:{name}"))
-            .query_async(store)
-            .await
-            .unwrap();
+        let inside = count(store, "INCR", &format!("inside:{name}")).await;
         if inside != 1 {
-            let _: i64 = redis::cmd("INCR")
-                .arg("overlaps")
-                .query_async(store)
-                .await
-                .unwrap();
+            count(store, "INCR", "overlaps").await;
         }
     }
     for name in ["a", "b"] {
@@ -54,11 +56,7 @@ async fn critical_section(store: &mut redis::aio::MultiplexedConnection) {
             .unwrap();
     }
     for name in ["a", "b"] {
-        let _: i64 = redis::cmd("DECR")
-            .arg(format!("inside:{name}"))
-            .query_async(store)
-            .await
-            .unwrap();
+        count(store, "DECR", &format!("inside:{name}")).await;
     }
 }
 
@@ -91,13 +89,8 @@ fn child_worker() {
             tasks.push(tokio::spawn(async move {
                 let mut store = store.get_multiplexed_async_connection().await.unwrap();
                 for _ in 0..ROUNDS {
-                    let guard = locker
-                        .lock_all(names)
-                        .expire(Duration::from_secs(30))
-                        .acquire_timeout(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .unwrap();
+                    let (expire, wait) = (Duration::from_secs(30), Duration::from_secs(60));
+                    let guard = take_set(&locker, &names, expire, wait).await;
                     critical_section(&mut store).await;
                     guard.release().await.unwrap();
                 }
@@ -112,10 +105,8 @@ fn child_worker() {
 
 #[test]
 fn opposite_orders_in_processes_neither_deadlock_nor_overlap() {
-    let server = RedisServer::start();
     // The test's own counters only, without a TTL (see support::audit).
-    let store = RedisServer::start();
-    store.allow_untimed("*");
+    let (server, store) = lock_server_and_store();
     let (url, store_url) = (server.url(), store.url());
     run_children(
         "child_worker",

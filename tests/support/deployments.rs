@@ -29,6 +29,15 @@ pub fn start_nodes(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
 }
 
+/// A lock server, and a store server for the test's own counters (kept
+/// without a TTL: the store's audit allows every key).
+pub fn lock_server_and_store() -> (RedisServer, RedisServer) {
+    let server = RedisServer::start();
+    let store = RedisServer::start();
+    store.allow_untimed("*");
+    (server, store)
+}
+
 /// A Redlock builder over `urls` with the restarted-node delay off (for
 /// fresh nodes, all "young"), for a test to add its settings to.
 pub fn no_delay_redlock<I>(urls: I) -> LockerBuilder
