@@ -303,11 +303,11 @@ pub fn spawn_try_lock(
 /// `names` (default lease): its outcome, and when it came.
 pub fn spawn_try_set(
     locker: &Locker,
-    names: &[&str],
+    names: &[impl AsRef<str>],
     wait: Duration,
 ) -> JoinHandle<(Result<LockSetGuard, LockError>, Instant)> {
     let locker = locker.clone();
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
     tokio::spawn(async move {
         let outcome = try_set(&locker, &names, wait).await;
         (outcome, Instant::now())
