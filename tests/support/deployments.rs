@@ -285,6 +285,21 @@ pub async fn cycle_set(locker: &Locker, names: &[impl AsRef<str>]) {
     guard.release().await.unwrap();
 }
 
+/// A task that runs `acquisition`: its outcome, and when it came.
+fn spawn_timed<T: Send + 'static>(
+    acquisition: impl Future<Output = T> + Send + 'static,
+) -> JoinHandle<(T, Instant)> {
+    tokio::spawn(async move {
+        let outcome = acquisition.await;
+        (outcome, Instant::now())
+    })
+}
+
+/// The names, owned (for a task).
+fn owned(names: &[impl AsRef<str>]) -> Vec<String> {
+    names.iter().map(|n| n.as_ref().to_owned()).collect()
+}
+
 /// A task of (a clone of) `locker` that waits up to `wait` for the lock
 /// `name` (default lease): its outcome, and when it came.
 pub fn spawn_try_lock(
@@ -293,10 +308,7 @@ pub fn spawn_try_lock(
     wait: Duration,
 ) -> JoinHandle<(Outcome, Instant)> {
     let (locker, name) = (locker.clone(), name.to_owned());
-    tokio::spawn(async move {
-        let outcome = try_lock(&locker, &name, wait).await;
-        (outcome, Instant::now())
-    })
+    spawn_timed(async move { try_lock(&locker, &name, wait).await })
 }
 
 /// A task of (a clone of) `locker` that waits up to `wait` for the set
@@ -306,12 +318,8 @@ pub fn spawn_try_set(
     names: &[impl AsRef<str>],
     wait: Duration,
 ) -> JoinHandle<(Result<LockSetGuard, LockError>, Instant)> {
-    let locker = locker.clone();
-    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
-    tokio::spawn(async move {
-        let outcome = try_set(&locker, &names, wait).await;
-        (outcome, Instant::now())
-    })
+    let (locker, names) = (locker.clone(), owned(names));
+    spawn_timed(async move { try_set(&locker, &names, wait).await })
 }
 
 /// A task of (a clone of) `locker` that waits up to `wait` for the set
@@ -322,12 +330,8 @@ pub fn spawn_take_set(
     expire: Duration,
     wait: Duration,
 ) -> JoinHandle<(Result<LockSetGuard, LockError>, Instant)> {
-    let locker = locker.clone();
-    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
-    tokio::spawn(async move {
-        let outcome = try_take_set(&locker, &names, expire, wait).await;
-        (outcome, Instant::now())
-    })
+    let (locker, names) = (locker.clone(), owned(names));
+    spawn_timed(async move { try_take_set(&locker, &names, expire, wait).await })
 }
 
 /// What `task` returns, waited for at most `within`: fails with `what`
