@@ -22,8 +22,12 @@ use std::time::Duration;
 
 use lockattr::{LockError, LockKey, Locker, redis_lock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::attrs::{
+    LOSS_WAIT, assert_queued_and_subscribed, capped, del, lost_within, renewed, renewed_all,
+    spawn_wait, spawn_wait_all, try_take_all,
+};
 use support::lockers::locker;
-use support::{RedisServer, eventually, keys, lock_key};
+use support::{RedisServer, eventually, lock_key};
 
 /// A metric's name and its labels, sorted.
 type Series = (String, Vec<(String, String)>);
@@ -118,6 +122,23 @@ fn recorded() -> Totals {
     totals.clone()
 }
 
+/// Starts a server and a Locker of it, and the recorder.
+fn metered() -> (RedisServer, Locker) {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    recorded();
+    (server, locker)
+}
+
+/// Starts a server and two Lockers of it (a holder's and a waiter's), and
+/// the recorder.
+fn metered_pair() -> (RedisServer, Locker, Locker) {
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    recorded();
+    (server, holders, waiters)
+}
+
 /// Asserts that none of `names` is a `lock` label.
 fn no_full_names(names: &[&str]) {
     let labels = recorded().lock_labels();
@@ -165,9 +186,7 @@ async fn pay_now(locker: &Locker, order_id: u64) -> Result<(), LockError> {
 /// never `order:7`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attribute_labels_by_its_name_template() {
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    recorded();
+    let (_server, locker) = metered();
 
     assert_eq!(pay(&locker, 7).await.unwrap(), 1.0, "held inside the body");
     let blocking = locker.clone();
@@ -228,9 +247,7 @@ fn refund(locker: &Locker, id: u64) -> Result<(), LockError> {
 /// name any number of locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_from_a_value_is_labelled_with_the_function_path() {
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    recorded();
+    let (_server, locker) = metered();
     settle(&Invoice { id: 3 }, &locker).await.unwrap();
     let blocking = locker.clone();
     tokio::task::spawn_blocking(move || refund(&blocking, 4).unwrap())
@@ -253,9 +270,7 @@ async fn a_name_from_a_value_is_labelled_with_the_function_path() {
 /// when it has none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_builder_labels_by_kind_or_the_name_before_its_first_colon() {
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    recorded();
+    let (_server, locker) = metered();
     let kinded = locker
         .lock("nightly-2024-06-01")
         .kind("nightly")
@@ -293,9 +308,7 @@ async fn the_builder_labels_by_kind_or_the_name_before_its_first_colon() {
 /// lives and is a hold sample once released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_counts_one_acquisition_under_its_kinds() {
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    recorded();
+    let (_server, locker) = metered();
     let label = &[("lock", "[mset]")];
     let guard = locker
         .lock_all(["mset:2", "mset:1"])
@@ -343,21 +356,14 @@ async fn a_set_counts_one_acquisition_under_its_kinds() {
 /// name stays held counts a timeout and a wait `outcome = "timeout"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_that_waited_or_timed_out_is_measured() {
-    let server = RedisServer::start();
-    let (holders, waiters) = (locker(&server), locker(&server));
-    recorded();
+    let (_server, holders, waiters) = metered_pair();
     let label = &[("lock", "[mwait]")];
     let holder = holders.lock("mwait:b").acquire().await.unwrap();
-    let waiter = tokio::spawn({
-        let waiters = waiters.clone();
-        async move {
-            waiters
-                .lock_all(["mwait:a", "mwait:b"])
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_wait_all(
+        waiters.clone(),
+        &["mwait:a", "mwait:b"],
+        Duration::from_secs(20),
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(recorded().gauge(WAITING, label), 1.0, "the set waits");
     holder.release().await.unwrap();
@@ -371,12 +377,13 @@ async fn a_set_that_waited_or_timed_out_is_measured() {
     guard.release().await.unwrap();
 
     let holder = holders.lock("mwait:a").acquire().await.unwrap();
-    let err = waiters
-        .lock_all(["mwait:a", "mwait:b"])
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = try_take_all(
+        &waiters,
+        &["mwait:a", "mwait:b"],
+        Duration::from_millis(300),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     holder.release().await.unwrap();
     let totals = recorded();
@@ -400,29 +407,16 @@ async fn transfer(locker: &Locker, from: u64, to: u64) -> Result<f64, LockError>
 /// a name of a renewed set deleted under it is a loss of that label.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_annotated_set_is_labelled_with_its_templates() {
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    recorded();
+    let (server, locker) = metered();
     assert_eq!(transfer(&locker, 1, 2).await.unwrap(), 2.0);
     let totals = recorded();
     assert_eq!(totals.counter(ACQUISITIONS, TRANSFER), 1);
     assert_eq!(totals.gauge(HELD, TRANSFER), 0.0);
     assert_eq!(totals.samples(HOLD, TRANSFER).len(), 2);
 
-    let guard = locker
-        .lock_all(["mlost:a", "mlost:b"])
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(lock_key("mlost:a"))
-        .query(&mut server.client())
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the loss is seen");
+    let guard = renewed_all(&locker, &["mlost:a", "mlost:b"], Duration::from_millis(600)).await;
+    del(&server, &lock_key("mlost:a"));
+    lost_within(LOSS_WAIT, guard.lost(), "the loss is seen").await;
     let lost = eventually(Duration::from_secs(5), || {
         recorded().counter(LOSSES, &[("lock", "[mlost]"), ("reason", "taken")]) == 1
     });
@@ -437,32 +431,20 @@ async fn an_annotated_set_is_labelled_with_its_templates() {
 /// holder's release, it counts a hand-over and an acquisition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_is_counted_and_a_waiter_gauged() {
-    let server = RedisServer::start();
-    let (holders, waiters) = (locker(&server), locker(&server));
-    recorded();
+    let (server, holders, waiters) = metered_pair();
     let relay = &[("lock", "relay")];
     let holder = holders.lock("relay:1").acquire().await.unwrap();
-    let waiter = tokio::spawn(async move {
-        waiters
-            .lock("relay:1")
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
-    let queue = keys::lock("relay:1").queue;
-    let ready = eventually(Duration::from_secs(5), || {
-        server.exists(&queue) && server.pubsub_clients() == 1
-    });
-    assert!(ready.is_some(), "the waiter never queued and subscribed");
+    let waiter = spawn_wait(waiters, "relay:1", Duration::from_secs(20));
+    assert_queued_and_subscribed(&server, "relay:1");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(recorded().gauge(WAITING, relay), 1.0, "one caller waits");
     holder.release().await.unwrap();
     let guard = waiter.await.unwrap().unwrap();
     let totals = recorded();
+    let handed = totals.samples(WAIT, &[("lock", "relay"), ("outcome", "handed_over")]);
     assert_eq!(totals.counter(HANDOVERS, relay), 1);
     assert_eq!(totals.counter(ACQUISITIONS, relay), 2);
     assert_eq!(totals.gauge(WAITING, relay), 0.0);
-    let handed = totals.samples(WAIT, &[("lock", "relay"), ("outcome", "handed_over")]);
     assert_eq!(handed.len(), 1);
     assert!(handed[0] >= 0.3, "waited for the release: {handed:?}");
     guard.release().await.unwrap();
@@ -476,42 +458,26 @@ async fn a_hand_over_is_counted_and_a_waiter_gauged() {
 /// renewals and a loss `reason = "unrenewed"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losses_and_renewal_failures_are_counted() {
-    let mut server = RedisServer::start();
-    let locker = locker(&server);
-    recorded();
+    let (mut server, locker) = metered();
     let lease = &[("lock", "lease")];
 
-    let taken = locker
-        .lock("lease:taken")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(lock_key("lease:taken"))
-        .query(&mut server.client())
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), taken.lost())
-        .await
-        .expect("the renewal sees the loss");
+    let taken = renewed(&locker, "lease:taken", Duration::from_millis(600)).await;
+    del(&server, &lock_key("lease:taken"));
+    lost_within(LOSS_WAIT, taken.lost(), "the renewal sees the loss").await;
     drop(taken);
     assert_eq!(
         recorded().counter(LOSSES, &[("lock", "lease"), ("reason", "taken")]),
         1
     );
 
-    let unrenewed = locker
-        .lock("lease:unrenewed")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let unrenewed = renewed(&locker, "lease:unrenewed", Duration::from_millis(600)).await;
     server.kill();
-    tokio::time::timeout(Duration::from_secs(5), unrenewed.lost())
-        .await
-        .expect("renewals fail for a whole lease");
+    lost_within(
+        LOSS_WAIT,
+        unrenewed.lost(),
+        "renewals fail for a whole lease",
+    )
+    .await;
     let totals = recorded();
     assert_eq!(
         totals.counter(LOSSES, &[("lock", "lease"), ("reason", "unrenewed")]),
@@ -527,19 +493,10 @@ async fn losses_and_renewal_failures_are_counted() {
 /// `reason = "renew_for"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loss_after_the_renewal_cap_is_counted() {
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    recorded();
-    let capped = locker
-        .lock("cap:renew_for")
-        .expire(Duration::from_millis(600))
-        .renew_for(Duration::from_millis(800))
-        .acquire()
-        .await
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), capped.lost())
-        .await
-        .expect("the lease runs out after the cap");
+    let (_server, locker) = metered();
+    let (lease, cap) = (Duration::from_millis(600), Duration::from_millis(800));
+    let capped = capped(&locker, "cap:renew_for", lease, cap).await;
+    lost_within(LOSS_WAIT, capped.lost(), "the lease runs out after the cap").await;
     drop(capped);
     assert_eq!(
         recorded().counter(LOSSES, &[("lock", "cap"), ("reason", "renew_for")]),

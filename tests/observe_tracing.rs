@@ -19,8 +19,12 @@ use std::fmt::Debug;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, Locker, redis_lock};
-use support::lockers::locker;
+use lockattr::{LockError, LockSetGuard, Locker, redis_lock};
+use support::attrs::{
+    LOSS_WAIT, assert_queued_and_subscribed, capped, del, lost_within, renewed, renewed_all,
+    renewed_blocking, spawn_wait, spawn_wait_all, try_take_all, try_wait,
+};
+use support::lockers::{labelled, locker};
 use support::{RedisServer, eventually, keys, lock_key};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -182,6 +186,85 @@ fn events(lock: &str) -> Vec<Seen> {
         .collect()
 }
 
+/// Installs the recording subscriber, then starts a server.
+fn traced_server() -> RedisServer {
+    capture();
+    RedisServer::start()
+}
+
+/// Installs the recording subscriber, then starts a server and a Locker
+/// of it.
+fn traced() -> (RedisServer, Locker) {
+    capture();
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    (server, locker)
+}
+
+/// Installs the recording subscriber, then starts a server and two Lockers
+/// of it: a holder's and a waiter's.
+fn traced_pair() -> (RedisServer, Locker, Locker) {
+    capture();
+    let server = RedisServer::start();
+    let (holders, waiters) = (locker(&server), locker(&server));
+    (server, holders, waiters)
+}
+
+/// The events of lock `lock` whose message starts with `message`.
+fn events_starting(lock: &str, message: &str) -> Vec<Seen> {
+    events(lock)
+        .into_iter()
+        .filter(|e| e.name.starts_with(message))
+        .collect()
+}
+
+/// The events of lock `lock` whose message is `message`.
+fn events_named(lock: &str, message: &str) -> Vec<Seen> {
+    events(lock)
+        .into_iter()
+        .filter(|e| e.name == message)
+        .collect()
+}
+
+/// The event whose message is `message`, which must have happened in a
+/// `hold` span: the event, and that span's fields.
+fn in_hold_span(message: &str) -> (Seen, BTreeMap<String, String>) {
+    let event = seen()
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|s| s.what == "event" && s.name == message)
+        .cloned()
+        .unwrap_or_else(|| panic!("no event {message:?}"));
+    let (name, fields) = event.scope.first().expect("the event is in a span");
+    assert_eq!(name, "hold", "{event:#?}");
+    let fields = fields.clone();
+    (event, fields)
+}
+
+/// Asserts that `forced` is one WARN event under `lockattr`, forced by
+/// the Locker labelled `ops-console`, none of whose fields holds `token`.
+fn assert_forced_once(forced: &[Seen], token: &str) {
+    assert_eq!(forced.len(), 1, "{forced:#?}");
+    assert_eq!(forced[0].level, tracing::Level::WARN);
+    assert_eq!(forced[0].target, "lockattr");
+    assert_eq!(forced[0].field("forced_by"), Some("ops-console"));
+    assert!(
+        forced[0].fields.values().all(|v| !v.contains(token)),
+        "{forced:#?}"
+    );
+}
+
+/// The fencing tokens of a set's guard `g`, in the order of its names,
+/// joined by `, `.
+fn joined_tokens(g: &LockSetGuard) -> String {
+    let tokens: Vec<String> = g
+        .names()
+        .map(|n| g.fencing_token_of(n).unwrap().to_string())
+        .collect();
+    tokens.join(", ")
+}
+
 /// The `waited_ms` of an `acquire` span.
 fn waited_ms(span: &Seen) -> u64 {
     span.field("waited_ms")
@@ -196,9 +279,7 @@ fn waited_ms(span: &Seen) -> u64 {
 /// long it waited; async and blocking alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_is_a_span_with_its_lock_outcome_and_wait() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
+    let (_server, locker) = traced();
     let guard = locker.lock("traced:free").acquire().await.unwrap();
     guard.release().await.unwrap();
     let blocking = locker.clone();
@@ -220,17 +301,10 @@ async fn an_acquisition_is_a_span_with_its_lock_outcome_and_wait() {
 /// waiting its whole acquire timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_is_the_outcome_of_a_wait_that_gave_up() {
-    capture();
-    let server = RedisServer::start();
-    let (holders, waiters) = (locker(&server), locker(&server));
+    let (_server, holders, waiters) = traced_pair();
     let holder = holders.lock("traced:busy").acquire().await.unwrap();
     let wait = Duration::from_millis(300);
-    let err = waiters
-        .lock("traced:busy")
-        .acquire_timeout(wait)
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = try_wait(&waiters, "traced:busy", wait).await.unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     holder.release().await.unwrap();
 
@@ -248,10 +322,7 @@ async fn an_error_is_the_outcome_of_a_failed_acquisition() {
     capture();
     let server = RedisServer::start_with(&["--requirepass", "right-horse-battery"]);
     let locker = Locker::new(server.url_with_password("wrong-staple")).unwrap();
-    let err = locker
-        .lock("traced:refused")
-        .acquire_timeout(Duration::ZERO)
-        .acquire()
+    let err = try_wait(&locker, "traced:refused", Duration::ZERO)
         .await
         .unwrap_err();
     assert!(!matches!(err, LockError::Timeout { .. }), "{err:?}");
@@ -264,24 +335,12 @@ async fn an_error_is_the_outcome_of_a_failed_acquisition() {
 /// waiter's fencing token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_handed_the_lock_shows_handed_over() {
-    capture();
-    let server = RedisServer::start();
-    let (holders, waiters) = (locker(&server), locker(&server));
+    let (server, holders, waiters) = traced_pair();
     let holder = holders.lock("traced:relay").acquire().await.unwrap();
-    let waiter = tokio::spawn(async move {
-        waiters
-            .lock("traced:relay")
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+    let waiter = spawn_wait(waiters, "traced:relay", Duration::from_secs(20));
     // Queued and subscribed to release notices, then a moment more: the
     // waiter has asked once more since it subscribed, and sleeps.
-    let queue = keys::lock("traced:relay").queue;
-    let ready = eventually(Duration::from_secs(5), || {
-        server.exists(&queue) && server.pubsub_clients() == 1
-    });
-    assert!(ready.is_some(), "the waiter never queued and subscribed");
+    assert_queued_and_subscribed(&server, "traced:relay");
     tokio::time::sleep(Duration::from_millis(300)).await;
     holder.release().await.unwrap();
     let guard = waiter.await.unwrap().unwrap();
@@ -333,9 +392,7 @@ fn sync_traced_checked(locker: &Locker, id: u32) -> Result<u64, LockError> {
 /// it, async (across `.await`s) and sync, with and without `on_lost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_body_runs_in_a_hold_span_with_the_fencing_token() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
+    let (_server, locker) = traced();
     let first = async_traced(&locker, 1).await.unwrap();
     let (second, third) = tokio::task::spawn_blocking({
         let locker = locker.clone();
@@ -365,15 +422,7 @@ async fn the_body_runs_in_a_hold_span_with_the_fencing_token() {
         ("in the sync body", second),
         ("in the checked sync body", third),
     ] {
-        let event = seen()
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|s| s.what == "event" && s.name == message)
-            .cloned()
-            .unwrap_or_else(|| panic!("no event {message:?}"));
-        let (name, fields) = event.scope.first().expect("the event is in a span");
-        assert_eq!(name, "hold", "{event:#?}");
+        let (_, fields) = in_hold_span(message);
         assert_eq!(fields.get("lock").map(String::as_str), Some("traced:1"));
         assert_eq!(fields.get("fencing_token"), Some(&token.to_string()));
     }
@@ -387,28 +436,12 @@ async fn the_body_runs_in_a_hold_span_with_the_fencing_token() {
 /// names the lock and says why (`reason = "taken"`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lock_is_a_warning_event() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    let guard = locker
-        .lock("traced:lost")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(lock_key("traced:lost"))
-        .query(&mut server.client())
-        .unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the renewal sees the loss");
+    let (server, locker) = traced();
+    let guard = renewed(&locker, "traced:lost", Duration::from_millis(600)).await;
+    del(&server, &lock_key("traced:lost"));
+    let lost = lost_within(LOSS_WAIT, guard.lost(), "the renewal sees the loss").await;
     assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
-    let losses: Vec<Seen> = events("traced:lost")
-        .into_iter()
-        .filter(|e| e.name.starts_with("lock lost"))
-        .collect();
+    let losses = events_starting("traced:lost", "lock lost");
     assert_eq!(losses.len(), 1, "{losses:#?}");
     assert_eq!(losses[0].level, tracing::Level::WARN);
     assert_eq!(losses[0].target, "lockattr");
@@ -421,35 +454,19 @@ async fn a_lost_lock_is_a_warning_event() {
 /// the warning said. Sync and async alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_lost_guard_does_not_warn_again() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
+    let (server, locker) = traced();
     for (name, blocking) in [("traced:drop-sync", true), ("traced:drop-async", false)] {
         let guard = if blocking {
             let locker = locker.clone();
             tokio::task::spawn_blocking(move || {
-                locker
-                    .lock(name)
-                    .expire(Duration::from_millis(600))
-                    .renew(true)
-                    .acquire_blocking()
-                    .unwrap()
+                renewed_blocking(&locker, name, Duration::from_millis(600))
             })
             .await
             .unwrap()
         } else {
-            locker
-                .lock(name)
-                .expire(Duration::from_millis(600))
-                .renew(true)
-                .acquire()
-                .await
-                .unwrap()
+            renewed(&locker, name, Duration::from_millis(600)).await
         };
-        let _: () = redis::cmd("DEL")
-            .arg(lock_key(name))
-            .query(&mut server.client())
-            .unwrap();
+        del(&server, &lock_key(name));
         assert!(eventually(Duration::from_secs(5), || guard.is_lost()).is_some());
         if blocking {
             tokio::task::spawn_blocking(move || drop(guard))
@@ -474,19 +491,10 @@ async fn a_dropped_lost_guard_does_not_warn_again() {
 /// `reason = "renew_for"` when the lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_cap_is_an_info_event_then_a_loss() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    let guard = locker
-        .lock("traced:capped")
-        .expire(Duration::from_millis(600))
-        .renew_for(Duration::from_millis(800))
-        .acquire()
-        .await
-        .unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the lease runs out after the cap");
+    let (_server, locker) = traced();
+    let (lease, cap) = (Duration::from_millis(600), Duration::from_millis(800));
+    let guard = capped(&locker, "traced:capped", lease, cap).await;
+    let lost = lost_within(LOSS_WAIT, guard.lost(), "the lease runs out after the cap").await;
     assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
     let seen = events("traced:capped");
     let stopped: Vec<&Seen> = seen
@@ -512,31 +520,17 @@ async fn a_renewal_cap_is_an_info_event_then_a_loss() {
 /// the lock and the Locker that forced it, never the holder's owner token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_unlock_is_a_warning_event() {
-    capture();
-    let server = RedisServer::start();
+    let server = traced_server();
     let holder = locker(&server)
         .lock("traced:forced")
         .acquire()
         .await
         .unwrap();
     let token = server.owner(&lock_key("traced:forced")).expect("held");
-    let operator = Locker::builder(server.url())
-        .label("ops-console")
-        .build()
-        .unwrap();
+    let operator = labelled(&server, "ops-console");
     assert!(operator.force_unlock("traced:forced").await.unwrap());
-    let forced: Vec<Seen> = events("traced:forced")
-        .into_iter()
-        .filter(|e| e.name == "lock force-unlocked")
-        .collect();
-    assert_eq!(forced.len(), 1, "{forced:#?}");
-    assert_eq!(forced[0].level, tracing::Level::WARN);
-    assert_eq!(forced[0].target, "lockattr");
-    assert_eq!(forced[0].field("forced_by"), Some("ops-console"));
-    assert!(
-        forced[0].fields.values().all(|v| !v.contains(&token)),
-        "{forced:#?}"
-    );
+    let forced = events_named("traced:forced", "lock force-unlocked");
+    assert_forced_once(&forced, &token);
     drop(holder);
 }
 
@@ -581,9 +575,7 @@ fn closed_set(name: &str, names: &[&str], count: usize) -> Vec<Seen> {
 /// async and blocking alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_acquired_at_once_is_one_span_with_outcome_and_wait() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
+    let (_server, locker) = traced();
     let names = ["tset:free:a", "tset:free:b"];
     let guard = locker.lock_all(names).acquire().await.unwrap();
     let listed = guard.names().collect::<Vec<_>>().join(", ");
@@ -611,18 +603,10 @@ async fn a_set_acquired_at_once_is_one_span_with_outcome_and_wait() {
 /// the name was held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_that_waited_for_a_release_shows_its_wait() {
-    capture();
-    let server = RedisServer::start();
-    let (holders, waiters) = (locker(&server), locker(&server));
+    let (_server, holders, waiters) = traced_pair();
     let names = ["tset:relay:a", "tset:relay:b"];
     let holder = holders.lock("tset:relay:b").acquire().await.unwrap();
-    let waiter = tokio::spawn(async move {
-        waiters
-            .lock_all(names)
-            .acquire_timeout(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
+    let waiter = spawn_wait_all(waiters, &names, Duration::from_secs(20));
     tokio::time::sleep(Duration::from_millis(400)).await;
     holder.release().await.unwrap();
     let guard = waiter.await.unwrap().unwrap();
@@ -638,15 +622,10 @@ async fn a_set_that_waited_for_a_release_shows_its_wait() {
 /// empty name) is `outcome = "error"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_that_timed_out_or_was_refused_shows_it() {
-    capture();
-    let server = RedisServer::start();
-    let (holders, waiters) = (locker(&server), locker(&server));
+    let (_server, holders, waiters) = traced_pair();
     let names = ["tset:busy:a", "tset:busy:b"];
     let holder = holders.lock("tset:busy:a").acquire().await.unwrap();
-    let err = waiters
-        .lock_all(names)
-        .acquire_timeout(Duration::from_millis(300))
-        .acquire()
+    let err = try_take_all(&waiters, &names, Duration::from_millis(300))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
@@ -668,21 +647,13 @@ async fn a_set_that_timed_out_or_was_refused_shows_it() {
 #[redis_lock(name = ["tset:{x}", "tset:{y}"], locker = locker, guard = g)]
 async fn async_set_traced(locker: &Locker, x: u32, y: u32) -> Result<String, LockError> {
     tracing::info!(target: "observe_tracing", "in the async set body");
-    let tokens: Vec<String> = g
-        .names()
-        .map(|n| g.fencing_token_of(n).unwrap().to_string())
-        .collect();
-    Ok(tokens.join(", "))
+    Ok(joined_tokens(g))
 }
 
 #[redis_lock(name = ["tset:{x}", "tset:{y}"], locker = locker, guard = g)]
 fn sync_set_traced(locker: &Locker, x: u32, y: u32) -> Result<String, LockError> {
     tracing::info!(target: "observe_tracing", "in the sync set body");
-    let tokens: Vec<String> = g
-        .names()
-        .map(|n| g.fencing_token_of(n).unwrap().to_string())
-        .collect();
-    Ok(tokens.join(", "))
+    Ok(joined_tokens(g))
 }
 
 /// The body of a function annotated with a set runs in a `hold` span
@@ -690,9 +661,7 @@ fn sync_set_traced(locker: &Locker, x: u32, y: u32) -> Result<String, LockError>
 /// same order; its acquisition is an `acquire` span with an outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_body_runs_in_a_hold_span_with_its_fencing_tokens() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
+    let (_server, locker) = traced();
     let first = async_set_traced(&locker, 1, 2).await.unwrap();
     let second = tokio::task::spawn_blocking({
         let locker = locker.clone();
@@ -712,15 +681,7 @@ async fn a_set_body_runs_in_a_hold_span_with_its_fencing_tokens() {
     expected.sort_unstable();
     assert_eq!(tokens, expected, "{holds:#?}");
     for message in ["in the async set body", "in the sync set body"] {
-        let event = seen()
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|s| s.what == "event" && s.name == message)
-            .cloned()
-            .unwrap_or_else(|| panic!("no event {message:?}"));
-        let (name, fields) = event.scope.first().expect("the event is in a span");
-        assert_eq!(name, "hold", "{event:#?}");
+        let (event, fields) = in_hold_span(message);
         assert!(fields.contains_key("fencing_tokens"), "{event:#?}");
     }
     for span in closed_set("acquire", &names, 2) {
@@ -732,29 +693,14 @@ async fn a_set_body_runs_in_a_hold_span_with_its_fencing_tokens() {
 /// as for a single lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_name_of_a_set_is_a_warning_event_of_that_name() {
-    capture();
-    let server = RedisServer::start();
-    let locker = locker(&server);
-    let guard = locker
-        .lock_all(["tset:lost:a", "tset:lost:b"])
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(lock_key("tset:lost:b"))
-        .query(&mut server.client())
-        .unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the renewal sees the loss");
+    let (server, locker) = traced();
+    let names = ["tset:lost:a", "tset:lost:b"];
+    let guard = renewed_all(&locker, &names, Duration::from_millis(600)).await;
+    del(&server, &lock_key("tset:lost:b"));
+    let lost = lost_within(LOSS_WAIT, guard.lost(), "the renewal sees the loss").await;
     assert!(matches!(lost, LockError::Lost { .. }), "{lost:?}");
     eventually(Duration::from_secs(5), || !events("tset:lost:b").is_empty());
-    let losses: Vec<Seen> = events("tset:lost:b")
-        .into_iter()
-        .filter(|e| e.name.starts_with("lock lost"))
-        .collect();
+    let losses = events_starting("tset:lost:b", "lock lost");
     assert_eq!(losses.len(), 1, "{losses:#?}");
     assert_eq!(losses[0].level, tracing::Level::WARN);
     assert_eq!(losses[0].field("reason"), Some("taken"));
@@ -772,8 +718,7 @@ async fn a_lost_name_of_a_set_is_a_warning_event_of_that_name() {
 /// never the holder's owner token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_permit_release_is_a_warning_event() {
-    capture();
-    let server = RedisServer::start();
+    let server = traced_server();
     let holder = locker(&server)
         .semaphore("traced-sem", 2)
         .acquire()
@@ -784,30 +729,17 @@ async fn a_forced_permit_release_is_a_warning_event() {
         .pop()
         .expect("a permit key");
     let token = server.owner(&key).expect("held");
-    let operator = Locker::builder(server.url())
-        .label("ops-console")
-        .build()
-        .unwrap();
+    let operator = labelled(&server, "ops-console");
     assert!(
         operator
             .force_unlock_permit("traced-sem", holder.fencing_token())
             .await
             .unwrap()
     );
-    let forced: Vec<Seen> = events("traced-sem")
-        .into_iter()
-        .filter(|e| e.name == "semaphore permit force-released")
-        .collect();
-    assert_eq!(forced.len(), 1, "{forced:#?}");
-    assert_eq!(forced[0].level, tracing::Level::WARN);
-    assert_eq!(forced[0].target, "lockattr");
-    assert_eq!(forced[0].field("forced_by"), Some("ops-console"));
+    let forced = events_named("traced-sem", "semaphore permit force-released");
+    assert_forced_once(&forced, &token);
     let fence = holder.fencing_token().to_string();
     assert_eq!(forced[0].field("fencing_token"), Some(fence.as_str()));
-    assert!(
-        forced[0].fields.values().all(|v| !v.contains(&token)),
-        "{forced:#?}"
-    );
     drop(holder);
 }
 
@@ -852,24 +784,12 @@ async fn no_owner_token_or_password_is_ever_recorded() {
     // Held, then handed over to a waiter, which then times out another.
     let holder = holders.lock("secret:relay").acquire().await.unwrap();
     tokens.push(redis_value(&server, &lock_key("secret:relay")));
-    let waiter = tokio::spawn({
-        let waiters = waiters.clone();
-        async move {
-            waiters
-                .lock("secret:relay")
-                .acquire_timeout(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_wait(waiters.clone(), "secret:relay", Duration::from_secs(20));
     tokio::time::sleep(Duration::from_millis(500)).await;
     holder.release().await.unwrap();
     let guard = waiter.await.unwrap().unwrap();
     tokens.push(redis_value(&server, &lock_key("secret:relay")));
-    let err = holders
-        .lock("secret:relay")
-        .acquire_timeout(Duration::from_millis(100))
-        .acquire()
+    let err = try_wait(&holders, "secret:relay", Duration::from_millis(100))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }));
@@ -879,13 +799,7 @@ async fn no_owner_token_or_password_is_ever_recorded() {
     tokens.push(held_secretly(&holders, 1, &server).await.unwrap());
 
     // A loss.
-    let lost = holders
-        .lock("secret:lost")
-        .expire(Duration::from_millis(600))
-        .renew(true)
-        .acquire()
-        .await
-        .unwrap();
+    let lost = renewed(&holders, "secret:lost", Duration::from_millis(600)).await;
     tokens.push(redis_value(&server, &lock_key("secret:lost")));
     let mut con = redis::Client::open(url.as_str())
         .unwrap()
@@ -895,9 +809,7 @@ async fn no_owner_token_or_password_is_ever_recorded() {
         .arg(lock_key("secret:lost"))
         .query(&mut con)
         .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), lost.lost())
-        .await
-        .expect("the loss is seen");
+    lost_within(LOSS_WAIT, lost.lost(), "the loss is seen").await;
     drop(lost);
     closed("acquire", "secret:relay", 3);
     closed("hold", "secret:1", 1);

@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test file uses a part of this module
 
 pub mod asserts;
+pub mod attrs;
 pub mod children;
 pub mod cluster;
 pub mod deployments;
