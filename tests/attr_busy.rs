@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, LockGuard, Locker, redis_lock};
 use support::asserts::assert_timeout;
+use support::attrs::{assert_took, counted};
 use support::lockers::setup;
 
 #[derive(Debug)]
@@ -26,35 +27,11 @@ impl From<LockError> for AppError {
     }
 }
 
-#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 1, locker = locker)]
-fn sync_wait_1s(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 1, locker = locker)]
-async fn async_wait_1s(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, AppError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 0, locker = locker)]
-fn sync_try_once(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, AppError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 0, locker = locker)]
-async fn async_try_once(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 10, locker = locker)]
-async fn async_wait_10s(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
+counted!(#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 1, locker = locker)] fn sync_wait_1s(locker, id, runs) -> LockError);
+counted!(#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 1, locker = locker)] async fn async_wait_1s(locker, id, runs) -> AppError);
+counted!(#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 0, locker = locker)] fn sync_try_once(locker, id, runs) -> AppError);
+counted!(#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 0, locker = locker)] async fn async_try_once(locker, id, runs) -> LockError);
+counted!(#[redis_lock(name = "busy:{id}", expire = 30, acquire_time = 10, locker = locker)] async fn async_wait_10s(locker, id, runs) -> LockError);
 
 fn hold(locker: &Locker, name: &str) -> LockGuard {
     locker
@@ -63,6 +40,17 @@ fn hold(locker: &Locker, name: &str) -> LockGuard {
         .acquire_timeout(Duration::ZERO)
         .acquire_blocking()
         .unwrap()
+}
+
+/// Asserts that a call gave up after about its acquire_time, 1 s (at least
+/// that, less than 4 s), and that no body ran.
+fn gave_up_after_1s_without_running(took: Duration, runs: &AtomicU32, what: &str) {
+    assert_took(took, Duration::from_secs(1), Duration::from_secs(4), what);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the body ran without the lock"
+    );
 }
 
 #[test]
@@ -76,19 +64,7 @@ fn sync_call_times_out_after_acquire_time_without_running() {
     let err = sync_wait_1s(&locker, 1, &runs).unwrap_err();
     let took = start.elapsed();
     assert_timeout(&err, "busy:1", Duration::from_secs(1));
-    assert!(
-        took >= Duration::from_secs(1),
-        "gave up after {took:?}, before acquire_time (1 s)"
-    );
-    assert!(
-        took < Duration::from_secs(4),
-        "waited {took:?} for acquire_time 1 s"
-    );
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "the body ran without the lock"
-    );
+    gave_up_after_1s_without_running(took, &runs, "sync call");
 
     // Another name is not affected.
     assert_eq!(sync_wait_1s(&locker, 2, &runs).unwrap(), 2);
@@ -110,19 +86,7 @@ async fn async_call_times_out_into_the_app_error() {
         AppError::Lock(e) => assert_timeout(e, "busy:1", Duration::from_secs(1)),
         other => panic!("expected AppError::Lock(Timeout), got {other:?}"),
     }
-    assert!(
-        took >= Duration::from_secs(1),
-        "gave up after {took:?}, before acquire_time (1 s)"
-    );
-    assert!(
-        took < Duration::from_secs(4),
-        "waited {took:?} for acquire_time 1 s"
-    );
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "the body ran without the lock"
-    );
+    gave_up_after_1s_without_running(took, &runs, "async call");
 
     holder.release_blocking().unwrap();
     assert_eq!(async_wait_1s(&locker, 1, &runs).await.unwrap(), 1);

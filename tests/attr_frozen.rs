@@ -10,20 +10,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::attrs::counted;
 use support::lockers::quick_locker;
 use support::{RedisServer, lock_key};
 
-#[redis_lock(name = "frozen:{id}", expire = 30, acquire_time = 1, locker = locker)]
-fn sync_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[redis_lock(name = "frozen:{id}", expire = 30, acquire_time = 1, locker = locker)]
-async fn async_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
+counted!(#[redis_lock(name = "frozen:{id}", expire = 30, acquire_time = 1, locker = locker)] fn sync_call(locker, id, runs) -> LockError);
+counted!(#[redis_lock(name = "frozen:{id}", expire = 30, acquire_time = 1, locker = locker)] async fn async_call(locker, id, runs) -> LockError);
 
 /// acquire_time (1 s) + 2 s.
 const BOUND: Duration = Duration::from_secs(3);
@@ -44,10 +36,7 @@ fn assert_prompt_connection_error(result: Result<u32, LockError>, took: Duration
 
 #[test]
 fn calls_against_a_frozen_server_fail_promptly() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::current_thread();
     let server = RedisServer::start();
     let locker = quick_locker(&server);
     let runs = AtomicU32::new(0);
@@ -100,10 +89,7 @@ fn calls_against_a_frozen_server_fail_promptly() {
 /// already connected Locker, sync and async in turn.
 #[test]
 fn a_call_that_failed_during_the_freeze_leaves_no_lock_behind() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::current_thread();
     let server = RedisServer::start();
     let lockers: Vec<Locker> = (0..4).map(|_| quick_locker(&server)).collect();
     let runs = AtomicU32::new(0);

@@ -12,13 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
-use support::RedisServer;
+use support::attrs::counted;
+use support::lockers::setup;
 
-#[redis_lock(name = "restart:{id}", expire = 30, acquire_time = 2, locker = locker)]
-fn sync_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
+counted!(#[redis_lock(name = "restart:{id}", expire = 30, acquire_time = 2, locker = locker)] fn sync_call(locker, id, runs) -> LockError);
 
 #[redis_lock(name = "restart:{id}", expire = 30, acquire_time = 2, locker = locker)]
 async fn async_call(locker: &Locker, id: u32, runs: &AtomicU32) -> Result<u32, LockError> {
@@ -37,8 +34,7 @@ const PROMPT: Duration = Duration::from_secs(3);
 /// fails with a connection error.
 #[tokio::test]
 async fn calls_during_an_outage_fail_after_their_acquire_time_and_work_again() {
-    let mut server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (mut server, locker) = setup();
     let runs = AtomicU32::new(0);
     assert_eq!(sync_call(&locker, 1, &runs).unwrap(), 1);
     assert_eq!(async_call(&locker, 2, &runs).await.unwrap(), 2);
@@ -94,8 +90,7 @@ async fn calls_during_an_outage_fail_after_their_acquire_time_and_work_again() {
 /// must not fail (the Locker notices the dropped connection and reconnects).
 #[tokio::test]
 async fn a_restart_between_calls_goes_unnoticed() {
-    let mut server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (mut server, locker) = setup();
     let runs = AtomicU32::new(0);
     assert_eq!(sync_call(&locker, 1, &runs).unwrap(), 1);
     server.restart();
@@ -137,8 +132,7 @@ fn record(start: Instant, result: Result<u32, LockError>) -> Outcome {
 /// are made while Redis is certainly down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_calls_survives_a_restart() {
-    let mut server = RedisServer::start();
-    let locker = Locker::new(server.url()).unwrap();
+    let (mut server, locker) = setup();
     let stop = Arc::new(AtomicBool::new(false));
     let runs = Arc::new(AtomicU32::new(0));
 
