@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::attrs::{take_leased, try_wait};
 use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
@@ -87,12 +88,7 @@ async fn aborted_task_frees_the_lock() {
 #[tokio::test]
 async fn future_dropped_while_waiting_never_runs_and_never_keeps_the_lock() {
     let (server, locker) = setup();
-    let holder = locker
-        .lock("cancel:3")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = take_leased(&locker, "cancel:3", Duration::from_secs(30)).await;
     let entered = AtomicU32::new(0);
     let outcome =
         tokio::time::timeout(Duration::from_millis(300), sleepy(&locker, 3, &entered)).await;
@@ -106,10 +102,7 @@ async fn future_dropped_while_waiting_never_runs_and_never_keeps_the_lock() {
     // acquire_time 10 s, may grab it for a moment, but must give it back).
     let start = Instant::now();
     let other = Locker::new(server.url()).unwrap();
-    let guard = other
-        .lock("cancel:3")
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
+    let guard = try_wait(&other, "cancel:3", Duration::from_secs(2))
         .await
         .unwrap_or_else(|e| {
             panic!(

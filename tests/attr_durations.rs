@@ -8,6 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::attrs::{assert_took, take_leased};
 use support::lockers::setup;
 use support::{RedisServer, lock_key};
 
@@ -133,26 +134,23 @@ fn assert_waited(result: Result<(), LockError>, took: Duration, expected: Durati
         }
         other => panic!("expected Timeout after {expected:?}, got {other:?}"),
     }
-    assert!(
-        took >= expected,
-        "gave up after {took:?}, before {expected:?}"
-    );
-    assert!(
-        took < expected + Duration::from_secs(3),
-        "waited {took:?} for {expected:?}"
+    assert_took(
+        took,
+        expected,
+        expected + Duration::from_secs(3),
+        "the call",
     );
 }
 
 #[tokio::test]
 async fn acquire_time_forms_set_the_wait() {
     let (server, locker) = setup();
-    let _held = Locker::new(server.url())
-        .unwrap()
-        .lock("w")
-        .expire(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let _held = take_leased(
+        &Locker::new(server.url()).unwrap(),
+        "w",
+        Duration::from_secs(30),
+    )
+    .await;
 
     let start = Instant::now();
     let r = wait_300ms(&locker);

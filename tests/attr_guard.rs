@@ -41,29 +41,26 @@ impl Doc {
     }
 }
 
+/// Asserts that what a call of `fenced:1` saw of its guard is that name, a
+/// lease of 3 s and a fencing token after `last`; that token.
+fn assert_fenced_1((name, expire, token): (String, Duration, u64), last: u64, what: &str) -> u64 {
+    assert_eq!(name, "fenced:1");
+    assert_eq!(expire, Duration::from_secs(3));
+    assert!(token > last, "{what} token {token} after {last}");
+    token
+}
+
 #[tokio::test]
 async fn guard_names_the_lock_and_fencing_tokens_increase() {
     let (server, locker) = setup();
-    let other = Locker::new(server.url()).unwrap();
+    let other = support::lockers::locker(&server);
     let mut last = 0;
     for round in 0..3 {
-        let (name, expire, token) = sync_fenced(&locker, 1).unwrap();
-        assert_eq!(name, "fenced:1");
-        assert_eq!(expire, Duration::from_secs(3));
-        assert!(
-            token > last,
-            "round {round}: sync token {token} after {last}"
-        );
-        last = token;
+        let seen = sync_fenced(&locker, 1).unwrap();
+        last = assert_fenced_1(seen, last, &format!("round {round}: sync"));
 
-        let (name, expire, token) = async_fenced(&locker, 1).await.unwrap();
-        assert_eq!(name, "fenced:1");
-        assert_eq!(expire, Duration::from_secs(3));
-        assert!(
-            token > last,
-            "round {round}: async token {token} after {last}"
-        );
-        last = token;
+        let seen = async_fenced(&locker, 1).await.unwrap();
+        last = assert_fenced_1(seen, last, &format!("round {round}: async"));
 
         // Another Locker (another process, in effect) continues the sequence.
         let (_, _, token) = async_fenced(&other, 1).await.unwrap();
@@ -111,34 +108,27 @@ async fn extends_its_lease_async(
     Ok((before, after))
 }
 
+/// Asserts that the PTTLs of lock `name` seen in the body, `before` and
+/// `after` extending its 2 s lease by 20 s, are so, and that the call
+/// released it.
+fn assert_extended(server: &RedisServer, (before, after): (i64, i64), name: &str) {
+    assert!(
+        before > 0 && before <= 2_000,
+        "PTTL before extending: {before}"
+    );
+    assert!(
+        after > 20_000 && after <= 22_000,
+        "PTTL after extending by 20 s: {after}"
+    );
+    assert!(!server.exists(&lock_key(name)), "still held after the call");
+}
+
 #[tokio::test]
 async fn the_guard_can_extend_the_lease_from_the_body() {
     let (server, locker) = setup();
-    let (before, after) = extends_its_lease(&locker, &server).unwrap();
-    assert!(
-        before > 0 && before <= 2_000,
-        "PTTL before extending: {before}"
-    );
-    assert!(
-        after > 20_000 && after <= 22_000,
-        "PTTL after extending by 20 s: {after}"
-    );
-    assert!(
-        !server.exists(&lock_key("extended")),
-        "still held after the call"
-    );
+    let pttls = extends_its_lease(&locker, &server).unwrap();
+    assert_extended(&server, pttls, "extended");
 
-    let (before, after) = extends_its_lease_async(&locker, &server).await.unwrap();
-    assert!(
-        before > 0 && before <= 2_000,
-        "PTTL before extending: {before}"
-    );
-    assert!(
-        after > 20_000 && after <= 22_000,
-        "PTTL after extending by 20 s: {after}"
-    );
-    assert!(
-        !server.exists(&lock_key("extended-async")),
-        "still held after the call"
-    );
+    let pttls = extends_its_lease_async(&locker, &server).await.unwrap();
+    assert_extended(&server, pttls, "extended-async");
 }

@@ -156,27 +156,16 @@ pub fn assert_queued_and_subscribed(server: &RedisServer, name: &str) {
     assert!(ready.is_some(), "the waiter never queued and subscribed");
 }
 
-/// Declares the function `$f($locker: &Locker, $id: u32, $runs: &AtomicU32)
-/// -> Result<u32, $err>` (`async` when written so) under the attribute
+/// Declares the function `[async] fn f($locker: &Locker, $id: u32, $runs:
+/// &AtomicU32) -> Result<u32, $err>`, as written, under the attribute
 /// given, `#[redis_lock(...)]`: its body counts its run in `$runs` and
 /// returns `Ok($id)`. The caller names the parameters, so that the
 /// attribute's `{id}` and `locker = locker` find them.
 #[allow(unused_macros)]
 macro_rules! counted {
-    (#[$($attr:tt)*] fn $f:ident($locker:ident, $id:ident, $runs:ident) -> $err:ty) => {
+    (#[$($attr:tt)*] $($head:ident)+ ($locker:ident, $id:ident, $runs:ident) -> $err:ty) => {
         #[$($attr)*]
-        fn $f(
-            $locker: &::lockattr::Locker,
-            $id: u32,
-            $runs: &::std::sync::atomic::AtomicU32,
-        ) -> Result<u32, $err> {
-            $runs.fetch_add(1, ::std::sync::atomic::Ordering::SeqCst);
-            Ok($id)
-        }
-    };
-    (#[$($attr:tt)*] async fn $f:ident($locker:ident, $id:ident, $runs:ident) -> $err:ty) => {
-        #[$($attr)*]
-        async fn $f(
+        $($head)+(
             $locker: &::lockattr::Locker,
             $id: u32,
             $runs: &::std::sync::atomic::AtomicU32,
