@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
+use support::attrs::{try_wait, try_wait_blocking};
 use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
@@ -46,11 +47,8 @@ fn sync_panic_reaches_the_caller_and_frees_the_lock() {
         );
     }
     // Anyone can take it again at once.
-    let _held = locker
-        .lock("panic:sync")
-        .acquire_timeout(Duration::ZERO)
-        .acquire_blocking()
-        .expect("free after the panic");
+    let _held =
+        try_wait_blocking(&locker, "panic:sync", Duration::ZERO).expect("free after the panic");
 }
 
 #[tokio::test]
@@ -88,10 +86,7 @@ async fn async_panic_on_multi_thread_runtime_frees_the_lock() {
         "lock not freed within 2 s of the panic (lease 30 s)"
     );
     // And the lock can be taken again.
-    let _held = locker
-        .lock("panic:async")
-        .acquire_timeout(Duration::from_secs(2))
-        .acquire()
+    let _held = try_wait(&locker, "panic:async", Duration::from_secs(2))
         .await
         .expect("free after the panic");
 }

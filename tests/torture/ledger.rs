@@ -107,6 +107,14 @@ struct Inner {
     counters: HashMap<String, u64>,
 }
 
+impl Inner {
+    /// The next sequence number.
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+}
+
 /// The ledger of one round.
 #[derive(Default)]
 pub struct Book {
@@ -142,13 +150,18 @@ impl Book {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The ledger, unless `process` was killed: what it still sends is
+    /// ignored.
+    fn alive(&self, process: usize) -> Option<std::sync::MutexGuard<'_, Inner>> {
+        let inner = self.lock();
+        (!inner.dead.contains(&process)).then_some(inner)
+    }
+
     pub fn enter(&self, process: usize, holder: u64, name: &str, token: u64, mode: Mode) {
-        let mut inner = self.lock();
-        if inner.dead.contains(&process) {
+        let Some(mut inner) = self.alive(process) else {
             return;
-        }
-        inner.seq += 1;
-        let seq = inner.seq;
+        };
+        let seq = inner.next_seq();
         let idx = inner.intervals.len();
         inner.intervals.push(Interval {
             process,
@@ -169,12 +182,10 @@ impl Book {
     }
 
     pub fn exit(&self, process: usize, holder: u64, name: &str, lost: bool) {
-        let mut inner = self.lock();
-        if inner.dead.contains(&process) {
+        let Some(mut inner) = self.alive(process) else {
             return;
-        }
-        inner.seq += 1;
-        let seq = inner.seq;
+        };
+        let seq = inner.next_seq();
         if let Some(idx) = inner.open.remove(&(holder, name.to_owned())) {
             let lost = lost || inner.intervals[idx].lost_seen;
             inner.intervals[idx].exit = Some((seq, Instant::now(), lost, false));
@@ -183,10 +194,9 @@ impl Book {
 
     /// The holder saw its guard lost, inside the section.
     pub fn lost(&self, process: usize, holder: u64, name: &str) {
-        let mut inner = self.lock();
-        if inner.dead.contains(&process) {
+        let Some(mut inner) = self.alive(process) else {
             return;
-        }
+        };
         if let Some(&idx) = inner.open.get(&(holder, name.to_owned())) {
             inner.intervals[idx].lost_seen = true;
         }
@@ -195,12 +205,10 @@ impl Book {
     /// A write to the model store inside a section: accepted when its
     /// token is at least the largest it accepted for the name.
     pub fn write(&self, process: usize, holder: u64, name: &str, token: u64) {
-        let mut inner = self.lock();
-        if inner.dead.contains(&process) {
+        let Some(mut inner) = self.alive(process) else {
             return;
-        }
-        inner.seq += 1;
-        let seq = inner.seq;
+        };
+        let seq = inner.next_seq();
         let later_existed = inner.issued.get(name).is_some_and(|&max| max > token);
         let max = inner.written.entry(name.to_owned()).or_default();
         let accepted = token >= *max;
@@ -219,10 +227,9 @@ impl Book {
 
     /// A wait that ran its whole acquire time (`waited`) and timed out now.
     pub fn timeout(&self, process: usize, names: &[String], mode: Mode, waited: Duration) {
-        let mut inner = self.lock();
-        if inner.dead.contains(&process) {
+        let Some(mut inner) = self.alive(process) else {
             return;
-        }
+        };
         let end = Instant::now();
         inner.timeouts.push(TimeoutRec {
             names: names.to_vec(),
@@ -241,8 +248,7 @@ impl Book {
     pub fn killed(&self, process: usize) {
         let mut inner = self.lock();
         inner.dead.insert(process);
-        inner.seq += 1;
-        let seq = inner.seq;
+        let seq = inner.next_seq();
         let now = Instant::now();
         let open: Vec<(u64, String)> = inner
             .open
@@ -269,8 +275,7 @@ impl Book {
     /// The server restarted by [`restarting`](Self::restarting) answers again.
     pub fn restarted(&self) {
         let mut inner = self.lock();
-        inner.seq += 1;
-        let seq = inner.seq;
+        let seq = inner.next_seq();
         let from = inner.restarting.take().expect("restarting() first");
         inner.restarts.push((from, seq));
     }
