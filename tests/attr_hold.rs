@@ -16,30 +16,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
+use support::attrs::AppError;
 use support::lockers::setup;
 use support::{RedisServer, current_thread, eventually, lock_key};
 
 /// The hold of the functions below; their lease is 30 s.
 const HOLD: Duration = Duration::from_secs(2);
-
-/// An application error that can carry a lock failure.
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Parse(std::num::ParseIntError),
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-impl From<std::num::ParseIntError> for AppError {
-    fn from(e: std::num::ParseIntError) -> Self {
-        AppError::Parse(e)
-    }
-}
 
 /// Which way the body leaves.
 #[derive(Clone, Copy, Debug)]

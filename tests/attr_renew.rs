@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
 use support::asserts::lost_reason;
+use support::attrs::AppError;
 use support::lockers::setup;
 use support::{RedisServer, eventually, lock_key};
 
@@ -107,26 +108,6 @@ fn renewed_sync_body_outlives_its_lease() {
 }
 
 // ---- 2. renewal stops on every way out ----
-
-#[derive(Debug)]
-#[allow(dead_code)] // read through Debug
-enum AppError {
-    Lock(LockError),
-    Parse(std::num::ParseIntError),
-    Refused,
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-impl From<std::num::ParseIntError> for AppError {
-    fn from(e: std::num::ParseIntError) -> Self {
-        AppError::Parse(e)
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Exit {

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use lockattr::{LockError, LockGuard, Locker, redis_lock};
+use lockattr::{LockGuard, Locker, redis_lock};
+use support::attrs::{AppError, all_tasks, plain_lock};
 use support::lockers::setup;
 use support::{BodyError as Error, RedisServer, eventually, keys, lock_key};
 
@@ -52,6 +53,20 @@ impl Inside {
 
     fn leave_writer(&self) {
         self.writers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A reader comes in, stays `pause` (a blocking sleep), leaves.
+    fn read_for(&self, pause: Duration) {
+        self.enter_reader();
+        std::thread::sleep(pause);
+        self.leave_reader();
+    }
+
+    /// A writer comes in, stays `pause` (a blocking sleep), leaves.
+    fn write_for(&self, pause: Duration) {
+        self.enter_writer();
+        std::thread::sleep(pause);
+        self.leave_writer();
     }
 }
 
@@ -174,11 +189,10 @@ async fn an_async_write_excludes_a_read_and_another_write() {
 async fn async_readers_and_writers_in_a_loop() {
     let server = RedisServer::start();
     let inside = Arc::new(Inside::default());
-    let mut tasks = Vec::new();
-    for t in 0..6 {
+    all_tasks(6, |t| {
         let locker = Locker::new(server.url()).unwrap();
         let inside = inside.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             for _ in 0..8 {
                 if t % 3 == 0 {
                     write_doc(&locker, &inside, Duration::from_millis(2))
@@ -190,11 +204,9 @@ async fn async_readers_and_writers_in_a_loop() {
                         .unwrap();
                 }
             }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
+        }
+    })
+    .await;
     assert!(
         !inside.shared_by_a_writer.load(Ordering::SeqCst),
         "a writer shared the lock"
@@ -204,17 +216,13 @@ async fn async_readers_and_writers_in_a_loop() {
 
 #[redis_lock(name = "doc:sync", mode = "read", expire = 30, acquire_time = 30, locker = locker)]
 fn read_doc_sync(locker: &Locker, inside: &Inside, pause: Duration) -> Result<(), Error> {
-    inside.enter_reader();
-    std::thread::sleep(pause);
-    inside.leave_reader();
+    inside.read_for(pause);
     Ok(())
 }
 
 #[redis_lock(name = "doc:sync", mode = "write", expire = 30, acquire_time = 30, locker = locker)]
 fn write_doc_sync(locker: &Locker, inside: &Inside, pause: Duration) -> Result<(), Error> {
-    inside.enter_writer();
-    std::thread::sleep(pause);
-    inside.leave_writer();
+    inside.write_for(pause);
     Ok(())
 }
 
@@ -308,25 +316,6 @@ fn read_then(locker: &Locker, text: &str) -> Result<u64, AppError> {
     Ok(text.parse::<u64>()?)
 }
 
-#[derive(Debug)]
-enum AppError {
-    #[allow(dead_code)] // read through Debug, in panic messages
-    Lock(LockError),
-    Parse,
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-impl From<std::num::ParseIntError> for AppError {
-    fn from(_: std::num::ParseIntError) -> Self {
-        AppError::Parse
-    }
-}
-
 #[tokio::test]
 async fn a_value_and_question_mark_give_the_hold_back() {
     let (server, locker) = setup();
@@ -337,7 +326,7 @@ async fn a_value_and_question_mark_give_the_hold_back() {
         assert!(holds(&server, "exit").is_empty(), "round {round}: value");
         assert!(matches!(
             write_then(&locker, "seven").await,
-            Err(AppError::Parse)
+            Err(AppError::Parse(_))
         ));
         assert!(holds(&server, "exit").is_empty(), "round {round}: `?`");
         let locker_sync = locker.clone();
@@ -350,7 +339,7 @@ async fn a_value_and_question_mark_give_the_hold_back() {
         .await
         .unwrap();
         assert_eq!(value.unwrap(), 8);
-        assert!(matches!(question_mark, Err(AppError::Parse)));
+        assert!(matches!(question_mark, Err(AppError::Parse(_))));
         assert!(holds(&server, "exit").is_empty(), "round {round}: sync");
     }
 }
@@ -479,12 +468,6 @@ async fn a_writers_nested_read_of_its_own_name_waits() {
 #[redis_lock(name = "mixed", mode = "read", locker = locker)]
 async fn read_then_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
     plain_lock(locker, server).await
-}
-
-/// Whether the plain lock's own key is held.
-#[redis_lock(name = "mixed", locker = locker)]
-async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
-    Ok(server.exists(&lock_key("mixed")))
 }
 
 #[tokio::test]

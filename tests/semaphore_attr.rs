@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockattr::{LockGuard, Locker, redis_lock};
-use support::lockers::setup;
+use support::attrs::{all_tasks, plain_lock};
+use support::lockers::{locker, setup};
 use support::{BodyError as Error, RedisServer, keys, lock_key};
 
 /// The permits of `slots`, from a constant.
@@ -63,19 +64,16 @@ async fn innermost(locker: &Locker) -> Result<(), Error> {
 async fn async_functions_have_at_most_the_permits_inside() {
     let server = RedisServer::start();
     let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let locker = Locker::new(server.url()).unwrap();
+    all_tasks(8, |_| {
+        let locker = locker(&server);
         let (inside, most) = (inside.clone(), most.clone());
-        tasks.push(tokio::spawn(async move {
+        async move {
             for _ in 0..10 {
                 inside_async(&locker, &inside, &most).await.unwrap();
             }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
+        }
+    })
+    .await;
     assert_eq!(
         most.load(Ordering::SeqCst),
         2,
@@ -90,7 +88,7 @@ fn sync_functions_have_at_most_the_permits_inside() {
     let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let threads: Vec<_> = (0..8)
         .map(|_| {
-            let locker = Locker::new(server.url()).unwrap();
+            let locker = locker(&server);
             let (inside, most) = (inside.clone(), most.clone());
             std::thread::spawn(move || {
                 (0..10)
@@ -129,12 +127,6 @@ async fn a_nested_call_takes_a_permit_of_its_own() {
 #[redis_lock(name = "mixed", permits = 2, locker = locker)]
 async fn permit_then_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
     plain_lock(locker, server).await
-}
-
-/// Whether the plain lock's own key is held.
-#[redis_lock(name = "mixed", locker = locker)]
-async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, Error> {
-    Ok(server.exists(&lock_key("mixed")))
 }
 
 #[tokio::test]

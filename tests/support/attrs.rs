@@ -177,3 +177,44 @@ macro_rules! counted {
 }
 #[allow(unused_imports)]
 pub(crate) use counted;
+
+/// An application error of annotated functions: a lock failure (through
+/// `From<LockError>`), a parse failure (what their `?` passes on), or a
+/// refusal of their own.
+#[derive(Debug)]
+pub enum AppError {
+    Lock(LockError),
+    Parse(std::num::ParseIntError),
+    Refused,
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+impl From<std::num::ParseIntError> for AppError {
+    fn from(e: std::num::ParseIntError) -> Self {
+        AppError::Parse(e)
+    }
+}
+
+/// Under the plain lock `mixed` (for a test that takes it inside a read
+/// hold or a permit of the same name): whether its own key is held.
+#[lockattr::redis_lock(name = "mixed", locker = locker)]
+pub async fn plain_lock(locker: &Locker, server: &RedisServer) -> Result<bool, super::BodyError> {
+    Ok(server.exists(&super::lock_key("mixed")))
+}
+
+/// Spawns `n` tokio tasks, task `t` running what `task(t)` makes, then
+/// waits for each in turn; a task that panicked fails the caller.
+pub async fn all_tasks<F>(n: usize, mut task: impl FnMut(usize) -> F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|t| tokio::spawn(task(t))).collect();
+    for running in tasks {
+        running.await.unwrap();
+    }
+}
