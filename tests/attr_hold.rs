@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker, LostReason, redis_lock};
-use support::attrs::AppError;
+use support::attrs::{AppError, pttl_within};
 use support::lockers::setup;
 use support::{RedisServer, current_thread, eventually, lock_key};
 
@@ -75,11 +75,7 @@ fn assert_kept_for_the_hold(server: &RedisServer, locker: &Locker, name: &str, s
     let key = lock_key(name);
     let hold_ms = HOLD.as_millis() as i64;
     // A dropped async guard releases in the background: wait for it.
-    let set = eventually(Duration::from_secs(2), || {
-        let left = server.pttl(&key);
-        left > 0 && left <= hold_ms
-    });
-    let left = server.pttl(&key);
+    let (set, left) = pttl_within(server, &key, hold_ms);
     assert!(
         set.is_some(),
         "PTTL {left} ms after the call: expected what remains of the {hold_ms} ms hold (lease 30 s)"
@@ -106,38 +102,50 @@ fn assert_kept_for_the_hold(server: &RedisServer, locker: &Locker, name: &str, s
     second(locker, name).expect("a second caller once the hold has passed");
 }
 
-#[test]
-fn async_value_keeps_the_lock_for_the_hold() {
+/// A server, a Locker of it, and the time the test's call begins.
+fn started() -> (RedisServer, Locker, Instant) {
     let (server, locker) = setup();
-    let rt = current_thread();
-    let start = Instant::now();
-    let out = rt.block_on(job(&locker, "hold:value", Exit::Value));
-    assert!(matches!(out, Ok(1)), "{out:?}");
-    let again = rt.block_on(job(&locker, "hold:value", Exit::Value));
+    (server, locker, Instant::now())
+}
+
+/// Asserts that `out` is the parse error the body's `?` passed on.
+fn passed_the_parse_error(out: &Result<u32, AppError>) {
+    assert!(
+        matches!(out, Err(AppError::Parse(e)) if *e == not_a_number()),
+        "{out:?}"
+    );
+}
+
+/// Asserts that `again`, a call made again within the hold, timed out.
+fn refused_within_the_hold(again: Result<u32, AppError>) {
     assert!(
         matches!(again, Err(AppError::Lock(LockError::Timeout { .. }))),
         "called again within the hold: {again:?}"
     );
+}
+
+#[test]
+fn async_value_keeps_the_lock_for_the_hold() {
+    let rt = current_thread();
+    let (server, locker, start) = started();
+    let out = rt.block_on(job(&locker, "hold:value", Exit::Value));
+    assert!(matches!(out, Ok(1)), "{out:?}");
+    refused_within_the_hold(rt.block_on(job(&locker, "hold:value", Exit::Value)));
     assert_kept_for_the_hold(&server, &locker, "hold:value", start);
 }
 
 #[test]
 fn async_question_mark_keeps_the_lock_for_the_hold() {
-    let (server, locker) = setup();
-    let start = Instant::now();
+    let (server, locker, start) = started();
     let out = current_thread().block_on(job(&locker, "hold:qm", Exit::QuestionMark));
-    assert!(
-        matches!(&out, Err(AppError::Parse(e)) if *e == not_a_number()),
-        "{out:?}"
-    );
+    passed_the_parse_error(&out);
     assert_kept_for_the_hold(&server, &locker, "hold:qm", start);
 }
 
 #[test]
 fn async_panic_keeps_the_lock_for_the_hold() {
-    let (server, locker) = setup();
     let rt = current_thread();
-    let start = Instant::now();
+    let (server, locker, start) = started();
     let payload = catch_unwind(AssertUnwindSafe(|| {
         rt.block_on(job(&locker, "hold:panic", Exit::Panic))
     }))
@@ -148,8 +156,7 @@ fn async_panic_keeps_the_lock_for_the_hold() {
 
 #[test]
 fn dropped_future_keeps_the_lock_for_the_hold_not_the_lease() {
-    let (server, locker) = setup();
-    let start = Instant::now();
+    let (server, locker, start) = started();
     let out = current_thread().block_on(async {
         tokio::time::timeout(
             Duration::from_millis(200),
@@ -163,34 +170,24 @@ fn dropped_future_keeps_the_lock_for_the_hold_not_the_lease() {
 
 #[test]
 fn sync_value_keeps_the_lock_for_the_hold() {
-    let (server, locker) = setup();
-    let start = Instant::now();
+    let (server, locker, start) = started();
     let out = job_sync(&locker, "hold:sync", Exit::Value);
     assert!(matches!(out, Ok(1)), "{out:?}");
-    let again = job_sync(&locker, "hold:sync", Exit::Value);
-    assert!(
-        matches!(again, Err(AppError::Lock(LockError::Timeout { .. }))),
-        "called again within the hold: {again:?}"
-    );
+    refused_within_the_hold(job_sync(&locker, "hold:sync", Exit::Value));
     assert_kept_for_the_hold(&server, &locker, "hold:sync", start);
 }
 
 #[test]
 fn sync_question_mark_keeps_the_lock_for_the_hold() {
-    let (server, locker) = setup();
-    let start = Instant::now();
+    let (server, locker, start) = started();
     let out = job_sync(&locker, "hold:sync-qm", Exit::QuestionMark);
-    assert!(
-        matches!(&out, Err(AppError::Parse(e)) if *e == not_a_number()),
-        "{out:?}"
-    );
+    passed_the_parse_error(&out);
     assert_kept_for_the_hold(&server, &locker, "hold:sync-qm", start);
 }
 
 #[test]
 fn sync_panic_keeps_the_lock_for_the_hold() {
-    let (server, locker) = setup();
-    let start = Instant::now();
+    let (server, locker, start) = started();
     let payload = catch_unwind(AssertUnwindSafe(|| {
         job_sync(&locker, "hold:sync-panic", Exit::Panic)
     }))

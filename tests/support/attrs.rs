@@ -218,3 +218,13 @@ where
         running.await.unwrap();
     }
 }
+
+/// Waits up to 2 s until `key` has a time to live of at most `hold_ms`
+/// (and is there): whether it came to that, and its PTTL then, in ms.
+pub fn pttl_within(server: &RedisServer, key: &str, hold_ms: i64) -> (Option<Duration>, i64) {
+    let set = super::eventually(Duration::from_secs(2), || {
+        let left = server.pttl(key);
+        left > 0 && left <= hold_ms
+    });
+    (set, server.pttl(key))
+}
