@@ -10,8 +10,8 @@ mod support;
 use std::time::Duration;
 
 use lockattr::{LockError, Locker, redis_lock};
-use support::lock_key;
 use support::lockers::setup;
+use support::{RedisServer, lock_key};
 
 /// An application error that can carry a lock failure.
 #[derive(Debug, PartialEq)]
@@ -42,22 +42,31 @@ enum Exit {
     ErrValue,
 }
 
+/// What the body parses: not a number for `?` to pass on, or 41.
+fn text_of(exit: Exit) -> &'static str {
+    match exit {
+        Exit::QuestionMark => "not a number",
+        _ => "41",
+    }
+}
+
+/// The error the body returns as its own value.
+fn refused() -> AppError {
+    AppError::Refused {
+        code: 409,
+        why: "already paid".into(),
+    }
+}
+
 #[redis_lock(name = "release:sync", expire = 30, acquire_time = 0, locker = locker)]
 fn sync_exit(locker: &Locker, exit: Exit, entered: &mut u32) -> Result<u64, AppError> {
     *entered += 1;
     if let Exit::EarlyReturn = exit {
         return Ok(7);
     }
-    let text = match exit {
-        Exit::QuestionMark => "not a number",
-        _ => "41",
-    };
-    let n: u64 = text.parse()?;
+    let n: u64 = text_of(exit).parse()?;
     if let Exit::ErrValue = exit {
-        return Err(AppError::Refused {
-            code: 409,
-            why: "already paid".into(),
-        });
+        return Err(refused());
     }
     Ok(n + 1)
 }
@@ -69,17 +78,10 @@ async fn async_exit(locker: &Locker, exit: Exit, entered: &mut u32) -> Result<u6
     if let Exit::EarlyReturn = exit {
         return Ok(7);
     }
-    let text = match exit {
-        Exit::QuestionMark => "not a number",
-        _ => "41",
-    };
-    let n: u64 = text.parse()?;
+    let n: u64 = text_of(exit).parse()?;
     tokio::time::sleep(Duration::from_millis(1)).await;
     if let Exit::ErrValue = exit {
-        return Err(AppError::Refused {
-            code: 409,
-            why: "already paid".into(),
-        });
+        return Err(refused());
     }
     Ok(n + 1)
 }
@@ -92,13 +94,21 @@ fn check(exit: Exit, result: Result<u64, AppError>) {
             Err(AppError::Parse(e)) => assert_eq!(e, "not a number".parse::<u64>().unwrap_err()),
             other => panic!("`?` should pass the parse error through, got {other:?}"),
         },
-        Exit::ErrValue => assert_eq!(
-            result,
-            Err(AppError::Refused {
-                code: 409,
-                why: "already paid".into()
-            })
-        ),
+        Exit::ErrValue => assert_eq!(result, Err(refused())),
+    }
+}
+
+/// Calls `async_exit` once with each exit, checks what it gave, and that
+/// the lock was released by the time it returned (the async expansion
+/// awaits the release before returning); `round` names the pass.
+async fn every_async_exit(server: &RedisServer, locker: &Locker, entered: &mut u32, round: &str) {
+    for exit in EXITS {
+        let result = async_exit(locker, exit, entered).await;
+        check(exit, result);
+        assert!(
+            !server.exists(&lock_key("release:async")),
+            "{round}: lock still held after {exit:?}"
+        );
     }
 }
 
@@ -134,15 +144,7 @@ async fn async_releases_on_every_exit() {
     let (server, locker) = setup();
     let mut entered = 0;
     for round in 0..2 {
-        for exit in EXITS {
-            let result = async_exit(&locker, exit, &mut entered).await;
-            check(exit, result);
-            // The async expansion awaits the release before returning.
-            assert!(
-                !server.exists(&lock_key("release:async")),
-                "round {round}: lock still held after {exit:?}"
-            );
-        }
+        every_async_exit(&server, &locker, &mut entered, &format!("round {round}")).await;
     }
     assert_eq!(entered, 8);
 }
@@ -151,14 +153,7 @@ async fn async_releases_on_every_exit() {
 async fn async_releases_on_every_exit_multi_thread() {
     let (server, locker) = setup();
     let mut entered = 0;
-    for exit in EXITS {
-        let result = async_exit(&locker, exit, &mut entered).await;
-        check(exit, result);
-        assert!(
-            !server.exists(&lock_key("release:async")),
-            "lock still held after {exit:?}"
-        );
-    }
+    every_async_exit(&server, &locker, &mut entered, "one round").await;
     assert_eq!(entered, 4);
 }
 
