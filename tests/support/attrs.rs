@@ -1,10 +1,12 @@
 //! What the attribute, observability and torture tests spell again and
 //! again: acquisitions the builder chains of `support::takes` do not cover
-//! (the default lease, a renewed lease, a lock set), a waiting task, a key
-//! deleted from outside, a loss awaited, and the bounds of a wait. Each is
-//! the public call it names, nothing more.
+//! (the default lease, a renewed or capped lease, a lock set), a waiting
+//! task, a key deleted from outside, a loss awaited, the bounds of a wait;
+//! and what their annotated functions share: the counting function
+//! (`counted!`), the application error, the plain lock `mixed`. Each is the
+//! public call it names, nothing more.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockattr::{LockError, LockGuard, LockSetGuard, Locker};
 use tokio::task::JoinHandle;
@@ -134,13 +136,6 @@ pub fn assert_took(took: Duration, least: Duration, below: Duration, what: &str)
         "{what}: gave up after {took:?}, before {least:?}"
     );
     assert!(took < below, "{what}: took {took:?}, {below:?} or more");
-}
-
-/// How long `f` took, and what it gave.
-pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
-    let start = Instant::now();
-    let out = f();
-    (out, start.elapsed())
 }
 
 /// How long a test waits for a guard's loss to be reported: 5 s.
