@@ -5,7 +5,7 @@
 //! through pub/sub, renewal, extend, release; and on a Redlock, where the
 //! user may not run `INFO`, restarted nodes still stay out of a majority.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

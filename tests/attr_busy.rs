@@ -4,7 +4,7 @@
 //! and returns at once; an application error type with `From<LockError>`
 //! receives the timeout; a lock freed during the wait is taken.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! within 2 s, not at the 30 s expiry; and a call dropped while still waiting
 //! for a busy lock never runs its body nor keeps the lock.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

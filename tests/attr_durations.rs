@@ -3,7 +3,7 @@
 //! Timeout a busy lock gives; integers, floats, strings with units, and
 //! `Duration` expressions (constants and arguments, evaluated per call).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! instead of hanging, whether its connection was already open or not; after
 //! the thaw, calls work again, and a failed call leaves no lock behind.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};

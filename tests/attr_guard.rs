@@ -3,7 +3,7 @@
 //! strictly increases from call to call (sync, async, and across Lockers),
 //! and it can extend the lease from inside the body.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

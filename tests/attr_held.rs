@@ -2,7 +2,7 @@
 //! outside (the Redis key, another acquisition of the same name), and
 //! `name = "x"` is the very lock `locker.lock("x")` takes.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

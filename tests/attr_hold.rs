@@ -8,7 +8,7 @@
 //! alone. And the point of it all: three replicas whose clocks differ run a
 //! periodic job once per period.
 
-mod support;
+use crate::support;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;

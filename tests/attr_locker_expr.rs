@@ -3,7 +3,7 @@
 //! evaluated on every call (choosing between two servers per call); the lock
 //! lands on the server of the Locker given, and nowhere else.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};

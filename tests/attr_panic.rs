@@ -2,7 +2,7 @@
 //! unchanged, and the lock is free right after (within 2 s, while the lease
 //! is 30 s), sync and async.
 
-mod support;
+use crate::support;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;

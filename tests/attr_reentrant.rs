@@ -22,7 +22,7 @@
 //! re-enters, and a job rayon runs on the holding thread does (the hazard
 //! the docs warn about, pinned in section 11).
 
-mod support;
+use crate::support;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};

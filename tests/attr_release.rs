@@ -5,7 +5,7 @@
 //! Panics and cancellation have their own files (`attr_panic.rs`,
 //! `attr_cancel.rs`).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

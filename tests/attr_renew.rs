@@ -7,7 +7,7 @@
 //! `on_lost = "ignore"`; `guard = g` lets the body watch for the loss itself
 //! (`g.lost()`, `g.lost_blocking(..)`).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

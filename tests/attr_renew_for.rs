@@ -12,7 +12,7 @@
 //! 0.67 s, 1 s and 1.33 s, and runs out at about 2.33 s. Bounds are
 //! generous.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

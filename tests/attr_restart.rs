@@ -5,7 +5,7 @@
 //! again after a restart between two calls and in the middle of a running
 //! loop.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -1,7 +1,7 @@
 //! Locks on a 3-master Redis Cluster of our own (redis-server
 //! --cluster-enabled, joined with `redis-cli --cluster create`, on loopback).
 
-mod support;
+use crate::support;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

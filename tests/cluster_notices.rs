@@ -4,7 +4,7 @@
 //! cluster bus carries to every node. A cluster without them (before Redis
 //! 7, an ACL, a renamed command) gets PUBLISH and SUBSCRIBE.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

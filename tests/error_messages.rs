@@ -2,7 +2,7 @@
 //! raise timeouts, a malformed URL names the part that is wrong (never its
 //! password), and a Unix socket is named by its path and database.
 
-mod support;
+use crate::support;
 
 use lockattr::{LockError, Locker};
 

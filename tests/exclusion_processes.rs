@@ -5,7 +5,7 @@
 //! sleep, SET), after waiting for all of them to start. The counter must
 //! equal the total number of calls.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! that increments a Redis counter non-atomically (GET, a short sleep, SET).
 //! No update may be lost, and no two bodies may overlap.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! increments a Redis counter non-atomically (GET, a short sleep, SET).
 //! No update may be lost, and no two bodies may overlap.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

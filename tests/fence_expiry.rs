@@ -4,7 +4,7 @@
 //! still increase across the counter's expiry, and under a `volatile-*`
 //! eviction policy a full Redis evicts old counters instead of refusing
 //! new locks.
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ async fn no_key_outlives_the_last_lease_by_more_than_the_retention() {
     // Hand-overs: a waiter (of another Locker, so that it queues in Redis)
     // queued behind a holder gets the lock from its release (the counter is
     // incremented there, with the waiter's lease).
-    let other = crate::locker(&server, RETENTION);
+    let other = self::locker(&server, RETENTION);
     for n in 0..10 {
         let name = format!("handed:{n}");
         let holder = hold(&locker, &name, lease).await;

@@ -3,7 +3,7 @@
 //! has written, whether it took the lock with the builder or through the
 //! attribute; the holder of the latest token writes as often as it likes.
 
-mod support;
+use crate::support;
 
 #[path = "../examples/common/fenced.rs"]
 mod fenced;

@@ -3,7 +3,7 @@
 //! (`Locker::force_unlock`), on one server and on a Redlock. The owner
 //! token never shows in what they return.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant, SystemTime};
 

@@ -4,7 +4,7 @@
 //! lock on as a release does, and a wrong token frees nothing; a lock keeps
 //! being reported as before, next to a read-write lock of the same name.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 

@@ -5,7 +5,7 @@
 //! `extend`/`reacquire` that find the lock gone mark it lost too. Lost is
 //! sticky, `tokio::select!` on `lost()` stops work early, and the error says
 //! which lock and what to do.
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -6,7 +6,7 @@
 //! restart; 50 leases of one Locker share their round trips; a frozen Redis
 //! makes the guard lost (`Unrenewed`) without recreating anything; fencing
 //! tokens keep increasing across processes and expiries.
-mod support;
+use crate::support;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

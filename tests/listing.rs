@@ -4,7 +4,7 @@
 //! permit key) is skipped and counted, and the rest is listed. Globs match
 //! the lock's name, never its key's spelling.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

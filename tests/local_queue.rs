@@ -3,7 +3,7 @@
 //! them in its one script call, while a waiter of another process (another
 //! Locker) keeps its turn. Against real redis-servers and a real Cluster.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! names the call chain holds goes straight in; a nested set that needs a
 //! name the chain does not hold, next to names it does, is refused.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

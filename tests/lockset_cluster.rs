@@ -4,7 +4,7 @@
 //! overlaps; a busy name leaves the others free; a release wakes a set
 //! waiter; the set excludes single-name holders.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! without atomicity (GET, a pause, SET). No deadlock (every child ends
 //! within its time), no overlap on any name, no lost update.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! set never keeps part of itself; per-name fencing tokens; wake-up on
 //! release; dead, restarted and cancelled cases.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -4,7 +4,7 @@
 //! wake-up of a set waiter, the lost signal, the blocking path, and the
 //! entries of a set waiter that died.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The fault-injecting proxy of `tests/support/proxy.rs` against a real
 //! redis-server: forwarding, latency, lost replies, stalls, cuts and drop.
-mod support;
+use crate::support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

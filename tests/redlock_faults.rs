@@ -4,7 +4,7 @@
 //! moment while a waiter waits, INFO's rounding of a restarted node's
 //! uptime, and slow or just-too-slow links (through `support::proxy`).
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -2,7 +2,7 @@
 //! slowest nodes do not hold up an acquisition or a release, and their
 //! requests still run (the lock ends up held, then freed, on every node).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

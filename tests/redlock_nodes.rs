@@ -2,7 +2,7 @@
 //! majority, dead and frozen nodes, restarted empty nodes, fencing across
 //! majorities, contention, the attribute, and wake-up on release.
 
-mod support;
+use crate::support;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

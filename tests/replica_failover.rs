@@ -35,7 +35,7 @@
 //! Long: 13-22 s a test on a loaded 2-core machine (a Sentinel set or a
 //! six-node cluster, a failover, 11 s of contention).
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

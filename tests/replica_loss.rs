@@ -21,7 +21,7 @@
 //! that it worked: the lock key is absent on the promoted replica before the
 //! second caller asks.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

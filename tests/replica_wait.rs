@@ -8,7 +8,7 @@
 //! The failovers themselves are in `replica_loss.rs` (without the setting)
 //! and `replica_failover.rs` (with it).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

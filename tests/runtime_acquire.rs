@@ -1,7 +1,7 @@
 //! Acquisition: one round trip, a zero wait is exactly one attempt, fencing
 //! tokens strictly increase per name (across Lockers and expiries), and owner
 //! tokens are fresh random 128-bit values.
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

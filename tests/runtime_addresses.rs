@@ -4,7 +4,7 @@
 //! Redlock, a Cluster and the process default, and its password stays out of
 //! every message. Settings that belong to another kind of Locker are refused.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Every duration is bounded where it enters the API: an absurd one is
 //! refused with `InvalidInput` before anything is sent, and nothing of it
 //! reaches Redis (where a script that fails halfway keeps its writes).
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

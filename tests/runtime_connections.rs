@@ -2,7 +2,7 @@
 //! tokio runtime whose tasks use it (the library's I/O thread counts as one:
 //! it serves the blocking path) and one subscriber connection for all its
 //! waiters, however many tasks and threads use it.
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

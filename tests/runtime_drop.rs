@@ -1,7 +1,7 @@
 //! Dropping: a dropped guard frees its lock (at once for a blocking guard,
 //! soon for an async one, with or without a runtime around), and a dropped
 //! `acquire()` future never leaves a lock behind.
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

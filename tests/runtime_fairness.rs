@@ -9,7 +9,7 @@
 //! it only asks Redis on its own once-a-second check and the order of
 //! events is not left to chance.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! than the lease is refused; a guard that no longer owns the lock changes
 //! nothing.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

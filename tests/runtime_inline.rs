@@ -2,7 +2,7 @@
 //! there, on a connection of that runtime. These tests cover what that path must still promise:
 //! a dropped future never leaves a lock or a queue entry behind, a guard
 //! outlives its runtime safely, and a runtime's connection goes away with it.
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `Locker`: lazy creation, auto traits, secrets kept out of every message,
 //! and the builder's settings (defaults, prefix, the key layout it implies).
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! (braces, spaces, newlines, non-ASCII, 10 KB), the empty name and a zero or
 //! too long lease are refused with clear messages, and `LockError` is a
 //! well-behaved error type.
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! Redis is back. A caller that may wait (acquire time above zero) keeps
 //! trying through an outage until its acquire time ends, so it rides out a
 //! short restart; with an acquire time of zero the error comes at once.
-mod support;
+use crate::support;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Release, extend and reacquire, async and blocking: they act only while the
 //! guard still owns the lock, answer `NotOwned` otherwise, and never delete,
 //! extend or revive another owner's lock.
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //! and 1.33 s, the last one keeping the lock until about 2.33 s. Bounds are
 //! generous; nothing here measures speed.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

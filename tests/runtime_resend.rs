@@ -4,7 +4,7 @@
 //! on a new connection only when running it twice is safe: a release is
 //! re-sent and its ambiguous "not owned" read for what it is; an extension
 //! is re-sent as a raise that cannot add twice.
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

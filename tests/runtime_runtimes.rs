@@ -1,7 +1,7 @@
 //! One Locker across runtimes: runtimes created and dropped one after another,
 //! two runtimes at once, current-thread and multi-thread, plain threads with
 //! no runtime, and `acquire_blocking` called from inside an async task.
-mod support;
+use crate::support;
 
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;

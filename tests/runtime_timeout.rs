@@ -1,7 +1,7 @@
 //! Waiting for a held lock: `Timeout { name, waited }` after (never before)
 //! the acquire timeout, success as soon as the holder releases or its lease
 //! ends, and mutual exclusion among many waiters.
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

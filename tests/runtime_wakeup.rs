@@ -11,7 +11,7 @@
 //! handed-over waiter waiting nor holds waiters past their acquire time, and
 //! is replaced.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

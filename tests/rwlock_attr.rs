@@ -4,7 +4,7 @@
 //! panic, a dropped future); never re-entered; `hold_at_least` and `renew`
 //! as for a lock.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};

@@ -5,7 +5,7 @@
 //! lost signal; fencing; timeouts; Redlock refused; independent of the
 //! lock and the semaphore of the same name.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,7 @@
 //! included), readers overlap, a writer is alone, and hand-overs wake the
 //! waiters.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@
 //! - A child takes the read side of 50 names and is SIGKILLed: once their
 //!   leases and the retention are over, no key of any of them is left.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `Locker::sentinel` keeps readers and the writer on the master the
 //! sentinels name, and the last reader's release hands over to the writer.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

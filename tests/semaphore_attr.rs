@@ -1,7 +1,7 @@
 //! `#[redis_lock(permits = N)]` on sync and async functions: at most N
 //! bodies at once, each with a guard of its own.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! hand-over wakes the oldest waiter at once; a mismatch of `permits` is
 //! refused; renewal and the lost signal work per permit.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

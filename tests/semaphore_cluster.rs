@@ -1,7 +1,7 @@
 //! Semaphores on a 3-master Redis Cluster of our own: every key of one
 //! semaphore lives on one master (one hash tag), and the bound holds.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! (`Locker::force_unlock_permit`), against a real redis-server. The owner
 //! token never shows in what they return.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 

@@ -7,7 +7,7 @@
 //! - A child takes a permit and is SIGKILLed while holding it: the permit
 //!   is free when its lease ends, not before.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 //!   and after a hand-over: a caller asking for another number is refused
 //!   with `PermitsMismatch`, never given a permit.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@
 //! failover adds about 3 s. The long ones (a failover each) are marked
 //! "Long:" below.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

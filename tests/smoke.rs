@@ -1,5 +1,5 @@
 //! Smoke test: one async and one sync annotated function against a private redis-server.
-mod support;
+use crate::support;
 use lockattr::{LockError, Locker, redis_lock};
 use support::lockers::setup;
 

@@ -2,7 +2,7 @@
 //! a key left without a TTL fails the test that stops its server, unless it
 //! is a documented exception or a key the test allowed.
 
-mod support;
+use crate::support;
 #[path = "support/tls.rs"]
 mod tls;
 

@@ -10,7 +10,7 @@
 //! Either way, nothing stays held after the thaw, for a lock, either side
 //! of a read-write lock, a semaphore's permit and a set of names.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! waiter is still handed its lock, and that a server without RESP3 (`HELLO`
 //! renamed away) still wakes waiters, with SUBSCRIBE on RESP2.
 
-mod support;
+use crate::support;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
