@@ -409,6 +409,7 @@ pub fn worker() -> Option<(Locker, redis::Connection)> {
 /// have no TTL), then runs `count` children of the test `child_worker` of
 /// this binary, told their URLs, and asserts that each printed [`DONE`]
 /// within 120 s (see [`run_children`]): the lock server and the store.
+#[track_caller] // the child is a test of the caller's file
 pub fn run_workers(count: usize, untimed: &[&str]) -> (RedisServer, RedisServer) {
     let locks = RedisServer::start();
     let store = RedisServer::start();
@@ -436,6 +437,7 @@ pub fn number(server: &RedisServer, key: &str) -> i64 {
 
 /// Starts the test `test` of this binary as a child with `envs`, and reads
 /// its stdout until it prints [`HOLDING`]: the child, and what followed.
+#[track_caller] // the child is a test of the caller's file
 pub fn start_holder(test: &str, envs: &[(&str, &str)]) -> (Child, String) {
     let mut child = child_test(test, envs)
         .spawn()
@@ -454,6 +456,7 @@ pub fn kill(mut child: Child) {
 /// its URL ([`LOCK_URL`]); once the child says it holds ([`HOLDING`]),
 /// notes the time and [`kill`]s it. The server, a Locker of it, when the
 /// child held, and what it said after [`HOLDING`].
+#[track_caller] // the child is a test of the caller's file
 pub fn kill_a_holder(test: &str) -> (RedisServer, Locker, Instant, String) {
     let locks = RedisServer::start();
     let url = locks.url();
