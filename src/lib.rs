@@ -594,7 +594,8 @@ pub use lockattr_runtime::{
     DEFAULT_PREFIX, DEFAULT_REDLOCK_MAX_LEASE, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     Fairness, Holder, Listing, LockBuilder, LockError, LockGuard, LockInfo, LockKey, LockKind,
     LockSetBuilder, LockSetGuard, Locker, LockerBuilder, LostReason, MAX_ACQUIRE_TIMEOUT,
-    MAX_EXPIRE, MAX_TIMEOUT, ReaderInfo, RedisAddr, default_locker, init, set_default,
+    MAX_EXPIRE, MAX_SET_NAMES, MAX_TIMEOUT, ReaderInfo, RedisAddr, default_locker, init,
+    set_default,
 };
 
 /// Semaphores (`permits = N`, [`Locker::semaphore`]): the most permits one may have.

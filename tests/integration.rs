@@ -40,6 +40,7 @@ mod listing;
 mod local_queue;
 mod lockset_attr;
 mod lockset_cluster;
+mod lockset_limits;
 mod lockset_processes;
 mod lockset_redlock;
 mod lockset_runtime;

@@ -172,7 +172,7 @@ pub use locker::{
     DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, Fairness, Locker, LockerBuilder, MAX_EXPIRE,
     MAX_TIMEOUT,
 };
-pub use lockset::LockSetBuilder;
+pub use lockset::{LockSetBuilder, MAX_SET_NAMES};
 pub use lockset_guard::LockSetGuard;
 pub use request::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockBuilder, MAX_ACQUIRE_TIMEOUT};
 pub use semaphore_inspect::{PermitInfo, SemaphoreInfo};

@@ -3,6 +3,7 @@
 //! `backend::lockset`.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,13 +20,22 @@ use crate::observe::{Acquiring, Kind};
 use crate::wait::{self, Contender, Won};
 use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockSetGuard, Locker, io};
 
+/// The most distinct names a lock set takes. One script takes a whole set
+/// (a group of names per slot on a Cluster), and Redis runs nothing else
+/// meanwhile: at this size that is a few tens of milliseconds, far below
+/// Redis's busy-script limit (5 s), where every other client would get
+/// `BUSY`.
+pub const MAX_SET_NAMES: usize = 1_000;
+
 impl Locker {
     /// A request for several locks at once, all or nothing: finish it with
     /// [`acquire`](LockSetBuilder::acquire) or
     /// [`acquire_blocking`](LockSetBuilder::acquire_blocking).
     ///
     /// The names are any iterator of strings; a name given twice is taken
-    /// once; an empty set is refused with [`LockError::InvalidInput`]. The
+    /// once; an empty set, or one of more than [`MAX_SET_NAMES`] distinct
+    /// names, is refused with [`LockError::InvalidInput`] before anything is
+    /// sent. The
     /// caller never holds some of the names while it waits for the others:
     /// on one server one script takes every name or none, so two callers
     /// locking `{a, b}` and `{b, a}` cannot deadlock. On a Redis Cluster the
@@ -257,11 +267,21 @@ impl LockSetBuilder<'_> {
                 "it names no lock; give `lock_all` at least one name",
             ));
         }
-        let mut unique: Vec<String> = Vec::with_capacity(names.len());
-        for name in names {
-            if !unique.contains(&name) {
-                unique.push(name);
-            }
+        let mut seen = HashSet::with_capacity(names.len());
+        let unique: Vec<String> = names
+            .into_iter()
+            .filter(|name| seen.insert(name.clone()))
+            .collect();
+        if unique.len() > MAX_SET_NAMES {
+            return Err(LockError::invalid(
+                "lock set",
+                format!(
+                    "it names {} distinct locks; a set takes at most {MAX_SET_NAMES} (its \
+                     script must stay far below Redis's busy limit): split the work, or lock a \
+                     name that stands for the group",
+                    unique.len()
+                ),
+            ));
         }
         let mut members = Vec::with_capacity(unique.len());
         let mut wait = Duration::ZERO;
