@@ -26,6 +26,7 @@ mod attr_renew_for;
 mod attr_restart;
 mod cluster_locks;
 mod cluster_notices;
+mod dead_waiters;
 mod error_messages;
 mod exclusion_processes;
 mod exclusion_tasks;

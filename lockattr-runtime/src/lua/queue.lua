@@ -23,15 +23,28 @@ local function enqueue(queue, waiters, token, wait, lease, tag, who)
   end
 end
 
+-- The most dead or malformed queue entries one call drops on its way to
+-- a live waiter. The rest are left to the next call (every attempt and
+-- release drops as many) or to the queue's expiry, so that no call blocks
+-- Redis for long however many waiters died without leaving.
+local MAX_DROPPED = 100
+-- The entries this call has dropped so far.
+local dropped = 0
+
 -- Takes the oldest waiter whose deadline has not passed out of the queue
--- (the dead or malformed entries before it are dropped). Returns its
--- token, lease and holder (nil when none is left), and whether the marker
--- `-` (never a token; see the lock's release) was popped on the way. An
+-- (the dead or malformed entries before it are dropped, up to
+-- MAX_DROPPED in a call). Returns its token, lease and holder (nil when
+-- none is left), whether the marker `-` (never a token; see the lock's
+-- release) was popped on the way, and whether the call stopped at
+-- MAX_DROPPED with entries left (live waiters may be behind them). An
 -- entry may lack the queue time and the holder (`<deadline>:<lease>`,
 -- written by an older version).
 local function pop_waiter(queue, waiters)
   local marker = false
   while true do
+    if dropped >= MAX_DROPPED and redis.call('llen', queue) > 0 then
+      return nil, nil, nil, marker, true
+    end
     local waiter = redis.call('lpop', queue)
     if not waiter then
       return nil, nil, nil, marker
@@ -55,6 +68,7 @@ local function pop_waiter(queue, waiters)
         return waiter, lease, who, marker
       end
     end
+    dropped = dropped + 1
   end
 end
 
@@ -129,7 +143,8 @@ end
 -- queue). A hand-over copies the kind's fields of `value`; one that popped
 -- the marker puts it back at the end while an entry is left in the waiters
 -- hash (with that hash's time to live when the pop emptied the queue). A
--- deletion publishes `-:0:0` when `notify` is '1' or the marker was popped,
+-- deletion publishes `-:0:0` when `notify` is '1', the marker was popped,
+-- or the pop stopped at MAX_DROPPED (the live waiters left ask again),
 -- and lets the counter expire after `retention`; when `shared` (a
 -- semaphore's permits share the counter) it only raises the counter's time
 -- to live, never lowers it under the other holders.
@@ -150,7 +165,7 @@ local function hand_over(k, channel, notify, barge, shared, retention, value)
       end
     end
   end
-  local waiter, lease, who, marker = pop_waiter(KEYS[k + 2], KEYS[k + 3])
+  local waiter, lease, who, marker, more = pop_waiter(KEYS[k + 2], KEYS[k + 3])
   if marker then
     drop_dead(KEYS[k + 3])
   end
@@ -173,7 +188,7 @@ local function hand_over(k, channel, notify, barge, shared, retention, value)
   else
     redis.call('pexpire', KEYS[k + 1], retention)
   end
-  if notify == '1' or marker then
+  if notify == '1' or marker or more then
     announce(channel, '-:0:0')
   end
   return 1

@@ -63,12 +63,18 @@ local function readers(want_first)
   return n, first
 end
 
--- The oldest live waiter (dead entries before it dropped): token, r or w,
--- lease, holder.
+-- The oldest live waiter (dead entries before it dropped, up to
+-- MAX_DROPPED in a call): token, r or w, lease, holder. None when the
+-- queue is empty, or when the call stopped at MAX_DROPPED: the waiters are
+-- then told to ask again, and the next call drops more.
 local function head()
   while true do
     local waiter = redis.call('lindex', KEYS[4], 0)
     if not waiter then
+      return nil
+    end
+    if dropped >= MAX_DROPPED then
+      announce(channel, '-:0:0')
       return nil
     end
     local entry = redis.call('hget', KEYS[5], waiter)
@@ -84,6 +90,7 @@ local function head()
     if entry then
       redis.call('hdel', KEYS[5], waiter)
     end
+    dropped = dropped + 1
   end
 end
 

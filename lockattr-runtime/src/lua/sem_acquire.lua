@@ -87,9 +87,14 @@ end
 local mine
 local drained = false
 while #free > 0 and not drained do
-  local waiter, wlease, wwho = pop_waiter(KEYS[2], KEYS[3])
+  local waiter, wlease, wwho, _, more = pop_waiter(KEYS[2], KEYS[3])
   if not waiter then
     drained = true
+    if more then
+      -- Dead entries left in the queue: the live waiters behind them ask
+      -- again.
+      announce(channel, '-:0:0')
+    end
   elseif waiter == token and not mine then
     mine = table.remove(free, 1)
   else

@@ -34,12 +34,16 @@ local function permits_of(value)
 end
 
 -- Frees permit `i`, whose value is `value`, as a release does: to the
--- oldest waiter (keeping the value's number of permits), or deleted.
+-- oldest waiter (keeping the value's number of permits), or deleted (and
+-- the waiters told to ask again when dead entries were left in the queue).
 local function free_permit(i, value, channel, retention)
-  local waiter, lease, who = pop_waiter(KEYS[2], KEYS[3])
+  local waiter, lease, who, _, more = pop_waiter(KEYS[2], KEYS[3])
   if waiter then
     hand(KEYS[4 + i], KEYS[1], channel, waiter, lease, who, kind_fields(value), retention)
   else
     redis.call('del', KEYS[4 + i])
+    if more then
+      announce(channel, '-:0:0')
+    end
   end
 end
