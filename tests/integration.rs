@@ -51,6 +51,7 @@ mod redlock_majority;
 mod redlock_nodes;
 mod replica_failover;
 mod replica_loss;
+mod replica_truth;
 mod replica_wait;
 mod runtime_acquire;
 mod runtime_addresses;

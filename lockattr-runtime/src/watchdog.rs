@@ -12,6 +12,11 @@
 //! and every runtime alike, and does not stop when a caller's runtime does.
 //! It starts with the first renewed guard and ends when none is left.
 //!
+//! When grants wait for replicas (`min_replicas`), each renewal is followed
+//! by `WAIT`, on a connection that only renewals use: a renewal never waits
+//! behind the grants' `WAIT`s, however many callers (blocking ones on the
+//! I/O thread included) are acquiring other names.
+//!
 //! What a renewal finds goes to the guard's [`LeaseState`]: a lease that
 //! Redis still holds for the guard moves its `valid_until`; one deleted or
 //! taken marks the guard lost at once and leaves the watch. A renewal that

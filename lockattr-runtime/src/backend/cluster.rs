@@ -46,6 +46,10 @@ pub(crate) struct ClusterNodes {
     /// first use): `WAIT` blocks the connection to a master it is sent on,
     /// so it never goes on `current`, which every other request uses.
     replicated: Mutex<Option<ClusterConnection>>,
+    /// The connection of the watchdog's renewals when grants wait for
+    /// replicas (opened on first use): their `WAIT` never waits behind a
+    /// grant's on `replicated`.
+    renewals: Mutex<Option<ClusterConnection>>,
     timeouts: Timeouts,
     wakeups: Wakeups,
     server: String,
@@ -112,6 +116,7 @@ impl ClusterNodes {
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             replicated: Mutex::new(None),
+            renewals: Mutex::new(None),
             wakeups: Wakeups::sharded(
                 clients
                     .into_iter()
@@ -168,6 +173,19 @@ impl ClusterNodes {
             .set_connection_timeout(self.timeouts.connect)
             .set_response_timeout(self.timeouts.response + self.replicas.timeout);
         self.open(&self.replicated, Some(config)).await
+    }
+
+    /// The connection of the renewals: when grants wait for replicas, one
+    /// of their own (configured as the grants'), so that a renewal's
+    /// `WAIT` never waits behind a grant's; otherwise the shared one.
+    async fn renewal_connection(&self) -> Result<ClusterConnection, LockError> {
+        if !self.replicas.wanted() {
+            return self.connection().await;
+        }
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(self.timeouts.connect)
+            .set_response_timeout(self.timeouts.response + self.replicas.timeout);
+        self.open(&self.renewals, Some(config)).await
     }
 
     /// The connection kept in `slot`, opened if needed (on the I/O thread,
@@ -463,7 +481,7 @@ impl ClusterNodes {
     /// whose master did not answer leaves its leases [`Renewed::Unknown`];
     /// an error only when no slot's master answered.
     pub(crate) async fn renew(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let connection = self.grant_connection().await?;
+        let connection = self.renewal_connection().await?;
         // A dead master must not hold up the renewals of the others past
         // their leases: each slot's call gets a quarter of the shortest one.
         let shortest = leases

@@ -53,6 +53,11 @@ enum Lane {
     /// never goes on the connection that releases, renewals without
     /// replicas and every other lock of the runtime use.
     Replicated,
+    /// The watchdog's renewals when grants wait for replicas: their `WAIT`
+    /// only ever waits for renewals, never behind a grant's, so a lease is
+    /// renewed in time however many grants queue on
+    /// [`Lane::Replicated`].
+    Renewal,
 }
 
 /// Each runtime's connections, by runtime and lane.
@@ -269,7 +274,7 @@ impl SingleNode {
         }
         let config = match lane {
             Lane::Shared => &self.config,
-            Lane::Replicated => &self.replicated_config,
+            Lane::Replicated | Lane::Renewal => &self.replicated_config,
         };
         let result = match self.source.client(self.timeouts.locate()).await {
             Ok(client) => {
@@ -542,12 +547,15 @@ impl SingleNode {
         extended(left, max_lease)
     }
 
+    /// Renews a batch of leases: each one's time left, `None` when not
+    /// owned. Sent on [`Lane::Renewal`] when grants wait for replicas (see
+    /// [`renewal`](Self::renewal)).
     pub(crate) async fn renew(
         &self,
         leases: &[Renewal<'_>],
     ) -> Result<Vec<Option<Duration>>, LockError> {
         let invocation = scripts::renew(&leases.iter().collect::<Vec<_>>());
-        let (left, _): (Vec<i64>, bool) = self.grant(&invocation, |_| true, None, None).await?;
+        let left = self.renewal(&invocation).await?;
         if left.len() != leases.len() {
             return Err(LockError::UnexpectedReply {
                 server: self.server.clone(),
@@ -555,6 +563,21 @@ impl SingleNode {
             });
         }
         Ok(left.into_iter().map(left_of).collect())
+    }
+
+    /// Sends a renewal script (safe to repeat). When grants wait for
+    /// replicas it goes with `WAIT` on [`Lane::Renewal`], a connection of
+    /// its own, so that it never waits behind the grants' `WAIT`s, and a
+    /// renewal too few replicas acknowledged is [`LockError::Replicas`]
+    /// (not counted). Otherwise it goes on [`Lane::Shared`].
+    async fn renewal(&self, invocation: &Invocation) -> Result<Vec<i64>, LockError> {
+        if !self.replicas.wanted() {
+            return self.send(Request::Script(invocation), None).await;
+        }
+        let request = Request::Renewal(invocation, self.replicas);
+        let Acked { reply, replicas } = self.send(request, None).await?;
+        self.replicas.enough(&self.server, replicas)?;
+        Ok(reply)
     }
 
     /// Runs a script that is safe to repeat (sent again after a dropped
@@ -693,6 +716,9 @@ pub(super) enum Request<'a> {
     /// A script that grants time, then `WAIT` for the replicas, in one
     /// pipeline on [`Lane::Replicated`]; its answer is an [`Acked`].
     Replicated(&'a Invocation, Replicas),
+    /// A renewal, then `WAIT`, in one pipeline on [`Lane::Renewal`]; its
+    /// answer is an [`Acked`].
+    Renewal(&'a Invocation, Replicas),
 }
 
 impl Request<'_> {
@@ -700,6 +726,7 @@ impl Request<'_> {
         match self {
             Request::Script(_) | Request::Command(_) => Lane::Shared,
             Request::Replicated(..) => Lane::Replicated,
+            Request::Renewal(..) => Lane::Renewal,
         }
     }
 
@@ -711,6 +738,9 @@ impl Request<'_> {
             Request::Script(invocation) => invocation.invoke_async(connection).await,
             Request::Command(command) => command.query_async(connection).await,
             Request::Replicated(invocation, replicas) => {
+                invocation.invoke_then_wait(replicas, connection).await
+            }
+            Request::Renewal(invocation, replicas) => {
                 invocation.invoke_then_wait(replicas, connection).await
             }
         }
