@@ -9,9 +9,10 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use lockattr::Locker;
+use lockattr::{LockError, Locker};
+use support::deployments::lock_error;
 use support::proxy::Proxy;
-use support::{RedisServer, eventually, lock_key};
+use support::{RedisServer, child_test, eventually, lock_key, wait_child};
 
 /// A master and one replica in sync with it.
 struct Pair {
@@ -22,6 +23,13 @@ struct Pair {
 }
 
 impl Pair {
+    /// A master and a replica that reaches it directly.
+    fn start() -> Pair {
+        let master = RedisServer::start();
+        let port = master.port;
+        Pair::replicated(master, port, None)
+    }
+
     /// A master and a replica whose link (the replication stream and the
     /// acknowledgements) takes `delay` longer each way, once it synced.
     fn lagging(delay: Duration) -> Pair {
@@ -119,4 +127,72 @@ fn a_renewed_lease_survives_fifty_sync_callers_on_other_names() {
     assert!(!guard.is_lost());
     assert!(pair.master.exists(&lock_key("t-renewed")));
     guard.release_blocking().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_the_replica_did_not_acknowledge_is_given_back_before_the_error() {
+    let pair = Pair::start();
+    let locker = pair.locker();
+    let mut master = pair.master.client();
+    pair.replica.freeze();
+    // One attempt each, and attempts tried again for a while.
+    for (i, wait) in [Duration::ZERO, Duration::from_millis(250)]
+        .into_iter()
+        .cycle()
+        .take(8)
+        .enumerate()
+    {
+        let name = format!("t-unacked-{i}");
+        let err = lock_error(&locker, &name, wait).await;
+        // Read at once: the give-back is not left to a background task.
+        let held: bool = redis::cmd("EXISTS")
+            .arg(lock_key(&name))
+            .query(&mut master)
+            .unwrap();
+        assert!(err.is_replicas(), "{err}");
+        assert!(!held, "{name} still held on the master when told: {err}");
+        let message = err.to_string();
+        assert!(message.contains("given back"), "{message}");
+    }
+}
+
+/// The child of [`a_process_that_exits_right_after_the_error_leaves_nothing_held`]:
+/// takes `t-one-shot` (a lease of 20 s, one attempt) on the master named by
+/// `TRUTH_URL`, prints the error, and exits at once. Nothing without it.
+#[test]
+fn one_shot_child() {
+    let Ok(url) = std::env::var("TRUTH_URL") else {
+        return;
+    };
+    let outcome = replica_locker(&url)
+        .lock("t-one-shot")
+        .expire(Duration::from_secs(20))
+        .acquire_timeout(Duration::ZERO)
+        .acquire_blocking();
+    match outcome {
+        Err(e @ LockError::Replicas { .. }) => println!("REPLICAS {e}"),
+        Err(e) => println!("OTHER {e}"),
+        Ok(_) => println!("GRANTED"),
+    }
+    std::process::exit(0);
+}
+
+#[test]
+fn a_process_that_exits_right_after_the_error_leaves_nothing_held() {
+    let pair = Pair::start();
+    pair.replica.freeze();
+    for _ in 0..3 {
+        let child = child_test("one_shot_child", &[("TRUTH_URL", &pair.master.url())])
+            .spawn()
+            .expect("spawn the child test");
+        let output = wait_child(child, Duration::from_secs(60));
+        let said = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(said.contains("REPLICAS"), "{said}");
+        let key = lock_key("t-one-shot");
+        assert!(
+            !pair.master.exists(&key),
+            "left held for {} ms more by a process that is gone",
+            pair.master.pttl(&key)
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! The one error type of the crate.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Why a lock operation failed.
 ///
@@ -188,7 +188,12 @@ pub enum LockError {
     /// acknowledged a grant (an acquisition, a hand-over, an extension) within
     /// the [`replica_timeout`](crate::LockerBuilder::replica_timeout). An
     /// acquisition that gets this is given back and tried again while its
-    /// acquire time lasts; this is the last try's outcome. Nothing is held.
+    /// acquire time lasts; this is the last try's outcome. The grant the
+    /// master made is given back before this error is returned, so a
+    /// process that exits right after it leaves nothing held; when that
+    /// give-back could not be confirmed, `held_until` says until when the
+    /// grant may stay held on the master (its lease's end), and the
+    /// give-back goes on in the background.
     ///
     /// ```
     /// # use lockattr_runtime::LockError;
@@ -198,15 +203,18 @@ pub enum LockError {
     ///     acknowledged: 0,
     ///     wanted: 1,
     ///     waited: Duration::from_millis(100),
+    ///     held_until: None,
     /// };
     /// assert!(err.is_replicas());
     /// assert!(err.to_string().contains("0 of the 1 replica"));
+    /// assert!(err.to_string().contains("given back"));
     /// ```
     #[error(
         "{acknowledged} of the {wanted} replica(s) that `min_replicas` asks for acknowledged the \
-         grant on {server} within {waited:?}; nothing is held. Check that the master has at least \
+         grant on {server} within {waited:?}; {}. Check that the master has at least \
          {wanted} replica(s) connected and in sync (`ROLE` or `INFO replication` on the master), \
-         or raise `replica_timeout` above their lag"
+         or raise `replica_timeout` above their lag",
+        replicas_held(held_until)
     )]
     Replicas {
         /// The master, as `host:port/db`; on a Redis Cluster, the cluster
@@ -219,6 +227,13 @@ pub enum LockError {
         wanted: u32,
         /// How long the master waited for them (`replica_timeout`).
         waited: Duration,
+        /// `None`: nothing of the grant is held (it was given back before
+        /// this error was returned, or it was not counted). Otherwise the
+        /// give-back could not be confirmed in time (the master did not
+        /// answer it): the grant may stay held on the master until then,
+        /// when its lease ends, unless the give-back that goes on in the
+        /// background frees it first.
+        held_until: Option<SystemTime>,
     },
 
     /// A semaphore was asked for with another number of permits than the
@@ -492,6 +507,24 @@ fn timeout_message(name: &str, waited: &Duration) -> String {
     }
 }
 
+/// What a [`LockError::Replicas`] says is left of its grant on the master.
+fn replicas_held(held_until: &Option<SystemTime>) -> String {
+    let Some(until) = held_until else {
+        return "the grant was given back: nothing is held".to_owned();
+    };
+    let left = until.duration_since(SystemTime::now()).unwrap_or_default();
+    let at = until
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "the grant could not be given back (the master did not answer in time) and may stay \
+         held on the master until {}.{:03} s after the Unix epoch (about {left:.1?} after this \
+         message was made), when its lease ends; it is given back in the background meanwhile",
+        at.as_secs(),
+        at.subsec_millis()
+    )
+}
+
 /// Displays a lock name, cut to a readable length (names may be kilobytes long).
 struct Shown<'a>(&'a str);
 
@@ -592,5 +625,26 @@ mod tests {
             name: "a\nb".into(),
         };
         assert!(err.to_string().contains("a\\nb"));
+    }
+
+    #[test]
+    fn a_replicas_error_says_whether_its_grant_may_still_be_held() {
+        let err = |held_until| LockError::Replicas {
+            server: "m:6379/0".into(),
+            acknowledged: 0,
+            wanted: 1,
+            waited: Duration::from_millis(100),
+            held_until,
+        };
+        let given_back = err(None).to_string();
+        assert!(
+            given_back.contains("given back: nothing is held"),
+            "{given_back}"
+        );
+        let until = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_250);
+        let held = err(Some(until)).to_string();
+        assert!(held.contains("could not be given back"), "{held}");
+        assert!(held.contains("until 1700000000.250 s"), "{held}");
+        assert!(!held.contains("nothing is held"), "{held}");
     }
 }

@@ -78,6 +78,7 @@ impl Replicas {
             acknowledged,
             wanted: self.min,
             waited: self.timeout,
+            held_until: None,
         })
     }
 }

@@ -101,6 +101,9 @@ pub(crate) trait Side {
     /// Whether one name is waited for (not a set).
     fn one_name(&self) -> bool;
 
+    /// The lease an attempt asks for: how long a grant it made may hold.
+    fn lease(&self) -> Duration;
+
     /// Sees the acquisition before each await of its loop: nothing for the
     /// real sides; the explorer fingerprints the state there.
     fn before_await(&mut self, _acquisition: &Acquisition<'_>) {}
@@ -406,6 +409,18 @@ impl<'a> Acquisition<'a> {
         h.finish()
     }
 
+    /// Every token still owed a give-back becomes stale: given back now,
+    /// one by one, through [`stale`](Self::stale) (see
+    /// [`Running::give_back_now`]).
+    fn owe_now(&mut self) {
+        self.stale = self.owed();
+    }
+
+    /// The newest stale token was given back: it is owed nothing more.
+    fn forget_stale(&mut self) {
+        self.stale.pop();
+    }
+
     /// The tokens this acquisition still owes a give-back (it ends, or is
     /// dropped): the stale ones, and the current one when it may be queued
     /// or its request may have run.
@@ -435,8 +450,84 @@ struct Running<'s, 'a, S: Side> {
     acquisition: Acquisition<'a>,
 }
 
+/// How long an acquisition that failed with [`LockError::Replicas`] keeps
+/// trying to give back what its attempts may hold on the master, before it
+/// returns the error (never past the lease those attempts asked for).
+pub(crate) const GIVE_BACK_WITHIN: Duration = Duration::from_secs(1);
+
 impl<S: Side> Running<'_, '_, S> {
+    /// The loop, then, when it failed because replicas did not acknowledge
+    /// a grant, the give-back of what that grant holds on the master before
+    /// the caller hears of it (see [`give_back_now`](Self::give_back_now)).
     async fn run(&mut self) -> Result<Won, LockError> {
+        match self.rounds().await {
+            Err(e) if e.is_replicas() => Err(self.give_back_now(e).await),
+            outcome => outcome,
+        }
+    }
+
+    /// Gives back every token still owed a give-back, now, before `error`
+    /// is returned: a grant the replicas did not acknowledge holds on the
+    /// master, and a caller that exits right after the error must not
+    /// leave it held for its lease. Each give-back is retried (on a new
+    /// connection once one broke) for up to [`GIVE_BACK_WITHIN`], never
+    /// past the lease. What could not be given back stays owed: the drop of
+    /// this loop hands it to [`Side::give_back_later`], the only path that
+    /// gives it back from then on, and `error` says until when it may
+    /// stay held. A token given back here is no longer owed, so it is never
+    /// given back twice.
+    async fn give_back_now(&mut self, error: LockError) -> LockError {
+        let (side, acq) = (&mut *self.side, &mut self.acquisition);
+        acq.owe_now();
+        // The grant's answer was read by now, so its lease started before.
+        let now = side.now();
+        let held_until = soon_after(now, side.lease());
+        let until = held_until.min(now + GIVE_BACK_WITHIN);
+        let mut retry = Backoff::new(RETRY_MAX);
+        while let Some(token) = acq.stale() {
+            side.before_await(acq);
+            let now = match side.give_back(token).await {
+                Ok(()) => {
+                    acq.forget_stale();
+                    continue;
+                }
+                Err(e) if retryable(&e) => side.now(),
+                Err(e) => {
+                    tracing::debug!(target: "lockattr", error = %e, "cannot give back a grant the replicas did not acknowledge");
+                    break;
+                }
+            };
+            if now >= until {
+                break;
+            }
+            side.before_await(acq);
+            if let Woke::Gone = side.sleep(until.min(now + retry.next()), false).await {
+                break;
+            }
+        }
+        match (acq.stale(), error) {
+            (
+                Some(_),
+                LockError::Replicas {
+                    server,
+                    acknowledged,
+                    wanted,
+                    waited,
+                    ..
+                },
+            ) => LockError::Replicas {
+                server,
+                acknowledged,
+                wanted,
+                waited,
+                held_until: Some(system_time(side.now(), held_until)),
+            },
+            (_, error) => error,
+        }
+    }
+
+    /// The loop itself, until it wins or fails.
+    async fn rounds(&mut self) -> Result<Won, LockError> {
         let (side, acq) = (&mut *self.side, &mut self.acquisition);
         // Uncontended: no pub/sub work at all, unless every channel is
         // already subscribed (names in demand): then waiting starts warm.
@@ -480,6 +571,11 @@ impl<S: Side> Running<'_, '_, S> {
             }
         }
     }
+}
+
+/// The wall-clock time of `at`, seen at `now`.
+fn system_time(now: Instant, at: Instant) -> std::time::SystemTime {
+    std::time::SystemTime::now() + at.saturating_duration_since(now)
 }
 
 impl<S: Side> Drop for Running<'_, '_, S> {

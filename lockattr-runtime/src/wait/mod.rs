@@ -35,7 +35,12 @@
 //! leaves the queue): a give-back that arrives late can only ever touch the
 //! old token's hold, never the new attempt's. Tokens still owed a give-back
 //! when the loop ends are given back in the background, retried while the
-//! lease they might hold could still run.
+//! lease they might hold could still run; except when the loop fails with
+//! [`LockError::Replicas`]: a grant the replicas did not acknowledge holds
+//! on the master, so it is given back before the caller hears of the
+//! failure (a process that exits right after the error leaves nothing
+//! held), and only what could not be given back within a bounded time goes
+//! to the background, the error saying until when it may stay held.
 //!
 //! # One owner token, one claimant
 //!
@@ -48,6 +53,9 @@
 //!   the token they were made for;
 //! - a dropped acquisition gives back the tokens it still owes, in the
 //!   background ([`Side::give_back_later`]), and nothing else uses them;
+//! - an acquisition that fails with [`LockError::Replicas`] gives back what
+//!   it owes itself before it returns; a token given back then is owed no
+//!   more, and only those it could not give back go to the background;
 //! - a task named by a release of its own process either claims what the
 //!   release did or leaves it to the releaser to give back, decided once
 //!   by a channel; one whose acquire time ends while the release is on its
@@ -574,6 +582,10 @@ impl Side for OnRedis<'_> {
 
     fn one_name(&self) -> bool {
         !matches!(self.contender, Contender::Set(..))
+    }
+
+    fn lease(&self) -> Duration {
+        self.expire
     }
 }
 

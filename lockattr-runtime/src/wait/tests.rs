@@ -61,6 +61,18 @@ use crate::backend::shared::Attempt;
 /// where a scenario makes it (`Expire`).
 const LEASE: Duration = Duration::from_secs(10);
 
+/// A grant the replicas did not acknowledge (`Unacked`): it holds on the
+/// master, and the loop must give it back before it returns the error.
+fn unacked() -> LockError {
+    LockError::Replicas {
+        server: "explored:6379".into(),
+        acknowledged: 0,
+        wanted: 1,
+        waited: Duration::from_millis(100),
+        held_until: None,
+    }
+}
+
 /// The name, for errors.
 const NAME: &str = "explored";
 
@@ -135,6 +147,8 @@ struct Process {
     late: Vec<Call>,
     /// The fingerprint of its acquisition at its last await.
     acquisition: u64,
+    /// Every token its attempts sent.
+    tokens: HashSet<String>,
 }
 
 /// What every side and the explorer share.
@@ -231,7 +245,7 @@ impl World {
 
     /// What decides the next steps: Redis, each process and its
     /// acquisition, and the faults left (`budgets`).
-    fn fingerprint(&mut self, budgets: (usize, usize)) -> u64 {
+    fn fingerprint(&mut self, budgets: (usize, usize, usize)) -> u64 {
         let mut h = DefaultHasher::new();
         let start = self.start;
         let at = |t: Instant| t.saturating_duration_since(start);
@@ -488,6 +502,10 @@ impl Side for Explored {
         true
     }
 
+    fn lease(&self) -> Duration {
+        LEASE
+    }
+
     fn before_await(&mut self, acquisition: &Acquisition<'_>) {
         let mut world = self.world.borrow_mut();
         let start = world.start;
@@ -504,6 +522,10 @@ enum Event {
     Run(usize),
     /// The process reads the answer of its call that ran.
     Answer(usize),
+    /// The process's attempt that took the lock is not acknowledged by
+    /// the replicas: the grant holds in Redis, the answer is
+    /// `LockError::Replicas`.
+    Unacked(usize),
     /// The process's connection breaks: the answer is lost (its request
     /// ran, or not).
     Lose(usize),
@@ -538,6 +560,8 @@ struct Scenario {
     drops: usize,
     /// Whether the first holder may crash instead of releasing.
     crash: bool,
+    /// How many grants the replicas may leave unacknowledged.
+    unacked: usize,
 }
 
 type Loop = Pin<Box<dyn Future<Output = Result<Won, LockError>>>>;
@@ -549,6 +573,7 @@ struct Run {
     scenario: Scenario,
     losses: usize,
     drops: usize,
+    unacked: usize,
 }
 
 impl Run {
@@ -593,6 +618,7 @@ impl Run {
             scenario,
             losses: 0,
             drops: 0,
+            unacked: 0,
         };
         for index in 0..scenario.waits.len() {
             run.poll(index);
@@ -624,6 +650,16 @@ impl Run {
                 }
                 world.last_fence = world.last_fence.max(*fence);
             }
+            if let Err(e) = &ended
+                && e.contains("was given back")
+                && let Some((holder, ..)) = &world.redis.holder
+                && world.processes[index].tokens.contains(holder)
+                && world.fault.is_none()
+            {
+                world.fault = Some(format!(
+                    "process {index} was told its grant was given back, and Redis holds it: {e}"
+                ));
+            }
             world.processes[index].ended = Some(ended);
             world.processes[index].acquisition = 0;
         }
@@ -646,6 +682,11 @@ impl Run {
                         events.push(Event::Run(i));
                     } else {
                         events.push(Event::Answer(i));
+                    }
+                    if self.unacked < self.scenario.unacked
+                        && matches!(p.ran, Some(Reply::Attempt(Ok(Attempt::Taken { .. }))))
+                    {
+                        events.push(Event::Unacked(i));
                     }
                     if self.losses < self.scenario.losses {
                         events.push(Event::Lose(i));
@@ -687,8 +728,18 @@ impl Run {
             Event::Run(i) => {
                 world.run_late(i);
                 let call = world.processes[i].call.clone();
+                if let Some(Call::Attempt { token, .. }) = &call {
+                    world.processes[i].tokens.insert(token.clone());
+                }
                 let reply = call.and_then(|call| world.run_call(&call));
                 world.processes[i].ran = Some(reply.expect("only a request runs"));
+            }
+            Event::Unacked(i) => {
+                self.unacked += 1;
+                let process = &mut world.processes[i];
+                process.ran = None;
+                process.reply = Some(Reply::Attempt(Err(unacked())));
+                poll = Some(i);
             }
             Event::Answer(i) => {
                 let process = &mut world.processes[i];
@@ -829,7 +880,7 @@ fn run(
         run.step(events[pick]);
         // A state reached before: its continuations are explored from
         // there (past the prefix, which replays the way here).
-        let budgets = (run.losses, run.drops);
+        let budgets = (run.losses, run.drops, run.unacked);
         let fingerprint = run.world.borrow_mut().fingerprint(budgets);
         if !seen.insert(fingerprint) && choices.len() >= prefix.len() {
             return Ok(choices.len());
@@ -868,6 +919,17 @@ fn explore(scenario: Scenario) -> Result<Coverage, String> {
 mod explore {
     use super::*;
 
+    #[test]
+    fn unacknowledged_grants_are_given_back_before_the_error() {
+        explored(Scenario {
+            waits: &[0, 200],
+            losses: 1,
+            drops: 1,
+            crash: false,
+            unacked: 1,
+        });
+    }
+
     fn explored(scenario: Scenario) -> Coverage {
         match explore(scenario) {
             Ok(coverage) => {
@@ -885,6 +947,7 @@ mod explore {
             losses: 1,
             drops: 1,
             crash: true,
+            unacked: 0,
         });
     }
 
@@ -895,6 +958,7 @@ mod explore {
             losses: 0,
             drops: 0,
             crash: false,
+            unacked: 0,
         });
     }
 
@@ -905,6 +969,7 @@ mod explore {
             losses: 1,
             drops: 0,
             crash: false,
+            unacked: 0,
         });
     }
 
@@ -915,6 +980,7 @@ mod explore {
             losses: 0,
             drops: 1,
             crash: true,
+            unacked: 0,
         });
     }
 }
