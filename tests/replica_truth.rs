@@ -196,3 +196,23 @@ fn a_process_that_exits_right_after_the_error_leaves_nothing_held() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_for_a_free_name_hear_of_the_replicas_not_of_another_owner() {
+    let pair = Pair::start();
+    let (a, b) = (pair.locker(), pair.locker());
+    pair.replica.freeze();
+    let wait = Duration::from_millis(400);
+    for round in 0..3 {
+        let name = format!("t-both-{round}");
+        let (x, y) = tokio::join!(lock_error(&a, &name, wait), lock_error(&b, &name, wait));
+        for err in [x, y] {
+            let message = err.to_string();
+            assert!(
+                err.is_replicas() || (err.is_timeout() && message.contains("replica")),
+                "{message}"
+            );
+            assert!(!message.contains("another owner"), "{message}");
+        }
+    }
+}

@@ -142,6 +142,10 @@ pub(crate) struct Acquisition<'a> {
     recheck: Instant,
     /// When the loop asks Redis again.
     wake_at: Instant,
+    /// The last grant of this acquisition that too few replicas
+    /// acknowledged: what its acquire time ending with the name held is
+    /// reported as (see [`timeout`](Self::timeout)).
+    unacked: Option<LockError>,
 }
 
 /// What the loop does after an answer or a wake-up.
@@ -183,6 +187,7 @@ impl<'a> Acquisition<'a> {
             sent: now,
             recheck: deadline,
             wake_at: deadline,
+            unacked: None,
         }
     }
 
@@ -243,6 +248,7 @@ impl<'a> Acquisition<'a> {
             // A token queued before is given back with what is owed.
             Ok(Attempt::Refused(e)) => return Err(e),
             Err(e) if retryable(&e) => {
+                self.unacked = replicas_error(&e).or(self.unacked.take());
                 // The request may have run: the token may be queued or even
                 // hold the name. It is given back, and the next attempt
                 // uses a new token, so that a late give-back can never
@@ -376,8 +382,16 @@ impl<'a> Acquisition<'a> {
         Won::of(grant, slot, of_set)
     }
 
-    /// The error of an acquire time that ended with the name held.
-    fn timeout(&self) -> LockError {
+    /// The error of an acquire time that ended with the name held: the
+    /// replicas' error when one of its grants was not acknowledged (the
+    /// name is then held by another contender's grant that the replicas
+    /// do not acknowledge either, or one they did since; either way this
+    /// caller was refused for want of replicas, not because another owner
+    /// held the name all along).
+    fn timeout(&mut self) -> LockError {
+        if let Some(unacked) = self.unacked.take() {
+            return unacked;
+        }
         LockError::Timeout {
             name: self.name.to_owned(),
             waited: self.wait,
@@ -403,6 +417,7 @@ impl<'a> Acquisition<'a> {
             (name(&self.current), stale, at(self.deadline), at(self.sent)),
             (self.queued, self.sending, self.handed, self.listening),
             (self.polling_until.map(at), self.retry.step()),
+            self.unacked.is_some(),
             (at(self.recheck), at(self.wake_at)),
         )
             .hash(&mut h);
@@ -571,6 +586,27 @@ impl<S: Side> Running<'_, '_, S> {
             }
         }
     }
+}
+
+/// A copy of `e` when it is [`LockError::Replicas`].
+fn replicas_error(e: &LockError) -> Option<LockError> {
+    let LockError::Replicas {
+        server,
+        acknowledged,
+        wanted,
+        waited,
+        held_until,
+    } = e
+    else {
+        return None;
+    };
+    Some(LockError::Replicas {
+        server: server.clone(),
+        acknowledged: *acknowledged,
+        wanted: *wanted,
+        waited: *waited,
+        held_until: *held_until,
+    })
 }
 
 /// The wall-clock time of `at`, seen at `now`.
