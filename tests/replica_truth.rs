@@ -156,6 +156,52 @@ async fn a_grant_the_replica_did_not_acknowledge_is_given_back_before_the_error(
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_that_cannot_be_confirmed_is_reported_with_until_when_it_may_hold() {
+    let pair = Pair::start();
+    // The Locker reaches the master through a proxy that stalls every
+    // connection that sends the give-back (a release, the only request
+    // that names the lock's channel when nobody waits).
+    let front = Proxy::start(pair.master.port);
+    let locker = Locker::builder(front.url())
+        .min_replicas(1)
+        .replica_timeout(Duration::from_millis(100))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    pair.replica.freeze();
+    front.stall_matching(b"{t-stuck}:wake");
+    let expire = Duration::from_secs(20);
+    let err = locker
+        .lock("t-stuck")
+        .expire(expire)
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    let told = std::time::SystemTime::now();
+    let key = lock_key("t-stuck");
+    assert!(pair.master.exists(&key), "the give-back was not stalled");
+    match &err {
+        LockError::Replicas {
+            held_until: Some(until),
+            ..
+        } => {
+            // Until the end of the lease the grant asked for, at most.
+            let left = until.duration_since(told).unwrap_or_default();
+            assert!(left > Duration::from_secs(15) && left <= expire, "{left:?}");
+        }
+        e => panic!("not a Replicas error with an end: {e}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("could not be given back"), "{message}");
+    assert!(!message.contains("nothing is held"), "{message}");
+    // Once the master is reached again, the give-back still runs.
+    front.resume();
+    let freed = eventually(Duration::from_secs(10), || !pair.master.exists(&key));
+    assert!(freed.is_some(), "left held: {} ms", pair.master.pttl(&key));
+}
+
 /// The child of [`a_process_that_exits_right_after_the_error_leaves_nothing_held`]:
 /// takes `t-one-shot` (a lease of 20 s, one attempt) on the master named by
 /// `TRUTH_URL`, prints the error, and exits at once. Nothing without it.
