@@ -195,6 +195,11 @@ pub enum LockError {
     /// grant may stay held on the master (its lease's end), and the
     /// give-back goes on in the background.
     ///
+    /// An acquisition that got a grant the replicas did not acknowledge,
+    /// and finds the name held when its acquire time ends (another
+    /// contender's grant), also fails with this error, not with
+    /// [`Timeout`](Self::Timeout): what refused it was the replicas.
+    ///
     /// ```
     /// # use lockattr_runtime::LockError;
     /// # use std::time::Duration;
