@@ -10,7 +10,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
-use support::deployments::lock_error;
+use support::deployments::{lock_error, try_read_lock, try_semaphore, try_set, try_write_lock};
 use support::proxy::Proxy;
 use support::{RedisServer, child_test, eventually, lock_key, wait_child};
 
@@ -153,6 +153,35 @@ async fn a_grant_the_replica_did_not_acknowledge_is_given_back_before_the_error(
         assert!(!held, "{name} still held on the master when told: {err}");
         let message = err.to_string();
         assert!(message.contains("given back"), "{message}");
+    }
+    // Every other kind too: nothing held on the master when told.
+    let wait = Duration::ZERO;
+    let outcomes = [
+        ("read", try_read_lock(&locker, "t-read", wait).await.err()),
+        (
+            "write",
+            try_write_lock(&locker, "t-write", wait).await.err(),
+        ),
+        (
+            "permit",
+            try_semaphore(&locker, "t-permit", 2, wait).await.err(),
+        ),
+        (
+            "set",
+            try_set(&locker, &["t-set-a", "t-set-b"], wait).await.err(),
+        ),
+    ];
+    for (kind, err) in outcomes {
+        let err = err.unwrap_or_else(|| panic!("{kind}: granted without the replica"));
+        let held: Vec<String> = redis::cmd("KEYS")
+            .arg("lockattr:*")
+            .query::<Vec<String>>(&mut master)
+            .unwrap()
+            .into_iter()
+            .filter(|k| !k.ends_with(":fence") && !k.ends_with(":sem:permits"))
+            .collect();
+        assert!(err.is_replicas(), "{kind}: {err}");
+        assert!(held.is_empty(), "{kind}: still held when told: {held:?}");
     }
 }
 
