@@ -19,7 +19,10 @@
 //! - the future is dropped at an await (`Drop`), and what it owed is given
 //!   back in the background (`Later`, one give-back each);
 //! - the holder of the lock releases it (`Release`), or its lease ends
-//!   (`Expire`: a crashed holder).
+//!   (`Expire`: a crashed holder);
+//! - an attempt that took the lock is not acknowledged by the replicas
+//!   (`Unacked`): the grant holds in Redis, the answer is
+//!   `LockError::Replicas`.
 //!
 //! Redis is a model of what the scripts decide for one lock (`acquire.lua`,
 //! `release.lua`): the holder and its fencing token, the counter, the FIFO
@@ -37,6 +40,8 @@
 //!   the fencing token it was granted (a give-back of a granted token, or a
 //!   grant Redis never made, breaks it);
 //! - fencing: each grant's fencing token is above every earlier grant's;
+//! - truth: a process whose error says its grant was given back finds
+//!   none of its tokens holding the lock when it is told;
 //! - no lost wake-up: a process asleep while Redis holds the lock for the
 //!   token it listens with has a notice on its way (a hand-over published
 //!   before it listened is caught by the `Subscribed` that follows);
@@ -307,6 +312,9 @@ impl World {
                     Call::Sleep { .. } => {}
                 }
             }
+            let mut tokens: Vec<usize> = p.tokens.iter().map(|t| n(t)).collect();
+            tokens.sort_unstable();
+            tokens.hash(&mut h);
             (p.released, p.dropped, p.acquisition).hash(&mut h);
         }
         h.finish()
