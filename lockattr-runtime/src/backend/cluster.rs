@@ -166,13 +166,10 @@ impl ClusterNodes {
         self.open(&self.current, None).await
     }
 
-    /// The connection of the grants that wait for replicas: an answer may
-    /// take the replica timeout longer.
+    /// The connection of the grants that wait for replicas.
     async fn replicated_connection(&self) -> Result<ClusterConnection, LockError> {
-        let config = redis::cluster::ClusterConfig::new()
-            .set_connection_timeout(self.timeouts.connect)
-            .set_response_timeout(self.timeouts.response + self.replicas.timeout);
-        self.open(&self.replicated, Some(config)).await
+        self.open(&self.replicated, Some(self.replicated_config()))
+            .await
     }
 
     /// The connection of the renewals: when grants wait for replicas, one
@@ -182,10 +179,16 @@ impl ClusterNodes {
         if !self.replicas.wanted() {
             return self.connection().await;
         }
-        let config = redis::cluster::ClusterConfig::new()
+        self.open(&self.renewals, Some(self.replicated_config()))
+            .await
+    }
+
+    /// How the connections whose requests wait for replicas are made: an
+    /// answer may take the replica timeout longer.
+    fn replicated_config(&self) -> redis::cluster::ClusterConfig {
+        redis::cluster::ClusterConfig::new()
             .set_connection_timeout(self.timeouts.connect)
-            .set_response_timeout(self.timeouts.response + self.replicas.timeout);
-        self.open(&self.renewals, Some(config)).await
+            .set_response_timeout(self.timeouts.response + self.replicas.timeout)
     }
 
     /// The connection kept in `slot`, opened if needed (on the I/O thread,
