@@ -25,6 +25,15 @@ use crate::{DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_EXPIRE, LockError, LockSetGuard, Lo
 /// meanwhile: at this size that is a few tens of milliseconds, far below
 /// Redis's busy-script limit (5 s), where every other client would get
 /// `BUSY`.
+///
+/// ```
+/// # use lockattr_runtime::{LockError, Locker, MAX_SET_NAMES};
+/// let locker = Locker::new("redis://127.0.0.1/").unwrap();
+/// let names: Vec<String> = (0..=MAX_SET_NAMES).map(|i| format!("item:{i}")).collect();
+/// // Refused before anything is sent (no server is needed to see it).
+/// let err = locker.lock_all(names).acquire_blocking().unwrap_err();
+/// assert!(matches!(err, LockError::InvalidInput { .. }));
+/// ```
 pub const MAX_SET_NAMES: usize = 1_000;
 
 impl Locker {
