@@ -12,68 +12,21 @@ use std::time::{Duration, Instant};
 use lockattr::{LockError, Locker};
 use support::deployments::{lock_error, try_read_lock, try_semaphore, try_set, try_write_lock};
 use support::proxy::Proxy;
-use support::{RedisServer, child_test, eventually, lock_key, wait_child};
+use support::replicas::ReplicaPair;
+use support::{child_test, eventually, lock_key, wait_child};
 
 /// A master and one replica in sync with it.
-struct Pair {
-    master: RedisServer,
-    replica: RedisServer,
-    /// The replica's link to the master, through a proxy that delays it.
-    _link: Option<Proxy>,
+type Pair = ReplicaPair;
+
+/// A Locker of the pair's master whose grants wait for one replica, 100 ms
+/// at most.
+trait OneReplica {
+    fn locker(&self) -> Locker;
 }
 
-impl Pair {
-    /// A master and a replica that reaches it directly.
-    fn start() -> Pair {
-        let master = RedisServer::start();
-        let port = master.port;
-        Pair::replicated(master, port, None)
-    }
-
-    /// A master and a replica whose link (the replication stream and the
-    /// acknowledgements) takes `delay` longer each way, once it synced.
-    fn lagging(delay: Duration) -> Pair {
-        let master = RedisServer::start();
-        let link = Proxy::start(master.port);
-        let port = link.port();
-        let pair = Pair::replicated(master, port, Some(link));
-        pair._link
-            .as_ref()
-            .expect("a proxied link")
-            .set_delay(delay);
-        pair
-    }
-
-    /// Starts a replica of `master`, reached on `port`, and waits until it
-    /// synced.
-    fn replicated(master: RedisServer, port: u16, link: Option<Proxy>) -> Pair {
-        let port = port.to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-        let synced = eventually(Duration::from_secs(20), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut replica.client())
-                .unwrap_or_default();
-            info.contains("master_link_status:up")
-        });
-        assert!(synced.is_some(), "the replica never synced");
-        Pair {
-            master,
-            replica,
-            _link: link,
-        }
-    }
-
-    /// A Locker whose grants wait for one replica, 100 ms at most.
+impl OneReplica for Pair {
     fn locker(&self) -> Locker {
         replica_locker(&self.master.url())
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        // A frozen replica cannot be audited or killed cleanly.
-        self.replica.thaw();
     }
 }
 

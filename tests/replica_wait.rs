@@ -18,7 +18,7 @@ use support::deployments::{
     cycle, hold_for, lock_error, renewed, spawn_try_lock, try_hold_for, try_lock, try_read_lock,
     try_semaphore, try_set, try_write_lock,
 };
-use support::proxy::Proxy;
+use support::replicas::ReplicaPair;
 use support::waiters::spawn_waiter;
 use support::{RedisServer, eventually, keys, lock_key};
 
@@ -36,51 +36,15 @@ fn replica_locker(
 }
 
 /// A master and one replica in sync with it.
-struct Pair {
-    master: RedisServer,
-    replica: RedisServer,
-    /// The replica's link to the master, when it goes through a proxy.
-    link: Option<Proxy>,
+type Pair = ReplicaPair;
+
+/// A Locker of the pair's master whose grants wait for `min_replicas`
+/// replicas, 100 ms at most.
+trait Replicated {
+    fn locker(&self, min_replicas: u32) -> Locker;
 }
 
-impl Pair {
-    fn start() -> Pair {
-        let master = RedisServer::start();
-        let port = master.port;
-        Pair::replicated(master, port, None)
-    }
-
-    /// A pair whose replication stream (and the replica's acknowledgements)
-    /// each take `delay` longer, through a proxy, once the replica synced.
-    fn lagging(delay: Duration) -> Pair {
-        let master = RedisServer::start();
-        let link = Proxy::start(master.port);
-        let port = link.port();
-        let pair = Pair::replicated(master, port, Some(link));
-        pair.link.as_ref().expect("a proxied link").set_delay(delay);
-        pair
-    }
-
-    /// Starts a replica of `master`, reached on `port`, and waits until it
-    /// synced.
-    fn replicated(master: RedisServer, port: u16, link: Option<Proxy>) -> Pair {
-        let port = port.to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-        let synced = eventually(Duration::from_secs(20), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut replica.client())
-                .unwrap_or_default();
-            info.contains("master_link_status:up")
-        });
-        assert!(synced.is_some(), "the replica never synced");
-        Pair {
-            master,
-            replica,
-            link,
-        }
-    }
-
+impl Replicated for Pair {
     fn locker(&self, min_replicas: u32) -> Locker {
         replica_locker(self.master.url(), min_replicas, Duration::from_millis(100)).unwrap()
     }
@@ -95,13 +59,6 @@ fn holders(server: &RedisServer) -> Vec<String> {
         .into_iter()
         .filter(|k| !k.ends_with(":sem:permits"))
         .collect()
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        // A frozen replica cannot be audited or killed cleanly.
-        self.replica.thaw();
-    }
 }
 
 /// What one kind's acquisition holds: its guard, kept until dropped.

@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod lockers;
 pub mod outages;
 pub mod proxy;
+pub mod replicas;
 pub mod sentinel;
 pub mod takes;
 pub mod waiters;
