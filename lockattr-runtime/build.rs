@@ -7,7 +7,15 @@
 //! helpers, in the order the shared files define them; the shared files'
 //! other top-level declarations (constants, the `refusal` slot) are kept
 //! whole. The result, `$OUT_DIR/lua/<script>.lua`, is what
-//! `backend::scripts::script!` includes.
+//! `backend::scripts::script!` includes, and what EVALSHA runs.
+//!
+//! The same files also make one Redis Functions library,
+//! `$OUT_DIR/lua/library.lua`, which FCALL runs on Redis 7 and later: every
+//! helper is defined once, when the library is loaded, instead of on every
+//! call. The library is named `lockattr_v<hash of its text>`, and so are its
+//! functions (`lockattr_v<hash>_<script>`), so that two versions of the
+//! library (a rolling deploy) coexist on one server without replacing each
+//! other's functions.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -20,6 +28,23 @@ const SHARED: [&str; 4] = [
     "rw_helpers.lua",
     "sem_helpers.lua",
 ];
+
+/// The scripts that are only ever sent with EVAL, never in the library
+/// (the restart marker, which a Redlock sends once per connection and
+/// which switches databases).
+const EVAL_ONLY: [&str; 1] = ["marker.lua"];
+
+/// The scripts that never write, registered with the `no-writes` flag: a
+/// function without it is refused on a replica and under `maxmemory`, where
+/// the same script sent with EVALSHA runs as long as it writes nothing.
+const NO_WRITES: [&str; 3] = ["inspect.lua", "rw_inspect.lua", "sem_inspect.lua"];
+
+/// The line of `helpers.lua` that picks how the scripts publish their
+/// notices (see `backend::scripts`, `Lua::sharded`).
+const PUBLISH: &str = "local publish_command = 'publish'";
+
+/// Where the library's text puts its version (see [`library`]).
+const VERSION: &str = "@VERSION@";
 
 /// One top-level part of a shared file, with the comment lines above it.
 struct Part {
@@ -43,6 +68,7 @@ fn main() {
         .filter(|path| path.extension().is_some_and(|e| e == "lua"))
         .collect();
     scripts.sort();
+    let mut functions = Vec::new();
     for path in scripts {
         let name = path
             .file_name()
@@ -61,7 +87,117 @@ fn main() {
         }
         joined.push_str(&body);
         fs::write(out.join(name), joined).expect("write $OUT_DIR/lua");
+        if !EVAL_ONLY.contains(&name) {
+            functions.push(Function {
+                name: name.trim_end_matches(".lua").to_owned(),
+                body,
+                publishes: used.contains("announce"),
+                no_writes: NO_WRITES.contains(&name),
+            });
+        }
     }
+    fs::write(out.join("library.lua"), library(&parts, &functions))
+        .expect("write $OUT_DIR/lua/library.lua");
+}
+
+/// One script as a function of the library.
+struct Function {
+    /// The script's file name less `.lua`.
+    name: String,
+    /// The script's own file.
+    body: String,
+    /// Whether it publishes notices (it reaches `announce`): it then has a
+    /// second function, `<name>_sharded`, which publishes with SPUBLISH.
+    publishes: bool,
+    /// Whether it is registered with the `no-writes` flag.
+    no_writes: bool,
+}
+
+/// The Functions library of the scripts `functions`, with every part of
+/// the shared files `parts` at its top level.
+///
+/// A library's top-level locals live as long as the library, shared by
+/// every call, whereas a script's are made anew on each EVALSHA. So each
+/// function starts by setting back every shared top-level variable that is
+/// not a constant (a name in capitals) to what its declaration gives it
+/// (the `refusal` slot, the clock read once per call, the count of dropped
+/// waiters, a read-write lock's names...): a call then starts from the
+/// state a script starts from. `KEYS` and `ARGV`, which a function is given
+/// as arguments instead of globals, are top-level locals set the same way,
+/// so the helpers and the scripts' bodies read them as they do in a script.
+/// The script's own body is the function's body: its locals are the call's.
+fn library(parts: &[Part], functions: &[Function]) -> String {
+    let mut resets = String::new();
+    for part in parts.iter().filter(|part| part.function.is_none()) {
+        let line = part.text.trim_end().lines().last().expect("a declaration");
+        let declared = line.strip_prefix("local ").expect("a `local` declaration");
+        let (names, value) = match declared.split_once('=') {
+            Some((names, value)) => (names.trim(), value.trim()),
+            None => (declared.trim(), "nil"),
+        };
+        let constant = names
+            .split(',')
+            .all(|name| name.trim().chars().all(|c| !c.is_ascii_lowercase()));
+        if !constant {
+            resets.push_str(&format!("  {names} = {value}\n"));
+        }
+    }
+    assert!(
+        resets.contains("  publish_command = 'publish'\n"),
+        "src/lua/helpers.lua declares `{PUBLISH}`"
+    );
+    let mut text = format!(
+        "#!lua name=lockattr_v{VERSION}\n\
+         -- Made by build.rs from src/lua/*.lua: the shared helpers, defined once\n\
+         -- when the library loads, then one function per script.\n\
+         local KEYS, ARGV\n"
+    );
+    for part in parts {
+        text.push_str(&part.text);
+    }
+    text.push_str(&format!(
+        "\n-- Starts a call: its keys and arguments, and the shared state as a\n\
+         -- script starts with it.\n\
+         local function begin(keys, args)\n  KEYS, ARGV = keys, args\n{resets}end\n"
+    ));
+    for function in functions {
+        let flags = if function.no_writes {
+            ", flags = {'no-writes'}"
+        } else {
+            ""
+        };
+        let newline = if function.body.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        text.push_str(&format!(
+            "\ndo\nlocal body = function()\n{}{newline}end\n",
+            function.body
+        ));
+        let mut register = |suffix: &str, publish: &str| {
+            text.push_str(&format!(
+                "redis.register_function{{function_name = 'lockattr_v{VERSION}_{}{suffix}', \
+                 callback = function(keys, args) begin(keys, args){publish} return body() end{flags}}}\n",
+                function.name
+            ));
+        };
+        register("", "");
+        if function.publishes {
+            register("_sharded", " publish_command = 'spublish'");
+        }
+        text.push_str("end\n");
+    }
+    text.replace(VERSION, &version(&text))
+}
+
+/// The version of the library text `text` (its FNV-1a hash, in hex): the
+/// same text, the same version, in every build.
+fn version(text: &str) -> String {
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{:012x}", hash >> 16)
 }
 
 fn read(path: &Path) -> String {

@@ -24,7 +24,7 @@ use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisError};
 
 use super::scripts;
-use super::scripts::{Invocation, ReleaseReply};
+use super::scripts::{Invocation, ReleaseReply, ScriptMode};
 use super::shared::{Acked, Attempt, Extend, Owner, Renewal, Renewed, millis};
 use super::shared::{Replicas, Successor, Timeouts};
 use super::single::SingleNode;
@@ -59,6 +59,10 @@ pub(crate) struct ClusterNodes {
     seed: redis::ConnectionInfo,
     /// How many replicas of a lock's master must hold a grant.
     replicas: Replicas,
+    /// Whether the cluster takes FCALL or EVALSHA: one choice for all its
+    /// masters (a master that refuses FCALL makes every script go with
+    /// EVALSHA), found out again when a connection is opened.
+    scripts: ScriptMode,
 }
 
 impl std::fmt::Debug for ClusterNodes {
@@ -130,6 +134,7 @@ impl ClusterNodes {
             seed,
             timeouts,
             replicas: Replicas::default(),
+            scripts: ScriptMode::default(),
         })
     }
 
@@ -224,6 +229,8 @@ impl ClusterNodes {
             }
         })
         .await?;
+        // Maybe a cluster upgraded or restarted meanwhile.
+        self.scripts.reset();
         *lock(slot) = Some(connection.clone());
         Ok(connection)
     }
@@ -235,8 +242,11 @@ impl ClusterNodes {
         connection: &mut ClusterConnection,
     ) -> Result<T, LockError> {
         let invocation = invocation.sharded();
-        self.within(self.limit(), invocation.invoke_async(connection))
-            .await
+        self.within(
+            self.limit(),
+            invocation.invoke_async(&self.scripts, connection),
+        )
+        .await
     }
 
     /// `request`'s answer, or a connection error after `limit`.
@@ -315,11 +325,11 @@ impl ClusterNodes {
             let limit = limit + self.replicas.timeout;
             self.within(
                 limit,
-                invocation.invoke_then_wait(self.replicas, connection),
+                invocation.invoke_then_wait(&self.scripts, self.replicas, connection),
             )
             .await
         } else {
-            self.within(limit, invocation.invoke_async(connection))
+            self.within(limit, invocation.invoke_async(&self.scripts, connection))
                 .await
                 .map(|reply| Acked { reply, replicas: 0 })
         }

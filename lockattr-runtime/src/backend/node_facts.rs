@@ -49,7 +49,7 @@ use crate::sync::lock;
 /// went back), the server's id}`: the id of the marker in database 0 when
 /// it can be reached (`SELECT` inside a script only affects the script), of
 /// this database's marker otherwise.
-const MARKER_LUA: &str = scripts::script!("marker.lua");
+const MARKER_LUA: &str = scripts::script!("marker.lua").text;
 
 /// What the latest connections to a node told.
 #[derive(Debug, Default, Clone)]
@@ -135,8 +135,10 @@ impl NodeFacts {
     }
 
     /// Reads INFO and the marker on a new connection, and loads the scripts
-    /// a Redlock uses (so that no lock request pays for a NOSCRIPT round
-    /// trip within its node timeout). All are sent at once: one round trip.
+    /// a Redlock uses and the Functions library (so that no lock request
+    /// pays for a NOSCRIPT or a missing function round trip within its node
+    /// timeout, whichever way the node takes scripts). All are sent at once:
+    /// one round trip.
     ///
     /// `Err` when the connection failed meanwhile (then it is not used). A
     /// refusal (an ACL, a renamed command) is not an error: it is recorded,
@@ -181,9 +183,17 @@ impl NodeFacts {
                 async move { script.load_async(&mut connection).await }
             }),
         );
-        let (info, marker, loaded) = join3(info, marker, load).await;
-        // A refused SCRIPT LOAD leaves EVALSHA to load on NOSCRIPT.
+        let mut c3 = connection.clone();
+        let library = async move { scripts::load_library(&mut c3).await };
+        let (info, marker, (loaded, library)) =
+            join3(info, marker, futures_util::future::join(load, library)).await;
+        // A refused SCRIPT LOAD leaves EVALSHA to load on NOSCRIPT, and a
+        // refused FUNCTION LOAD leaves the first FCALL to find that the
+        // node takes EVALSHA.
         if let Some(e) = loaded.into_iter().filter_map(Result::err).find(transport) {
+            return Err(e);
+        }
+        if let Err(Some(e)) = library {
             return Err(e);
         }
         let now = Instant::now();

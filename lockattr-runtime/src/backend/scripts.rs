@@ -1,7 +1,16 @@
 //! The Lua scripts, one static [`Lua`] each, and their calls
-//! ([`Invocation`]): EVALSHA, written once as its arguments are given, and
-//! the script loaded on NOSCRIPT (first use, or after a Redis restart
-//! emptied the script cache), then the call sent again.
+//! ([`Invocation`]).
+//!
+//! A server of Redis 7 or later is sent FCALL of the script's function in
+//! the library that `build.rs` makes of every script ([`LIBRARY`]), which
+//! defines the shared helpers once, when it is loaded, instead of on every
+//! call; the library is loaded (`FUNCTION LOAD`) when the server answers
+//! that it lacks the function (first use, or after a restart, a
+//! `FUNCTION FLUSH` or a `FLUSHALL` emptied it), then the call is sent
+//! again. A server that refuses FCALL or `FUNCTION LOAD` (older than 7.0, an
+//! ACL without them, the command renamed away) is sent EVALSHA instead from
+//! then on (see [`ScriptMode`]), with the script loaded on NOSCRIPT. Both
+//! run the same Lua, so they answer the same replies and the same errors.
 //!
 //! Every script checks its numeric arguments before it writes anything: a
 //! duration must be a whole number of milliseconds within the bounds below,
@@ -14,10 +23,11 @@
 //! longest wait, and the fencing counter expires `fence_retention` after the
 //! lease of the acquisition that last incremented it (or after the release).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script, ToRedisArgs};
 use std::sync::OnceLock;
 
 use super::shared::{Renewal, Replicas, Successor, millis, whole_millis};
@@ -34,20 +44,155 @@ macro_rules! lua {
 #[cfg(test)]
 pub(crate) use lua;
 
-/// The source of the script `src/lua/<file>`: the shared helpers it uses
-/// (only those: see `build.rs`), then its own file.
+/// The script `src/lua/<file>` (a [`Source`]): its file name, and its
+/// source, the shared helpers it uses (only those: see `build.rs`) followed
+/// by its own file.
 macro_rules! script {
     ($file:literal) => {
-        include_str!(concat!(env!("OUT_DIR"), "/lua/", $file))
+        $crate::backend::scripts::Source {
+            file: $file,
+            text: include_str!(concat!(env!("OUT_DIR"), "/lua/", $file)),
+        }
     };
 }
 pub(crate) use script;
 
-/// A script: its Lua source (for EVAL and SCRIPT LOAD) and its SHA1 (for
-/// EVALSHA), computed on first use.
+/// A script as [`script!`] gives it.
+pub(crate) struct Source {
+    /// The file's name in `src/lua/`, which names its function in the
+    /// library.
+    pub(crate) file: &'static str,
+    /// The source EVAL and SCRIPT LOAD are sent.
+    pub(crate) text: &'static str,
+}
+
+/// The Functions library of every script (made by `build.rs`), as
+/// `FUNCTION LOAD` is sent it: its first line names it
+/// `lockattr_v<hash of its text>`, and each script is its function
+/// `lockattr_v<hash>_<file less .lua>` (with `_sharded` after it for the
+/// copy a Redis Cluster runs, see [`Lua::sharded`]). A library of another
+/// version of this crate has another name, so both stay loaded side by
+/// side during a rolling deploy.
+pub(crate) static LIBRARY: &str = include_str!(concat!(env!("OUT_DIR"), "/lua/library.lua"));
+
+/// The name of [`LIBRARY`], from its first line (`#!lua name=<name>`).
+pub(crate) fn library_name() -> &'static str {
+    let first = LIBRARY.lines().next().unwrap_or_default();
+    first.strip_prefix("#!lua name=").unwrap_or(first)
+}
+
+/// How one server (a node, or a whole Redis Cluster) is sent scripts:
+/// FCALL of the library's functions, which it is sent first, or EVALSHA,
+/// once it refused FCALL or `FUNCTION LOAD` (see [`fcall_refused`]).
+///
+/// The choice is remembered, so that a server that refuses Functions costs
+/// one refused call, not one per call. It is made again when a connection
+/// to the server is opened ([`reset`](Self::reset)): the new connection
+/// may reach another server (a failover, a restart on a new version).
+/// Errors of the script itself never change it.
+#[derive(Debug, Default)]
+pub(crate) struct ScriptMode {
+    /// Whether the server refused Functions.
+    eval: AtomicBool,
+}
+
+impl ScriptMode {
+    /// Whether the server is sent FCALL.
+    pub(crate) fn functions(&self) -> bool {
+        !self.eval.load(Ordering::Relaxed)
+    }
+
+    /// Sends FCALL again, until the server refuses it.
+    pub(crate) fn reset(&self) {
+        self.eval.store(false, Ordering::Relaxed);
+    }
+
+    /// Sends EVALSHA from now on: the server refused Functions with `e`.
+    fn fall_back(&self, e: &RedisError) {
+        if !self.eval.swap(true, Ordering::Relaxed) {
+            tracing::debug!(target: "lockattr",
+                error = %e,
+                "the server refuses Redis Functions: its scripts go with EVALSHA"
+            );
+        }
+    }
+}
+
+/// The first error a server answered in `e` (the first failed command of a
+/// pipeline): its code and its message. `None` for an error of the
+/// connection.
+fn server_error(e: &RedisError) -> Option<(String, String)> {
+    let errors = e.clone().into_server_errors()?;
+    let (_, error) = errors.first()?;
+    Some((
+        error.code().to_owned(),
+        error.details().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// Whether the server answered `e` to FCALL because it lacks the function
+/// (the library is not loaded): nothing ran.
+pub(crate) fn function_missing(e: &RedisError) -> bool {
+    server_error(e).is_some_and(|(code, message)| code == "ERR" && message == "Function not found")
+}
+
+/// Whether the server refused the FCALL command itself with `e`, before
+/// any script ran: it does not know the command (older than Redis 7.0, or
+/// renamed away with `rename-command`), or the ACL user may not run it.
+/// A script's own errors, and those of the commands it calls, never are
+/// (they name another command, or none).
+fn fcall_refused(e: &RedisError) -> bool {
+    let Some((code, message)) = server_error(e) else {
+        return false;
+    };
+    let message = message.to_ascii_lowercase();
+    match code.as_str() {
+        "NOPERM" => message.contains("'fcall'"),
+        // `unknown command 'FCALL', ...` (Redis 7), or with backquotes.
+        "ERR" => message
+            .strip_prefix("unknown command ")
+            .is_some_and(|rest| rest.trim_start_matches(['\'', '`']).starts_with("fcall")),
+        _ => false,
+    }
+}
+
+/// Loads [`LIBRARY`] (`FUNCTION LOAD`); a library of that name already
+/// loaded (by another process meanwhile: the same text) is fine.
+///
+/// `Err(None)` when the server refuses it (older than 7.0, an ACL without
+/// `FUNCTION LOAD`, the command renamed away, or anything else it answers
+/// with an error): scripts then go with EVALSHA. `Err(Some(e))` when the
+/// connection failed.
+pub(crate) async fn load_library<C: ConnectionLike>(
+    connection: &mut C,
+) -> Result<(), Option<RedisError>> {
+    match redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(LIBRARY)
+        .query_async::<redis::Value>(connection)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) => match server_error(&e) {
+            Some((_, message)) if message.ends_with("already exists") => Ok(()),
+            Some(_) => Err(None),
+            None => Err(Some(e)),
+        },
+    }
+}
+
+/// A script: its Lua source (for EVAL and SCRIPT LOAD), its SHA1 (for
+/// EVALSHA), computed on first use, and its function in [`LIBRARY`] (for
+/// FCALL).
 pub(crate) struct Lua {
     pub(crate) source: &'static str,
+    /// Its file in `src/lua/`, which names its function.
+    file: &'static str,
+    /// Whether this is the copy a Redis Cluster runs.
+    is_sharded: bool,
     hash: OnceLock<String>,
+    /// The name of its function in [`LIBRARY`], made on first use.
+    function: OnceLock<String>,
     /// The copy a Redis Cluster runs (see [`sharded`](Self::sharded)),
     /// made on first use.
     sharded: OnceLock<Option<&'static Lua>>,
@@ -61,10 +206,13 @@ const PUBLISH: (&str, &str) = (
 );
 
 impl Lua {
-    pub(crate) const fn new(source: &'static str) -> Lua {
+    pub(crate) const fn new(source: Source) -> Lua {
         Lua {
-            source,
+            source: source.text,
+            file: source.file,
+            is_sharded: false,
             hash: OnceLock::new(),
+            function: OnceLock::new(),
             sharded: OnceLock::new(),
         }
     }
@@ -72,14 +220,20 @@ impl Lua {
     /// The copy of this script that a Redis Cluster runs: its notices go
     /// out with SPUBLISH, which only the shard serving the channel's slot
     /// carries, instead of PUBLISH, which every node of the cluster
-    /// carries. The script itself when it publishes nothing.
+    /// carries. The script itself when it publishes nothing. Its function
+    /// in [`LIBRARY`] is the script's with `_sharded` after it.
     pub(crate) fn sharded(&'static self) -> &'static Lua {
         self.sharded
             .get_or_init(|| {
                 // Made once per script, and kept as long as the static
                 // script itself.
                 sharded_source(self.source).map(|source| {
-                    &*Box::leak(Box::new(Lua::new(Box::leak(source.into_boxed_str()))))
+                    let mut copy = Lua::new(Source {
+                        file: self.file,
+                        text: Box::leak(source.into_boxed_str()),
+                    });
+                    copy.is_sharded = true;
+                    &*Box::leak(Box::new(copy))
                 })
             })
             .unwrap_or(self)
@@ -89,6 +243,16 @@ impl Lua {
     fn hash(&self) -> &str {
         self.hash
             .get_or_init(|| Script::new(self.source).get_hash().to_owned())
+    }
+
+    /// The name of the script's function in [`LIBRARY`], as FCALL names
+    /// it.
+    pub(crate) fn function(&self) -> &str {
+        self.function.get_or_init(|| {
+            let name = self.file.trim_end_matches(".lua");
+            let sharded = if self.is_sharded { "_sharded" } else { "" };
+            format!("{}_{name}{sharded}", library_name())
+        })
     }
 
     /// A call of this script with `keys`, as EVALSHA; its arguments follow.
@@ -102,7 +266,11 @@ impl Lua {
         for key in keys {
             cmd.arg(key);
         }
-        Invocation { script: self, cmd }
+        Invocation {
+            script: self,
+            cmd,
+            fcall: OnceLock::new(),
+        }
     }
 
     /// Loads the script into the server's script cache (`SCRIPT LOAD`).
@@ -119,16 +287,29 @@ impl Lua {
     }
 }
 
+/// What FCALL came to (see [`Invocation::invoke_async`]).
+enum Called<T> {
+    /// The server's answer (the script's, or an error).
+    Answer(RedisResult<T>),
+    /// The server refuses Functions (see [`fcall_refused`]): nothing ran.
+    Refused(RedisError),
+}
+
 /// One call of a script: the EVALSHA command, its keys and arguments
 /// written once into it as they are given (no copy per argument when it
-/// is sent, and none per send). Sent with [`invoke_async`](Self::invoke_async)
-/// (loaded on NOSCRIPT), followed by `WAIT` with
-/// [`invoke_then_wait`](Self::invoke_then_wait), or turned into an EVAL with the source ([`eval`](Self::eval): a give-back
-/// that may reach a server that never saw the script, or lost its cache).
+/// is sent, and none per send), and the same call as FCALL, copied from it
+/// once, on its first send to a server that takes Functions. Sent with
+/// [`invoke_async`](Self::invoke_async) (FCALL or EVALSHA, as the server's
+/// [`ScriptMode`] says; loaded when the server lacks it), followed by
+/// `WAIT` with [`invoke_then_wait`](Self::invoke_then_wait), or turned into
+/// an EVAL with the source ([`eval`](Self::eval): a give-back that may
+/// reach a server that never saw the script, or lost its cache).
 #[derive(Clone)]
 pub(crate) struct Invocation {
     script: &'static Lua,
     cmd: Cmd,
+    /// The call as FCALL, made on first use.
+    fcall: OnceLock<Cmd>,
 }
 
 impl Invocation {
@@ -142,21 +323,56 @@ impl Invocation {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.hash());
         copy_after(&self.cmd, 2, &mut cmd);
-        std::borrow::Cow::Owned(Invocation { script, cmd })
+        std::borrow::Cow::Owned(Invocation {
+            script,
+            cmd,
+            fcall: OnceLock::new(),
+        })
     }
 
     /// Appends an argument (after the keys, given when it was made).
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Invocation {
         self.cmd.arg(arg);
+        self.fcall = OnceLock::new();
         self
     }
 
-    /// Sends the call; a script the server does not know (NOSCRIPT: it did
-    /// not run) is loaded, and the call sent again.
+    /// The call as FCALL of the script's function: the words after
+    /// `EVALSHA <sha1>` (the number of keys, the keys and the arguments)
+    /// are the same.
+    pub(crate) fn fcall(&self) -> &Cmd {
+        self.fcall.get_or_init(|| {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(self.script.function());
+            copy_after(&self.cmd, 2, &mut cmd);
+            cmd
+        })
+    }
+
+    /// Sends the call: FCALL while `mode` says the server takes it
+    /// (the library loaded when the server lacks the function, and the
+    /// call sent again), EVALSHA otherwise or once the server refused FCALL
+    /// (the script loaded on NOSCRIPT: it did not run, and the call sent
+    /// again).
     pub(crate) async fn invoke_async<T: FromRedisValue, C: ConnectionLike>(
         &self,
+        mode: &ScriptMode,
         connection: &mut C,
     ) -> RedisResult<T> {
+        if mode.functions() {
+            let called = match self.fcall().query_async(connection).await {
+                Err(e) if function_missing(&e) => match load_library(connection).await {
+                    Ok(()) => Called::from(self.fcall().query_async(connection).await),
+                    Err(None) => Called::Refused(e),
+                    Err(Some(e)) => return Err(e),
+                },
+                answer => Called::from(answer),
+            };
+            match called {
+                Called::Answer(answer) => return answer,
+                Called::Refused(e) => mode.fall_back(&e),
+            }
+        }
         match self.cmd.query_async(connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.load_async(connection).await?;
@@ -167,7 +383,7 @@ impl Invocation {
     }
 
     /// [`invoke_async`](Self::invoke_async) on a synchronous connection
-    /// (the scripts' own tests).
+    /// (the scripts' own tests): EVALSHA.
     #[cfg(test)]
     pub(crate) fn invoke<T: FromRedisValue>(
         &self,
@@ -187,20 +403,42 @@ impl Invocation {
 
     /// Sends the call, then `WAIT` for `replicas`, in one pipeline on
     /// `connection` (which WAIT blocks until the replicas answered or the
-    /// timeout passed). The answer is an `Acked` of the script's. A script
-    /// Redis does not know yet (NOSCRIPT: the script did not run, and WAIT
-    /// only counted earlier writes) is loaded, and the pipeline sent again.
+    /// timeout passed). The answer is an `Acked` of the script's. The call
+    /// goes as FCALL or EVALSHA as for [`invoke_async`](Self::invoke_async):
+    /// a function or script Redis does not know yet (it did not run, and
+    /// WAIT only counted earlier writes) is loaded, and the pipeline sent
+    /// again; a refused FCALL is sent again as EVALSHA.
     pub(crate) async fn invoke_then_wait<T: FromRedisValue, C: ConnectionLike + Send>(
         &self,
+        mode: &ScriptMode,
         replicas: Replicas,
         connection: &mut C,
     ) -> RedisResult<T> {
-        let mut pipeline = redis::pipe();
-        pipeline
-            .add_command(self.cmd.clone())
-            .cmd("WAIT")
-            .arg(replicas.min)
-            .arg(millis(replicas.timeout));
+        let then_wait = |call: &Cmd| {
+            let mut pipeline = redis::pipe();
+            pipeline
+                .add_command(call.clone())
+                .cmd("WAIT")
+                .arg(replicas.min)
+                .arg(millis(replicas.timeout));
+            pipeline
+        };
+        if mode.functions() {
+            let pipeline = then_wait(self.fcall());
+            let called = match pipeline.query_async(connection).await {
+                Err(e) if function_missing(&e) => match load_library(connection).await {
+                    Ok(()) => Called::from(pipeline.query_async(connection).await),
+                    Err(None) => Called::Refused(e),
+                    Err(Some(e)) => return Err(e),
+                },
+                answer => Called::from(answer),
+            };
+            match called {
+                Called::Answer(answer) => return answer,
+                Called::Refused(e) => mode.fall_back(&e),
+            }
+        }
+        let pipeline = then_wait(&self.cmd);
         match pipeline.query_async(connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.load_async(connection).await?;
@@ -218,6 +456,17 @@ impl Invocation {
         // the arguments.
         copy_after(&self.cmd, 2, &mut cmd);
         cmd
+    }
+}
+
+impl<T> From<RedisResult<T>> for Called<T> {
+    /// An FCALL's answer: [`Called::Refused`] when the server refused the
+    /// command itself.
+    fn from(answer: RedisResult<T>) -> Called<T> {
+        match answer {
+            Err(e) if fcall_refused(&e) => Called::Refused(e),
+            answer => Called::Answer(answer),
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
 
 use super::node_facts::NodeFacts;
 use super::scripts;
-use super::scripts::{Invocation, ReleaseReply};
+use super::scripts::{Invocation, ReleaseReply, ScriptMode};
 use super::shared::{Acked, Attempt, Extend, Owner, Released, Renewal, extended, left_of, millis};
 use super::shared::{Replicas, Successor, Timeouts};
 use super::source::{Sentinels, Source};
@@ -93,6 +93,9 @@ pub(crate) struct SingleNode {
     db: i64,
     /// How many replicas must hold a grant.
     replicas: Replicas,
+    /// Whether the server takes FCALL or EVALSHA, found out again on each
+    /// new connection.
+    scripts: ScriptMode,
 }
 
 impl std::fmt::Debug for SingleNode {
@@ -162,6 +165,7 @@ impl SingleNode {
             facts: None,
             db,
             replicas: Replicas::default(),
+            scripts: ScriptMode::default(),
         }
     }
 
@@ -295,6 +299,9 @@ impl SingleNode {
                     return Err(self.connect_error(e));
                 }
                 *last_error = None;
+                // Maybe another server (a failover), or the same one
+                // restarted on another version.
+                self.scripts.reset();
                 *lock(&slot.current) = Some(Current {
                     generation,
                     connection: connection.clone(),
@@ -355,7 +362,7 @@ impl SingleNode {
                 connection: unanswered.map(|_| connection.clone()),
                 then: unanswered,
             };
-            let e = match request.send(&mut connection).await {
+            let e = match request.send(&self.scripts, &mut connection).await {
                 Ok(value) => {
                     pending.disarm();
                     return Ok((value, retried));
@@ -625,7 +632,10 @@ impl SingleNode {
         invocation: &Invocation,
     ) -> Result<T, LockError> {
         let (slot, generation, mut connection) = self.connection(Lane::Shared).await?;
-        match Request::Script(invocation).send(&mut connection).await {
+        match Request::Script(invocation)
+            .send(&self.scripts, &mut connection)
+            .await
+        {
             Ok(value) => Ok(value),
             Err(e) => {
                 if broken(&e) {
@@ -709,7 +719,8 @@ impl Drop for Unanswered<'_> {
 /// What [`SingleNode::send`] sends.
 #[derive(Clone, Copy)]
 pub(super) enum Request<'a> {
-    /// A Lua script: EVALSHA, loaded on NOSCRIPT.
+    /// A Lua script: FCALL or EVALSHA (see [`ScriptMode`]), loaded when
+    /// the server lacks it.
     Script(&'a Invocation),
     /// A plain command.
     Command(&'a redis::Cmd),
@@ -730,18 +741,25 @@ impl Request<'_> {
         }
     }
 
+    /// Sends the request on `connection`; a script as the server's `mode`
+    /// says.
     async fn send<T: FromRedisValue>(
         self,
+        mode: &ScriptMode,
         connection: &mut MultiplexedConnection,
     ) -> redis::RedisResult<T> {
         match self {
-            Request::Script(invocation) => invocation.invoke_async(connection).await,
+            Request::Script(invocation) => invocation.invoke_async(mode, connection).await,
             Request::Command(command) => command.query_async(connection).await,
             Request::Replicated(invocation, replicas) => {
-                invocation.invoke_then_wait(replicas, connection).await
+                invocation
+                    .invoke_then_wait(mode, replicas, connection)
+                    .await
             }
             Request::Renewal(invocation, replicas) => {
-                invocation.invoke_then_wait(replicas, connection).await
+                invocation
+                    .invoke_then_wait(mode, replicas, connection)
+                    .await
             }
         }
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::{Connection, FromRedisValue, PubSub, Script, Value};
 
-use crate::backend::scripts::Lua;
+use crate::backend::scripts::{LIBRARY, Lua, function_missing};
 
 use crate::backend::test_server::Server;
 use crate::layout::{Keys, MAX_PERMITS, Permits, RwKeys, RwMode};
@@ -53,8 +53,38 @@ fn start<T>(setup: impl FnOnce(&mut Connection) -> T) -> (Server, Connection, T)
     (server, con, made)
 }
 
-/// Calls the script with these keys and arguments.
+/// Calls the script with these keys and arguments, as FCALL of its
+/// function in the library (loaded when the server lacks it), as a server
+/// of Redis 7 or later is sent it. (An [`Invocation`]'s `invoke` sends
+/// EVALSHA, so the tests go both ways.)
+///
+/// [`Invocation`]: crate::backend::scripts::Invocation
 fn call<T: FromRedisValue>(
+    con: &mut Connection,
+    script: &Lua,
+    keys: &[&str],
+    args: &[&str],
+) -> redis::RedisResult<T> {
+    let mut fcall = redis::cmd("FCALL");
+    fcall
+        .arg(script.function())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    match fcall.query(con) {
+        Err(e) if function_missing(&e) => {
+            redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg(LIBRARY)
+                .query::<String>(con)?;
+            fcall.query(con)
+        }
+        answer => answer,
+    }
+}
+
+/// The same call as [`call`], sent as EVAL of the script's source.
+fn eval<T: FromRedisValue>(
     con: &mut Connection,
     script: &Lua,
     keys: &[&str],
@@ -63,13 +93,30 @@ fn call<T: FromRedisValue>(
     Script::new(script.source).key(keys).arg(args).invoke(con)
 }
 
+/// The code and message of the error `answer`, as the server wrote them.
+fn error_text(answer: redis::RedisResult<Value>) -> Option<(String, String)> {
+    let errors = answer.err()?.into_server_errors()?;
+    let (_, error) = errors.first()?;
+    Some((
+        error.code().to_owned(),
+        error.details().unwrap_or_default().to_owned(),
+    ))
+}
+
 /// Calls the script with these keys and arguments; asserts that Redis
-/// answered an error and that nothing was written.
+/// answered an error, the same to FCALL and to EVAL, and that nothing was
+/// written.
 fn refused(con: &mut Connection, script: &Lua, keys: &[&str], args: &[&str]) {
     let before = snapshot(con);
     let answer = call::<Value>(con, script, keys, args);
     let what = format!("{args:?} on {keys:?}");
     assert!(answer.is_err(), "{what} was accepted: {answer:?}");
+    let evaluated = eval::<Value>(con, script, keys, args);
+    assert_eq!(
+        error_text(answer),
+        error_text(evaluated),
+        "{what}: FCALL and EVAL answered other errors"
+    );
     unchanged(&before, &snapshot(con), &what);
 }
 
