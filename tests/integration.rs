@@ -33,6 +33,7 @@ mod exclusion_tasks;
 mod exclusion_threads;
 mod fence_expiry;
 mod fencing;
+mod functions;
 mod inspect;
 mod inspect_kinds;
 mod lease_lost;

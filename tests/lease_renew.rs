@@ -41,13 +41,21 @@ async fn renewed(locker: &Locker, name: &str) -> LockGuard {
     hold_renewed(locker, name, LEASE).await
 }
 
-/// Lock script calls since start (EVAL and EVALSHA, NOSCRIPT answers included).
+/// Lock script calls since start (EVAL, EVALSHA and FCALL, NOSCRIPT and
+/// missing-function answers included).
 fn script_calls(server: &RedisServer) -> u64 {
     let calls = server.command_calls();
-    ["eval", "evalsha", "eval_ro", "evalsha_ro"]
-        .iter()
-        .filter_map(|c| calls.get(*c))
-        .sum()
+    [
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ]
+    .iter()
+    .filter_map(|c| calls.get(*c))
+    .sum()
 }
 
 // ---- 1. Held through a long body ----------------------------------------

@@ -96,14 +96,17 @@ fn a_set_across_slots_is_all_or_nothing_and_deadlock_free() {
     });
 }
 
-/// Script calls (EVALSHA and EVAL) completed on every master so far.
+/// Script calls (EVALSHA, FCALL and EVAL) completed on every master so far.
 fn script_calls(cluster: &Cluster) -> u64 {
     cluster
         .nodes
         .iter()
         .map(|n| {
             let calls = n.completed_calls();
-            calls.get("evalsha").copied().unwrap_or(0) + calls.get("eval").copied().unwrap_or(0)
+            ["evalsha", "fcall", "eval"]
+                .iter()
+                .filter_map(|command| calls.get(*command))
+                .sum::<u64>()
         })
         .sum()
 }
@@ -163,7 +166,8 @@ fn a_prefix_with_a_hash_tag_puts_a_set_in_one_slot_and_one_script() {
     });
 }
 
-/// Scripts run by every master so far (`EVALSHA`s that completed).
+/// Scripts run by every master so far (`EVALSHA`s and `FCALL`s that
+/// completed).
 fn scripts_run(cluster: &Cluster) -> Vec<u64> {
     cluster.nodes.iter().map(RedisServer::scripts_run).collect()
 }

@@ -62,13 +62,13 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     let before = server.command_calls();
     let guard = locker.lock("x").acquire_blocking().unwrap();
     let after = server.command_calls();
-    // One EVALSHA from the client; the rest are the script's own calls:
+    // One FCALL from the client (the server takes Redis Functions); the rest are the script's own calls:
     // GET reads the fencing counter, SET NX takes the free lock (with the
     // holder record, stamped by this process's clock, and its fencing
     // token) and SET writes the counter with the lease plus the retention,
     // so it never expires under its holder. A first attempt was never
     // queued (no HDEL).
-    assert_calls(&before, &after, &[("evalsha", 1), ("get", 1), ("set", 2)]);
+    assert_calls(&before, &after, &[("fcall", 1), ("get", 1), ("set", 2)]);
     let before = server.command_calls();
     guard.release_blocking().unwrap();
     let after = server.command_calls();
@@ -76,7 +76,7 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     // the counter's retention (PEXPIRE). No TIME while nobody waits.
     let release = [
         ("del", 1),
-        ("evalsha", 1),
+        ("fcall", 1),
         ("get", 1),
         ("lpop", 1),
         ("pexpire", 1),
@@ -123,11 +123,11 @@ fn zero_acquire_timeout_makes_exactly_one_attempt() {
     }
     // Returned at once (generous bound: no waiting loop).
     assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
-    // Exactly one attempt: one EVALSHA (the script's SET NX, GET and PTTL inside it).
+    // Exactly one attempt: one FCALL (the script's SET NX, GET and PTTL inside it).
     let diff = calls_between(&before, &after);
     assert!(
-        diff.contains(&("evalsha".to_owned(), 1)),
-        "expected one EVALSHA, got {diff:?}"
+        diff.contains(&("fcall".to_owned(), 1)),
+        "expected one FCALL, got {diff:?}"
     );
     assert!(!diff.iter().any(|(n, _)| n == "eval"), "{diff:?}");
     // The holder is untouched.

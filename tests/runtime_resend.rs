@@ -23,7 +23,7 @@ fn setup() -> (RedisServer, Proxy, Locker) {
 
 /// Loads the scripts (an acquire, an extension and a release of another
 /// lock), so that the request the proxy cuts off is the one that runs, not
-/// an EVALSHA answered NOSCRIPT.
+/// an FCALL answered that the library is not loaded.
 async fn warm_up(locker: &Locker) {
     let guard = locker.lock("warm-up").acquire().await.unwrap();
     guard.extend(Duration::from_millis(1)).await.unwrap();

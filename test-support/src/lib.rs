@@ -366,13 +366,20 @@ impl RedisServer {
             .collect()
     }
 
-    /// Scripts this server ran since start: `EVALSHA`s that completed.
+    /// Scripts this server ran since start: `EVALSHA`s and `FCALL`s that
+    /// completed (the library sends FCALL to a server that takes Redis
+    /// Functions, EVALSHA to one that does not).
     pub fn scripts_run(&self) -> u64 {
-        self.completed_calls().get("evalsha").copied().unwrap_or(0)
+        let completed = self.completed_calls();
+        ["evalsha", "fcall"]
+            .iter()
+            .filter_map(|command| completed.get(*command))
+            .sum()
     }
 
     /// Calls that completed per command since start: calls minus failed
-    /// calls (an EVALSHA answered NOSCRIPT, then sent again, counts once).
+    /// calls (an EVALSHA answered NOSCRIPT, or an FCALL answered that the
+    /// function is not loaded, then sent again, counts once).
     pub fn completed_calls(&self) -> HashMap<String, u64> {
         self.command_stats()
             .into_iter()

@@ -13,8 +13,9 @@
 //!
 //! Each of these runs between a `CONFIG RESETSTAT` and an `INFO
 //! commandstats` on a connection of its own, so Redis counts nothing else:
-//! the `usec` of `cmdstat_evalsha` (the library sends its scripts with
-//! EVALSHA; a script's usec includes the commands it runs) over the calls
+//! the `usec` of `cmdstat_evalsha` and `cmdstat_fcall` (the library sends
+//! its scripts with FCALL, or EVALSHA to a server without Redis Functions;
+//! a script's usec includes the commands it runs) over the calls
 //! gives the block's Redis µs per call, and its `calls` how many script
 //! calls each took. The figure is the median of the blocks' µs per call:
 //! Redis times a command on the wall clock, so a block in which another
@@ -47,9 +48,9 @@ pub const BLOCK: usize = 10;
 pub struct Cost {
     /// Calls measured (read calls, or writer's tries).
     pub calls: u64,
-    /// `calls` of `cmdstat_evalsha` over them.
+    /// `calls` of `cmdstat_evalsha` and `cmdstat_fcall` over them.
     pub script_calls: u64,
-    /// `usec` of `cmdstat_evalsha` over them.
+    /// `usec` of `cmdstat_evalsha` and `cmdstat_fcall` over them.
     pub usec: u64,
     /// Each block's Redis µs per call.
     pub block_us: Vec<f64>,
@@ -199,7 +200,8 @@ async fn writer_try(locker: &Locker, name: &str) -> Res<()> {
 }
 
 /// Redis's accounting of `BLOCK` calls of `op`, stats reset right before
-/// and read right after: the `calls` and `usec` of `cmdstat_evalsha`.
+/// and read right after: the `calls` and `usec` of `cmdstat_evalsha` and
+/// `cmdstat_fcall`.
 async fn measure<F, Fut>(raw: &mut redis::aio::MultiplexedConnection, mut op: F) -> Res<(u64, u64)>
 where
     F: FnMut() -> Fut,
@@ -216,12 +218,18 @@ where
         .arg("commandstats")
         .query_async(raw)
         .await?;
+    // EVALSHA, or FCALL on a server that takes Redis Functions.
     let field = |key: &str| {
-        info_field(&stats, "cmdstat_evalsha").and_then(|v| {
-            v.split(',')
-                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-                .and_then(|x| x.parse::<u64>().ok())
-        })
+        ["cmdstat_evalsha", "cmdstat_fcall"]
+            .iter()
+            .filter_map(|command| {
+                info_field(&stats, command).and_then(|v| {
+                    v.split(',')
+                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                        .and_then(|x| x.parse::<u64>().ok())
+                })
+            })
+            .sum::<u64>()
     };
-    Ok((field("calls").unwrap_or(0), field("usec").unwrap_or(0)))
+    Ok((field("calls"), field("usec")))
 }
