@@ -39,6 +39,23 @@ const EVAL_ONLY: [&str; 1] = ["marker.lua"];
 /// the same script sent with EVALSHA runs as long as it writes nothing.
 const NO_WRITES: [&str; 3] = ["inspect.lua", "rw_inspect.lua", "sem_inspect.lua"];
 
+/// The scripts that only free what a holder held (or hand it to a waiter,
+/// as big as what it frees), registered with the `allow-oom` flag: a
+/// function without it is refused whole once Redis reached `maxmemory`,
+/// where the same script sent with EVALSHA runs its deletions (only the
+/// commands that may grow memory are refused), so a lock can still be
+/// released.
+const ALLOW_OOM: [&str; 8] = [
+    "release.lua",
+    "release_set.lua",
+    "rw_release.lua",
+    "sem_give_back.lua",
+    "set_give_back.lua",
+    "force_unlock.lua",
+    "rw_force_unlock.lua",
+    "sem_force_release.lua",
+];
+
 /// The line of `helpers.lua` that picks how the scripts publish their
 /// notices (see `backend::scripts`, `Lua::sharded`).
 const PUBLISH: &str = "local publish_command = 'publish'";
@@ -56,6 +73,9 @@ struct Part {
 fn main() {
     let dir = Path::new("src/lua");
     println!("cargo::rerun-if-changed=src/lua");
+    for name in EVAL_ONLY.iter().chain(&NO_WRITES).chain(&ALLOW_OOM) {
+        assert!(dir.join(name).exists(), "src/lua/{name} is listed but missing");
+    }
     let mut parts = Vec::new();
     for file in SHARED {
         parts.extend(split(file, &read(&dir.join(file))));
@@ -92,7 +112,13 @@ fn main() {
                 name: name.trim_end_matches(".lua").to_owned(),
                 body,
                 publishes: used.contains("announce"),
-                no_writes: NO_WRITES.contains(&name),
+                flags: if NO_WRITES.contains(&name) {
+                    "no-writes"
+                } else if ALLOW_OOM.contains(&name) {
+                    "allow-oom"
+                } else {
+                    ""
+                },
             });
         }
     }
@@ -109,8 +135,8 @@ struct Function {
     /// Whether it publishes notices (it reaches `announce`): it then has a
     /// second function, `<name>_sharded`, which publishes with SPUBLISH.
     publishes: bool,
-    /// Whether it is registered with the `no-writes` flag.
-    no_writes: bool,
+    /// The flag it is registered with (`no-writes`, `allow-oom`), if any.
+    flags: &'static str,
 }
 
 /// The Functions library of the scripts `functions`, with every part of
@@ -161,10 +187,10 @@ fn library(parts: &[Part], functions: &[Function]) -> String {
          local function begin(keys, args)\n  KEYS, ARGV = keys, args\n{resets}end\n"
     ));
     for function in functions {
-        let flags = if function.no_writes {
-            ", flags = {'no-writes'}"
+        let flags = if function.flags.is_empty() {
+            String::new()
         } else {
-            ""
+            format!(", flags = {{'{}'}}", function.flags)
         };
         let newline = if function.body.ends_with('\n') {
             ""

@@ -305,3 +305,41 @@ async fn grants_that_wait_for_replicas_fall_back_to_evalsha() {
     let refused = errors(con).get("NOPERM").copied().unwrap_or(0);
     assert!((1..=4).contains(&refused), "{refused} refusals");
 }
+
+/// Holds a lock on `server`, makes Redis reach `maxmemory` (a limit below
+/// what it uses, nothing to evict), and asserts that a new acquisition is
+/// refused but the lock is still released.
+async fn released_out_of_memory(server: &RedisServer) {
+    let locker = Locker::new(server.url()).unwrap();
+    let guard = locker.lock("fn:oom").acquire().await.unwrap();
+    let con = &mut server.client();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(con)
+        .unwrap();
+    let refused = locker
+        .lock("fn:other")
+        .acquire_timeout(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.is_err(), "acquired out of memory");
+    guard.release().await.unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query(con)
+        .unwrap();
+    assert!(locker.inspect("fn:oom").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_released_when_redis_is_out_of_memory() {
+    let server = RedisServer::start();
+    released_out_of_memory(&server).await;
+    ran_functions(&server);
+    let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    released_out_of_memory(&server).await;
+}

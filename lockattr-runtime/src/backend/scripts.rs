@@ -10,7 +10,9 @@
 //! again. A server that refuses FCALL or `FUNCTION LOAD` (older than 7.0, an
 //! ACL without them, the command renamed away) is sent EVALSHA instead from
 //! then on (see [`ScriptMode`]), with the script loaded on NOSCRIPT. Both
-//! run the same Lua, so they answer the same replies and the same errors.
+//! run the same Lua, so they answer the same replies and the same errors of
+//! the scripts' own (an error of a command a script runs ends with Redis's
+//! note of where, which names the function or the SHA1).
 //!
 //! Every script checks its numeric arguments before it writes anything: a
 //! duration must be a whole number of milliseconds within the bounds below,
