@@ -46,10 +46,10 @@ fn lockers(url: &str) -> (Locker, Locker) {
 /// waiter on release, `inspect`, a read-write lock whose writer waits for
 /// the reader, a semaphore's permits, and a set.
 async fn every_kind((locker, other): &(Locker, Locker)) {
-    let guard = try_renewed(&locker, "fn:order", Duration::from_millis(600))
+    let guard = try_renewed(locker, "fn:order", Duration::from_millis(600))
         .await
         .unwrap();
-    let waiter = spawn_try_lock(&other, "fn:order", Duration::from_secs(20));
+    let waiter = spawn_try_lock(other, "fn:order", Duration::from_secs(20));
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!guard.is_lost(), "renewal failed");
     guard.extend(Duration::from_secs(5)).await.unwrap();
@@ -66,7 +66,7 @@ async fn every_kind((locker, other): &(Locker, Locker)) {
     handed.release().await.unwrap();
     assert!(locker.inspect("fn:order").await.unwrap().is_none());
 
-    let reader = try_read_lock(&locker, "fn:catalog", Duration::ZERO)
+    let reader = try_read_lock(locker, "fn:catalog", Duration::ZERO)
         .await
         .unwrap();
     let writer = {
@@ -82,14 +82,14 @@ async fn every_kind((locker, other): &(Locker, Locker)) {
         .unwrap();
     writer.release().await.unwrap();
 
-    let first = try_semaphore(&locker, "fn:gpu", 2, Duration::ZERO)
+    let first = try_semaphore(locker, "fn:gpu", 2, Duration::ZERO)
         .await
         .unwrap();
-    let second = try_semaphore(&other, "fn:gpu", 2, Duration::ZERO)
+    let second = try_semaphore(other, "fn:gpu", 2, Duration::ZERO)
         .await
         .unwrap();
     assert!(
-        try_semaphore(&locker, "fn:gpu", 2, Duration::ZERO)
+        try_semaphore(locker, "fn:gpu", 2, Duration::ZERO)
             .await
             .is_err(),
         "a third permit of two"
@@ -97,11 +97,11 @@ async fn every_kind((locker, other): &(Locker, Locker)) {
     first.release().await.unwrap();
     second.release().await.unwrap();
 
-    let set = try_set(&locker, &["fn:a", "fn:b"], Duration::ZERO)
+    let set = try_set(locker, &["fn:a", "fn:b"], Duration::ZERO)
         .await
         .unwrap();
     assert!(
-        try_set(&other, &["fn:b", "fn:c"], Duration::ZERO)
+        try_set(other, &["fn:b", "fn:c"], Duration::ZERO)
             .await
             .is_err(),
         "a set over a held name"
@@ -180,7 +180,7 @@ async fn runs_on_evalsha(server: &RedisServer, url: &str, code: &str) {
     let lockers = lockers(url);
     every_kind(&lockers).await;
     let first = errors(con);
-    assert!(first.get(code).is_some(), "nothing refused: {first:?}");
+    assert!(first.contains_key(code), "nothing refused: {first:?}");
     let (evalshas, _) = stats(con, "evalsha");
     every_kind(&lockers).await;
     let (more, _) = stats(con, "evalsha");
