@@ -12,6 +12,11 @@ commands 1,000 times and, on a second server, 3,000 times, in one
 instructions of one round of the case, without the server's start-up and
 shut-down. Instruction counts do not depend on the load of the machine, so
 runs are comparable; valgrind makes them slow (about 20 s a case).
+
+The `-fcall` cases send the same calls as FCALL of the runtime's Functions
+library (`library.lua` in LUA_DIR, loaded with FUNCTION LOAD first), as the
+runtime does on Redis 7 and later; the others send EVALSHA, as it does on
+a server that refuses Functions.
 """
 import hashlib
 import os
@@ -78,12 +83,19 @@ def cases(lua_dir):
             "  redis.call('set', KEYS[2], string.format('%d', fence), 'PX', 70000)\n"
             "  return {1, fence}\nend\nreturn {0, 0}\n")
     library = "#!lua name=cost\nredis.register_function('e', function(keys, args) return 1 end)"
+    # The runtime's library, and its functions' names: `<library>_<script>`.
+    runtime_library = open(os.path.join(lua_dir, "library.lua")).read()
+    prefix = runtime_library.split("\n", 1)[0].removeprefix("#!lua name=")
+    load_library = [["FUNCTION", "LOAD", runtime_library]]
     four = ["4", "l", "f", "q", "w"]
     acq_args = ["tok", "10000:60000:0:1700000000000:h\n1\nl", "0"]
     rel_args = ["tok", "ch", "0", "60000", "0", "0", "0"]
 
     def evalsha(source, keys, args):
         return ["EVALSHA", sha(source), *keys, *args]
+
+    def fcall(script, keys, args):
+        return ["FCALL", f"{prefix}_{script}", *keys, *args]
 
     def load(*sources):
         return [["SCRIPT", "LOAD", s] for s in sources]
@@ -105,6 +117,9 @@ def cases(lua_dir):
         "acquire+del": (load(acquire), [evalsha(acquire, four, acq_args), ["DEL", "l"]]),
         "lockattr-pair": (load(acquire, release),
                           [evalsha(acquire, four, acq_args), evalsha(release, four, rel_args)]),
+        "acquire+del-fcall": (load_library, [fcall("acquire", four, acq_args), ["DEL", "l"]]),
+        "lockattr-pair-fcall": (load_library,
+                                [fcall("acquire", four, acq_args), fcall("release", four, rel_args)]),
         "rslock-pair": (load(unlock), [["SET", "l", "tok", "NX", "PX", "10000"], evalsha(unlock, ["1", "l"], ["tok"])]),
     }
 

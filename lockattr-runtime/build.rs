@@ -74,7 +74,10 @@ fn main() {
     let dir = Path::new("src/lua");
     println!("cargo::rerun-if-changed=src/lua");
     for name in EVAL_ONLY.iter().chain(&NO_WRITES).chain(&ALLOW_OOM) {
-        assert!(dir.join(name).exists(), "src/lua/{name} is listed but missing");
+        assert!(
+            dir.join(name).exists(),
+            "src/lua/{name} is listed but missing"
+        );
     }
     let mut parts = Vec::new();
     for file in SHARED {
