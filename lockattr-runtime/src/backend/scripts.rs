@@ -143,7 +143,7 @@ pub(crate) fn function_missing(e: &RedisError) -> bool {
 /// renamed away with `rename-command`), or the ACL user may not run it.
 /// A script's own errors, and those of the commands it calls, never are
 /// (they name another command, or none).
-fn fcall_refused(e: &RedisError) -> bool {
+pub(crate) fn fcall_refused(e: &RedisError) -> bool {
     let Some((code, message)) = server_error(e) else {
         return false;
     };

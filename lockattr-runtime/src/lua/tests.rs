@@ -1248,3 +1248,94 @@ fn a_cluster_runs_a_copy_that_publishes_on_shard_channels() {
         "the same keys and arguments"
     );
 }
+
+/// Calls of `command` the server counted (`INFO commandstats`).
+fn command_calls(con: &mut Connection, command: &str) -> u64 {
+    let info: String = query(con, &["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The library's copy of a script for a Redis Cluster is its own function,
+/// `<function>_sharded`, which publishes with SPUBLISH where the script's
+/// own function publishes with PUBLISH (a call starts from the plain
+/// setting whichever function ran before it).
+#[test]
+fn the_sharded_function_publishes_on_shard_channels() {
+    use crate::backend::scripts::RELEASE;
+    let sharded = RELEASE.sharded();
+    assert_eq!(
+        sharded.function(),
+        format!("{}_sharded", RELEASE.function())
+    );
+    let (_server, mut con, ()) = start(|_| ());
+    let keys = ["l", "f", "q", "w"];
+    // Released by its owner, nobody queued, `notify`: `-:0:0` published.
+    let release = ["t", "ch", "1", "0", "0", "0", "0"];
+    for (script, publish, spublish) in [(sharded, 0, 1), (&RELEASE, 1, 1), (sharded, 1, 2)] {
+        write(&mut con, &[&["SET", "l", "t"]]);
+        assert_eq!(call::<i64>(&mut con, script, &keys, &release).unwrap(), 1);
+        assert_eq!(
+            (
+                command_calls(&mut con, "publish"),
+                command_calls(&mut con, "spublish")
+            ),
+            (publish, spublish),
+            "after {}",
+            script.function()
+        );
+    }
+}
+
+/// Which errors send a server's scripts to EVALSHA: FCALL refused itself
+/// (an ACL user without it), never a missing library (it is loaded), a
+/// script's own refusal, or an error of a command the script runs, even a
+/// command the ACL refuses.
+#[test]
+fn only_a_refused_fcall_sends_scripts_to_evalsha() {
+    use crate::backend::scripts::{ACQUIRE, fcall_refused};
+    let (server, mut con, ()) = start(|_| ());
+    let keys = ["l", "f", "q", "w"];
+    let take = ["t", "1000:0:0:1:h", "0"];
+    let fcall = |con: &mut Connection| {
+        redis::cmd("FCALL")
+            .arg(ACQUIRE.function())
+            .arg(4)
+            .arg(&keys)
+            .arg(&take)
+            .query::<Value>(con)
+    };
+    let missing = fcall(&mut con).unwrap_err();
+    assert!(function_missing(&missing), "{missing:?}");
+    assert!(!fcall_refused(&missing), "{missing:?}");
+    let own = call::<Value>(&mut con, &ACQUIRE, &keys, &["t", "bad", "0"]).unwrap_err();
+    write(&mut con, &[&["HSET", "f", "a", "b"]]);
+    let wrong_type = call::<Value>(&mut con, &ACQUIRE, &keys, &take).unwrap_err();
+    write(
+        &mut con,
+        &[
+            &["DEL", "f"],
+            &[
+                "ACL", "SETUSER", "noget", "on", ">pw", "~*", "&*", "+@all", "-get",
+            ],
+            &[
+                "ACL", "SETUSER", "nofcall", "on", ">pw", "~*", "&*", "+@all", "-fcall",
+            ],
+        ],
+    );
+    let as_user = |user: &str| {
+        let mut con = server.connect();
+        let () = query(&mut con, &["AUTH", user, "pw"]);
+        fcall(&mut con).unwrap_err()
+    };
+    let inner = as_user("noget");
+    for e in [&own, &wrong_type, &inner] {
+        assert!(!fcall_refused(e), "{e:?}");
+        assert!(!function_missing(e), "{e:?}");
+    }
+    let refused = as_user("nofcall");
+    assert!(fcall_refused(&refused), "{refused:?}");
+}
