@@ -419,7 +419,7 @@ pub fn rows(r: &Report) -> Vec<Row> {
         ),
         Row::info(
             "12 rw lock, readers holding",
-            "  EVALSHA calls per read call; per try (1 reader / 1,000)",
+            "  script calls (EVALSHA or FCALL) per read call; per try (1 reader / 1,000)",
             format!(
                 "{} / {}; {} / {}",
                 fmt_num(c.read[0].scripts_per_call(), 2),
@@ -616,7 +616,7 @@ pub fn print_table(r: &Report) {
     let seen = |s: Option<u64>| s.map_or("?".into(), |n| n.to_string());
     let per = |costs: &[Cost; 2]| {
         format!(
-            "{} / {} EVALSHA, {} / {} µs",
+            "{} / {} script calls, {} / {} µs",
             costs[0].script_calls, costs[1].script_calls, costs[0].usec, costs[1].usec
         )
     };
