@@ -208,6 +208,8 @@ const PUBLISH: (&str, &str) = (
 );
 
 impl Lua {
+    /// The script `source` (see [`script!`]); its hash and its function's
+    /// name are made on first use.
     pub(crate) const fn new(source: Source) -> Lua {
         Lua {
             source: source.text,
