@@ -3,7 +3,10 @@
 //! `FUNCTION FLUSH`; a server that refuses FCALL or `FUNCTION LOAD` (the
 //! command renamed away, an ACL user without it) is sent EVALSHA, after one
 //! refused call per connection, not one per call, and every kind of lock
-//! works there as well.
+//! works there as well. A Redis Cluster runs the functions that publish
+//! with SPUBLISH (loaded on every master), or EVALSHA where FCALL is
+//! refused; grants that go with `WAIT` reload the library and fall back
+//! alike; releases run out of memory both ways.
 
 use crate::support;
 
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use lockattr::Locker;
 use support::RedisServer;
+use support::cluster::Cluster;
 use support::deployments::{
     acl_setuser, joined, readme_user, spawn_try_lock, try_read_lock, try_renewed, try_semaphore,
     try_set, try_write_lock, user_url,
@@ -342,4 +346,48 @@ async fn a_lock_is_released_when_redis_is_out_of_memory() {
     ran_functions(&server);
     let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
     released_out_of_memory(&server).await;
+}
+
+/// Locks on names spread over a cluster's masters, each taken by one
+/// Locker while another waits for it, and handed over on release.
+async fn hand_overs(cluster: &Cluster) {
+    let (locker, other) = (cluster.locker(), cluster.locker());
+    for i in 0..6 {
+        let name = format!("fn:cluster:{i}");
+        let guard = locker.lock(&name).acquire().await.unwrap();
+        let waiter = spawn_try_lock(&other, &name, Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        guard.release().await.unwrap();
+        let (handed, _) = joined(waiter, Duration::from_secs(5), "no hand-over").await;
+        handed.unwrap().release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_runs_the_sharded_functions() {
+    let cluster = Cluster::start();
+    hand_overs(&cluster).await;
+    assert!(
+        cluster.calls("fcall") >= 24,
+        "{} FCALLs",
+        cluster.calls("fcall")
+    );
+    assert_eq!(cluster.calls("evalsha"), 0);
+    assert!(cluster.calls("spublish") >= 6, "the hand-overs' notices");
+    assert_eq!(cluster.calls("publish"), 0, "a PUBLISH was sent");
+    for node in &cluster.nodes {
+        assert_eq!(libraries(node).len(), 1, "the library on every master");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_fcall_is_sent_evalsha() {
+    let cluster = Cluster::start_with(&["--rename-command", "FCALL", ""]);
+    hand_overs(&cluster).await;
+    assert!(
+        cluster.calls("evalsha") >= 24,
+        "{} EVALSHAs",
+        cluster.calls("evalsha")
+    );
+    assert!(cluster.calls("spublish") >= 6, "the hand-overs' notices");
 }
