@@ -72,11 +72,11 @@ def cases(lua_dir):
     unlock = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0"
     empty = "return 1"
     get1 = "return redis.call('get', KEYS[1])"
-    # The acquire script's shared helpers alone, then with its argument checks.
+    # The acquire script's shared helpers alone, then with its arguments read
+    # (as its fast path reads them, up to its first Redis call).
     body = acquire.index("-- ACQUIRE:")
     helpers = acquire[:body] + "\nreturn 1\n"
-    checks_end = acquire.index("if refusal then return refusal end", body)
-    checks = acquire[:checks_end] + "if refusal then return refusal end\nreturn 1\n"
+    checks = acquire[:acquire.index("\nlocal fence, counter\n", body)] + "\nreturn 1\n"
     # The same three writes as the free-lock path, without helpers or checks.
     bare = ("local fence = (tonumber(redis.call('get', KEYS[2])) or 0) + 1\n"
             "if redis.call('set', KEYS[1], ARGV[1] .. '\\n' .. string.format('%d', fence), 'NX', 'PX', 10000) then\n"

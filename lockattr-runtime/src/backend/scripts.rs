@@ -533,10 +533,13 @@ pub(crate) fn sharded_eval(cmd: Cmd) -> Cmd {
 /// Returns `{1, fencing token}` when the token holds the lock, `{0, pttl of
 /// the holder}` when not.
 ///
-/// The free lock is tried first, with `SET NX`: an uncontended acquisition
-/// costs that and the counter's `INCR`, nothing else. A value at the fence
-/// key that no script writes there (not a whole number below 2^53) is
-/// refused before anything is written, with an error that names the key.
+/// The free lock is tried first, with `SET NX`, before any shared helper
+/// runs (arguments of the shape [`acquire`] writes are read inline; any
+/// other shape goes through the full checks, which answer the same as
+/// before): an uncontended acquisition costs `GET` of the counter, `SET NX`
+/// and `SET` of the counter, nothing else. A value at the fence key that no
+/// script writes there (not a whole number below 2^53) is refused before
+/// anything is written, with an error that names the key.
 ///
 /// A token that already holds the lock counts as taken: a release handed it
 /// the lock (see [`RELEASE`]), or this is a retry whose first answer was
@@ -585,6 +588,10 @@ pub(crate) static ACQUIRE: Lua = Lua::new(script!("acquire.lua"));
 /// the given fencing token: no more than that many acquisitions since the
 /// token's, and not a counter started again from the clock because Redis
 /// lost the lock (a restart without persistence).
+///
+/// The owner's release of a lock nobody is queued for is tried first,
+/// before any shared helper but `owns` runs: `GET`, `EXISTS` of the queue,
+/// `DEL` and `PEXPIRE` of the counter (and the notice when asked for).
 ///
 /// Running it twice is harmless (the second finds the lock no longer the
 /// token's and changes nothing of another owner's), but the second answer

@@ -4,16 +4,37 @@
 -- wait ms (0: no wait, and leave the queue).
 -- Returns {1, fencing token} when the token holds the lock, {0, pttl of
 -- the holder} when not.
-local lease, retention, wait, queued, since, who = acquire_args(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$',
-  '<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
-if refusal then return refusal end
 local token = ARGV[1]
+-- Arguments as this library writes them (every number in plain digits,
+-- within bounds) and a counter that a script wrote, or none, are taken
+-- as they are, without a helper. Anything else goes through the full
+-- checks below, which answer the error of the first bad argument: the
+-- fast path accepts only what they accept, as they would read it.
+local lease, retention, queued, since, who = string.match(ARGV[2] or '', '^(%d+):(%d+):([01]):(%d+):(.*)$')
+lease, retention = tonumber(lease), tonumber(retention)
+local wait = tonumber(ARGV[3])
+local fence, counter
+if lease and lease >= 1 and lease <= MAX_MS and retention <= MAX_MS
+    and wait and wait == math.floor(wait) and wait >= 0 and wait <= MAX_MS then
+  counter = redis.call('get', KEYS[2])
+  fence = tonumber(counter)
+end
+if fence and fence == math.floor(fence) and fence >= 0 and fence < MAX_TOKEN then
+  fence = fence + 1
+elseif counter == false then
+  fence = clock_us()
+else
+  lease, retention, wait, queued, since, who = acquire_args(ARGV[2], '^([^:]*):([^:]*):([01]):(%d+):(.*)$',
+    '<lease ms>:<retention ms>:<0 or 1>:<since ms>:<holder>')
+  if refusal then return refusal end
+  -- A foreign value at the fence key is refused before anything is
+  -- written.
+  fence = fence_counter(KEYS[2])
+  if refusal then return refusal end
+  fence = fence and fence + 1 or clock_us()
+end
 -- The free lock first: an uncontended acquisition costs GET, SET NX and
--- SET of the counter. The counter is written after the lock, and a
--- foreign value at the fence key is refused before anything is written.
-local fence = fence_counter(KEYS[2])
-if refusal then return refusal end
-fence = fence and fence + 1 or clock_us()
+-- SET of the counter. The counter is written after the lock.
 if redis.call('set', KEYS[1], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence), 'NX', 'PX', lease) then
   redis.call('set', KEYS[2], string.format('%d', fence), 'PX', lease + retention)
   if queued == '1' then

@@ -1338,4 +1338,464 @@ fn only_a_refused_fcall_sends_scripts_to_evalsha() {
     }
     let refused = as_user("nofcall");
     assert!(fcall_refused(&refused), "{refused:?}");
+mod fast_paths {
+    //! The lock's ACQUIRE and RELEASE against the scripts as they were
+    //! before their fast paths (`lua/before/`, helpers joined): each case
+    //! runs on one server with the scripts as they were and on another
+    //! with the scripts as they are, and both answer the same, leave the
+    //! same keys, values and times to live, and publish the same notices.
+    //! Values that carry the server's clock (a counter started from it, a
+    //! hand-over's `since`) may differ by the time between the two runs.
+
+    use super::*;
+    use crate::backend::scripts::{ACQUIRE, RELEASE};
+
+    static ACQUIRE_BEFORE: Lua = Lua::new(include_str!("before/acquire.lua"));
+    static RELEASE_BEFORE: Lua = Lua::new(include_str!("before/release.lua"));
+
+    const KEYS: [&str; 4] = ["t:{n}", "t:{n}:fence", "t:{n}:queue", "t:{n}:waiters"];
+    const CHANNEL: &str = "t:{n}:wake";
+    /// An acquisition's packed argument: a lease of 10 s, a retention of
+    /// 60 s, not queued, since 1700000000000, holder `h\n1\nl`.
+    const PACKED: &str = "10000:60000:0:1700000000000:h\n1\nl";
+
+    /// What a server shows after a call: the reply (or error), every key
+    /// with its type, its value as words and its time to live, and the
+    /// notices published on the lock's channel.
+    #[derive(Debug)]
+    struct Outcome {
+        reply: String,
+        keys: Vec<(String, String, Vec<String>, i64)>,
+        notices: Vec<String>,
+    }
+
+    /// Runs `setup` on an emptied `server`, then the script with `args`.
+    fn outcome(server: &Server, script: &Lua, setup: &[Vec<String>], args: &[String]) -> Outcome {
+        let mut con = server.connect();
+        query::<()>(&mut con, &["FLUSHALL"]);
+        for words in setup {
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            query::<()>(&mut con, &words);
+        }
+        let mut listener = server.connect();
+        let mut pubsub = listen(&mut listener, CHANNEL);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = match call::<Value>(&mut con, script, &KEYS, &args) {
+            Ok(value) => format!("{value:?}"),
+            Err(e) => format!("error {e}"),
+        };
+        query::<()>(&mut con, &["PUBLISH", CHANNEL, "end"]);
+        let mut notices = Vec::new();
+        loop {
+            let notice = heard(&mut pubsub);
+            if notice == "end" {
+                break;
+            }
+            notices.push(notice);
+        }
+        let mut names: Vec<String> = query(&mut con, &["KEYS", "*"]);
+        names.sort();
+        let keys = names
+            .into_iter()
+            .map(|key| {
+                let kind: String = query(&mut con, &["TYPE", &key]);
+                let mut value: Vec<String> = match kind.as_str() {
+                    "string" => vec![query(&mut con, &["GET", &key])],
+                    "list" => query(&mut con, &["LRANGE", &key, "0", "-1"]),
+                    "hash" => query(&mut con, &["HGETALL", &key]),
+                    other => panic!("{key} is a {other}"),
+                };
+                if kind == "hash" {
+                    let mut pairs: Vec<String> = value.chunks(2).map(|p| p.join("=")).collect();
+                    pairs.sort();
+                    value = pairs;
+                }
+                let ttl = pttl(&mut con, &key);
+                (key, kind, value, ttl)
+            })
+            .collect();
+        Outcome {
+            reply,
+            keys,
+            notices,
+        }
+    }
+
+    /// Whether `a` and `b` are the same text but for clock readings: runs
+    /// of 13 digits (ms) within 2 s of each other, of 16 (µs) within 2 s.
+    fn same(a: &str, b: &str) -> bool {
+        fn parts(s: &str) -> Vec<(bool, &str)> {
+            let mut parts = Vec::new();
+            let mut start = 0;
+            let bytes = s.as_bytes();
+            for i in 1..=bytes.len() {
+                if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                    parts.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                    start = i;
+                }
+            }
+            parts
+        }
+        if a.is_empty() || b.is_empty() {
+            return a == b;
+        }
+        let (a, b) = (parts(a), parts(b));
+        a.len() == b.len()
+            && a.iter().zip(&b).all(|((digits, x), (_, y))| {
+                if x == y {
+                    return true;
+                }
+                let tolerance = match x.len() {
+                    13 => 2_000,
+                    16 => 2_000_000,
+                    _ => return false,
+                };
+                *digits
+                    && x.len() == y.len()
+                    && x.parse::<i64>()
+                        .unwrap()
+                        .abs_diff(y.parse::<i64>().unwrap())
+                        <= tolerance
+            })
+    }
+
+    /// Runs one case with the scripts before and now; asserts the same
+    /// outcome.
+    fn compare(
+        servers: &(Server, Server),
+        scripts: (&Lua, &Lua),
+        case: &str,
+        setup: &[Vec<String>],
+        args: (&[String], &[String]),
+    ) {
+        let before = outcome(&servers.0, scripts.0, setup, args.0);
+        let now = outcome(&servers.1, scripts.1, setup, args.1);
+        let what = format!("{case}: before {before:#?}\nnow {now:#?}");
+        // ACQUIRE's refusal `{0, pttl}` carries a time to live.
+        let pttl = |reply: &str| -> Option<i64> {
+            reply
+                .strip_prefix("array([int(0), int(")?
+                .strip_suffix(")])")?
+                .parse()
+                .ok()
+        };
+        match (pttl(&before.reply), pttl(&now.reply)) {
+            (Some(x), Some(y)) => assert!(x.abs_diff(y) <= 1_000, "reply of {what}"),
+            _ => assert!(same(&before.reply, &now.reply), "reply of {what}"),
+        }
+        assert_eq!(before.notices.len(), now.notices.len(), "notices of {what}");
+        for (a, b) in before.notices.iter().zip(&now.notices) {
+            assert!(same(a, b), "notices of {what}");
+        }
+        assert_eq!(before.keys.len(), now.keys.len(), "keys of {what}");
+        for (a, b) in before.keys.iter().zip(&now.keys) {
+            assert_eq!((&a.0, &a.1), (&b.0, &b.1), "keys of {what}");
+            assert_eq!(a.2.len(), b.2.len(), "{} of {what}", a.0);
+            for (x, y) in a.2.iter().zip(&b.2) {
+                assert!(same(x, y), "{} of {what}", a.0);
+            }
+            let (x, y) = (a.3, b.3);
+            assert!(
+                (x < 0 && x == y) || (x >= 0 && y >= 0 && x.abs_diff(y) <= 1_000),
+                "time to live of {} of {what}",
+                a.0
+            );
+        }
+    }
+
+    fn words(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    /// A waiter entry: deadline `deadline`, lease 4 s, queued at `at`,
+    /// holder `w\n2\nq`.
+    fn entry(deadline: u128, at: u128) -> String {
+        format!("{deadline}:4000:{at}:w\n2\nq")
+    }
+
+    fn now_ms() -> u128 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    }
+
+    /// The setups the cases start from, by name.
+    fn setups() -> Vec<(&'static str, Vec<Vec<String>>)> {
+        let [lock, fence, queue, waiters] = KEYS;
+        let now = now_ms();
+        let live = entry(now + 600_000, now - 100_000);
+        let recent = entry(now + 600_000, now - 10);
+        let dead = entry(now - 1_000, now - 100_000);
+        let counter = words(&["SET", fence, "41", "PX", "63000"]);
+        let mine = words(&[
+            "SET",
+            lock,
+            "tok\nh\n1\nl\n1700000000000\n41",
+            "PX",
+            "30000",
+        ]);
+        let theirs = words(&[
+            "SET",
+            lock,
+            "other\nh\n2\nl\n1700000000000\n41",
+            "PX",
+            "3000",
+        ]);
+        let queued = |token: &str, entry: &str| {
+            vec![
+                words(&["RPUSH", queue, token]),
+                words(&["HSET", waiters, token, entry]),
+                words(&["PEXPIRE", queue, "600000"]),
+                words(&["PEXPIRE", waiters, "600000"]),
+            ]
+        };
+        let with = |parts: &[&[Vec<String>]]| parts.concat();
+        let mut setups = vec![
+            ("nothing", vec![]),
+            ("a counter", vec![counter.clone()]),
+            (
+                "a counter without expiry",
+                vec![words(&["SET", fence, "41"])],
+            ),
+            (
+                "a counter with a longer expiry",
+                vec![words(&["SET", fence, "41", "PX", "900000"])],
+            ),
+            (
+                "the last counter",
+                vec![words(&["SET", fence, "9007199254740991", "PX", "50000"])],
+            ),
+            (
+                "a counter at 0",
+                vec![words(&["SET", fence, "0", "PX", "50000"])],
+            ),
+            (
+                "a queue",
+                with(&[std::slice::from_ref(&counter), &queued("waiter", &live)]),
+            ),
+            (
+                "the token queued",
+                with(&[
+                    std::slice::from_ref(&counter),
+                    &queued("waiter", &live),
+                    &queued("tok", &live),
+                ]),
+            ),
+            ("held", vec![counter.clone(), theirs.clone()]),
+            (
+                "held with the token queued",
+                with(&[&[counter.clone(), theirs.clone()], &queued("tok", &live)]),
+            ),
+            ("mine", vec![counter.clone(), mine.clone()]),
+            (
+                "mine without a fencing token",
+                vec![
+                    counter.clone(),
+                    words(&["SET", lock, "tok\nh\n1\nl\n1700000000000", "PX", "30000"]),
+                ],
+            ),
+            (
+                "mine without a fencing token or a counter",
+                vec![words(&["SET", lock, "tok", "PX", "30000"])],
+            ),
+            ("mine without a counter", vec![mine.clone()]),
+            (
+                "mine with a longer counter",
+                vec![words(&["SET", fence, "41", "PX", "900000"]), mine.clone()],
+            ),
+            (
+                "mine with kind's fields",
+                with(&[
+                    &[
+                        counter.clone(),
+                        words(&[
+                            "SET",
+                            lock,
+                            "tok\nh\n1\nl\n1700000000000\n41\n3",
+                            "PX",
+                            "3000",
+                        ]),
+                    ],
+                    &queued("waiter", &live),
+                ]),
+            ),
+            (
+                "mine with a waiter",
+                with(&[&[counter.clone(), mine.clone()], &queued("waiter", &live)]),
+            ),
+            (
+                "mine with a recent waiter",
+                with(&[&[counter.clone(), mine.clone()], &queued("waiter", &recent)]),
+            ),
+            (
+                "mine with a dead waiter, then a live one",
+                with(&[
+                    &[counter.clone(), mine.clone()],
+                    &queued("dead", &dead),
+                    &queued("waiter", &live),
+                ]),
+            ),
+            (
+                "mine with dead waiters only",
+                with(&[&[counter.clone(), mine.clone()], &queued("dead", &dead)]),
+            ),
+            (
+                "mine with the marker and a set waiter",
+                with(&[
+                    &[counter.clone(), mine.clone()],
+                    &queued("-", &live),
+                    &queued("waiter", &live),
+                    &[words(&["HSET", waiters, "setter", &dead])],
+                ]),
+            ),
+            (
+                "mine with set waiters outside the queue",
+                with(&[
+                    &[counter.clone(), mine.clone()],
+                    &[
+                        words(&["HSET", waiters, "setter", &live]),
+                        words(&["PEXPIRE", waiters, "600000"]),
+                    ],
+                ]),
+            ),
+            (
+                "mine with the token queued",
+                with(&[&[counter.clone(), mine.clone()], &queued("tok", &live)]),
+            ),
+        ];
+        for foreign in [
+            "abc",
+            "",
+            "-1",
+            "1.5",
+            "9007199254740992",
+            "1e400",
+            "nan",
+            "0x10",
+            " 7",
+            "7.0",
+            "1e3",
+        ] {
+            setups.push((
+                "a counter of another shape",
+                vec![words(&["SET", fence, foreign, "PX", "50000"])],
+            ));
+        }
+        setups
+    }
+
+    #[test]
+    fn acquire_answers_and_writes_as_before() {
+        let servers = (Server::start(), Server::start());
+        let scripts = (&ACQUIRE_BEFORE, &ACQUIRE);
+        let mut args = vec![
+            words(&["tok", PACKED, "0"]),
+            words(&["tok", PACKED, "5000"]),
+            words(&["tok", "10000:60000:1:1700000000000:h\n1\nl", "0"]),
+            words(&["tok", "10000:60000:1:1700000000000:h\n1\nl", "5000"]),
+            words(&["tok", "2592000000:2592000000:0:1:", "2592000000"]),
+            words(&["tok", "100000:0:0:0:h", "0"]),
+            words(&["tok", "010000:060000:0:01:h:x", "05000"]),
+            // Shapes the checks accept but the fast path leaves to them.
+            words(&["tok", " 10000:60000:0:1:h", "0"]),
+            words(&["tok", "1e4:6e4:0:1:h", "5e3"]),
+            words(&["tok", "0x10:60000.0:0:1:h", "0x10"]),
+            words(&["tok", "10000:60000:0:1:h", " 5000 "]),
+            words(&["tok", "10000:60000:0:1:h", "5000.0"]),
+            // Refused.
+            words(&["tok", PACKED]),
+            words(&["tok"]),
+            words(&["tok", "10000:60000:2:1:h", "0"]),
+            words(&["tok", "10000:60000:0:x:h", "0"]),
+            words(&["tok", "10000:60000:0:1", "0"]),
+            words(&["tok", "0:60000:0:1:h", "0"]),
+        ];
+        for bad in NOT_MS {
+            args.push(words(&["tok", &format!("{bad}:60000:0:1:h"), "0"]));
+            args.push(words(&["tok", &format!("10000:{bad}:0:1:h"), "0"]));
+            args.push(words(&["tok", PACKED, bad]));
+        }
+        for (name, setup) in setups() {
+            for args in &args {
+                let case = format!("ACQUIRE {args:?} on {name}");
+                compare(&servers, scripts, &case, &setup, (args, args));
+            }
+        }
+    }
+
+    /// RELEASE's arguments now for the arguments `before` of the script
+    /// as it was.
+    fn release_args(before: &[String]) -> Vec<String> {
+        before.to_vec()
+    }
+
+    #[test]
+    fn release_answers_and_writes_as_before() {
+        let servers = (Server::start(), Server::start());
+        let scripts = (&RELEASE_BEFORE, &RELEASE);
+        let release = |token: &str,
+                       notify: &str,
+                       retention: &str,
+                       granted: &str,
+                       barge: &str,
+                       shared: &str| {
+            words(&[token, CHANNEL, notify, retention, granted, barge, shared])
+        };
+        let mut args = Vec::new();
+        for token in ["tok", "other", "waiter", "gone"] {
+            for (notify, shared) in [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")] {
+                args.push(release(token, notify, "60000", "41", "0", shared));
+            }
+            args.push(release(token, "0", "60000", "0", "0", "0"));
+            args.push(release(token, "0", "60000", "41", "60000", "0"));
+            args.push(release(token, "0", "0", "2000", "0", "0"));
+        }
+        // Shapes the checks accept but the fast path leaves to them.
+        args.push(release("tok", "0", "6e4", "41", "0", "0"));
+        args.push(release("tok", "0", " 60000", "41.0", "0x0", "0"));
+        args.push(release("tok", "2", "060000", "041", "00", "2"));
+        // Successors.
+        let mut successor = release("tok", "0", "60000", "41", "0", "0");
+        successor.extend(words(&["next", "4000:9000:h\n7\nl"]));
+        args.push(successor.clone());
+        let mut stranger = release("other", "1", "60000", "41", "0", "0");
+        stranger.extend(words(&["next", "4000:9000:h\n7\nl"]));
+        args.push(stranger);
+        // Refused.
+        args.push(words(&["tok", CHANNEL, "0", "60000"]));
+        args.push(words(&["tok"]));
+        for bad in NOT_MS {
+            args.push(release("tok", "0", bad, "41", "0", "0"));
+            args.push(release("tok", "0", "60000", "41", bad, "0"));
+        }
+        for bad in NOT_TOKEN {
+            args.push(release("tok", "0", "60000", bad, "0", "0"));
+        }
+        for (token, packed) in [
+            ("", "4000:9000:h"),
+            ("a:b", "4000:9000:h"),
+            ("next", "0:9000:h"),
+            ("next", "4000:9000"),
+        ] {
+            let mut bad = successor[..7].to_vec();
+            bad.extend(words(&[token, packed]));
+            args.push(bad);
+        }
+        let mut alone = successor[..7].to_vec();
+        alone.push("next".to_owned());
+        args.push(alone);
+        for (name, setup) in setups() {
+            for args in &args {
+                let case = format!("RELEASE {args:?} on {name}");
+                compare(
+                    &servers,
+                    scripts,
+                    &case,
+                    &setup,
+                    (args, &release_args(args)),
+                );
+            }
+        }
+    }
 }
