@@ -9,17 +9,19 @@ local token = ARGV[1]
 -- within bounds) and a counter that a script wrote, or none, are taken
 -- as they are, without a helper. Anything else goes through the full
 -- checks below, which answer the error of the first bad argument: the
--- fast path accepts only what they accept, as they would read it.
+-- fast path accepts only what they accept, as they would read it (`% 1`
+-- is a whole number's test without a call: NaN and the infinities fail
+-- it, which the checks refuse too).
 local lease, retention, queued, since, who = string.match(ARGV[2] or '', '^(%d+):(%d+):([01]):(%d+):(.*)$')
 lease, retention = tonumber(lease), tonumber(retention)
 local wait = tonumber(ARGV[3])
 local fence, counter
 if lease and lease >= 1 and lease <= MAX_MS and retention <= MAX_MS
-    and wait and wait == math.floor(wait) and wait >= 0 and wait <= MAX_MS then
+    and wait and wait % 1 == 0 and wait >= 0 and wait <= MAX_MS then
   counter = redis.call('get', KEYS[2])
   fence = tonumber(counter)
 end
-if fence and fence == math.floor(fence) and fence >= 0 and fence < MAX_TOKEN then
+if fence and fence % 1 == 0 and fence >= 0 and fence < MAX_TOKEN then
   fence = fence + 1
 elseif counter == false then
   fence = clock_us()
