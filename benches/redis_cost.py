@@ -89,7 +89,7 @@ def cases(lua_dir):
     load_library = [["FUNCTION", "LOAD", runtime_library]]
     four = ["4", "l", "f", "q", "w"]
     acq_args = ["tok", "10000:60000:0:1700000000000:h\n1\nl", "0"]
-    rel_args = ["tok", "ch", "0", "60000", "0", "0", "0"]
+    rel_args = ["tok", "0:60000:0:0:0:ch"]
 
     def evalsha(source, keys, args):
         return ["EVALSHA", sha(source), *keys, *args]

@@ -558,16 +558,18 @@ pub(crate) static ACQUIRE: Lua = Lua::new(script!("acquire.lua"));
 /// the fence counter expire after the retention. A token that does not own
 /// the lock leaves the queue instead (a waiter that gave up).
 ///
-/// KEYS: lock, fence, queue, waiters. ARGV: token, channel, `1` to publish
-/// `-:0:0` on the channel when the lock is deleted (nobody queued; the
-/// release notice of a Redlock, whose waiters do not queue) or `0`, how
-/// long the fence counter outlives a lease in ms, the fencing token the
-/// token was granted (0: none), the barging window in ms (see
-/// `Fairness`), and `1` when the fence counter is shared with other live
-/// holders (a semaphore's permits; a deletion then never shortens it) or
-/// `0`; then, optionally, a successor: the token of a waiter of the
-/// releasing process (`crate::local`) and `<its lease ms>:<its wait
-/// ms>:<its holder>`. When nobody is queued, the successor takes the lock
+/// KEYS: lock, fence, queue, waiters. ARGV: token, then
+/// `<notify>:<retention>:<fencing token>:<barge>:<shared>:<channel>`, read
+/// once: `notify` is `1` to publish `-:0:0` on the channel when the lock is
+/// deleted (nobody queued; the release notice of a Redlock, whose waiters
+/// do not queue) or `0`, `retention` how long the fence counter outlives a
+/// lease in ms, the fencing token the token was granted (0: none), `barge`
+/// the barging window in ms (see `Fairness`), `shared` is `1` when the
+/// fence counter is shared with other live holders (a semaphore's permits;
+/// a deletion then never shortens it) or `0`, and the lock's channel last
+/// (it may hold colons); then, optionally, a successor: the token of a
+/// waiter of the releasing process (`crate::local`) and `<its lease
+/// ms>:<its wait ms>:<its holder>`. When nobody is queued, the successor takes the lock
 /// in the same call (a new fencing token, its lease, the notice published
 /// as for any hand-over); otherwise it is queued last and the oldest waiter
 /// is served, so the other processes keep their turn. `-:0:0` is also published when the lock is
@@ -814,9 +816,9 @@ pub(crate) fn give_back(keys: &Keys, token: &str) -> redis::Cmd {
 ///
 /// KEYS: write, readers, fence, queue, waiters, then the key the token
 /// holds (the write key, or its own reader key). ARGV as the lock's
-/// [`RELEASE`]: token, channel (unused:
-/// it follows from the write key), notify (unused), retention in ms, the
-/// fencing token the token was granted, barge (unused). Returns as the
+/// [`RELEASE`] once took them: token, channel (unused: it follows from the
+/// write key), notify (unused), retention in ms, the fencing token the
+/// token was granted, barge (unused). Returns as the
 /// lock's: the first notice published when the lock was handed on, 1 when
 /// released, 0 when the token did not hold it, and 2 when it did not but
 /// may have just released it: a writer whose fencing token is at most a
@@ -856,17 +858,15 @@ fn release_call(
     barge: Duration,
 ) -> Invocation {
     let mut call = RELEASE.with_keys(keys.queued());
-    call.arg(token)
-        .arg(&keys.channel)
-        .arg(if notify { "1" } else { "0" })
-        .arg(whole_millis(keys.fence_retention))
-        .arg(fencing_token)
-        .arg(whole_millis(barge))
-        .arg(if matches!(keys.kind, KindKeys::Permit(_)) {
-            "1"
-        } else {
-            "0"
-        });
+    let shared = matches!(keys.kind, KindKeys::Permit(_));
+    call.arg(token).arg(format!(
+        "{}:{}:{fencing_token}:{}:{}:{}",
+        u8::from(notify),
+        whole_millis(keys.fence_retention),
+        whole_millis(barge),
+        u8::from(shared),
+        keys.channel
+    ));
     call
 }
 

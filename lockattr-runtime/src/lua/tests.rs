@@ -277,16 +277,21 @@ mod lock {
         let (_server, mut con, (held, _)) = start(setup);
         let k = four(&held);
         let mut refuse = |args: &[&str]| refused(&mut con, &RELEASE, &k, args);
+        let channel = &held.channel;
         for token in ["holder", "waiter"] {
             for bad in NOT_MS {
-                refuse(&[token, &held.channel, "0", bad, "5", "0"]);
+                refuse(&[token, &format!("0:{bad}:5:0:0:{channel}")]);
+                refuse(&[token, &format!("0:1000:5:{bad}:0:{channel}")]);
             }
             for bad in NOT_TOKEN {
-                refuse(&[token, &held.channel, "0", "1000", bad, "0"]);
+                refuse(&[token, &format!("0:1000:{bad}:0:0:{channel}")]);
             }
         }
-        // Without a fencing token.
-        refuse(&["holder", &held.channel, "0", "1000"]);
+        // Not `<notify>:<retention>:<fencing token>:<barge>:<shared>:<channel>`.
+        for packed in ["", "0:1000:5:0:0", "0:1000:5", channel.as_str()] {
+            refuse(&["holder", packed]);
+        }
+        refuse(&["holder"]);
     }
 
     /// A release by a token that no longer owns the lock says whether the
@@ -487,7 +492,8 @@ mod lock {
         let (_server, mut con, (held, _)) = start(setup);
         let k = four(&held);
         let mut refuse = |args: &[&str]| refused(&mut con, &RELEASE, &k, args);
-        let base = ["holder", held.channel.as_str(), "0", "1000", "5", "0", "0"];
+        let packed = format!("0:1000:5:0:0:{}", held.channel);
+        let base = ["holder", packed.as_str()];
         let with = |token: &str, packed: &str| {
             let mut args: Vec<String> = base.iter().map(|a| a.to_string()).collect();
             args.push(token.to_owned());
@@ -1725,9 +1731,15 @@ mod fast_paths {
     }
 
     /// RELEASE's arguments now for the arguments `before` of the script
-    /// as it was.
+    /// as it was (token, channel, notify, retention, fencing token, barge,
+    /// shared, then a successor's two): the token, the five after the
+    /// channel and the channel packed in one (a missing one empty), then
+    /// the successor's.
     fn release_args(before: &[String]) -> Vec<String> {
-        before.to_vec()
+        let field = |i: usize| before.get(i).map_or("", String::as_str);
+        let mut now = vec![field(0).to_owned(), [2, 3, 4, 5, 6, 1].map(field).join(":")];
+        now.extend(before.iter().skip(7).cloned());
+        now
     }
 
     #[test]
