@@ -592,8 +592,9 @@ pub(crate) static ACQUIRE: Lua = Lua::new(script!("acquire.lua"));
 /// lost the lock (a restart without persistence).
 ///
 /// The owner's release of a lock nobody is queued for is tried first,
-/// before any shared helper but `owns` runs: `GET`, `EXISTS` of the queue,
-/// `DEL` and `PEXPIRE` of the counter (and the notice when asked for).
+/// before any shared helper but `owns` runs: `GET`, `PTTL` of the queue
+/// (-2: there is none), `DEL` and `PEXPIRE` of the counter (and the notice
+/// when asked for).
 ///
 /// Running it twice is harmless (the second finds the lock no longer the
 /// token's and changes nothing of another owner's), but the second answer

@@ -19,15 +19,16 @@ local notify, retention, granted, barge, shared, channel = string.match(ARGV[2] 
 retention, granted, barge = tonumber(retention), tonumber(granted), tonumber(barge)
 local value
 -- The release of a lock that nobody waits for first, without a helper but
--- `owns`: with no successor and the numbers in bounds, the
--- owner's release deletes the lock and lets the counter expire after the
--- retention, as `hand_over` does when the queue is empty (then no waiter
--- to serve, no barging window to open, no marker popped). Any other
+-- `owns`: with no successor and the numbers in bounds, the owner's release
+-- deletes the lock and lets the counter expire after the retention, as
+-- `hand_over` does when the queue is empty (then no waiter to serve, no
+-- barging window to open, no marker popped). PTTL tells that the queue is
+-- gone (-2): the documented ACL rules grant it, not EXISTS. Any other
 -- arguments go through the full checks below, which answer the error of
 -- the first bad one.
 if channel and not successor and retention <= MAX_MS and barge <= MAX_MS and granted < MAX_TOKEN then
   value = redis.call('get', KEYS[1])
-  if owns(value, token) and redis.call('exists', KEYS[3]) == 0 then
+  if owns(value, token) and redis.call('pttl', KEYS[3]) == -2 then
     redis.call('del', KEYS[1])
     if shared == '1' then
       keep_ttl(KEYS[2], retention)
