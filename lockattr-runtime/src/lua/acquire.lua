@@ -36,7 +36,12 @@ else
   fence = fence and fence + 1 or clock_us()
 end
 -- The free lock first: an uncontended acquisition costs GET, SET NX and
--- SET of the counter. The counter is written after the lock.
+-- SET of the counter. The counter is written after the lock. It is read,
+-- not taken with INCR before the SET NX: a SET NX that then fails (the
+-- lock is held) would have burned a value, while the counter counts up by
+-- one per acquisition (docs/guarantees.md; a re-sent release's
+-- RECENT_FENCE counts acquisitions, not attempts), and undoing the INCR
+-- would make every refused attempt a write.
 if redis.call('set', KEYS[1], token .. '\n' .. who .. '\n' .. since .. '\n' .. string.format('%d', fence), 'NX', 'PX', lease) then
   redis.call('set', KEYS[2], string.format('%d', fence), 'PX', lease + retention)
   if queued == '1' then
