@@ -72,14 +72,15 @@ fn acquiring_a_free_lock_is_one_round_trip() {
     let before = server.command_calls();
     guard.release_blocking().unwrap();
     let after = server.command_calls();
-    // The release: the owner check (GET), nobody queued (LPOP), DEL, and
-    // the counter's retention (PEXPIRE). No TIME while nobody waits.
+    // The release: the owner check (GET), nobody queued (PTTL of the
+    // queue: none), DEL, and the counter's retention (PEXPIRE). No TIME
+    // while nobody waits.
     let release = [
         ("del", 1),
         ("fcall", 1),
         ("get", 1),
-        ("lpop", 1),
         ("pexpire", 1),
+        ("pttl", 1),
     ];
     assert_calls(&before, &after, &release);
 }
