@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
 
+use super::group_commit::Generations;
 use super::node_facts::NodeFacts;
 use super::scripts;
 use super::scripts::{Invocation, ReleaseReply};
@@ -41,6 +42,9 @@ struct Slot {
     connecting: tokio::sync::Mutex<Option<RedisError>>,
     /// Finished attempts to connect (successful or not).
     attempts: AtomicU64,
+    /// The WAITs of [`Lane::Replicated`]'s connection (see
+    /// [`group_commit`](super::group_commit)).
+    commits: Generations,
 }
 
 /// Which of a runtime's connections a request goes on.
@@ -51,7 +55,8 @@ enum Lane {
     /// The grants that wait for replicas: `WAIT` blocks the connection it
     /// is sent on until the replicas answered or its timeout passed, so it
     /// never goes on the connection that releases, renewals without
-    /// replicas and every other lock of the runtime use.
+    /// replicas and every other lock of the runtime use. The grants of
+    /// this lane share their WAITs (see [`group_commit`](super::group_commit)).
     Replicated,
     /// The watchdog's renewals when grants wait for replicas: their `WAIT`
     /// only ever waits for renewals, never behind a grant's, so a lease is
@@ -344,8 +349,8 @@ impl SingleNode {
         let mut retried = false;
         loop {
             let request = match (instead.as_ref(), first) {
-                (Some(script), Request::Replicated(_, replicas)) => {
-                    Request::Replicated(script, replicas)
+                (Some(script), Request::Replicated(_, replicas, granted)) => {
+                    Request::Replicated(script, replicas, granted)
                 }
                 (Some(script), _) => Request::Script(script),
                 (None, first) => first,
@@ -355,7 +360,7 @@ impl SingleNode {
                 connection: unanswered.map(|_| connection.clone()),
                 then: unanswered,
             };
-            let e = match request.send(&mut connection).await {
+            let e = match request.send(&mut connection, (&slot, generation)).await {
                 Ok(value) => {
                     pending.disarm();
                     return Ok((value, retried));
@@ -381,8 +386,10 @@ impl SingleNode {
 
     /// Sends a script that grants time (see [`send_then`](Self::send_then)
     /// for `again` and `unanswered`). When grants wait for replicas, it goes
-    /// with `WAIT` on [`Lane::Replicated`], and an answer that `granted`
-    /// (time was granted) not acknowledged by enough replicas is
+    /// on [`Lane::Replicated`], followed by the next `WAIT` of that
+    /// connection when it `granted` (time was granted; see
+    /// [`group_commit`](super::group_commit)), and a grant not acknowledged
+    /// by enough replicas in time is
     /// [`LockError::Replicas`]: the grant may hold on the master, and the
     /// caller gives it back or does not count it.
     async fn grant<T: FromRedisValue>(
@@ -397,7 +404,9 @@ impl SingleNode {
                 .send_then(Request::Script(invocation), again, unanswered)
                 .await;
         }
-        let request = Request::Replicated(invocation, self.replicas);
+        let taken =
+            |value: &redis::Value| T::from_redis_value(value.clone()).is_ok_and(|t| granted(&t));
+        let request = Request::Replicated(invocation, self.replicas, &taken);
         let (Acked { reply, replicas }, resent) =
             self.send_then(request, again, unanswered).await?;
         if granted(&reply) {
@@ -625,7 +634,10 @@ impl SingleNode {
         invocation: &Invocation,
     ) -> Result<T, LockError> {
         let (slot, generation, mut connection) = self.connection(Lane::Shared).await?;
-        match Request::Script(invocation).send(&mut connection).await {
+        match Request::Script(invocation)
+            .send(&mut connection, (&slot, generation))
+            .await
+        {
             Ok(value) => Ok(value),
             Err(e) => {
                 if broken(&e) {
@@ -713,9 +725,15 @@ pub(super) enum Request<'a> {
     Script(&'a Invocation),
     /// A plain command.
     Command(&'a redis::Cmd),
-    /// A script that grants time, then `WAIT` for the replicas, in one
-    /// pipeline on [`Lane::Replicated`]; its answer is an [`Acked`].
-    Replicated(&'a Invocation, Replicas),
+    /// A script that grants time on [`Lane::Replicated`], then, when its
+    /// answer is a grant (the function says), the connection's next `WAIT`
+    /// for the replicas (see [`GroupCommit::grant`](super::group_commit::GroupCommit::grant));
+    /// its answer is an [`Acked`].
+    Replicated(
+        &'a Invocation,
+        Replicas,
+        &'a (dyn Fn(&redis::Value) -> bool + Sync),
+    ),
     /// A renewal, then `WAIT`, in one pipeline on [`Lane::Renewal`]; its
     /// answer is an [`Acked`].
     Renewal(&'a Invocation, Replicas),
@@ -730,15 +748,20 @@ impl Request<'_> {
         }
     }
 
+    /// Sends the request on `connection`, the connection of `generation`
+    /// in the slot.
     async fn send<T: FromRedisValue>(
         self,
         connection: &mut MultiplexedConnection,
+        (slot, generation): (&Slot, u64),
     ) -> redis::RedisResult<T> {
         match self {
             Request::Script(invocation) => invocation.invoke_async(connection).await,
             Request::Command(command) => command.query_async(connection).await,
-            Request::Replicated(invocation, replicas) => {
-                invocation.invoke_then_wait(replicas, connection).await
+            Request::Replicated(invocation, replicas, granted) => {
+                let commit = slot.commits.of(generation);
+                let acked = commit.grant(invocation, replicas, granted, connection);
+                Ok(T::from_redis_value(acked.await?)?)
             }
             Request::Renewal(invocation, replicas) => {
                 invocation.invoke_then_wait(replicas, connection).await

@@ -1,0 +1,157 @@
+//! Group commit of the grants that wait for replicas: the grants of one
+//! connection share their `WAIT`s instead of queueing one each.
+//!
+//! `WAIT` counts every write its client made on its connection so far, and
+//! blocks that connection until the replicas answered or its timeout
+//! passed. So a grant's script is sent as it comes, without WAIT; once its
+//! answer is read, the grant asks for a WAIT and takes the answer of the
+//! first WAIT sent after it asked. At most one WAIT is in flight per
+//! connection: every grant that asks meanwhile is covered by the next one,
+//! sent as soon as the one in flight returned. A script sent while a WAIT
+//! blocks the connection runs when that WAIT returns, and the next WAIT
+//! covers it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Value};
+use tokio::sync::{OwnedMutexGuard, watch};
+
+use super::scripts::Invocation;
+use super::shared::{Replicas, millis};
+use crate::sync::lock;
+
+/// The latest WAIT's answer, and the last ticket it covers (see
+/// [`GroupCommit::asked`]); no answer before the first WAIT returned.
+type Latest = (u64, Option<RedisResult<i64>>);
+
+/// The WAITs of one connection.
+pub(crate) struct GroupCommit {
+    /// How many grants asked for a WAIT so far: a grant's ticket is this
+    /// count once it added itself, and a WAIT covers every ticket taken
+    /// before it was sent.
+    asked: AtomicU64,
+    /// Held while a WAIT is in flight.
+    sending: Arc<tokio::sync::Mutex<()>>,
+    /// The latest WAIT's answer.
+    done: watch::Sender<Latest>,
+}
+
+impl GroupCommit {
+    fn new() -> GroupCommit {
+        GroupCommit {
+            asked: AtomicU64::new(0),
+            sending: Arc::default(),
+            done: watch::Sender::new((0, None)),
+        }
+    }
+
+    /// Sends `invocation` on `connection` (the script loaded on NOSCRIPT),
+    /// then, when its answer `granted`, waits for `replicas` with the WAIT
+    /// that the connection sends next. Answers as the pipeline `EVALSHA;
+    /// WAIT` would: the script's answer and how many replicas acknowledged
+    /// it (0 when it granted nothing).
+    ///
+    /// The WAIT returns within the replica timeout of being sent, and is
+    /// sent at once, or when the one in flight returned (a WAIT sent just
+    /// before this grant asked): at most twice the replica timeout from the
+    /// script's answer, after which the grant counts as acknowledged by
+    /// none, whatever happened to the connection meanwhile.
+    pub(crate) async fn grant<C: ConnectionLike + Clone + Send + 'static>(
+        self: &Arc<Self>,
+        invocation: &Invocation,
+        replicas: Replicas,
+        granted: &(dyn Fn(&Value) -> bool + Sync),
+        connection: &mut C,
+    ) -> RedisResult<Value> {
+        let reply: Value = invocation.invoke_async(connection).await?;
+        let acknowledged = if granted(&reply) {
+            let waiting = self.acknowledged(connection, replicas);
+            tokio::time::timeout(replicas.timeout.saturating_mul(2), waiting)
+                .await
+                .unwrap_or(Ok(0))?
+        } else {
+            0
+        };
+        Ok(Value::Array(vec![reply, Value::Int(acknowledged)]))
+    }
+
+    /// The answer of the first WAIT on `connection` sent after this call:
+    /// the one not yet sent, which this call sends when no WAIT is in
+    /// flight, or which the grant that gets the turn next sends.
+    async fn acknowledged<C: ConnectionLike + Clone + Send + 'static>(
+        self: &Arc<Self>,
+        connection: &C,
+        replicas: Replicas,
+    ) -> RedisResult<i64> {
+        let ticket = self.asked.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut done = self.done.subscribe();
+        loop {
+            let answer = covering(&done.borrow_and_update(), ticket);
+            if let Some(answer) = answer {
+                return answer;
+            }
+            tokio::select! {
+                // Held by `self` as long as this runs: never closed.
+                _ = done.changed() => {}
+                turn = Arc::clone(&self.sending).lock_owned() => {
+                    let answer = covering(&done.borrow_and_update(), ticket);
+                    if let Some(answer) = answer {
+                        return answer;
+                    }
+                    self.send_wait(turn, connection.clone(), replicas);
+                }
+            }
+        }
+    }
+
+    /// Sends one WAIT covering every ticket taken so far, and publishes its
+    /// answer, in a task of its own: a grant that stops waiting never
+    /// leaves the others without an answer. `turn` is held until then.
+    fn send_wait<C: ConnectionLike + Send + 'static>(
+        self: &Arc<Self>,
+        turn: OwnedMutexGuard<()>,
+        mut connection: C,
+        replicas: Replicas,
+    ) {
+        let covers = self.asked.load(Ordering::Acquire);
+        let commit = Arc::clone(self);
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas.min).arg(millis(replicas.timeout));
+        drop(tokio::spawn(async move {
+            let answer = wait.query_async(&mut connection).await;
+            commit.done.send_replace((covers, Some(answer)));
+            drop(turn);
+        }));
+    }
+}
+
+/// `latest`'s answer when it covers `ticket`.
+fn covering(latest: &Latest, ticket: u64) -> Option<RedisResult<i64>> {
+    match latest {
+        (covers, Some(answer)) if *covers >= ticket => Some(answer.clone()),
+        _ => None,
+    }
+}
+
+/// The group commit of a runtime's current connection, made again for
+/// each new connection (by its generation): a WAIT only counts the writes
+/// of its own connection.
+#[derive(Default)]
+pub(crate) struct Generations(Mutex<Option<(u64, Arc<GroupCommit>)>>);
+
+impl Generations {
+    /// The group commit of the connection of `generation`.
+    pub(crate) fn of(&self, generation: u64) -> Arc<GroupCommit> {
+        let mut current = lock(&self.0);
+        match current.as_ref() {
+            Some((seen, commit)) if *seen == generation => Arc::clone(commit),
+            _ => {
+                let commit = Arc::new(GroupCommit::new());
+                *current = Some((generation, Arc::clone(&commit)));
+                commit
+            }
+        }
+    }
+}
