@@ -187,7 +187,8 @@ impl Invocation {
 
     /// Sends the call, then `WAIT` for `replicas`, in one pipeline on
     /// `connection` (which WAIT blocks until the replicas answered or the
-    /// timeout passed). The answer is an `Acked` of the script's. A script
+    /// timeout passed): a Redis Cluster's grants (one server's share their
+    /// WAITs instead: see `group_commit`). The answer is an `Acked` of the script's. A script
     /// Redis does not know yet (NOSCRIPT: the script did not run, and WAIT
     /// only counted earlier writes) is loaded, and the pipeline sent again.
     pub(crate) async fn invoke_then_wait<T: FromRedisValue, C: ConnectionLike + Send>(
