@@ -7,9 +7,11 @@
 //! answer is read, the grant asks for a WAIT and takes the answer of the
 //! first WAIT sent after it asked. At most one WAIT is in flight per
 //! connection: every grant that asks meanwhile is covered by the next one,
-//! sent as soon as the one in flight returned. A script sent while a WAIT
-//! blocks the connection runs when that WAIT returns, and the next WAIT
-//! covers it.
+//! sent as soon as the one in flight returned and the scripts sent before
+//! then were answered. A script sent while a WAIT blocks the connection
+//! runs when that WAIT returns, so the next WAIT, sent once its answer is
+//! read, covers it: a grant waits for the rest of the WAIT in flight and
+//! one more, not for one WAIT per grant ahead of it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +36,11 @@ pub(crate) struct GroupCommit {
     asked: AtomicU64,
     /// Held while a WAIT is in flight.
     sending: Arc<tokio::sync::Mutex<()>>,
+    /// How many scripts were sent on the connection, and how many of them
+    /// were answered (or given up): the next WAIT is sent once every
+    /// script sent before it was answered, so that it covers them.
+    sent: AtomicU64,
+    answered: watch::Sender<u64>,
     /// The latest WAIT's answer.
     done: watch::Sender<Latest>,
 }
@@ -43,6 +50,8 @@ impl GroupCommit {
         GroupCommit {
             asked: AtomicU64::new(0),
             sending: Arc::default(),
+            sent: AtomicU64::new(0),
+            answered: watch::Sender::new(0),
             done: watch::Sender::new((0, None)),
         }
     }
@@ -65,7 +74,9 @@ impl GroupCommit {
         granted: &(dyn Fn(&Value) -> bool + Sync),
         connection: &mut C,
     ) -> RedisResult<Value> {
+        let answering = Answering::new(self);
         let reply: Value = invocation.invoke_async(connection).await?;
+        drop(answering);
         let acknowledged = if granted(&reply) {
             let waiting = self.acknowledged(connection, replicas);
             tokio::time::timeout(replicas.timeout.saturating_mul(2), waiting)
@@ -106,24 +117,53 @@ impl GroupCommit {
         }
     }
 
-    /// Sends one WAIT covering every ticket taken so far, and publishes its
-    /// answer, in a task of its own: a grant that stops waiting never
+    /// Sends one WAIT covering every ticket taken by then, and publishes
+    /// its answer, in a task of its own: a grant that stops waiting never
     /// leaves the others without an answer. `turn` is held until then.
+    ///
+    /// The WAIT is sent once the scripts sent so far were answered (they
+    /// run before it anyway: a client's commands run in order), so that the
+    /// grants among them are covered by this WAIT, not the next; or after
+    /// the replica timeout, whichever comes first.
     fn send_wait<C: ConnectionLike + Send + 'static>(
         self: &Arc<Self>,
         turn: OwnedMutexGuard<()>,
         mut connection: C,
         replicas: Replicas,
     ) {
-        let covers = self.asked.load(Ordering::Acquire);
         let commit = Arc::clone(self);
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas.min).arg(millis(replicas.timeout));
+        let target = self.sent.load(Ordering::Acquire);
+        let mut answered = self.answered.subscribe();
         drop(tokio::spawn(async move {
+            // For at most the replica timeout (a caller that stopped polling
+            // its grant never counts it answered). Never closed: `commit`
+            // holds the sender.
+            let scripts = answered.wait_for(|n| *n >= target);
+            drop(tokio::time::timeout(replicas.timeout, scripts).await);
+            let covers = commit.asked.load(Ordering::Acquire);
             let answer = wait.query_async(&mut connection).await;
             commit.done.send_replace((covers, Some(answer)));
             drop(turn);
         }));
+    }
+}
+
+/// A script on its way: counted as sent when made, and as answered when
+/// dropped (answered, failed, or given up).
+struct Answering<'a>(&'a GroupCommit);
+
+impl Answering<'_> {
+    fn new(commit: &GroupCommit) -> Answering<'_> {
+        commit.sent.fetch_add(1, Ordering::AcqRel);
+        Answering(commit)
+    }
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0.answered.send_modify(|n| *n += 1);
     }
 }
 
