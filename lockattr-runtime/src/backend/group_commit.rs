@@ -182,16 +182,44 @@ fn covering(latest: &Latest, ticket: u64) -> Option<RedisResult<i64>> {
 pub(crate) struct Generations(Mutex<Option<(u64, Arc<GroupCommit>)>>);
 
 impl Generations {
-    /// The group commit of the connection of `generation`.
+    /// The group commit of the connection of `generation`; one of its
+    /// own, not kept, for a connection older than the latest seen (a grant
+    /// that started before it was replaced).
     pub(crate) fn of(&self, generation: u64) -> Arc<GroupCommit> {
         let mut current = lock(&self.0);
         match current.as_ref() {
             Some((seen, commit)) if *seen == generation => Arc::clone(commit),
+            Some((seen, _)) if *seen > generation => Arc::new(GroupCommit::new()),
             _ => {
                 let commit = Arc::new(GroupCommit::new());
                 *current = Some((generation, Arc::clone(&commit)));
                 commit
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_connection_has_its_own_group_commit() {
+        let generations = Generations::default();
+        let first = generations.of(1);
+        assert!(Arc::ptr_eq(&first, &generations.of(1)));
+        let second = generations.of(2);
+        assert!(!Arc::ptr_eq(&first, &second));
+        // A late grant on the older connection leaves the newer one's be.
+        assert!(!Arc::ptr_eq(&generations.of(1), &second));
+        assert!(Arc::ptr_eq(&second, &generations.of(2)));
+    }
+
+    #[test]
+    fn a_wait_covers_the_tickets_taken_before_it() {
+        let answered = (3, Some(Ok(1)));
+        assert_eq!(covering(&answered, 3).map(Result::unwrap), Some(1));
+        assert!(covering(&answered, 4).is_none());
+        assert!(covering(&(0, None), 1).is_none());
     }
 }
