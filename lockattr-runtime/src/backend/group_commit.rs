@@ -63,10 +63,11 @@ impl GroupCommit {
     /// it (0 when it granted nothing).
     ///
     /// The WAIT returns within the replica timeout of being sent, and is
-    /// sent at once, or when the one in flight returned (a WAIT sent just
-    /// before this grant asked): at most twice the replica timeout from the
-    /// script's answer, after which the grant counts as acknowledged by
-    /// none, whatever happened to the connection meanwhile.
+    /// sent at once, or when the one in flight (sent just before this grant
+    /// asked) returned and the scripts sent before then were answered. The
+    /// grant waits for it at most twice the replica timeout from the
+    /// script's answer, and then counts as acknowledged by none, whatever
+    /// happened to the connection meanwhile.
     pub(crate) async fn grant<C: ConnectionLike + Clone + Send + 'static>(
         self: &Arc<Self>,
         invocation: &Invocation,
