@@ -984,7 +984,8 @@ impl LockerBuilder {
             Target::Single(url) => {
                 self.no_redlock_settings()?;
                 Backend::Single(
-                    SingleNode::new(url, &self.tls, self.timeouts)?.with_replicas(self.replicas),
+                    SingleNode::new(url, &self.tls, self.timeouts)?
+                        .with_replicas(self.replicas, &self.prefix),
                 )
             }
             Target::Cluster(seeds) => {
@@ -1006,7 +1007,8 @@ impl LockerBuilder {
                 let master = self.master.clone().unwrap_or_default();
                 let sentinels = Sentinels::new(master_name, sentinels, &master, &self.tls)?;
                 Backend::Single(
-                    SingleNode::sentinel(sentinels, self.timeouts).with_replicas(self.replicas),
+                    SingleNode::sentinel(sentinels, self.timeouts)
+                        .with_replicas(self.replicas, &self.prefix),
                 )
             }
         };

@@ -315,7 +315,7 @@ impl ClusterNodes {
             let limit = limit + self.replicas.timeout;
             self.within(
                 limit,
-                invocation.invoke_then_wait(self.replicas, connection),
+                invocation.invoke_then_wait(self.replicas, None, connection),
             )
             .await
         } else {

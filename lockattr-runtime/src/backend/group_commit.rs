@@ -1,170 +1,127 @@
-//! Group commit of the grants that wait for replicas: the grants of one
-//! connection share their `WAIT`s instead of queueing one each.
+//! Group commit of the grants that wait for replicas on one server or a
+//! Sentinel group's master: the grants of a runtime share their `WAIT`s
+//! instead of queueing one each.
 //!
-//! `WAIT` counts every write its client made on its connection so far, and
-//! blocks that connection until the replicas answered or its timeout
-//! passed. So a grant's script is sent as it comes, without WAIT; once its
-//! answer is read, the grant asks for a WAIT and takes the answer of the
-//! first WAIT sent after it asked. At most one WAIT is in flight per
-//! connection: every grant that asks meanwhile is covered by the next one,
-//! sent as soon as the one in flight returned and the scripts sent before
-//! then were answered. A script sent while a WAIT blocks the connection
-//! runs when that WAIT returns, so the next WAIT, sent once its answer is
-//! read, covers it: a grant waits for the rest of the WAIT in flight and
-//! one more, not for one WAIT per grant ahead of it.
+//! `WAIT` blocks the connection it is sent on until the replicas hold
+//! every write that connection made so far (or its timeout passed). So the
+//! runtime's WAITs go on a connection of their own, one at a time, each
+//! right after a `PUBLISH` on a channel that nobody listens to
+//! ([`GroupCommit::beat`]): a write, which Redis replicates, so the WAIT
+//! behind it counts every write the master ran before it, whichever
+//! connection sent it.
+//!
+//! A grant that finds no WAIT in flight takes the turn and sends its
+//! script, the PUBLISH and the WAIT in one pipeline on that connection: one
+//! round trip, as without batching. A grant that finds a WAIT in flight
+//! sends its script on the runtime's shared connection, which nothing
+//! blocks, and once its answer granted time, it takes a ticket and waits
+//! for the first WAIT sent after that: the next one, sent as soon as the
+//! one in flight returned. A grant waits for the rest of the WAIT in
+//! flight and one more, never for one WAIT per grant ahead of it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
-use redis::aio::ConnectionLike;
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 use tokio::sync::{OwnedMutexGuard, watch};
 
-use super::scripts::Invocation;
-use super::shared::{Replicas, millis};
-use crate::sync::lock;
-
 /// The latest WAIT's answer, and the last ticket it covers (see
-/// [`GroupCommit::asked`]); no answer before the first WAIT returned.
+/// [`GroupCommit::ticket`]); no answer before the first WAIT returned.
 type Latest = (u64, Option<RedisResult<i64>>);
 
-/// The WAITs of one connection.
+/// The right to send the next WAIT: at most one is in flight.
+pub(crate) type Turn = OwnedMutexGuard<()>;
+
+/// The WAITs of one runtime's grants.
 pub(crate) struct GroupCommit {
-    /// How many grants asked for a WAIT so far: a grant's ticket is this
-    /// count once it added itself, and a WAIT covers every ticket taken
-    /// before it was sent.
+    /// How many tickets were taken so far: a grant's ticket is this count
+    /// once it added itself, and a WAIT covers every ticket taken before
+    /// it was sent.
     asked: AtomicU64,
     /// Held while a WAIT is in flight.
     sending: Arc<tokio::sync::Mutex<()>>,
-    /// How many scripts were sent on the connection, and how many of them
-    /// were answered (or given up): the next WAIT is sent once every
-    /// script sent before it was answered, so that it covers them.
-    sent: AtomicU64,
-    answered: watch::Sender<u64>,
     /// The latest WAIT's answer.
     done: watch::Sender<Latest>,
+    /// `PUBLISH <channel> ""`, sent right before each WAIT.
+    beat: redis::Cmd,
+}
+
+/// What a grant waiting for its acknowledgement gets next.
+pub(crate) enum Next {
+    /// The answer of a WAIT that covers its ticket: how many replicas
+    /// acknowledged.
+    Covered(RedisResult<i64>),
+    /// The turn: no WAIT is in flight, and none sent since the ticket was
+    /// taken answered; the grant sends the next one.
+    Turn(Turn),
 }
 
 impl GroupCommit {
-    fn new() -> GroupCommit {
+    /// The group commit of a runtime whose WAITs follow a `PUBLISH` on
+    /// `channel`.
+    pub(crate) fn new(channel: &str) -> GroupCommit {
+        let mut beat = redis::cmd("PUBLISH");
+        beat.arg(channel).arg("");
         GroupCommit {
             asked: AtomicU64::new(0),
             sending: Arc::default(),
-            sent: AtomicU64::new(0),
-            answered: watch::Sender::new(0),
             done: watch::Sender::new((0, None)),
+            beat,
         }
     }
 
-    /// Sends `invocation` on `connection` (the script loaded on NOSCRIPT),
-    /// then, when its answer `granted`, waits for `replicas` with the WAIT
-    /// that the connection sends next. Answers as the pipeline `EVALSHA;
-    /// WAIT` would: the script's answer and how many replicas acknowledged
-    /// it (0 when it granted nothing).
-    ///
-    /// The WAIT returns within the replica timeout of being sent, and is
-    /// sent at once, or when the one in flight (sent just before this grant
-    /// asked) returned and the scripts sent before then were answered. The
-    /// grant waits for it at most twice the replica timeout from the
-    /// script's answer, and then counts as acknowledged by none, whatever
-    /// happened to the connection meanwhile.
-    pub(crate) async fn grant<C: ConnectionLike + Clone + Send + 'static>(
-        self: &Arc<Self>,
-        invocation: &Invocation,
-        replicas: Replicas,
-        granted: &(dyn Fn(&Value) -> bool + Sync),
-        connection: &mut C,
-    ) -> RedisResult<Value> {
-        let answering = Answering::new(self);
-        let reply: Value = invocation.invoke_async(connection).await?;
-        drop(answering);
-        let acknowledged = if granted(&reply) {
-            let waiting = self.acknowledged(connection, replicas);
-            tokio::time::timeout(replicas.timeout.saturating_mul(2), waiting)
-                .await
-                .unwrap_or(Ok(0))?
-        } else {
-            0
-        };
-        Ok(Value::Array(vec![reply, Value::Int(acknowledged)]))
+    /// The write sent right before each WAIT, so that the WAIT counts
+    /// every write the master ran before it, on any connection (a WAIT
+    /// only counts up to its own connection's last write). A `PUBLISH` on
+    /// the Locker's channel for it, `<prefix>replicated`, which no lock's
+    /// channel (`<prefix>{name}:wake`) can be and nobody subscribes to.
+    pub(crate) fn beat(&self) -> &redis::Cmd {
+        &self.beat
     }
 
-    /// The answer of the first WAIT on `connection` sent after this call:
-    /// the one not yet sent, which this call sends when no WAIT is in
-    /// flight, or which the grant that gets the turn next sends.
-    async fn acknowledged<C: ConnectionLike + Clone + Send + 'static>(
-        self: &Arc<Self>,
-        connection: &C,
-        replicas: Replicas,
-    ) -> RedisResult<i64> {
-        let ticket = self.asked.fetch_add(1, Ordering::AcqRel) + 1;
+    /// The turn, when no WAIT is in flight.
+    pub(crate) fn idle(&self) -> Option<Turn> {
+        Arc::clone(&self.sending).try_lock_owned().ok()
+    }
+
+    /// The tickets a WAIT sent now covers: every one taken so far (their
+    /// scripts were answered before it).
+    pub(crate) fn covers(&self) -> u64 {
+        self.asked.load(Ordering::Acquire)
+    }
+
+    /// A ticket for a grant whose script was answered.
+    pub(crate) fn ticket(&self) -> u64 {
+        self.asked.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The answer of a WAIT that covered the tickets up to `covers`, sent
+    /// while `turn` was held; the turn is given up with it.
+    pub(crate) fn answered(&self, turn: Turn, covers: u64, answer: RedisResult<i64>) {
+        self.done.send_replace((covers, Some(answer)));
+        drop(turn);
+    }
+
+    /// Waits until a WAIT covers `ticket`, or until the turn to send one
+    /// is free.
+    pub(crate) async fn next(&self, ticket: u64) -> Next {
         let mut done = self.done.subscribe();
         loop {
-            let answer = covering(&done.borrow_and_update(), ticket);
-            if let Some(answer) = answer {
-                return answer;
+            if let Some(answer) = covering(&done.borrow_and_update(), ticket) {
+                return Next::Covered(answer);
             }
             tokio::select! {
                 // Held by `self` as long as this runs: never closed.
                 _ = done.changed() => {}
                 turn = Arc::clone(&self.sending).lock_owned() => {
-                    let answer = covering(&done.borrow_and_update(), ticket);
-                    if let Some(answer) = answer {
-                        return answer;
-                    }
-                    self.send_wait(turn, connection.clone(), replicas);
+                    // The WAIT that just gave the turn up may cover it.
+                    return match covering(&done.borrow_and_update(), ticket) {
+                        Some(answer) => Next::Covered(answer),
+                        None => Next::Turn(turn),
+                    };
                 }
             }
         }
-    }
-
-    /// Sends one WAIT covering every ticket taken by then, and publishes
-    /// its answer, in a task of its own: a grant that stops waiting never
-    /// leaves the others without an answer. `turn` is held until then.
-    ///
-    /// The WAIT is sent once the scripts sent so far were answered (they
-    /// run before it anyway: a client's commands run in order), so that the
-    /// grants among them are covered by this WAIT, not the next; or after
-    /// the replica timeout, whichever comes first.
-    fn send_wait<C: ConnectionLike + Send + 'static>(
-        self: &Arc<Self>,
-        turn: OwnedMutexGuard<()>,
-        mut connection: C,
-        replicas: Replicas,
-    ) {
-        let commit = Arc::clone(self);
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas.min).arg(millis(replicas.timeout));
-        let target = self.sent.load(Ordering::Acquire);
-        let mut answered = self.answered.subscribe();
-        drop(tokio::spawn(async move {
-            // For at most the replica timeout (a caller that stopped polling
-            // its grant never counts it answered). Never closed: `commit`
-            // holds the sender.
-            let scripts = answered.wait_for(|n| *n >= target);
-            drop(tokio::time::timeout(replicas.timeout, scripts).await);
-            let covers = commit.asked.load(Ordering::Acquire);
-            let answer = wait.query_async(&mut connection).await;
-            commit.done.send_replace((covers, Some(answer)));
-            drop(turn);
-        }));
-    }
-}
-
-/// A script on its way: counted as sent when made, and as answered when
-/// dropped (answered, failed, or given up).
-struct Answering<'a>(&'a GroupCommit);
-
-impl Answering<'_> {
-    fn new(commit: &GroupCommit) -> Answering<'_> {
-        commit.sent.fetch_add(1, Ordering::AcqRel);
-        Answering(commit)
-    }
-}
-
-impl Drop for Answering<'_> {
-    fn drop(&mut self) {
-        self.0.answered.send_modify(|n| *n += 1);
     }
 }
 
@@ -176,45 +133,9 @@ fn covering(latest: &Latest, ticket: u64) -> Option<RedisResult<i64>> {
     }
 }
 
-/// The group commit of a runtime's current connection, made again for
-/// each new connection (by its generation): a WAIT only counts the writes
-/// of its own connection.
-#[derive(Default)]
-pub(crate) struct Generations(Mutex<Option<(u64, Arc<GroupCommit>)>>);
-
-impl Generations {
-    /// The group commit of the connection of `generation`; one of its
-    /// own, not kept, for a connection older than the latest seen (a grant
-    /// that started before it was replaced).
-    pub(crate) fn of(&self, generation: u64) -> Arc<GroupCommit> {
-        let mut current = lock(&self.0);
-        match current.as_ref() {
-            Some((seen, commit)) if *seen == generation => Arc::clone(commit),
-            Some((seen, _)) if *seen > generation => Arc::new(GroupCommit::new()),
-            _ => {
-                let commit = Arc::new(GroupCommit::new());
-                *current = Some((generation, Arc::clone(&commit)));
-                commit
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn each_connection_has_its_own_group_commit() {
-        let generations = Generations::default();
-        let first = generations.of(1);
-        assert!(Arc::ptr_eq(&first, &generations.of(1)));
-        let second = generations.of(2);
-        assert!(!Arc::ptr_eq(&first, &second));
-        // A late grant on the older connection leaves the newer one's be.
-        assert!(!Arc::ptr_eq(&generations.of(1), &second));
-        assert!(Arc::ptr_eq(&second, &generations.of(2)));
-    }
 
     #[test]
     fn a_wait_covers_the_tickets_taken_before_it() {
@@ -222,5 +143,22 @@ mod tests {
         assert_eq!(covering(&answered, 3).map(Result::unwrap), Some(1));
         assert!(covering(&answered, 4).is_none());
         assert!(covering(&(0, None), 1).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_ticket_waits_for_the_wait_sent_after_it() {
+        let commit = GroupCommit::new("lockattr:replicated");
+        let first = commit.idle().expect("no WAIT in flight");
+        assert!(commit.idle().is_none(), "one WAIT at a time");
+        let covers = commit.covers();
+        let ticket = commit.ticket();
+        // The WAIT in flight was sent before the ticket: it gives up the
+        // turn without covering it, and the ticket sends the next.
+        commit.answered(first, covers, Ok(1));
+        let Next::Turn(second) = commit.next(ticket).await else {
+            panic!("covered by a WAIT sent before the ticket");
+        };
+        commit.answered(second, commit.covers(), Ok(1));
+        assert!(matches!(commit.next(ticket).await, Next::Covered(Ok(1))));
     }
 }

@@ -185,20 +185,24 @@ impl Invocation {
         }
     }
 
-    /// Sends the call, then `WAIT` for `replicas`, in one pipeline on
-    /// `connection` (which WAIT blocks until the replicas answered or the
-    /// timeout passed): a Redis Cluster's grants (one server's share their
-    /// WAITs instead: see `group_commit`). The answer is an `Acked` of the script's. A script
-    /// Redis does not know yet (NOSCRIPT: the script did not run, and WAIT
-    /// only counted earlier writes) is loaded, and the pipeline sent again.
+    /// Sends the call, then `beat` when given (its answer ignored), then
+    /// `WAIT` for `replicas`, in one pipeline on `connection` (which WAIT
+    /// blocks until the replicas answered or the timeout passed). The
+    /// answer is an `Acked` of the script's. A script Redis does not know
+    /// yet (NOSCRIPT: the script did not run, and WAIT only counted earlier
+    /// writes) is loaded, and the pipeline sent again.
     pub(crate) async fn invoke_then_wait<T: FromRedisValue, C: ConnectionLike + Send>(
         &self,
         replicas: Replicas,
+        beat: Option<&Cmd>,
         connection: &mut C,
     ) -> RedisResult<T> {
         let mut pipeline = redis::pipe();
+        pipeline.add_command(self.cmd.clone());
+        if let Some(beat) = beat {
+            pipeline.add_command(beat.clone()).ignore();
+        }
         pipeline
-            .add_command(self.cmd.clone())
             .cmd("WAIT")
             .arg(replicas.min)
             .arg(millis(replicas.timeout));

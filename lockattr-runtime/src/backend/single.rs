@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
 
-use super::group_commit::Generations;
+use super::group_commit::{GroupCommit, Next, Turn};
 use super::node_facts::NodeFacts;
 use super::scripts;
 use super::scripts::{Invocation, ReleaseReply};
@@ -42,21 +42,23 @@ struct Slot {
     connecting: tokio::sync::Mutex<Option<RedisError>>,
     /// Finished attempts to connect (successful or not).
     attempts: AtomicU64,
-    /// The WAITs of [`Lane::Replicated`]'s connection (see
-    /// [`group_commit`](super::group_commit)).
-    commits: Generations,
+    /// The WAITs of the runtime's grants, in the slot of
+    /// [`Lane::Replicated`] (see [`group_commit`](super::group_commit)).
+    commit: OnceLock<Arc<GroupCommit>>,
 }
 
 /// Which of a runtime's connections a request goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Lane {
-    /// Every request but the grants that wait for replicas.
+    /// Every request but the WAITs of grants and renewals, including the
+    /// scripts of grants sent while another grant's WAIT is in flight.
     Shared,
-    /// The grants that wait for replicas: `WAIT` blocks the connection it
-    /// is sent on until the replicas answered or its timeout passed, so it
-    /// never goes on the connection that releases, renewals without
-    /// replicas and every other lock of the runtime use. The grants of
-    /// this lane share their WAITs (see [`group_commit`](super::group_commit)).
+    /// The WAITs of the grants that wait for replicas (see
+    /// [`group_commit`](super::group_commit)), one at a time, and the
+    /// script of a grant that finds none in flight, in the same pipeline:
+    /// `WAIT` blocks the connection it is sent on until the replicas
+    /// answered or its timeout passed, so it never goes on the connection
+    /// that releases and every other lock of the runtime use.
     Replicated,
     /// The watchdog's renewals when grants wait for replicas: their `WAIT`
     /// only ever waits for renewals, never behind a grant's, so a lease is
@@ -77,9 +79,9 @@ type Slots = Mutex<HashMap<(tokio::runtime::Id, Lane), Arc<Slot>>>;
 /// background releases). A connection is opened on first use and
 /// opened again after it broke (a dropped connection, a Redis restart, an
 /// answer that timed out); a runtime's connection is forgotten when the
-/// runtime shuts down. When grants wait for replicas, they go on a second
-/// connection of the runtime ([`Lane::Replicated`]), which their `WAIT`
-/// blocks while it waits.
+/// runtime shuts down. When grants wait for replicas, their `WAIT`s go on a
+/// second connection of the runtime ([`Lane::Replicated`]), which a `WAIT`
+/// blocks while it waits, and renewals on a third ([`Lane::Renewal`]).
 pub(crate) struct SingleNode {
     source: Source,
     timeouts: Timeouts,
@@ -98,6 +100,9 @@ pub(crate) struct SingleNode {
     db: i64,
     /// How many replicas must hold a grant.
     replicas: Replicas,
+    /// The channel of the write before each grants' WAIT (see
+    /// [`GroupCommit::beat`]).
+    beat: String,
 }
 
 impl std::fmt::Debug for SingleNode {
@@ -167,6 +172,7 @@ impl SingleNode {
             facts: None,
             db,
             replicas: Replicas::default(),
+            beat: String::new(),
         }
     }
 
@@ -178,9 +184,12 @@ impl SingleNode {
         self
     }
 
-    /// Makes every grant wait for `replicas` (see [`Replicas`]).
-    pub(crate) fn with_replicas(mut self, replicas: Replicas) -> Self {
+    /// Makes every grant wait for `replicas` (see [`Replicas`]), with the
+    /// write before each WAIT on the channel `<prefix>replicated` of a
+    /// Locker whose keys start with `prefix` (see [`GroupCommit::beat`]).
+    pub(crate) fn with_replicas(mut self, replicas: Replicas, prefix: &str) -> Self {
         self.replicas = replicas;
+        self.beat = format!("{prefix}replicated");
         self.replicated_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeouts.connect))
             .set_response_timeout(Some(self.timeouts.response + replicas.timeout));
@@ -349,8 +358,8 @@ impl SingleNode {
         let mut retried = false;
         loop {
             let request = match (instead.as_ref(), first) {
-                (Some(script), Request::Replicated(_, replicas, granted)) => {
-                    Request::Replicated(script, replicas, granted)
+                (Some(script), Request::Replicated(_, replicas, beat)) => {
+                    Request::Replicated(script, replicas, beat)
                 }
                 (Some(script), _) => Request::Script(script),
                 (None, first) => first,
@@ -360,7 +369,7 @@ impl SingleNode {
                 connection: unanswered.map(|_| connection.clone()),
                 then: unanswered,
             };
-            let e = match request.send(&mut connection, (&slot, generation)).await {
+            let e = match request.send(&mut connection).await {
                 Ok(value) => {
                     pending.disarm();
                     return Ok((value, retried));
@@ -385,13 +394,14 @@ impl SingleNode {
     }
 
     /// Sends a script that grants time (see [`send_then`](Self::send_then)
-    /// for `again` and `unanswered`). When grants wait for replicas, it goes
-    /// on [`Lane::Replicated`], followed by the next `WAIT` of that
-    /// connection when it `granted` (time was granted; see
-    /// [`group_commit`](super::group_commit)), and a grant not acknowledged
-    /// by enough replicas in time is
-    /// [`LockError::Replicas`]: the grant may hold on the master, and the
-    /// caller gives it back or does not count it.
+    /// for `again` and `unanswered`). When grants wait for replicas, an
+    /// answer that `granted` (time was granted) not acknowledged by enough
+    /// replicas in time is [`LockError::Replicas`]: the grant may hold on
+    /// the master, and the caller gives it back or does not count it. The
+    /// grants of a runtime share their WAITs (see
+    /// [`group_commit`](super::group_commit)): with no WAIT in flight, the
+    /// script goes with one on [`Lane::Replicated`]; otherwise it goes on
+    /// [`Lane::Shared`], and then waits for the next WAIT.
     async fn grant<T: FromRedisValue>(
         &self,
         invocation: &Invocation,
@@ -404,15 +414,91 @@ impl SingleNode {
                 .send_then(Request::Script(invocation), again, unanswered)
                 .await;
         }
-        let taken =
-            |value: &redis::Value| T::from_redis_value(value.clone()).is_ok_and(|t| granted(&t));
-        let request = Request::Replicated(invocation, self.replicas, &taken);
-        let (Acked { reply, replicas }, resent) =
-            self.send_then(request, again, unanswered).await?;
+        let slot = self.slot(Lane::Replicated)?;
+        let commit = self.commit(&slot);
+        if let Some(turn) = commit.idle() {
+            let covers = commit.covers();
+            let request = Request::Replicated(invocation, self.replicas, commit.beat());
+            let (Acked { reply, replicas }, resent) =
+                self.send_then(request, again, unanswered).await?;
+            commit.answered(turn, covers, Ok(replicas));
+            if granted(&reply) {
+                self.replicas.enough(&self.server, replicas)?;
+            }
+            return Ok((reply, resent));
+        }
+        let (reply, resent) = self
+            .send_then(Request::Script(invocation), again, unanswered)
+            .await?;
         if granted(&reply) {
+            let replicas = self.acknowledged(&slot, commit).await?;
             self.replicas.enough(&self.server, replicas)?;
         }
         Ok((reply, resent))
+    }
+
+    /// The group commit of the runtime whose [`Lane::Replicated`] slot is
+    /// `slot`.
+    fn commit(&self, slot: &Slot) -> Arc<GroupCommit> {
+        Arc::clone(
+            slot.commit
+                .get_or_init(|| Arc::new(GroupCommit::new(&self.beat))),
+        )
+    }
+
+    /// How many replicas acknowledged a grant whose script was answered:
+    /// the answer of the first WAIT sent after it, which this grant sends
+    /// when it gets the turn. Waits at most the replica timeout, and then
+    /// counts none.
+    async fn acknowledged(
+        &self,
+        slot: &Arc<Slot>,
+        commit: Arc<GroupCommit>,
+    ) -> Result<i64, LockError> {
+        let ticket = commit.ticket();
+        let waiting = async {
+            loop {
+                match commit.next(ticket).await {
+                    Next::Covered(answer) => return answer.map_err(|e| self.error(e)),
+                    Next::Turn(turn) => self.send_wait(slot, &commit, turn).await?,
+                }
+            }
+        };
+        tokio::time::timeout(self.replicas.timeout, waiting)
+            .await
+            .unwrap_or(Ok(0))
+    }
+
+    /// Sends the runtime's next WAIT on [`Lane::Replicated`], after the
+    /// write that makes it count every write before it (see
+    /// [`GroupCommit::beat`]), and publishes its answer, in a task of its
+    /// own: a grant that stops waiting never leaves the others without an
+    /// answer. `turn` is held until then.
+    async fn send_wait(
+        &self,
+        slot: &Arc<Slot>,
+        commit: &Arc<GroupCommit>,
+        turn: Turn,
+    ) -> Result<(), LockError> {
+        let (_, generation, mut connection) = self.connection(Lane::Replicated).await?;
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(commit.beat().clone()).ignore();
+        pipeline
+            .cmd("WAIT")
+            .arg(self.replicas.min)
+            .arg(millis(self.replicas.timeout));
+        let (slot, commit) = (Arc::clone(slot), Arc::clone(commit));
+        drop(tokio::spawn(async move {
+            let covers = commit.covers();
+            let answer: redis::RedisResult<(i64,)> = pipeline.query_async(&mut connection).await;
+            if let Err(e) = &answer
+                && broken(e)
+            {
+                slot.discard(generation);
+            }
+            commit.answered(turn, covers, answer.map(|(acked,)| acked));
+        }));
+        Ok(())
     }
 
     /// One attempt at the lock of `keys` for `token` (see
@@ -634,10 +720,7 @@ impl SingleNode {
         invocation: &Invocation,
     ) -> Result<T, LockError> {
         let (slot, generation, mut connection) = self.connection(Lane::Shared).await?;
-        match Request::Script(invocation)
-            .send(&mut connection, (&slot, generation))
-            .await
-        {
+        match Request::Script(invocation).send(&mut connection).await {
             Ok(value) => Ok(value),
             Err(e) => {
                 if broken(&e) {
@@ -725,15 +808,10 @@ pub(super) enum Request<'a> {
     Script(&'a Invocation),
     /// A plain command.
     Command(&'a redis::Cmd),
-    /// A script that grants time on [`Lane::Replicated`], then, when its
-    /// answer is a grant (the function says), the connection's next `WAIT`
-    /// for the replicas (see [`GroupCommit::grant`](super::group_commit::GroupCommit::grant));
-    /// its answer is an [`Acked`].
-    Replicated(
-        &'a Invocation,
-        Replicas,
-        &'a (dyn Fn(&redis::Value) -> bool + Sync),
-    ),
+    /// A script that grants time, the write before a WAIT (see
+    /// [`GroupCommit::beat`]), then `WAIT` for the replicas, in one
+    /// pipeline on [`Lane::Replicated`]; its answer is an [`Acked`].
+    Replicated(&'a Invocation, Replicas, &'a redis::Cmd),
     /// A renewal, then `WAIT`, in one pipeline on [`Lane::Renewal`]; its
     /// answer is an [`Acked`].
     Renewal(&'a Invocation, Replicas),
@@ -748,23 +826,22 @@ impl Request<'_> {
         }
     }
 
-    /// Sends the request on `connection`, the connection of `generation`
-    /// in the slot.
     async fn send<T: FromRedisValue>(
         self,
         connection: &mut MultiplexedConnection,
-        (slot, generation): (&Slot, u64),
     ) -> redis::RedisResult<T> {
         match self {
             Request::Script(invocation) => invocation.invoke_async(connection).await,
             Request::Command(command) => command.query_async(connection).await,
-            Request::Replicated(invocation, replicas, granted) => {
-                let commit = slot.commits.of(generation);
-                let acked = commit.grant(invocation, replicas, granted, connection);
-                Ok(T::from_redis_value(acked.await?)?)
+            Request::Replicated(invocation, replicas, beat) => {
+                invocation
+                    .invoke_then_wait(replicas, Some(beat), connection)
+                    .await
             }
             Request::Renewal(invocation, replicas) => {
-                invocation.invoke_then_wait(replicas, connection).await
+                invocation
+                    .invoke_then_wait(replicas, None, connection)
+                    .await
             }
         }
     }
