@@ -42,8 +42,8 @@ struct Slot {
     connecting: tokio::sync::Mutex<Option<RedisError>>,
     /// Finished attempts to connect (successful or not).
     attempts: AtomicU64,
-    /// The WAITs of the runtime's grants, in the slot of
-    /// [`Lane::Replicated`] (see [`group_commit`](super::group_commit)).
+    /// The WAITs of the runtime's grants, in the slot of [`Lane::Shared`]
+    /// (see [`group_commit`](super::group_commit)).
     commit: OnceLock<Arc<GroupCommit>>,
 }
 
@@ -54,12 +54,13 @@ enum Lane {
     /// scripts of grants sent while another grant's WAIT is in flight.
     Shared,
     /// The WAITs of the grants that wait for replicas (see
-    /// [`group_commit`](super::group_commit)), one at a time, and the
-    /// script of a grant that finds none in flight, in the same pipeline:
-    /// `WAIT` blocks the connection it is sent on until the replicas
-    /// answered or its timeout passed, so it never goes on the connection
-    /// that releases and every other lock of the runtime use.
-    Replicated,
+    /// [`group_commit`](super::group_commit)), one at a time on each of
+    /// these connections (`0..WAITS_IN_FLIGHT`), and the script of a grant
+    /// that finds one idle, in the same pipeline: `WAIT` blocks the
+    /// connection it is sent on until the replicas answered or its timeout
+    /// passed, so it never goes on the connection that releases and every
+    /// other lock of the runtime use.
+    Replicated(usize),
     /// The watchdog's renewals when grants wait for replicas: their `WAIT`
     /// only ever waits for renewals, never behind a grant's, so a lease is
     /// renewed in time however many grants queue on
@@ -79,9 +80,9 @@ type Slots = Mutex<HashMap<(tokio::runtime::Id, Lane), Arc<Slot>>>;
 /// background releases). A connection is opened on first use and
 /// opened again after it broke (a dropped connection, a Redis restart, an
 /// answer that timed out); a runtime's connection is forgotten when the
-/// runtime shuts down. When grants wait for replicas, their `WAIT`s go on a
-/// second connection of the runtime ([`Lane::Replicated`]), which a `WAIT`
-/// blocks while it waits, and renewals on a third ([`Lane::Renewal`]).
+/// runtime shuts down. When grants wait for replicas, their `WAIT`s go on
+/// connections of their own ([`Lane::Replicated`]), which a `WAIT` blocks
+/// while it waits, and renewals on another ([`Lane::Renewal`]).
 pub(crate) struct SingleNode {
     source: Source,
     timeouts: Timeouts,
@@ -288,7 +289,7 @@ impl SingleNode {
         }
         let config = match lane {
             Lane::Shared => &self.config,
-            Lane::Replicated | Lane::Renewal => &self.replicated_config,
+            Lane::Replicated(_) | Lane::Renewal => &self.replicated_config,
         };
         let result = match self.source.client(self.timeouts.locate()).await {
             Ok(client) => {
@@ -358,8 +359,8 @@ impl SingleNode {
         let mut retried = false;
         loop {
             let request = match (instead.as_ref(), first) {
-                (Some(script), Request::Replicated(_, replicas, beat)) => {
-                    Request::Replicated(script, replicas, beat)
+                (Some(script), Request::Replicated(_, replicas, beat, lane)) => {
+                    Request::Replicated(script, replicas, beat, lane)
                 }
                 (Some(script), _) => Request::Script(script),
                 (None, first) => first,
@@ -399,9 +400,10 @@ impl SingleNode {
     /// replicas in time is [`LockError::Replicas`]: the grant may hold on
     /// the master, and the caller gives it back or does not count it. The
     /// grants of a runtime share their WAITs (see
-    /// [`group_commit`](super::group_commit)): with no WAIT in flight, the
-    /// script goes with one on [`Lane::Replicated`]; otherwise it goes on
-    /// [`Lane::Shared`], and then waits for the next WAIT.
+    /// [`group_commit`](super::group_commit)): when a connection of WAITs
+    /// is idle, the script goes with a WAIT on it ([`Lane::Replicated`]);
+    /// otherwise it goes on [`Lane::Shared`], and then waits for the next
+    /// WAIT.
     async fn grant<T: FromRedisValue>(
         &self,
         invocation: &Invocation,
@@ -414,11 +416,12 @@ impl SingleNode {
                 .send_then(Request::Script(invocation), again, unanswered)
                 .await;
         }
-        let slot = self.slot(Lane::Replicated)?;
+        let slot = self.slot(Lane::Shared)?;
         let commit = self.commit(&slot);
         if let Some(turn) = commit.idle() {
             let covers = commit.covers();
-            let request = Request::Replicated(invocation, self.replicas, commit.beat());
+            let beat = commit.beat();
+            let request = Request::Replicated(invocation, self.replicas, beat, turn.index());
             let (Acked { reply, replicas }, resent) =
                 self.send_then(request, again, unanswered).await?;
             commit.answered(turn, covers, Ok(replicas));
@@ -431,13 +434,13 @@ impl SingleNode {
             .send_then(Request::Script(invocation), again, unanswered)
             .await?;
         if granted(&reply) {
-            let replicas = self.acknowledged(&slot, commit).await?;
+            let replicas = self.acknowledged(commit).await?;
             self.replicas.enough(&self.server, replicas)?;
         }
         Ok((reply, resent))
     }
 
-    /// The group commit of the runtime whose [`Lane::Replicated`] slot is
+    /// The group commit of the runtime whose [`Lane::Shared`] slot is
     /// `slot`.
     fn commit(&self, slot: &Slot) -> Arc<GroupCommit> {
         Arc::clone(
@@ -450,17 +453,13 @@ impl SingleNode {
     /// the answer of the first WAIT sent after it, which this grant sends
     /// when it gets the turn. Waits at most the replica timeout, and then
     /// counts none.
-    async fn acknowledged(
-        &self,
-        slot: &Arc<Slot>,
-        commit: Arc<GroupCommit>,
-    ) -> Result<i64, LockError> {
+    async fn acknowledged(&self, commit: Arc<GroupCommit>) -> Result<i64, LockError> {
         let ticket = commit.ticket();
         let waiting = async {
             loop {
                 match commit.next(ticket).await {
                     Next::Covered(answer) => return answer.map_err(|e| self.error(e)),
-                    Next::Turn(turn) => self.send_wait(slot, &commit, turn).await?,
+                    Next::Turn(turn) => self.send_wait(&commit, turn).await?,
                 }
             }
         };
@@ -469,25 +468,21 @@ impl SingleNode {
             .unwrap_or(Ok(0))
     }
 
-    /// Sends the runtime's next WAIT on [`Lane::Replicated`], after the
+    /// Sends the runtime's next WAIT on the turn's [`Lane::Replicated`], after the
     /// write that makes it count every write before it (see
     /// [`GroupCommit::beat`]), and publishes its answer, in a task of its
     /// own: a grant that stops waiting never leaves the others without an
     /// answer. `turn` is held until then.
-    async fn send_wait(
-        &self,
-        slot: &Arc<Slot>,
-        commit: &Arc<GroupCommit>,
-        turn: Turn,
-    ) -> Result<(), LockError> {
-        let (_, generation, mut connection) = self.connection(Lane::Replicated).await?;
+    async fn send_wait(&self, commit: &Arc<GroupCommit>, turn: Turn) -> Result<(), LockError> {
+        let lane = Lane::Replicated(turn.index());
+        let (slot, generation, mut connection) = self.connection(lane).await?;
         let mut pipeline = redis::pipe();
         pipeline.add_command(commit.beat().clone()).ignore();
         pipeline
             .cmd("WAIT")
             .arg(self.replicas.min)
             .arg(millis(self.replicas.timeout));
-        let (slot, commit) = (Arc::clone(slot), Arc::clone(commit));
+        let commit = Arc::clone(commit);
         drop(tokio::spawn(async move {
             let covers = commit.covers();
             let answer: redis::RedisResult<(i64,)> = pipeline.query_async(&mut connection).await;
@@ -810,8 +805,9 @@ pub(super) enum Request<'a> {
     Command(&'a redis::Cmd),
     /// A script that grants time, the write before a WAIT (see
     /// [`GroupCommit::beat`]), then `WAIT` for the replicas, in one
-    /// pipeline on [`Lane::Replicated`]; its answer is an [`Acked`].
-    Replicated(&'a Invocation, Replicas, &'a redis::Cmd),
+    /// pipeline on the [`Lane::Replicated`] of the index given; its answer
+    /// is an [`Acked`].
+    Replicated(&'a Invocation, Replicas, &'a redis::Cmd, usize),
     /// A renewal, then `WAIT`, in one pipeline on [`Lane::Renewal`]; its
     /// answer is an [`Acked`].
     Renewal(&'a Invocation, Replicas),
@@ -821,7 +817,7 @@ impl Request<'_> {
     fn lane(self) -> Lane {
         match self {
             Request::Script(_) | Request::Command(_) => Lane::Shared,
-            Request::Replicated(..) => Lane::Replicated,
+            Request::Replicated(.., lane) => Lane::Replicated(lane),
             Request::Renewal(..) => Lane::Renewal,
         }
     }
@@ -833,7 +829,7 @@ impl Request<'_> {
         match self {
             Request::Script(invocation) => invocation.invoke_async(connection).await,
             Request::Command(command) => command.query_async(connection).await,
-            Request::Replicated(invocation, replicas, beat) => {
+            Request::Replicated(invocation, replicas, beat, _) => {
                 invocation
                     .invoke_then_wait(replicas, Some(beat), connection)
                     .await
