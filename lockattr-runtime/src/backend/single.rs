@@ -404,10 +404,16 @@ impl SingleNode {
     /// is idle, the script goes with a WAIT on it ([`Lane::Replicated`]);
     /// otherwise it goes on [`Lane::Shared`], and then waits for the next
     /// WAIT.
+    ///
+    /// An acquisition (`acquiring`) refused while the replicas did not
+    /// acknowledge the writes before its answer, as a WAIT that went with
+    /// it says, is [`LockError::Replicas`] too: the name is held by a grant
+    /// they did not acknowledge either, and the caller could not have been
+    /// granted it. Its token may be queued; the caller gives it back.
     async fn grant<T: FromRedisValue>(
         &self,
         invocation: &Invocation,
-        granted: fn(&T) -> bool,
+        (granted, acquiring): (fn(&T) -> bool, bool),
         again: Option<&(dyn Fn() -> Invocation + Sync)>,
         unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
     ) -> Result<(T, bool), LockError> {
@@ -425,7 +431,7 @@ impl SingleNode {
             let (Acked { reply, replicas }, resent) =
                 self.send_then(request, again, unanswered).await?;
             commit.answered(turn, covers, Ok(replicas));
-            if granted(&reply) {
+            if acquiring || granted(&reply) {
                 self.replicas.enough(&self.server, replicas)?;
             }
             return Ok((reply, resent));
@@ -515,7 +521,12 @@ impl SingleNode {
             give_back_in_order(connection, scripts::give_back(keys, token));
         };
         let (reply, _) = self
-            .grant(&invocation, Attempt::granted, None, Some(&give_back))
+            .grant(
+                &invocation,
+                (Attempt::granted, true),
+                None,
+                Some(&give_back),
+            )
             .await?;
         Ok(Attempt::from_reply(reply))
     }
@@ -633,7 +644,9 @@ impl SingleNode {
         let again = again
             .as_ref()
             .map(|make| make as &(dyn Fn() -> Invocation + Sync));
-        let (left, _): (i64, bool) = self.grant(&first, |left| *left >= 0, again, None).await?;
+        let (left, _): (i64, bool) = self
+            .grant(&first, (|left| *left >= 0, false), again, None)
+            .await?;
         extended(left, max_lease)
     }
 
@@ -695,7 +708,7 @@ impl SingleNode {
         };
         let taken = |reply: &Vec<i64>| reply.first() == Some(&1);
         let (reply, _) = self
-            .grant(invocation, taken, None, Some(&give_back))
+            .grant(invocation, (taken, true), None, Some(&give_back))
             .await?;
         Ok(reply)
     }
