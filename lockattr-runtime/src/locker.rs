@@ -531,10 +531,10 @@ impl LockerBuilder {
         /// dies before a replica received it is gone once that replica is
         /// promoted, and a second caller then takes the same name while the
         /// first still runs. With `n` above zero, every script that grants
-        /// time is followed by `WAIT n replica_timeout` on the same
-        /// connection (on one server or a Sentinel group, the grants of a
-        /// connection share their WAITs: one covers every grant before it),
-        /// and the grant only counts once `n` replicas acknowledged it:
+        /// time is followed by `WAIT n replica_timeout` (on one server or a
+        /// Sentinel group, the grants of a process share their WAITs: one
+        /// covers every grant answered before it was sent), and the grant
+        /// only counts once `n` replicas acknowledged it:
         /// - an acquisition that does not reach `n` replicas in time is given
         ///   back and tried again while its acquire time lasts, then fails with
         ///   [`LockError::Replicas`];
