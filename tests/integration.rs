@@ -50,6 +50,7 @@ mod proxy;
 mod redlock_faults;
 mod redlock_majority;
 mod redlock_nodes;
+mod replica_batch;
 mod replica_failover;
 mod replica_loss;
 mod replica_truth;

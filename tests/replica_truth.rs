@@ -244,3 +244,24 @@ async fn contenders_for_a_free_name_hear_of_the_replicas_not_of_another_owner() 
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contender_refused_by_a_grant_nobody_acknowledged_hears_of_the_replicas() {
+    let pair = Pair::start();
+    let locker = pair.locker();
+    pair.replica.freeze();
+    // Another contender's grant, written after the replica froze: the
+    // replica never acknowledged it, so it never counted for anyone.
+    let name = "t-unacked-holder";
+    let _: () = redis::cmd("SET")
+        .arg(lock_key(name))
+        .arg("another contender's token")
+        .arg("PX")
+        .arg(10_000)
+        .query(&mut pair.master.client())
+        .unwrap();
+    let err = lock_error(&locker, name, Duration::from_millis(300)).await;
+    let message = err.to_string();
+    assert!(err.is_replicas(), "{message}");
+    assert!(!message.contains("another owner"), "{message}");
+}

@@ -48,6 +48,8 @@ mod chart;
 mod children;
 mod json;
 mod peers;
+#[path = "../../tests/support/proxy.rs"]
+mod proxy;
 mod readme;
 mod report;
 mod scenarios;

@@ -4,6 +4,7 @@
 use crate::peers::{
     RSLOCK_DEFAULT_RETRY_COUNT, RSLOCK_DEFAULT_RETRY_DELAY, RSLOCK_WAITER_RETRY_COUNT,
 };
+use crate::scenarios::replica_batch::{Batch, LINK_DELAY, TASKS};
 use crate::scenarios::replicas::Replicas;
 use crate::scenarios::rw_cost::{BLOCK, Cost, HELD};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
@@ -467,6 +468,7 @@ pub fn rows(r: &Report) -> Vec<Row> {
             none(),
         ),
     ]);
+    rows.extend(batch_rows(&rep.batch));
     rows
 }
 
@@ -612,6 +614,18 @@ pub fn print_table(r: &Report) {
         rep.handoff_rounds,
         rep.link_status_after.as_deref().unwrap_or("?")
     );
+    let b = &r.replicas.batch;
+    println!(
+        "Replicas, many names (row 13): {} tasks on names of their own in one process, a master whose replica is behind a proxy adding {} ms each way; \
+         WAIT calls in the min_replicas 1 block: {}; failures (Connection / other): min_replicas 0 {} / {}, 1 {} / {}",
+        TASKS,
+        LINK_DELAY.as_millis(),
+        b.wait_calls,
+        b.blocks[0].connection_errors,
+        b.blocks[0].other_errors,
+        b.blocks[1].connection_errors,
+        b.blocks[1].other_errors
+    );
     let c = &r.rw_cost;
     let seen = |s: Option<u64>| s.map_or("?".into(), |n| n.to_string());
     let per = |costs: &[Cost; 2]| {
@@ -634,4 +648,46 @@ pub fn print_table(r: &Report) {
         fmt_num(c.read[1].mean_us_per_script_call(), 2),
         per(&c.write_try)
     );
+}
+
+/// Row 13's many-names part (see `scenarios::replica_batch`): each figure
+/// with `min_replicas` 0; 1 (their ratio), then the frozen replica's.
+fn batch_rows(b: &Batch) -> Vec<Row> {
+    let scenario = "13 replicas, many names";
+    let pair = |metric: &'static str, x: [f64; 2], decimals: usize| {
+        Row::info(
+            scenario,
+            metric,
+            format!(
+                "{}; {} ({}×)",
+                fmt_num(x[0], decimals),
+                fmt_num(x[1], decimals),
+                fmt_num(ratio(x[1], x[0]), 2)
+            ),
+            String::new(),
+        )
+    };
+    let [r0, r1] = &b.blocks;
+    vec![
+        pair(
+            "150 tasks, replica 5 ms away: grants/s, min_replicas 0; 1 (× 0)",
+            [r0.grants_per_s, r1.grants_per_s],
+            0,
+        ),
+        pair("  acquire p50, µs: 0; 1 (× 0)", [r0.p50_us, r1.p50_us], 0),
+        pair("  acquire p99, µs: 0; 1 (× 0)", [r0.p99_us, r1.p99_us], 0),
+        Row::info(
+            scenario,
+            "  replica frozen, 300 ms acquire: Replicas / failures / tries; fail p50; max, µs",
+            format!(
+                "{} / {} / {}; {}; {}",
+                b.frozen_replicas,
+                b.frozen_failures,
+                b.frozen_tries,
+                fmt_num(b.frozen_fail_p50_us, 0),
+                fmt_num(b.frozen_fail_max_us, 0)
+            ),
+            String::new(),
+        ),
+    ]
 }

@@ -198,7 +198,10 @@ pub enum LockError {
     /// An acquisition that got a grant the replicas did not acknowledge,
     /// and finds the name held when its acquire time ends (another
     /// contender's grant), also fails with this error, not with
-    /// [`Timeout`](Self::Timeout): what refused it was the replicas.
+    /// [`Timeout`](Self::Timeout): what refused it was the replicas. So
+    /// does one refused while the replicas did not acknowledge the writes
+    /// before its answer (the name held by a grant they did not
+    /// acknowledge either).
     ///
     /// ```
     /// # use lockattr_runtime::LockError;

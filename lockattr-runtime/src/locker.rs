@@ -531,9 +531,10 @@ impl LockerBuilder {
         /// dies before a replica received it is gone once that replica is
         /// promoted, and a second caller then takes the same name while the
         /// first still runs. With `n` above zero, every script that grants
-        /// time is followed by `WAIT n replica_timeout` in the same pipeline
-        /// (no extra round trip), and the grant only counts once `n` replicas
-        /// acknowledged it:
+        /// time is followed by `WAIT n replica_timeout` (on one server or a
+        /// Sentinel group, the grants of a process share their WAITs: one
+        /// covers every grant answered before it was sent), and the grant
+        /// only counts once `n` replicas acknowledged it:
         /// - an acquisition that does not reach `n` replicas in time is given
         ///   back and tried again while its acquire time lasts, then fails with
         ///   [`LockError::Replicas`];
@@ -983,7 +984,8 @@ impl LockerBuilder {
             Target::Single(url) => {
                 self.no_redlock_settings()?;
                 Backend::Single(
-                    SingleNode::new(url, &self.tls, self.timeouts)?.with_replicas(self.replicas),
+                    SingleNode::new(url, &self.tls, self.timeouts)?
+                        .with_replicas(self.replicas, &self.prefix),
                 )
             }
             Target::Cluster(seeds) => {
@@ -1005,7 +1007,8 @@ impl LockerBuilder {
                 let master = self.master.clone().unwrap_or_default();
                 let sentinels = Sentinels::new(master_name, sentinels, &master, &self.tls)?;
                 Backend::Single(
-                    SingleNode::sentinel(sentinels, self.timeouts).with_replicas(self.replicas),
+                    SingleNode::sentinel(sentinels, self.timeouts)
+                        .with_replicas(self.replicas, &self.prefix),
                 )
             }
         };

@@ -5,6 +5,7 @@ pub mod deployments;
 pub mod handoff;
 pub mod kinds;
 pub mod many;
+pub mod replica_batch;
 pub mod replicas;
 pub mod rw_cost;
 pub mod uncontended;

@@ -11,6 +11,8 @@
 //!   its two processes passing a lock of each setting back and forth, the
 //!   settings taking turns in blocks; p50 and p99.
 //!
+//! - Many names at once behind a lagging link: see `replica_batch.rs`.
+//!
 //! Around each part the master's `cmdstat_wait` calls are read, so the row
 //! also shows how many WAITs the setting sent.
 
@@ -19,6 +21,7 @@ use std::time::Duration;
 use lockattr::Locker;
 
 use super::handoff::{self, Side};
+use super::replica_batch;
 use super::{Handoff, Report};
 use crate::peers::Deploy;
 use crate::servers::{Servers, info_field, query};
@@ -50,6 +53,8 @@ pub struct Replicas {
     pub waiting_pairs: u64,
     /// `master_link_status` of the replica after the row.
     pub link_status_after: Option<String>,
+    /// Many names at once, the replica behind a lagging link.
+    pub batch: replica_batch::Batch,
 }
 
 impl Replicas {
@@ -129,12 +134,13 @@ pub async fn replicas(servers: &Servers, plan: &Plan, report: &mut Report) -> Re
         &query(pair.replica.port, &["INFO", "replication"])?,
         "master_link_status",
     );
+    out.batch = replica_batch::run(plan).await?;
     Ok(())
 }
 
 /// `calls` of `cmdstat_wait` in the master's `INFO commandstats` (0 before
 /// the first WAIT).
-fn wait_calls(port: u16) -> Res<u64> {
+pub fn wait_calls(port: u16) -> Res<u64> {
     let stats = query(port, &["INFO", "commandstats"])?;
     Ok(info_field(&stats, "cmdstat_wait")
         .and_then(|v| {

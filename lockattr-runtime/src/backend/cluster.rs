@@ -325,7 +325,7 @@ impl ClusterNodes {
             let limit = limit + self.replicas.timeout;
             self.within(
                 limit,
-                invocation.invoke_then_wait(&self.scripts, self.replicas, connection),
+                invocation.invoke_then_wait(&self.scripts, self.replicas, None, connection),
             )
             .await
         } else {

@@ -7,13 +7,14 @@
 //! a Redlock counts a majority of votes (`redlock`).
 //!
 //! The files of this folder import one another directly, lowest first:
-//! `shared`, `scripts`, `wake`, `source`, `node_facts`, `single`,
+//! `shared`, `scripts`, `group_commit`, `wake`, `source`, `node_facts`, `single`,
 //! `cluster`, `redlock`, `deployment`, `inspect`, `queue`, then the kinds'
 //! attempts (`lockset`, `semaphore`, `rwlock`). This file only names them
 //! for the rest of the crate.
 
 mod cluster;
 mod deployment;
+mod group_commit;
 pub(crate) mod inspect;
 pub(crate) mod lockset;
 mod node_facts;

@@ -405,23 +405,28 @@ impl Invocation {
         }
     }
 
-    /// Sends the call, then `WAIT` for `replicas`, in one pipeline on
-    /// `connection` (which WAIT blocks until the replicas answered or the
-    /// timeout passed). The answer is an `Acked` of the script's. The call
-    /// goes as FCALL or EVALSHA as for [`invoke_async`](Self::invoke_async):
-    /// a function or script Redis does not know yet (it did not run, and
-    /// WAIT only counted earlier writes) is loaded, and the pipeline sent
-    /// again; a refused FCALL is sent again as EVALSHA.
+    /// Sends the call, then `beat` when given (its answer ignored), then
+    /// `WAIT` for `replicas`, in one pipeline on `connection` (which WAIT
+    /// blocks until the replicas answered or the timeout passed). The
+    /// answer is an `Acked` of the script's. The call goes as FCALL or
+    /// EVALSHA as for [`invoke_async`](Self::invoke_async): a function or
+    /// script Redis does not know yet (it did not run, and WAIT only counted
+    /// earlier writes) is loaded, and the pipeline sent again; a refused
+    /// FCALL is sent again as EVALSHA.
     pub(crate) async fn invoke_then_wait<T: FromRedisValue, C: ConnectionLike + Send>(
         &self,
         mode: &ScriptMode,
         replicas: Replicas,
+        beat: Option<&Cmd>,
         connection: &mut C,
     ) -> RedisResult<T> {
         let then_wait = |call: &Cmd| {
             let mut pipeline = redis::pipe();
+            pipeline.add_command(call.clone());
+            if let Some(beat) = beat {
+                pipeline.add_command(beat.clone()).ignore();
+            }
             pipeline
-                .add_command(call.clone())
                 .cmd("WAIT")
                 .arg(replicas.min)
                 .arg(millis(replicas.timeout));

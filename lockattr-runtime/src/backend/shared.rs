@@ -33,7 +33,8 @@ impl Timeouts {
 /// of a hand-over, a renewal, an extension) is followed by `WAIT min
 /// timeout` in the same pipeline, on a connection of its own (WAIT blocks
 /// the connection it is sent on), and the grant only counts when `min`
-/// replicas acknowledged it.
+/// replicas acknowledged it. On one server or a Sentinel group, the grants
+/// of a runtime share their WAITs instead (see `group_commit`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Replicas {
     /// How many replicas must acknowledge; 0: none (no WAIT is sent).

@@ -3,12 +3,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
 
+use super::group_commit::{GroupCommit, Next, Turn};
 use super::node_facts::NodeFacts;
 use super::scripts;
 use super::scripts::{Invocation, ReleaseReply, ScriptMode};
@@ -41,18 +42,25 @@ struct Slot {
     connecting: tokio::sync::Mutex<Option<RedisError>>,
     /// Finished attempts to connect (successful or not).
     attempts: AtomicU64,
+    /// The WAITs of the runtime's grants, in the slot of [`Lane::Shared`]
+    /// (see [`group_commit`](super::group_commit)).
+    commit: OnceLock<Arc<GroupCommit>>,
 }
 
 /// Which of a runtime's connections a request goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Lane {
-    /// Every request but the grants that wait for replicas.
+    /// Every request but the WAITs of grants and renewals, including the
+    /// scripts of grants sent while another grant's WAIT is in flight.
     Shared,
-    /// The grants that wait for replicas: `WAIT` blocks the connection it
-    /// is sent on until the replicas answered or its timeout passed, so it
-    /// never goes on the connection that releases, renewals without
-    /// replicas and every other lock of the runtime use.
-    Replicated,
+    /// The WAITs of the grants that wait for replicas (see
+    /// [`group_commit`](super::group_commit)), one at a time on each of
+    /// these connections (`0..WAITS_IN_FLIGHT`), and the script of a grant
+    /// that finds one idle, in the same pipeline: `WAIT` blocks the
+    /// connection it is sent on until the replicas answered or its timeout
+    /// passed, so it never goes on the connection that releases and every
+    /// other lock of the runtime use.
+    Replicated(usize),
     /// The watchdog's renewals when grants wait for replicas: their `WAIT`
     /// only ever waits for renewals, never behind a grant's, so a lease is
     /// renewed in time however many grants queue on
@@ -72,9 +80,9 @@ type Slots = Mutex<HashMap<(tokio::runtime::Id, Lane), Arc<Slot>>>;
 /// background releases). A connection is opened on first use and
 /// opened again after it broke (a dropped connection, a Redis restart, an
 /// answer that timed out); a runtime's connection is forgotten when the
-/// runtime shuts down. When grants wait for replicas, they go on a second
-/// connection of the runtime ([`Lane::Replicated`]), which their `WAIT`
-/// blocks while it waits.
+/// runtime shuts down. When grants wait for replicas, their `WAIT`s go on
+/// connections of their own ([`Lane::Replicated`]), which a `WAIT` blocks
+/// while it waits, and renewals on another ([`Lane::Renewal`]).
 pub(crate) struct SingleNode {
     source: Source,
     timeouts: Timeouts,
@@ -96,6 +104,9 @@ pub(crate) struct SingleNode {
     /// Whether the server takes FCALL or EVALSHA, found out again on each
     /// new connection.
     scripts: ScriptMode,
+    /// The channel of the write before each grants' WAIT (see
+    /// [`GroupCommit::beat`]).
+    beat: String,
 }
 
 impl std::fmt::Debug for SingleNode {
@@ -166,6 +177,7 @@ impl SingleNode {
             db,
             replicas: Replicas::default(),
             scripts: ScriptMode::default(),
+            beat: String::new(),
         }
     }
 
@@ -177,9 +189,12 @@ impl SingleNode {
         self
     }
 
-    /// Makes every grant wait for `replicas` (see [`Replicas`]).
-    pub(crate) fn with_replicas(mut self, replicas: Replicas) -> Self {
+    /// Makes every grant wait for `replicas` (see [`Replicas`]), with the
+    /// write before each WAIT on the channel `<prefix>replicated` of a
+    /// Locker whose keys start with `prefix` (see [`GroupCommit::beat`]).
+    pub(crate) fn with_replicas(mut self, replicas: Replicas, prefix: &str) -> Self {
         self.replicas = replicas;
+        self.beat = format!("{prefix}replicated");
         self.replicated_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeouts.connect))
             .set_response_timeout(Some(self.timeouts.response + replicas.timeout));
@@ -278,7 +293,7 @@ impl SingleNode {
         }
         let config = match lane {
             Lane::Shared => &self.config,
-            Lane::Replicated | Lane::Renewal => &self.replicated_config,
+            Lane::Replicated(_) | Lane::Renewal => &self.replicated_config,
         };
         let result = match self.source.client(self.timeouts.locate()).await {
             Ok(client) => {
@@ -351,8 +366,8 @@ impl SingleNode {
         let mut retried = false;
         loop {
             let request = match (instead.as_ref(), first) {
-                (Some(script), Request::Replicated(_, replicas)) => {
-                    Request::Replicated(script, replicas)
+                (Some(script), Request::Replicated(_, replicas, beat, lane)) => {
+                    Request::Replicated(script, replicas, beat, lane)
                 }
                 (Some(script), _) => Request::Script(script),
                 (None, first) => first,
@@ -387,15 +402,25 @@ impl SingleNode {
     }
 
     /// Sends a script that grants time (see [`send_then`](Self::send_then)
-    /// for `again` and `unanswered`). When grants wait for replicas, it goes
-    /// with `WAIT` on [`Lane::Replicated`], and an answer that `granted`
-    /// (time was granted) not acknowledged by enough replicas is
-    /// [`LockError::Replicas`]: the grant may hold on the master, and the
-    /// caller gives it back or does not count it.
+    /// for `again` and `unanswered`). When grants wait for replicas, an
+    /// answer that `granted` (time was granted) not acknowledged by enough
+    /// replicas in time is [`LockError::Replicas`]: the grant may hold on
+    /// the master, and the caller gives it back or does not count it. The
+    /// grants of a runtime share their WAITs (see
+    /// [`group_commit`](super::group_commit)): when a connection of WAITs
+    /// is idle, the script goes with a WAIT on it ([`Lane::Replicated`]);
+    /// otherwise it goes on [`Lane::Shared`], and then waits for the next
+    /// WAIT.
+    ///
+    /// An acquisition (`acquiring`) refused while the replicas did not
+    /// acknowledge the writes before its answer, as a WAIT that went with
+    /// it says, is [`LockError::Replicas`] too: the name is held by a grant
+    /// they did not acknowledge either, and the caller could not have been
+    /// granted it. Its token may be queued; the caller gives it back.
     async fn grant<T: FromRedisValue>(
         &self,
         invocation: &Invocation,
-        granted: fn(&T) -> bool,
+        (granted, acquiring): (fn(&T) -> bool, bool),
         again: Option<&(dyn Fn() -> Invocation + Sync)>,
         unanswered: Option<&(dyn Fn(MultiplexedConnection) + Sync)>,
     ) -> Result<(T, bool), LockError> {
@@ -404,13 +429,84 @@ impl SingleNode {
                 .send_then(Request::Script(invocation), again, unanswered)
                 .await;
         }
-        let request = Request::Replicated(invocation, self.replicas);
-        let (Acked { reply, replicas }, resent) =
-            self.send_then(request, again, unanswered).await?;
+        let slot = self.slot(Lane::Shared)?;
+        let commit = self.commit(&slot);
+        if let Some(turn) = commit.idle() {
+            let covers = commit.covers();
+            let beat = commit.beat();
+            let request = Request::Replicated(invocation, self.replicas, beat, turn.index());
+            let (Acked { reply, replicas }, resent) =
+                self.send_then(request, again, unanswered).await?;
+            commit.answered(turn, covers, Ok(replicas));
+            if acquiring || granted(&reply) {
+                self.replicas.enough(&self.server, replicas)?;
+            }
+            return Ok((reply, resent));
+        }
+        let (reply, resent) = self
+            .send_then(Request::Script(invocation), again, unanswered)
+            .await?;
         if granted(&reply) {
+            let replicas = self.acknowledged(commit).await?;
             self.replicas.enough(&self.server, replicas)?;
         }
         Ok((reply, resent))
+    }
+
+    /// The group commit of the runtime whose [`Lane::Shared`] slot is
+    /// `slot`.
+    fn commit(&self, slot: &Slot) -> Arc<GroupCommit> {
+        Arc::clone(
+            slot.commit
+                .get_or_init(|| Arc::new(GroupCommit::new(&self.beat))),
+        )
+    }
+
+    /// How many replicas acknowledged a grant whose script was answered:
+    /// the answer of the first WAIT sent after it, which this grant sends
+    /// when it gets the turn. Waits at most the replica timeout, and then
+    /// counts none.
+    async fn acknowledged(&self, commit: Arc<GroupCommit>) -> Result<i64, LockError> {
+        let ticket = commit.ticket();
+        let waiting = async {
+            loop {
+                match commit.next(ticket).await {
+                    Next::Covered(answer) => return answer.map_err(|e| self.error(e)),
+                    Next::Turn(turn) => self.send_wait(&commit, turn).await?,
+                }
+            }
+        };
+        tokio::time::timeout(self.replicas.timeout, waiting)
+            .await
+            .unwrap_or(Ok(0))
+    }
+
+    /// Sends the runtime's next WAIT on the turn's [`Lane::Replicated`], after the
+    /// write that makes it count every write before it (see
+    /// [`GroupCommit::beat`]), and publishes its answer, in a task of its
+    /// own: a grant that stops waiting never leaves the others without an
+    /// answer. `turn` is held until then.
+    async fn send_wait(&self, commit: &Arc<GroupCommit>, turn: Turn) -> Result<(), LockError> {
+        let lane = Lane::Replicated(turn.index());
+        let (slot, generation, mut connection) = self.connection(lane).await?;
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(commit.beat().clone()).ignore();
+        pipeline
+            .cmd("WAIT")
+            .arg(self.replicas.min)
+            .arg(millis(self.replicas.timeout));
+        let commit = Arc::clone(commit);
+        drop(tokio::spawn(async move {
+            let covers = commit.covers();
+            let answer: redis::RedisResult<(i64,)> = pipeline.query_async(&mut connection).await;
+            if let Err(e) = &answer
+                && broken(e)
+            {
+                slot.discard(generation);
+            }
+            commit.answered(turn, covers, answer.map(|(acked,)| acked));
+        }));
+        Ok(())
     }
 
     /// One attempt at the lock of `keys` for `token` (see
@@ -432,7 +528,12 @@ impl SingleNode {
             give_back_in_order(connection, scripts::give_back(keys, token));
         };
         let (reply, _) = self
-            .grant(&invocation, Attempt::granted, None, Some(&give_back))
+            .grant(
+                &invocation,
+                (Attempt::granted, true),
+                None,
+                Some(&give_back),
+            )
             .await?;
         Ok(Attempt::from_reply(reply))
     }
@@ -550,7 +651,9 @@ impl SingleNode {
         let again = again
             .as_ref()
             .map(|make| make as &(dyn Fn() -> Invocation + Sync));
-        let (left, _): (i64, bool) = self.grant(&first, |left| *left >= 0, again, None).await?;
+        let (left, _): (i64, bool) = self
+            .grant(&first, (|left| *left >= 0, false), again, None)
+            .await?;
         extended(left, max_lease)
     }
 
@@ -612,7 +715,7 @@ impl SingleNode {
         };
         let taken = |reply: &Vec<i64>| reply.first() == Some(&1);
         let (reply, _) = self
-            .grant(invocation, taken, None, Some(&give_back))
+            .grant(invocation, (taken, true), None, Some(&give_back))
             .await?;
         Ok(reply)
     }
@@ -724,9 +827,11 @@ pub(super) enum Request<'a> {
     Script(&'a Invocation),
     /// A plain command.
     Command(&'a redis::Cmd),
-    /// A script that grants time, then `WAIT` for the replicas, in one
-    /// pipeline on [`Lane::Replicated`]; its answer is an [`Acked`].
-    Replicated(&'a Invocation, Replicas),
+    /// A script that grants time, the write before a WAIT (see
+    /// [`GroupCommit::beat`]), then `WAIT` for the replicas, in one
+    /// pipeline on the [`Lane::Replicated`] of the index given; its answer
+    /// is an [`Acked`].
+    Replicated(&'a Invocation, Replicas, &'a redis::Cmd, usize),
     /// A renewal, then `WAIT`, in one pipeline on [`Lane::Renewal`]; its
     /// answer is an [`Acked`].
     Renewal(&'a Invocation, Replicas),
@@ -736,7 +841,7 @@ impl Request<'_> {
     fn lane(self) -> Lane {
         match self {
             Request::Script(_) | Request::Command(_) => Lane::Shared,
-            Request::Replicated(..) => Lane::Replicated,
+            Request::Replicated(.., lane) => Lane::Replicated(lane),
             Request::Renewal(..) => Lane::Renewal,
         }
     }
@@ -751,14 +856,14 @@ impl Request<'_> {
         match self {
             Request::Script(invocation) => invocation.invoke_async(mode, connection).await,
             Request::Command(command) => command.query_async(connection).await,
-            Request::Replicated(invocation, replicas) => {
+            Request::Replicated(invocation, replicas, beat, _) => {
                 invocation
-                    .invoke_then_wait(mode, replicas, connection)
+                    .invoke_then_wait(mode, replicas, Some(beat), connection)
                     .await
             }
             Request::Renewal(invocation, replicas) => {
                 invocation
-                    .invoke_then_wait(mode, replicas, connection)
+                    .invoke_then_wait(mode, replicas, None, connection)
                     .await
             }
         }

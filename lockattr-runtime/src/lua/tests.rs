@@ -1280,7 +1280,7 @@ fn the_sharded_function_publishes_on_shard_channels() {
     let (_server, mut con, ()) = start(|_| ());
     let keys = ["l", "f", "q", "w"];
     // Released by its owner, nobody queued, `notify`: `-:0:0` published.
-    let release = ["t", "ch", "1", "0", "0", "0", "0"];
+    let release = ["t", "1:0:0:0:0:ch"];
     for (script, publish, spublish) in [(sharded, 0, 1), (&RELEASE, 1, 1), (sharded, 1, 2)] {
         write(&mut con, &[&["SET", "l", "t"]]);
         assert_eq!(call::<i64>(&mut con, script, &keys, &release).unwrap(), 1);
@@ -1344,6 +1344,8 @@ fn only_a_refused_fcall_sends_scripts_to_evalsha() {
     }
     let refused = as_user("nofcall");
     assert!(fcall_refused(&refused), "{refused:?}");
+}
+
 mod fast_paths {
     //! The lock's ACQUIRE and RELEASE against the scripts as they were
     //! before their fast paths (`lua/before/`, helpers joined): each case
@@ -1354,10 +1356,17 @@ mod fast_paths {
     //! hand-over's `since`) may differ by the time between the two runs.
 
     use super::*;
-    use crate::backend::scripts::{ACQUIRE, RELEASE};
+    use crate::backend::scripts::{ACQUIRE, RELEASE, Source};
 
-    static ACQUIRE_BEFORE: Lua = Lua::new(include_str!("before/acquire.lua"));
-    static RELEASE_BEFORE: Lua = Lua::new(include_str!("before/release.lua"));
+    // Sent as EVAL of their source (they are not in the library).
+    static ACQUIRE_BEFORE: Lua = Lua::new(Source {
+        file: "before/acquire.lua",
+        text: include_str!("before/acquire.lua"),
+    });
+    static RELEASE_BEFORE: Lua = Lua::new(Source {
+        file: "before/release.lua",
+        text: include_str!("before/release.lua"),
+    });
 
     const KEYS: [&str; 4] = ["t:{n}", "t:{n}:fence", "t:{n}:queue", "t:{n}:waiters"];
     const CHANNEL: &str = "t:{n}:wake";
@@ -1375,8 +1384,17 @@ mod fast_paths {
         notices: Vec<String>,
     }
 
-    /// Runs `setup` on an emptied `server`, then the script with `args`.
-    fn outcome(server: &Server, script: &Lua, setup: &[Vec<String>], args: &[String]) -> Outcome {
+    /// How a script is sent: [`call`] (FCALL) or [`eval`].
+    type Send = fn(&mut Connection, &Lua, &[&str], &[&str]) -> redis::RedisResult<Value>;
+
+    /// Runs `setup` on an emptied `server`, then the script with `args`,
+    /// sent by `send`.
+    fn outcome(
+        server: &Server,
+        (script, send): (&Lua, Send),
+        setup: &[Vec<String>],
+        args: &[String],
+    ) -> Outcome {
         let mut con = server.connect();
         query::<()>(&mut con, &["FLUSHALL"]);
         for words in setup {
@@ -1386,7 +1404,7 @@ mod fast_paths {
         let mut listener = server.connect();
         let mut pubsub = listen(&mut listener, CHANNEL);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let reply = match call::<Value>(&mut con, script, &KEYS, &args) {
+        let reply = match send(&mut con, script, &KEYS, &args) {
             Ok(value) => format!("{value:?}"),
             Err(e) => format!("error {e}"),
         };
@@ -1474,8 +1492,8 @@ mod fast_paths {
         setup: &[Vec<String>],
         args: (&[String], &[String]),
     ) {
-        let before = outcome(&servers.0, scripts.0, setup, args.0);
-        let now = outcome(&servers.1, scripts.1, setup, args.1);
+        let before = outcome(&servers.0, (scripts.0, eval), setup, args.0);
+        let now = outcome(&servers.1, (scripts.1, call), setup, args.1);
         let what = format!("{case}: before {before:#?}\nnow {now:#?}");
         // ACQUIRE's refusal `{0, pttl}` carries a time to live.
         let pttl = |reply: &str| -> Option<i64> {
