@@ -118,3 +118,46 @@ async fn a_permit_release_drops_a_bounded_number_of_dead_waiters() {
     let waiter = async move { takes::try_permit(&second, "dead", 1, LEASE, WAIT).await };
     a_live_waiter_behind_the_dead(&server, &keys::sem("dead"), "", holder, waiter).await;
 }
+
+/// Dead waiters for sets are entries of the waiters hash only (the queue
+/// holds the marker `-` for them). A release that pops the marker drops a
+/// bounded number of them; the rest wait for the next such release, or for
+/// the hash's expiry.
+#[tokio::test]
+async fn a_release_drops_a_bounded_number_of_dead_set_waiters() {
+    let (server, first) = setup();
+    let keys = keys::lock("dead-set");
+    let holder = takes::take_now(&first, "dead-set", Duration::from_secs(30)).await;
+    let mut pipe = redis::pipe();
+    pipe.cmd("RPUSH").arg(&keys.queue).arg("-").ignore();
+    for i in 0..DEAD {
+        pipe.cmd("HSET")
+            .arg(&keys.waiters)
+            .arg(format!("dead{i:05}"))
+            .arg("1:1000:1:gone\n1\ndead")
+            .ignore();
+    }
+    pipe.cmd("PEXPIRE").arg(&keys.queue).arg(60_000).ignore();
+    pipe.cmd("PEXPIRE").arg(&keys.waiters).arg(60_000).ignore();
+    pipe.query::<()>(&mut server.client()).unwrap();
+    let before = server.command_calls();
+    holder.release().await.unwrap();
+    let after = server.command_calls();
+    let dropped = after.get("hdel").unwrap_or(&0) - before.get("hdel").unwrap_or(&0);
+    assert!(
+        (1..=BOUND as u64).contains(&dropped),
+        "one release dropped {dropped} dead set waiters"
+    );
+    let left: usize = redis::cmd("HLEN")
+        .arg(&keys.waiters)
+        .query(&mut server.client())
+        .unwrap();
+    assert_eq!(left, DEAD - usize::try_from(dropped).unwrap());
+    // The rest go with the next release that pops a marker, or when the
+    // hash expires.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&keys.waiters)
+        .query(&mut server.client())
+        .unwrap();
+    assert!(ttl > 0, "the dead entries left never expire ({ttl})");
+}

@@ -92,13 +92,19 @@ end
 -- passed. A queued waiter's dead entry goes when a release pops its token,
 -- but a set waiter outside the queue is never popped: a waiter that died
 -- without giving back (a killed process) would keep its entry, and the
--- marker `-`, for as long as a live waiter keeps the hash. Without HGETALL
--- they stay until the hash expires.
+-- marker `-`, for as long as a live waiter keeps the hash. At most
+-- MAX_DROPPED in a call (with those `pop_waiter` dropped): the rest go with
+-- the next call that pops a marker, or when the hash expires. Without
+-- HGETALL they stay until the hash expires.
 local function drop_dead(waiters)
   local entries = waiter_entries(waiters) or {}
   for i = 1, #entries, 2 do
+    if dropped >= MAX_DROPPED then
+      return
+    end
     if dead_entry(entries[i + 1]) then
       redis.call('hdel', waiters, entries[i])
+      dropped = dropped + 1
     end
   end
 end
