@@ -373,6 +373,64 @@ async fn a_demoted_master_is_left_for_the_new_one() {
     }
 }
 
+/// `tasks` grants at once, each of a name of its own (`<prefix>-<i>`),
+/// each released once held, each waiting up to `wait`: the failures.
+async fn burst(locker: &Locker, prefix: &str, tasks: usize, wait: Duration) -> Vec<LockError> {
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            let locker = locker.clone();
+            let name = format!("{prefix}-{i}");
+            tokio::spawn(async move {
+                let guard = try_lock(&locker, &name, wait).await?;
+                guard.release().await.map(drop)
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for handle in handles {
+        if let Err(e) = handle.await.unwrap() {
+            failures.push(e);
+        }
+    }
+    failures
+}
+
+/// Long: one failover, as [`a_demoted_master_is_left_for_the_new_one`],
+/// with grants that wait for the replica and share their `WAIT`s: the
+/// connections of those `WAIT`s, opened on the old master, leave it too (a
+/// `WAIT` there answers that it cannot be used on a replica, a write
+/// READONLY).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_that_wait_for_replicas_leave_a_demoted_master() {
+    let mut set = SentinelSet::start("lockattr-demoted-acks");
+    let old = set.master_port();
+    let locker = quick_builder(&set.name, set.sentinel_urls())
+        .min_replicas(1)
+        .build()
+        .unwrap();
+    // Enough at once that every connection of `WAIT`s opens on the old master.
+    let failures = burst(&locker, "before", 40, SETTLE).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    set.wait_replicated();
+
+    set.freeze_master();
+    let new = set.wait_for_failover(SETTLE);
+    set.thaw(old);
+    set.demote(old);
+
+    for round in 0..3 {
+        let prefix = format!("after{round}");
+        let failures = burst(&locker, &prefix, 40, SETTLE).await;
+        assert!(failures.is_empty(), "round {round}: {failures:?}");
+        // Granted by the new master: its counters are there.
+        let counter = format!("{}:fence", lock_key(&format!("{prefix}-0")));
+        assert!(
+            set.exists_on(new, &counter),
+            "{counter} is not on the new master"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_auth_for_a_master_with_a_password() {
     const DATA: &str = "data-secret";

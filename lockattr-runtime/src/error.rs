@@ -461,7 +461,13 @@ fn switching_master(err: &redis::RedisError) -> bool {
         ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
             | ErrorKind::MasterNameNotFoundBySentinel
     ) || err.code() == Some("READONLY")
+        // A `WAIT` sent to a master that a failover demoted.
+        || err.detail().is_some_and(|d| d.contains(WAIT_ON_A_REPLICA))
 }
+
+/// What a replica answers to `WAIT` (a group commit's, which writes nothing
+/// a replica refuses before it).
+pub(crate) const WAIT_ON_A_REPLICA: &str = "cannot be used with replica instances";
 
 /// The message of [`LockError::Connection`]: the advice fits the cause.
 fn connection_message(

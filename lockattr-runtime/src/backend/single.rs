@@ -18,6 +18,7 @@ use super::shared::{Replicas, Successor, Timeouts};
 use super::source::{Sentinels, Source};
 use super::wake::Wakeups;
 use crate::address::{self, Address, TlsFiles};
+use crate::error::WAIT_ON_A_REPLICA;
 use crate::layout::Keys;
 use crate::sync::lock;
 use crate::{LockError, io};
@@ -499,9 +500,10 @@ impl SingleNode {
         drop(tokio::spawn(async move {
             let covers = commit.covers();
             let answer: redis::RedisResult<(i64,)> = pipeline.query_async(&mut connection).await;
-            if let Err(e) = &answer
-                && broken(e)
-            {
+            // Opened again next time, whatever the error: one a WAIT
+            // answers without breaking the connection (sent to a master
+            // that a failover demoted) would answer every WAIT after it.
+            if answer.is_err() {
                 slot.discard(generation);
             }
             commit.answered(turn, covers, answer.map(|(acked,)| acked));
@@ -881,9 +883,12 @@ fn broken(e: &RedisError) -> bool {
 }
 
 /// The server is a replica now (a master demoted by a failover): find the
-/// master again.
+/// master again. A write says READONLY; a `WAIT` (a group commit's, which
+/// writes nothing a replica refuses before it) says that it "cannot be used
+/// with replica instances".
 pub(crate) fn read_only(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
         || e.code() == Some("READONLY")
-        || e.detail().is_some_and(|d| d.contains("READONLY"))
+        || e.detail()
+            .is_some_and(|d| d.contains("READONLY") || d.contains(WAIT_ON_A_REPLICA))
 }
