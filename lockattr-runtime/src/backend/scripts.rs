@@ -259,21 +259,22 @@ impl Lua {
         })
     }
 
-    /// A call of this script with `keys`, as EVALSHA; its arguments follow.
+    /// A call of this script with `keys`, as FCALL of its function; its
+    /// arguments follow.
     pub(crate) fn with_keys<'k>(
         &'static self,
         keys: impl IntoIterator<Item = &'k str>,
     ) -> Invocation {
         let keys: Vec<&str> = keys.into_iter().collect();
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.hash()).arg(keys.len());
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(self.function()).arg(keys.len());
         for key in keys {
             cmd.arg(key);
         }
         Invocation {
             script: self,
             cmd,
-            fcall: OnceLock::new(),
+            evalsha: OnceLock::new(),
         }
     }
 
@@ -299,10 +300,10 @@ enum Called<T> {
     Refused(RedisError),
 }
 
-/// One call of a script: the EVALSHA command, its keys and arguments
-/// written once into it as they are given (no copy per argument when it
-/// is sent, and none per send), and the same call as FCALL, copied from it
-/// once, on its first send to a server that takes Functions. Sent with
+/// One call of a script: the FCALL command, its keys and arguments written
+/// once into it as they are given (no copy per argument when it is sent,
+/// and none per send), and the same call as EVALSHA, copied from it once,
+/// on its first send to a server that refuses Functions. Sent with
 /// [`invoke_async`](Self::invoke_async) (FCALL or EVALSHA, as the server's
 /// [`ScriptMode`] says; loaded when the server lacks it), followed by
 /// `WAIT` with [`invoke_then_wait`](Self::invoke_then_wait), or turned into
@@ -311,9 +312,13 @@ enum Called<T> {
 #[derive(Clone)]
 pub(crate) struct Invocation {
     script: &'static Lua,
+    /// The call as FCALL of the script's function, written once as its
+    /// keys and arguments are given: what a server of Redis 7 or later is
+    /// sent.
     cmd: Cmd,
-    /// The call as FCALL, made on first use.
-    fcall: OnceLock<Cmd>,
+    /// The call as EVALSHA, made on first use (a server that refuses
+    /// Functions).
+    evalsha: OnceLock<Cmd>,
 }
 
 impl Invocation {
@@ -324,30 +329,35 @@ impl Invocation {
         if std::ptr::eq(script, self.script) {
             return std::borrow::Cow::Borrowed(self);
         }
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.hash());
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(script.function());
         copy_after(&self.cmd, 2, &mut cmd);
         std::borrow::Cow::Owned(Invocation {
             script,
             cmd,
-            fcall: OnceLock::new(),
+            evalsha: OnceLock::new(),
         })
     }
 
     /// Appends an argument (after the keys, given when it was made).
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Invocation {
         self.cmd.arg(arg);
-        self.fcall = OnceLock::new();
+        self.evalsha = OnceLock::new();
         self
     }
 
-    /// The call as FCALL of the script's function: the words after
-    /// `EVALSHA <sha1>` (the number of keys, the keys and the arguments)
-    /// are the same.
+    /// The call as FCALL of the script's function.
     pub(crate) fn fcall(&self) -> &Cmd {
-        self.fcall.get_or_init(|| {
-            let mut cmd = redis::cmd("FCALL");
-            cmd.arg(self.script.function());
+        &self.cmd
+    }
+
+    /// The call as EVALSHA of the script's SHA1: the words after `FCALL
+    /// <function>` (the number of keys, the keys and the arguments) are the
+    /// same.
+    pub(crate) fn evalsha(&self) -> &Cmd {
+        self.evalsha.get_or_init(|| {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(self.script.hash());
             copy_after(&self.cmd, 2, &mut cmd);
             cmd
         })
@@ -377,10 +387,10 @@ impl Invocation {
                 Called::Refused(e) => mode.fall_back(&e),
             }
         }
-        match self.cmd.query_async(connection).await {
+        match self.evalsha().query_async(connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.load_async(connection).await?;
-                self.cmd.query_async(connection).await
+                self.evalsha().query_async(connection).await
             }
             answer => answer,
         }
@@ -393,13 +403,13 @@ impl Invocation {
         &self,
         connection: &mut redis::Connection,
     ) -> RedisResult<T> {
-        match self.cmd.query(connection) {
+        match self.evalsha().query(connection) {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 redis::cmd("SCRIPT")
                     .arg("LOAD")
                     .arg(self.script.source)
                     .query::<String>(connection)?;
-                self.cmd.query(connection)
+                self.evalsha().query(connection)
             }
             answer => answer,
         }
@@ -447,7 +457,7 @@ impl Invocation {
                 Called::Refused(e) => mode.fall_back(&e),
             }
         }
-        let pipeline = then_wait(&self.cmd);
+        let pipeline = then_wait(self.evalsha());
         match pipeline.query_async(connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.load_async(connection).await?;
@@ -461,8 +471,8 @@ impl Invocation {
     pub(crate) fn eval(&self) -> Cmd {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(self.script.source);
-        // The words after `EVALSHA <sha1>`: the number of keys, the keys and
-        // the arguments.
+        // The words after `FCALL <function>`: the number of keys, the keys
+        // and the arguments.
         copy_after(&self.cmd, 2, &mut cmd);
         cmd
     }
