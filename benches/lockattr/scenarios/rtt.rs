@@ -9,11 +9,12 @@
 //! VM cost more than the 0.1 ms each way of the lower target.
 //!
 //! The proxy's own hops and `thread::sleep`'s timer slack add to the delay
-//! set, so the delay is calibrated: set to half the target, a block of
-//! PINGs through the proxy measured, the delay corrected by half the
-//! difference, twice. The figure reported as the row's RTT is the raw PING
-//! through the proxy measured in the same loop as the libraries, not the
-//! target.
+//! set, so the delay is calibrated in the row's own loop (100 iterations,
+//! 30 with `--quick`, not kept): its PING with no delay is the proxy's
+//! floor, the delay is set to half of what the target lacks, then
+//! corrected twice by half the difference the loop's PING still shows
+//! (never below 0). The figure reported as the row's RTT is the raw PING
+//! through the proxy measured in the measured loop, not the target.
 //!
 //! - Uncontended: raw PING, lockattr, rslock and the bare client of row 2
 //!   (all through the proxy), interleaved per iteration, order rotating;
@@ -44,11 +45,12 @@ pub struct AtRtt {
     pub target_rtt_us: f64,
     /// The delay each way the proxy was set to, µs.
     pub delay_us: f64,
-    /// Median PING through the proxy with no delay, µs.
+    /// Median PING through the proxy with no delay, in the row's loop, µs.
     pub proxy_floor_us: f64,
-    /// Median PING through the tests' fault proxy with no delay, µs.
+    /// Median PING through the tests' fault proxy with no delay, in a
+    /// block of PINGs, µs.
     pub fault_proxy_floor_us: f64,
-    /// Median PING direct to the server, in the calibration, µs.
+    /// Median PING direct to the server, in a block of PINGs, µs.
     pub direct_us: f64,
     /// Uncontended acquire + release through the proxy (`rtt_us`: the
     /// PING through it, in the same loop).
@@ -70,7 +72,7 @@ pub async fn at_rtt(url: &str, bare: &Bare, plan: &Plan) -> Res<Vec<AtRtt>> {
 }
 
 async fn one(url: &str, port: u16, bare: &Bare, target_us: f64, plan: &Plan) -> Res<AtRtt> {
-    let calibration = if plan.quick { 50 } else { 200 };
+    let calibration = if plan.quick { 30 } else { 100 };
     let direct_us = {
         let mut direct = connect(url, Some(Duration::from_secs(5))).await?;
         pings(&mut direct, calibration).await?
@@ -83,15 +85,6 @@ async fn one(url: &str, port: u16, bare: &Bare, target_us: f64, plan: &Plan) -> 
     let proxy = DelayProxy::start(port)?;
     let proxied = proxy.url();
     let mut raw = connect(&proxied, Some(Duration::from_secs(5))).await?;
-    let floor = pings(&mut raw, calibration).await?;
-    let mut delay = target_us / 2.0;
-    for _ in 0..2 {
-        proxy.set_delay(Duration::from_secs_f64(delay / 1e6));
-        let measured = pings(&mut raw, calibration).await?;
-        delay = (delay + (target_us - measured) / 2.0).max(0.0);
-    }
-    proxy.set_delay(Duration::from_secs_f64(delay / 1e6));
-
     let libs = Libs::new(&proxied, None)?;
     for lib in [Lib::Lockattr, Lib::Rslock] {
         let held = libs
@@ -109,6 +102,21 @@ async fn one(url: &str, port: u16, bare: &Bare, target_us: f64, plan: &Plan) -> 
         Op::Pair(Lib::Rslock),
         Op::Bare,
     ];
+    // Calibrated in the loop itself: a PING timed between the libraries'
+    // pairs is slower than one of a block of PINGs (colder threads).
+    let mut ping_in_loop = async |delay: f64| -> Res<f64> {
+        proxy.set_delay(Duration::from_secs_f64(delay / 1e6));
+        let samples = uncontended::run(&mut raw, &libs, Some(&mut bare), &ops, 0, calibration, 1).await?;
+        Ok(median(&samples[0]))
+    };
+    let floor = ping_in_loop(0.0).await?;
+    let mut delay = ((target_us - floor) / 2.0).max(0.0);
+    for _ in 0..2 {
+        let measured = ping_in_loop(delay).await?;
+        delay = (delay + (target_us - measured) / 2.0).max(0.0);
+    }
+    proxy.set_delay(Duration::from_secs_f64(delay / 1e6));
+
     let samples = uncontended::run(
         &mut raw,
         &libs,
