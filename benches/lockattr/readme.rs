@@ -34,7 +34,7 @@ fn results_table(v: &serde_json::Value) -> Res<String> {
     );
     out.push_str(&format!(
         "Run of commit `{}`{dirty}{}: redis-server {}, {} cores ({}), RTT {} µs \
-         (median raw PING, the unit of every RTT figure but rows 10 and 13's, which use the PING of their own loop), load average {} at start and {} at end.\n\n",
+         (median raw PING, the unit of every RTT figure but rows 10, 13 and 14's, which use the PING of their own loop; row 14's goes through its delay proxy), load average {} at start and {} at end.\n\n",
         &head[..head.len().min(12)],
         if v["quick"].as_bool() == Some(true) {
             ", QUICK RUN"
