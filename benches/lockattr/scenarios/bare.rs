@@ -4,7 +4,7 @@
 //!
 //! The commands are not written here: at the start of the row, the bench
 //! watches the server with `redis-cli monitor` while the row's own Locker
-//! runs two acquire + release pairs (after one untimed pair, so the
+//! runs two acquire + release pairs, 5 ms apart (after one untimed pair, so the
 //! library is loaded and the connections open), and keeps what that
 //! Locker's connections sent between three `ECHO` markers of its own. The
 //! two pairs must send the same commands; a word (or a `:`-separated field
@@ -217,6 +217,9 @@ pub async fn capture(
             }
         }
         for marker in &markers[1..] {
+            // A few ms apart, so a field that holds the clock in ms differs
+            // between the two pairs and is told from a constant.
+            tokio::time::sleep(Duration::from_millis(5)).await;
             let held = libs.acquire_or_fail(Lib::Lockattr, name, EXPIRE).await?;
             libs.release(held).await?;
             redis::cmd("ECHO")
