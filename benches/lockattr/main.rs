@@ -2,7 +2,7 @@
 //! one server, Redlock on five servers, a three-master Redis Cluster, and a
 //! master with one replica.
 //!
-//! Run with `cargo bench --bench lockattr` (under two minutes), or
+//! Run with `cargo bench --bench lockattr` (about two and a half minutes), or
 //! `cargo bench --bench lockattr -- --quick` for a smoke run of well under a
 //! minute. `-- --readme` only rewrites the benchmark table of
 //! `docs/performance.md` from `docs/bench/results.json`.
@@ -185,7 +185,7 @@ pub fn run_in_task<T: 'static>(work: impl Future<Output = T> + 'static) -> Res<T
 }
 
 const USAGE: &str = "usage: cargo bench --bench lockattr -- [--quick] [--out DIR] [--readme [JSON]]
-  --quick          well under a minute instead of under two minutes (smoke test)
+  --quick          well under a minute instead of about two and a half minutes (smoke test)
   --out DIR        where results.json and chart.svg go (default docs/bench, with
                    --quick a temporary directory)
   --readme [JSON]  measure nothing: rewrite the benchmark table of docs/performance.md

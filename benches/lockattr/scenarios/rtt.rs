@@ -106,7 +106,8 @@ async fn one(url: &str, port: u16, bare: &Bare, target_us: f64, plan: &Plan) -> 
     // pairs is slower than one of a block of PINGs (colder threads).
     let mut ping_in_loop = async |delay: f64| -> Res<f64> {
         proxy.set_delay(Duration::from_secs_f64(delay / 1e6));
-        let samples = uncontended::run(&mut raw, &libs, Some(&mut bare), &ops, 0, calibration, 1).await?;
+        let samples =
+            uncontended::run(&mut raw, &libs, Some(&mut bare), &ops, 0, calibration, 1).await?;
         Ok(median(&samples[0]))
     };
     let floor = ping_in_loop(0.0).await?;
