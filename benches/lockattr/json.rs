@@ -93,15 +93,43 @@ struct UncontendedJson {
     #[serde(flatten)]
     pair: Pair<Median>,
     target: Option<Target>,
+    /// Rows 2 and 14: the bare client sending lockattr's commands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bare_client: Option<BareJson>,
+}
+
+/// The bare client's acquire + release in a loop of rows 2 and 14.
+#[derive(Serialize)]
+struct BareJson {
+    #[serde(flatten)]
+    median: Median,
+    ratio_lockattr_over_bare_client: N,
+    ratio_bare_client_over_rslock: N,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<Target>,
 }
 
 fn uncontended(u: &Uncontended, target: Option<Target>) -> UncontendedJson {
+    uncontended_with_bare(u, target, None)
+}
+
+fn uncontended_with_bare(
+    u: &Uncontended,
+    target: Option<Target>,
+    bare_target: Option<Target>,
+) -> UncontendedJson {
     UncontendedJson {
         iterations_in_a_row: u.block,
         raw_ping_median_us: N(u.rtt_us),
         locker_ping_median_us: u.locker_ping_us.is_finite().then_some(N(u.locker_ping_us)),
         pair: pair(u.pair_us[0], u.pair_us[1], u.rtt_us, median),
         target,
+        bare_client: u.bare_us.is_finite().then(|| BareJson {
+            median: median(N(u.bare_us), N(u.bare_us / u.rtt_us)),
+            ratio_lockattr_over_bare_client: N(ratio(u.pair_us[0], u.bare_us)),
+            ratio_bare_client_over_rslock: N(ratio(u.bare_us, u.pair_us[1])),
+            target: bare_target,
+        }),
     }
 }
 
@@ -462,8 +490,70 @@ fn replicas(r: &Report) -> ReplicasJson {
 #[derive(Serialize)]
 struct UncontendedScenario {
     iterations: usize,
+    bare_client: BareClient,
     interleaved_per_iteration: UncontendedJson,
     tight_loop: UncontendedJson,
+}
+
+/// What row 2's bare client sends.
+#[derive(Serialize)]
+struct BareClient {
+    what: &'static str,
+    commands: String,
+    sent: String,
+}
+
+/// Row 14 at one target RTT.
+#[derive(Serialize)]
+struct AtRttJson {
+    target_rtt_us: N,
+    delay_each_way_us: N,
+    proxy_without_delay_ping_median_us: N,
+    fault_proxy_without_delay_ping_median_us: N,
+    direct_ping_median_us: N,
+    iterations: usize,
+    acquire_release: UncontendedJson,
+    handoff_across_processes_lockattr: HandoffJson,
+}
+
+/// Row 14.
+#[derive(Serialize)]
+struct AtRttScenario {
+    what: &'static str,
+    rtts: Vec<AtRttJson>,
+}
+
+fn at_rtt(r: &Report) -> AtRttScenario {
+    AtRttScenario {
+        what: "the single server through a userspace TCP delay proxy (benches/lockattr/delay.rs: one thread per direction reads a chunk, sleeps until its read time + the delay, writes it); for comparison the PING direct and through the tests' fault proxy (tests/support/proxy.rs, a reader and a writer thread per direction) with no delay; the delay calibrated against PINGs through the proxy to reach about each target RTT; rtt figures are in the PING through the proxy sampled in the same loop (raw_ping_median_us), not the target. Acquire + release: raw PING, lockattr, rslock and the bare client of row 2, interleaved per iteration, order rotating. Hand-over: row 3's two processes, lockattr only, the Locker through the proxy and the signals direct",
+        rtts: r
+            .at_rtt
+            .iter()
+            .map(|a| AtRttJson {
+                target_rtt_us: N(a.target_rtt_us),
+                delay_each_way_us: N(a.delay_us),
+                proxy_without_delay_ping_median_us: N(a.proxy_floor_us),
+                fault_proxy_without_delay_ping_median_us: N(a.fault_proxy_floor_us),
+                direct_ping_median_us: N(a.direct_us),
+                iterations: a.iterations,
+                acquire_release: uncontended(
+                    &a.uncontended,
+                    (a.target_rtt_us >= 1000.0).then(|| targets::at_rtt_uncontended(a)),
+                ),
+                handoff_across_processes_lockattr: handoff(
+                    &Handoff {
+                        samples: [a.handoff.samples[0], 0],
+                        p50_us: [a.handoff.p50_us[0], f64::NAN],
+                        p99_us: [a.handoff.p99_us[0], f64::NAN],
+                        release_p50_us: [a.handoff.release_p50_us[0], f64::NAN],
+                        after_release_p50_us: [a.handoff.after_release_p50_us[0], f64::NAN],
+                    },
+                    a.uncontended.rtt_us,
+                    Vec::new(),
+                ),
+            })
+            .collect(),
+    }
 }
 
 /// Row 3's cold PING, for information.
@@ -490,6 +580,7 @@ struct Scenarios {
     kinds: Kinds,
     rw_lock_readers_holding_cost: RwCost,
     replicas: ReplicasJson,
+    at_rtt: AtRttScenario,
 }
 
 /// The machine the run measured on.
@@ -689,9 +780,15 @@ pub fn to_json(r: &Report) -> Record {
         scenarios: Scenarios {
             uncontended_acquire_release: UncontendedScenario {
                 iterations: r.iterations,
-                interleaved_per_iteration: uncontended(
+                bare_client: BareClient {
+                    what: "a plain redis-rs MultiplexedConnection of the bench's runtime sending, per acquire + release, the commands lockattr's Locker sent for one (captured with redis-cli monitor at the row's start), on a name of its own, with a fresh token, clock and fencing token; in the same loop as the PING and the libraries",
+                    commands: r.bare_command_names.clone(),
+                    sent: r.bare_commands.clone(),
+                },
+                interleaved_per_iteration: uncontended_with_bare(
                     &r.uncontended[0],
                     Some(targets::uncontended(r)),
+                    Some(targets::bare_client(r)),
                 ),
                 tight_loop: uncontended(&r.uncontended[1], None),
             },
@@ -778,6 +875,7 @@ pub fn to_json(r: &Report) -> Record {
             kinds: kinds(r),
             rw_lock_readers_holding_cost: rw_cost(r),
             replicas: replicas(r),
+            at_rtt: at_rtt(r),
         },
         table: rows(r)
             .into_iter()

@@ -2,7 +2,7 @@
 //! one server, Redlock on five servers, a three-master Redis Cluster, and a
 //! master with one replica.
 //!
-//! Run with `cargo bench --bench lockattr` (under two minutes), or
+//! Run with `cargo bench --bench lockattr` (about two and a half minutes), or
 //! `cargo bench --bench lockattr -- --quick` for a smoke run of well under a
 //! minute. `-- --readme` only rewrites the benchmark table of
 //! `docs/performance.md` from `docs/bench/results.json`.
@@ -19,7 +19,8 @@
 //! alternating blocks so drift cancels:
 //! 1. RTT: median raw redis-rs PING, sampled in the same loop as row 2; the
 //!    unit of the other figures.
-//! 2. Uncontended acquire + release.
+//! 2. Uncontended acquire + release, and a bare redis-rs client sending
+//!    the same commands as lockattr's (captured with MONITOR).
 //! 3. Hand-over across processes (and a cold PING, for information).
 //! 4. 8 processes contending on one lock.
 //! 5. 64 tasks of one process contending on one lock.
@@ -38,6 +39,8 @@
 //! 13. Replicas: `min_replicas(1)` against `min_replicas(0)` on a master
 //!     with one replica, acquire + release and hand-over across processes
 //!     (lockattr only).
+//! 14. Rows 2 and 3 through a TCP delay proxy at about 0.2 ms and 1 ms RTT
+//!     (the hand-over lockattr only).
 //!
 //! Output: a table on stdout, `docs/bench/results.json`,
 //! `docs/bench/chart.svg` and the table of `docs/performance.md` (with
@@ -46,6 +49,7 @@
 
 mod chart;
 mod children;
+mod delay;
 mod json;
 mod peers;
 #[path = "../../tests/support/proxy.rs"]
@@ -181,7 +185,7 @@ pub fn run_in_task<T: 'static>(work: impl Future<Output = T> + 'static) -> Res<T
 }
 
 const USAGE: &str = "usage: cargo bench --bench lockattr -- [--quick] [--out DIR] [--readme [JSON]]
-  --quick          well under a minute instead of under two minutes (smoke test)
+  --quick          well under a minute instead of about two and a half minutes (smoke test)
   --out DIR        where results.json and chart.svg go (default docs/bench, with
                    --quick a temporary directory)
   --readme [JSON]  measure nothing: rewrite the benchmark table of docs/performance.md
@@ -285,48 +289,58 @@ async fn run_all(servers: &Servers, plan: &Plan) -> Res<Report> {
     let url = &servers.single.url;
 
     eprintln!(
-        "[1-2/13] RTT and uncontended acquire + release ({} iterations)",
+        "[1-2/14] RTT and uncontended acquire + release ({} iterations)",
         plan.iterations
     );
     scenarios::uncontended::uncontended(url, plan, &mut report).await?;
     eprintln!(
-        "[3/13] hand-over across processes ({} rounds per library)",
+        "[3/14] hand-over across processes ({} rounds per library)",
         plan.handoff_rounds
     );
     scenarios::handoff::single(url, plan, &mut report).await?;
-    eprintln!("[4/13] contended: {CONTEND_PROCESSES} processes");
+    eprintln!("[4/14] contended: {CONTEND_PROCESSES} processes");
     scenarios::contended::processes(url, plan, &mut report).await?;
-    eprintln!("[5/13] contended: {ONE_PROCESS_TASKS} tasks in one process");
+    eprintln!("[5/14] contended: {ONE_PROCESS_TASKS} tasks in one process");
     scenarios::contended::tasks(url, plan, &mut report).await?;
-    eprintln!("[6/13] many locks: {MANY_TASKS} tasks");
+    eprintln!("[6/14] many locks: {MANY_TASKS} tasks");
     scenarios::many::many_locks(url, servers.single.pid(), plan, &mut report).await?;
     eprintln!(
-        "[7/13] macro overhead ({} iterations)",
+        "[7/14] macro overhead ({} iterations)",
         plan.macro_iterations
     );
     scenarios::many::macro_overhead(url, plan, &mut report).await?;
-    eprintln!("[8/13] Redlock on {} servers", servers.redlock.len());
+    eprintln!("[8/14] Redlock on {} servers", servers.redlock.len());
     scenarios::deployments::redlock(servers, plan, &mut report).await?;
-    eprintln!("[9/13] Redis Cluster, {} masters", servers.cluster.len());
+    eprintln!("[9/14] Redis Cluster, {} masters", servers.cluster.len());
     scenarios::deployments::cluster(servers, plan, &mut report).await?;
     eprintln!(
-        "[10-11/13] lock kinds ({} iterations) and {} readers sharing",
+        "[10-11/14] lock kinds ({} iterations) and {} readers sharing",
         plan.iterations,
         scenarios::kinds::READERS
     );
     scenarios::kinds::kinds(url, plan, &mut report).await?;
     eprintln!(
-        "[12/13] read-write lock: Redis CPU per call with {} and {} readers holding ({} calls each)",
+        "[12/14] read-write lock: Redis CPU per call with {} and {} readers holding ({} calls each)",
         scenarios::rw_cost::HELD[0],
         scenarios::rw_cost::HELD[1],
         plan.rw_cost_calls
     );
     scenarios::rw_cost::rw_cost(url, plan, &mut report).await?;
     eprintln!(
-        "[13/13] replicas: min_replicas(1) against min_replicas(0) on a master with one replica ({} iterations, {} hand-over rounds each)",
+        "[13/14] replicas: min_replicas(1) against min_replicas(0) on a master with one replica ({} iterations, {} hand-over rounds each)",
         plan.iterations, plan.handoff_rounds
     );
     scenarios::replicas::replicas(servers, plan, &mut report).await?;
+    eprintln!(
+        "[14/14] rows 2 and 3 through a delay proxy at about {} µs RTT ({} iterations, {} hand-over rounds each)",
+        scenarios::rtt::TARGETS_US
+            .map(|t| t.to_string())
+            .join(" and "),
+        plan.deploy_iterations,
+        plan.deploy_handoff_rounds
+    );
+    let bare = report.bare.clone().ok_or("row 2 made no bare client")?;
+    report.at_rtt = scenarios::rtt::at_rtt(url, &bare, plan).await?;
     report.load[1] = util::load_average();
     Ok(report)
 }

@@ -13,7 +13,8 @@ const TABLE_END: &str = "<!-- bench-table:end -->";
 
 /// The table of `docs/performance.md`, from a results JSON: the run's
 /// circumstances, then the rows marked for it (`"readme": true`).
-fn results_table(v: &serde_json::Value) -> Res<String> {
+/// `source` names the JSON in the table's first line.
+fn results_table(v: &serde_json::Value, source: &str) -> Res<String> {
     use serde_json::Value;
     let text = |v: &Value| match v {
         Value::String(s) => s.clone(),
@@ -29,12 +30,12 @@ fn results_table(v: &serde_json::Value) -> Res<String> {
         None => " (dirty flag unknown)",
     };
     let mut out = String::new();
-    out.push_str(
-        "<!-- generated from docs/bench/results.json by `cargo bench --bench lockattr -- --readme`; do not edit by hand -->\n",
-    );
+    out.push_str(&format!(
+        "<!-- generated from {source} by `cargo bench --bench lockattr -- --readme`; do not edit by hand -->\n",
+    ));
     out.push_str(&format!(
         "Run of commit `{}`{dirty}{}: redis-server {}, {} cores ({}), RTT {} µs \
-         (median raw PING, the unit of every RTT figure but rows 10 and 13's, which use the PING of their own loop), load average {} at start and {} at end.\n\n",
+         (median raw PING, the unit of every RTT figure but rows 10, 13 and 14's, which use the PING of their own loop; row 14's goes through its delay proxy), load average {} at start and {} at end.\n\n",
         &head[..head.len().min(12)],
         if v["quick"].as_bool() == Some(true) {
             ", QUICK RUN"
@@ -77,7 +78,17 @@ pub fn update_table(json: &Path, page: &Path) -> Res<()> {
         .map_err(|e| format!("cannot read {}: {e}", json.display()))?;
     let value: serde_json::Value =
         serde_json::from_str(&raw).map_err(|e| format!("{} is not JSON: {e}", json.display()))?;
-    let table = results_table(&value)?;
+    // The JSON as the repository names it (`docs/bench/results.json`), or
+    // its path as given when it lies outside.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::canonicalize(json)
+        .ok()
+        .and_then(|full| {
+            let root = std::fs::canonicalize(root).ok()?;
+            Some(full.strip_prefix(root).ok()?.display().to_string())
+        })
+        .unwrap_or_else(|| json.display().to_string());
+    let table = results_table(&value, &source)?;
     let text = std::fs::read_to_string(page)
         .map_err(|e| format!("cannot read {}: {e}", page.display()))?;
     let missing = || format!("{} lacks `{TABLE_START}` ... `{TABLE_END}`", page.display());

@@ -6,6 +6,7 @@ use crate::peers::{
 };
 use crate::scenarios::replica_batch::{Batch, LINK_DELAY, TASKS};
 use crate::scenarios::replicas::Replicas;
+use crate::scenarios::rtt::AtRtt;
 use crate::scenarios::rw_cost::{BLOCK, Cost, HELD};
 use crate::scenarios::{ContendStats, Handoff, Report, Uncontended};
 use crate::targets::{self, Target};
@@ -262,12 +263,33 @@ pub fn rows(r: &Report) -> Vec<Row> {
         pair_row("2 uncontended", "acq+rel, interleaved, µs (RTT)", inter)
             .checked(targets::uncontended(r)),
         Row::info(
+            "2 uncontended",
+            "lockattr / bare redis-rs client, same commands (µs vs µs)",
+            times(inter.pair_us[0], inter.bare_us),
+            none(),
+        )
+        .checked(targets::bare_client(r)),
+        Row::info(
+            "2 uncontended",
+            "bare client acq+rel (in rslock's column: rslock), µs (RTT)",
+            in_rtt(inter.bare_us, inter.rtt_us),
+            in_rtt(inter.pair_us[1], inter.rtt_us),
+        )
+        .ratio(inter.bare_us, inter.pair_us[1], 2)
+        .in_readme(),
+        Row::info(
             "2 tight loop",
             "raw PING, µs",
             fmt_num(tight.rtt_us, 1),
             none(),
         ),
         pair_row("2 tight loop", "acq+rel, µs (RTT)", tight),
+        Row::info(
+            "2 tight loop",
+            "lockattr / bare client (µs vs µs)",
+            times(tight.pair_us[0], tight.bare_us),
+            none(),
+        ),
         h50.checked(targets::handoff_p50(r)),
         h99.checked(targets::handoff_p99(r)),
         h_release,
@@ -469,7 +491,97 @@ pub fn rows(r: &Report) -> Vec<Row> {
         ),
     ]);
     rows.extend(batch_rows(&rep.batch));
+    for (a, scenario) in r.at_rtt.iter().zip(AT_RTT_ROWS) {
+        rows.extend(at_rtt_rows(a, scenario));
+    }
     rows
+}
+
+/// Row 14's name at each of `rtt::TARGETS_US`.
+const AT_RTT_ROWS: [&str; 2] = ["14 ~0.2 ms RTT (proxy)", "14 ~1 ms RTT (proxy)"];
+
+/// `a/b× (a vs b)`, µs.
+fn times(a: f64, b: f64) -> String {
+    format!(
+        "{}× ({} vs {})",
+        fmt_num(ratio(a, b), 2),
+        fmt_num(a, 1),
+        fmt_num(b, 1)
+    )
+}
+
+/// Row 14 at one RTT: figures in the unit of the PING through the proxy.
+fn at_rtt_rows(a: &AtRtt, scenario: &'static str) -> Vec<Row> {
+    let u = &a.uncontended;
+    let h = &a.handoff;
+    let unit = u.rtt_us;
+    let none = String::new;
+    let pair = Row::info(
+        scenario,
+        "acq+rel, interleaved, µs (RTT)",
+        in_rtt(u.pair_us[0], unit),
+        in_rtt(u.pair_us[1], unit),
+    )
+    .ratio(u.pair_us[0], u.pair_us[1], 2);
+    // The target is set at about 1 ms; at 0.2 ms the row is information.
+    let pair = if a.target_rtt_us >= 1000.0 {
+        pair.checked(targets::at_rtt_uncontended(a))
+    } else {
+        pair.in_readme()
+    };
+    vec![
+        Row::info(
+            scenario,
+            "raw PING through the proxy, interleaved, µs (delay each way; proxy with none; direct)",
+            format!(
+                "{} ({}; {}; {})",
+                fmt_num(unit, 1),
+                fmt_num(a.delay_us, 1),
+                fmt_num(a.proxy_floor_us, 1),
+                fmt_num(a.direct_us, 1)
+            ),
+            none(),
+        )
+        .in_readme(),
+        pair,
+        Row::info(
+            scenario,
+            "bare client acq+rel (in rslock's column: rslock), µs (RTT)",
+            in_rtt(u.bare_us, unit),
+            in_rtt(u.pair_us[1], unit),
+        )
+        .ratio(u.bare_us, u.pair_us[1], 2),
+        Row::info(
+            scenario,
+            "lockattr / bare client (µs vs µs)",
+            times(u.pair_us[0], u.bare_us),
+            none(),
+        )
+        .in_readme(),
+        Row::info(
+            scenario,
+            "hand-over p50, µs (RTT)",
+            in_rtt(h.p50_us[0], unit),
+            none(),
+        )
+        .in_readme(),
+        Row::info(
+            scenario,
+            "hand-over p99, µs (RTT)",
+            in_rtt(h.p99_us[0], unit),
+            none(),
+        ),
+        Row::info(
+            scenario,
+            "  holder's release call, p50; waiter back after it, p50, µs (RTT)",
+            format!(
+                "{}; {}",
+                in_rtt(h.release_p50_us[0], unit),
+                in_rtt(h.after_release_p50_us[0], unit)
+            ),
+            none(),
+        ),
+    ]
 }
 
 /// The run's circumstances, one line each: what the JSON's `machine`,
@@ -626,6 +738,23 @@ pub fn print_table(r: &Report) {
         b.blocks[1].connection_errors,
         b.blocks[1].other_errors
     );
+    println!(
+        "Bare client (row 2): a plain redis-rs MultiplexedConnection sending what lockattr's Locker sent for one acq+rel, captured with MONITOR ({}): {}",
+        r.bare_command_names, r.bare_commands
+    );
+    for a in &r.at_rtt {
+        println!(
+            "Delay proxy (row 14) aiming at {} µs RTT: delay set to {} µs each way; median PING direct {} µs, through the tests' fault proxy with no delay {} µs, through the delay proxy with no delay {} µs, with the delay {} µs (interleaved, the row's unit); {} iterations; {} hand-over rounds (lockattr)",
+            fmt_num(a.target_rtt_us, 0),
+            fmt_num(a.delay_us, 1),
+            fmt_num(a.direct_us, 1),
+            fmt_num(a.fault_proxy_floor_us, 1),
+            fmt_num(a.proxy_floor_us, 1),
+            fmt_num(a.uncontended.rtt_us, 1),
+            a.iterations,
+            a.handoff.samples[0]
+        );
+    }
     let c = &r.rw_cost;
     let seen = |s: Option<u64>| s.map_or("?".into(), |n| n.to_string());
     let per = |costs: &[Cost; 2]| {

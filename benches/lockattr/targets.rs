@@ -1,6 +1,7 @@
 //! The targets for lockattr, checked in one place for the table,
 //! the JSON, the README and the chart. Each has its text and its check.
 
+use crate::scenarios::rtt::AtRtt;
 use crate::scenarios::{ContendStats, Report};
 use crate::util::ratio;
 
@@ -20,6 +21,25 @@ pub fn uncontended(r: &Report) -> Target {
     Target {
         text: "<= 1.0x rslock and <= 2.3 RTT",
         met: ratio(u.pair_us[0], u.pair_us[1]) <= 1.0 && u.pair_us[0] / u.rtt_us <= 2.3,
+    }
+}
+
+/// Row 2: lockattr's acquire + release against the bare client sending
+/// the same commands.
+pub fn bare_client(r: &Report) -> Target {
+    let u = &r.uncontended[0];
+    Target {
+        text: "<= 1.05x the bare client",
+        met: ratio(u.pair_us[0], u.bare_us) <= 1.05,
+    }
+}
+
+/// Row 14 at about 1 ms RTT: acquire + release through the delay proxy.
+pub fn at_rtt_uncontended(a: &AtRtt) -> Target {
+    let p = a.uncontended.pair_us;
+    Target {
+        text: "<= 1.05x rslock",
+        met: ratio(p[0], p[1]) <= 1.05,
     }
 }
 

@@ -33,6 +33,7 @@ async fn measure(
     let samples = uncontended::run(
         &mut raw,
         &libs,
+        None,
         &ops,
         plan.warmup,
         plan.deploy_iterations,
@@ -56,6 +57,7 @@ async fn measure(
             rtt_us: median(&samples[0]),
             locker_ping_us: f64::NAN,
             pair_us,
+            bare_us: f64::NAN,
         },
         iterations: plan.deploy_iterations,
         handoff,

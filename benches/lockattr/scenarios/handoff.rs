@@ -23,6 +23,9 @@ const HANDOFF_GO: &str = "bench:handoff:go";
 const HANDOFF_T0: &str = "bench:handoff:t0";
 const HANDOFF_IDLE: &str = "bench:handoff:idle";
 const HANDOFF_RESULTS: &str = "bench:handoff:results";
+/// Where each process says it is ready (by `idx`): neither starts the
+/// rounds before the other is connected and warm.
+const HANDOFF_READY: [&str; 2] = ["bench:handoff:ready:0", "bench:handoff:ready:1"];
 
 /// Who passes the lock in a hand-over round: a library and, for lockattr,
 /// the `min_replicas` of its Locker (row 13; 0 everywhere else).
@@ -163,6 +166,7 @@ pub async fn run_sides(
     let mut con = signal_connection(url).await?;
     redis::cmd("DEL")
         .arg(&[HANDOFF_GO, HANDOFF_T0, HANDOFF_RESULTS, HANDOFF_IDLE])
+        .arg(&HANDOFF_READY)
         .query_async::<()>(&mut con)
         .await?;
     let steps = schedule(
@@ -307,6 +311,12 @@ pub async fn child(url: &str, params: &Params) -> Res<()> {
             .await?;
         held = Some((first, h));
     }
+    // Both ready before round 0: a holder whose peer is still starting
+    // (slower through row 14's delay proxy) would otherwise pop its own
+    // signal back when it waits in the next round.
+    let idx = usize::try_from(idx)?;
+    rpush(&mut con, HANDOFF_READY[1 - idx.min(1)], idx).await?;
+    blpop(&mut con, HANDOFF_READY[idx.min(1)], 60).await?;
     for (round, &(step, measured)) in schedule.iter().enumerate() {
         match (held.take(), step) {
             (Some(h), Step::Ping) => {

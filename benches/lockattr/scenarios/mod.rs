@@ -1,5 +1,6 @@
 //! The rows' measurements, and the record of everything one run measured.
 
+pub mod bare;
 pub mod contended;
 pub mod deployments;
 pub mod handoff;
@@ -7,6 +8,7 @@ pub mod kinds;
 pub mod many;
 pub mod replica_batch;
 pub mod replicas;
+pub mod rtt;
 pub mod rw_cost;
 pub mod uncontended;
 
@@ -27,6 +29,12 @@ pub struct Report {
     pub rtt_us: f64,
     /// Rows 1 and 2: interleaved per iteration, and in blocks.
     pub uncontended: [Uncontended; 2],
+    /// Row 2: the bare client (the commands captured from lockattr).
+    pub bare: Option<bare::Bare>,
+    /// Row 2: the bare client's commands, fresh values in braces.
+    pub bare_commands: String,
+    /// Row 2: the bare client's command names, e.g. `FCALL, FCALL`.
+    pub bare_command_names: String,
     /// `/proc/loadavg` (1 min) at start and end: other load on the machine.
     pub load: [Option<f64>; 2],
     /// Row 3, on the single server.
@@ -68,6 +76,8 @@ pub struct Report {
     /// Row 13: grants that wait for a replica, `min_replicas(1)` against
     /// `min_replicas(0)` (lockattr only).
     pub replicas: replicas::Replicas,
+    /// Row 14: rows 2 and 3 through a delay proxy, at each target RTT.
+    pub at_rtt: Vec<rtt::AtRtt>,
     /// rslock's retry settings as its `Debug` output shows them.
     pub rslock_defaults_seen: (Option<u32>, Option<String>),
     /// The checkout when the run started (the code that `cargo bench` built).
@@ -86,6 +96,8 @@ pub struct Uncontended {
     pub locker_ping_us: f64,
     /// Acquire + release, by `Lib::index`.
     pub pair_us: [f64; 2],
+    /// The bare client's acquire + release (NaN where not sampled).
+    pub bare_us: f64,
 }
 
 /// Hand-over across processes; µs, by side: `Lib::index` in rows 3, 8
