@@ -347,6 +347,19 @@ pub fn query(port: u16, args: &[&str]) -> std::io::Result<String> {
     }
 }
 
+/// `calls` of `cmdstat_wait` in the master's `INFO commandstats` (0 before
+/// the first WAIT).
+pub fn wait_calls(port: u16) -> Res<u64> {
+    let stats = query(port, &["INFO", "commandstats"])?;
+    Ok(info_field(&stats, "cmdstat_wait")
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|c| c.parse().ok())
+        })
+        .unwrap_or(0))
+}
+
 /// `name:value` from an INFO reply.
 pub fn info_field(info: &str, name: &str) -> Option<String> {
     info.lines()

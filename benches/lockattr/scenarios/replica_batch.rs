@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 
-use super::replicas::wait_calls;
 use crate::proxy::Proxy;
-use crate::servers::{RedisServer, info_field, query};
+use crate::servers::{RedisServer, info_field, query, wait_calls};
 use crate::util::{quantile, us};
 use crate::{EXPIRE, Plan, Res};
 

@@ -24,7 +24,7 @@ use super::handoff::{self, Side};
 use super::replica_batch;
 use super::{Handoff, Report};
 use crate::peers::Deploy;
-use crate::servers::{Servers, info_field, query};
+use crate::servers::{Servers, info_field, query, wait_calls};
 use crate::util::{connect, median, timed, us};
 use crate::{ACQUIRE_TIMEOUT, EXPIRE, Plan, Res};
 
@@ -136,17 +136,4 @@ pub async fn replicas(servers: &Servers, plan: &Plan, report: &mut Report) -> Re
     );
     out.batch = replica_batch::run(plan).await?;
     Ok(())
-}
-
-/// `calls` of `cmdstat_wait` in the master's `INFO commandstats` (0 before
-/// the first WAIT).
-pub fn wait_calls(port: u16) -> Res<u64> {
-    let stats = query(port, &["INFO", "commandstats"])?;
-    Ok(info_field(&stats, "cmdstat_wait")
-        .and_then(|v| {
-            v.split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|c| c.parse().ok())
-        })
-        .unwrap_or(0))
 }
