@@ -101,14 +101,7 @@ fn main() {
             continue;
         }
         let body = read(&path);
-        let used = reached(&parts, &body);
-        let mut joined = String::new();
-        for part in &parts {
-            if part.function.as_ref().is_none_or(|f| used.contains(f)) {
-                joined.push_str(&part.text);
-            }
-        }
-        joined.push_str(&body);
+        let (joined, used) = joined(&parts, &body);
         fs::write(out.join(name), joined).expect("write $OUT_DIR/lua");
         if !EVAL_ONLY.contains(&name) {
             functions.push(Function {
@@ -127,6 +120,29 @@ fn main() {
     }
     fs::write(out.join("library.lua"), library(&parts, &functions))
         .expect("write $OUT_DIR/lua/library.lua");
+    // The scripts' bodies as they were before their fast paths, joined with
+    // today's helpers the same way: what the runtime's tests compare the
+    // scripts with (`lua/tests.rs`, `fast_paths`).
+    let before = out.join("before");
+    fs::create_dir_all(&before).expect("create $OUT_DIR/lua/before");
+    for name in ["acquire.lua", "release.lua"] {
+        let (joined, _) = joined(&parts, &read(&dir.join("before").join(name)));
+        fs::write(before.join(name), joined).expect("write $OUT_DIR/lua/before");
+    }
+}
+
+/// `body` after the parts of the shared files it reaches (see
+/// [`reached`]), and the names of the functions it reaches.
+fn joined(parts: &[Part], body: &str) -> (String, BTreeSet<String>) {
+    let used = reached(parts, body);
+    let mut joined = String::new();
+    for part in parts {
+        if part.function.as_ref().is_none_or(|f| used.contains(f)) {
+            joined.push_str(&part.text);
+        }
+    }
+    joined.push_str(body);
+    (joined, used)
 }
 
 /// One script as a function of the library.

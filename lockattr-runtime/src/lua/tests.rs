@@ -1348,7 +1348,7 @@ fn only_a_refused_fcall_sends_scripts_to_evalsha() {
 
 mod fast_paths {
     //! The lock's ACQUIRE and RELEASE against the scripts as they were
-    //! before their fast paths (`lua/before/`, helpers joined): each case
+    //! before their fast paths (`lua/before/`, joined with today's helpers by `build.rs`): each case
     //! runs on one server with the scripts as they were and on another
     //! with the scripts as they are, and both answer the same, leave the
     //! same keys, values and times to live, and publish the same notices.
@@ -1361,11 +1361,11 @@ mod fast_paths {
     // Sent as EVAL of their source (they are not in the library).
     static ACQUIRE_BEFORE: Lua = Lua::new(Source {
         file: "before/acquire.lua",
-        text: include_str!("before/acquire.lua"),
+        text: include_str!(concat!(env!("OUT_DIR"), "/lua/before/acquire.lua")),
     });
     static RELEASE_BEFORE: Lua = Lua::new(Source {
         file: "before/release.lua",
-        text: include_str!("before/release.lua"),
+        text: include_str!(concat!(env!("OUT_DIR"), "/lua/before/release.lua")),
     });
 
     const KEYS: [&str; 4] = ["t:{n}", "t:{n}:fence", "t:{n}:queue", "t:{n}:waiters"];
