@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use lockattr::{LockError, Locker};
 use support::deployments::{
-    acl_setuser, held_at_least, hold_for, joined, lock_error, readme_user as restricted_user,
-    spawn_try_set, try_lock, try_renewed, try_renewed_read, try_write_lock, user_url,
+    RW_RULES, acl_setuser, held_at_least, hold_for, joined, lock_error,
+    readme_user as restricted_user, spawn_try_set, try_lock, try_renewed, try_renewed_read,
+    try_write_lock, user_url,
 };
 use support::takes::try_take;
 use support::{RedisServer, lock_key};
@@ -245,19 +246,6 @@ async fn read_write_locks_with_the_readmes_additions() {
     assert!(writer.fencing_token() > 0);
     writer.release().await.unwrap();
 }
-
-/// What read-write locks need beyond the README's rules (the README lists them).
-const RW_RULES: &[&str] = &[
-    "+exists",
-    "+lindex",
-    "+zadd",
-    "+zrem",
-    "+zremrangebyscore",
-    "+zcard",
-    "+zrange",
-    "+smembers",
-    "+srem",
-];
 
 /// A user given the rules of an earlier version (no `+hgetall`, and
 /// `+hlen` for `inspect`): a release that pops a set's marker, whose drop

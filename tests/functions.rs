@@ -17,24 +17,10 @@ use lockattr::Locker;
 use support::RedisServer;
 use support::cluster::Cluster;
 use support::deployments::{
-    acl_setuser, joined, readme_user, spawn_try_lock, try_read_lock, try_renewed, try_semaphore,
-    try_set, try_write_lock, user_url,
+    RW_RULES, acl_setuser, joined, readme_user, spawn_try_lock, try_read_lock, try_renewed,
+    try_semaphore, try_set, try_write_lock, user_url,
 };
 use support::replicas::ReplicaPair;
-
-/// What read-write locks need beyond the README's rules (as `acl_users`
-/// gives them).
-const RW_RULES: &[&str] = &[
-    "+exists",
-    "+lindex",
-    "+zadd",
-    "+zrem",
-    "+zremrangebyscore",
-    "+zcard",
-    "+zrange",
-    "+smembers",
-    "+srem",
-];
 
 /// What the Functions mode needs beyond the README's rules (as
 /// `docs/deployments.md` gives them).

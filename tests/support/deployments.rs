@@ -113,6 +113,20 @@ pub const README_RULES: &[&str] = &[
     "+publish",
 ];
 
+/// What read-write locks need beyond [`README_RULES`] (the deployments
+/// page lists them).
+pub const RW_RULES: &[&str] = &[
+    "+exists",
+    "+lindex",
+    "+zadd",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zcard",
+    "+zrange",
+    "+smembers",
+    "+srem",
+];
+
 /// Creates `user` with `password` and the [`README_RULES`] on `server`.
 pub fn readme_user(server: &RedisServer, user: &str, password: &str) {
     let mut command = redis::cmd("ACL");
